@@ -1,0 +1,28 @@
+"""Errors roll-device raises for bad input: each names what was wrong and what to do.
+
+The CLI turns any `RollDeviceError` into its message and exit status 2, before work starts.
+"""
+
+
+class RollDeviceError(Exception):
+    """Base of every error a user can fix by changing input, environment or installation."""
+
+
+class UnknownDeviceError(RollDeviceError, ValueError):
+    """A device kind nobody registered (ROLL_DEVICE, a role's `device`, `get_platform`)."""
+
+
+class MissingPackageError(RollDeviceError, ImportError):
+    """A package a device kind or backend needs is not installed."""
+
+
+class DeviceUnavailableError(RollDeviceError, RuntimeError):
+    """The requested device kind is known but not usable on this machine."""
+
+
+class ConfigError(RollDeviceError, ValueError):
+    """A configuration value is inconsistent or out of range."""
+
+
+class PlanError(RollDeviceError, RuntimeError):
+    """A role plan that does not fit the cluster."""

@@ -1,0 +1,6 @@
+"""One class per device kind and the registry that picks this process's platform."""
+
+from roll_device.platforms.base import Platform
+from roll_device.platforms.registry import current_platform, get_platform, known_kinds
+
+__all__ = ["Platform", "current_platform", "get_platform", "known_kinds"]

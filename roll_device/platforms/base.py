@@ -1,0 +1,200 @@
+"""The `Platform` base class: one explicit member for everything the framework asks of a device.
+
+Identity members are class attributes, readable without the device or its package. Device
+operations go through the kind's torch device module (`torch.cuda`, `torch.npu`, `torch.cpu`),
+fetched lazily; a member the module or the kind cannot serve raises `NotImplementedError` that
+names the platform and the member. There is no `__getattr__` fall-through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from types import ModuleType
+from typing import Any, ClassVar, NoReturn
+
+import torch
+
+
+class Platform:
+    """A device kind as the framework sees it. Subclasses set the identity and may override ops."""
+
+    kind: ClassVar[str]
+    device_type: ClassVar[str]
+    dispatch_key: ClassVar[str]
+    ray_resource: ClassVar[str | None]
+    visible_devices_env: ClassVar[str | None]
+    ray_noset_visible_devices_env: ClassVar[str | None] = None
+    dist_backend: ClassVar[str]
+    graph_class_name: ClassVar[str | None] = None
+    supports_ipc: ClassVar[bool] = False
+    allocator_conf_env: ClassVar[str | None] = None
+    required_package: ClassVar[str | None] = None
+
+    def __init__(self, simulated: bool = False) -> None:
+        self.simulated = simulated
+
+    # ---- identity -------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return f"{self.kind} (simulated)" if self.simulated else self.kind
+
+    def __repr__(self) -> str:
+        return f"<Platform {self.name}>"
+
+    @classmethod
+    def is_available(cls) -> bool:
+        """Whether this kind has a usable device here. Never raises."""
+        raise NotImplementedError(f"platform class {cls.__name__} does not implement is_available")
+
+    def device_module(self) -> ModuleType:
+        """The torch device module of this kind (`torch.cuda`, `torch.npu`, `torch.cpu`)."""
+        return torch.get_device_module(self.device_type)
+
+    def _unsupported(self, member: str, why: str = "") -> NoReturn:
+        detail = f": {why}" if why else ""
+        raise NotImplementedError(f"platform '{self.name}' does not support {member}{detail}")
+
+    def _call(self, member: str, *args: Any, **kwargs: Any) -> Any:
+        fn = getattr(self.device_module(), member, None)
+        if fn is None:
+            self._unsupported(member, f"torch.{self.device_type} has no '{member}'")
+        return fn(*args, **kwargs)
+
+    # ---- Ray ------------------------------------------------------------------------------
+    def ray_actor_options(self, num_devices: float) -> dict[str, Any]:
+        """Ray `.options(...)` that request `num_devices` of this kind (fractions colocate)."""
+        if self.ray_resource is None:
+            return {}
+        if self.ray_resource == "GPU":
+            return {"num_gpus": num_devices}
+        return {"resources": {self.ray_resource: num_devices}}
+
+    # ---- devices --------------------------------------------------------------------------
+    def device(self, index: int | None = None) -> torch.device:
+        if index is None:
+            index = self.current_device()
+        return torch.device(self.device_type, index)
+
+    def device_count(self) -> int:
+        return int(self._call("device_count"))
+
+    def set_device(self, index: int) -> None:
+        count = self.device_count()
+        if not 0 <= index < count:
+            raise ValueError(
+                f"platform '{self.name}': device index {index} out of range: {count} visible "
+                f"(check {self.visible_devices_env or 'the device count'})"
+            )
+        self._call("set_device", index)
+
+    def current_device(self) -> int:
+        return int(self._call("current_device"))
+
+    def synchronize(self) -> None:
+        self._call("synchronize")
+
+    def empty_cache(self) -> None:
+        self._call("empty_cache")
+
+    # ---- memory ---------------------------------------------------------------------------
+    def memory_allocated(self) -> int:
+        return int(self._call("memory_allocated"))
+
+    def memory_reserved(self) -> int:
+        return int(self._call("memory_reserved"))
+
+    def max_memory_allocated(self) -> int:
+        return int(self._call("max_memory_allocated"))
+
+    def reset_peak_memory_stats(self) -> None:
+        self._call("reset_peak_memory_stats")
+
+    def mem_get_info(self) -> tuple[int, int]:
+        """(free, total) bytes of the current device."""
+        free, total = self._call("mem_get_info")
+        return int(free), int(total)
+
+    def allocator_env(self) -> dict[str, str]:
+        """Allocator settings for processes on this kind (expandable segments where supported)."""
+        if self.allocator_conf_env is None:
+            return {}
+        return {self.allocator_conf_env: "expandable_segments:True"}
+
+    # ---- randomness -----------------------------------------------------------------------
+    def manual_seed(self, seed: int) -> None:
+        """Seed the CPU generator and every device generator of this kind."""
+        torch.manual_seed(seed)
+        self._call("manual_seed_all", seed)
+
+    def get_rng_state(self) -> torch.Tensor:
+        return self._call("get_rng_state")
+
+    def set_rng_state(self, state: torch.Tensor) -> None:
+        self._call("set_rng_state", state)
+
+    # ---- streams and events ---------------------------------------------------------------
+    def new_stream(self) -> Any:
+        return self._call("Stream")
+
+    def current_stream(self) -> Any:
+        return self._call("current_stream")
+
+    def stream(self, stream: Any) -> contextlib.AbstractContextManager:
+        return self._call("stream", stream)
+
+    def new_event(self, enable_timing: bool = False) -> Any:
+        return self._call("Event", enable_timing=enable_timing)
+
+    # ---- graphs ---------------------------------------------------------------------------
+    @property
+    def supports_graphs(self) -> bool:
+        """Whether decode steps can be captured as device graphs on this kind, here and now."""
+        if self.graph_class_name is None or not self.is_available():
+            return False
+        return hasattr(self.device_module(), self.graph_class_name)
+
+    def _require_graphs(self, member: str) -> ModuleType:
+        if not self.supports_graphs:
+            self._unsupported(member, "no device graphs on this kind here (run eager)")
+        return self.device_module()
+
+    def graph_class(self) -> type:
+        return getattr(self._require_graphs("graph_class"), self.graph_class_name)
+
+    def graph_capture(self, graph: Any, pool: Any = None, stream: Any = None):
+        """Context manager that captures the work issued inside it into `graph`."""
+        return self._require_graphs("graph_capture").graph(graph, pool=pool, stream=stream)
+
+    def graph_pool_handle(self) -> Any:
+        """A memory-pool handle that several graphs can share."""
+        return self._require_graphs("graph_pool_handle").graph_pool_handle()
+
+    def weak_ref_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A view of `tensor`'s memory that does not keep it alive (for graph outputs)."""
+        self._require_graphs("weak_ref_tensor")
+        storage = torch._C._construct_storage_from_data_pointer(
+            tensor.untyped_storage().data_ptr(), tensor.device, tensor.untyped_storage().nbytes()
+        )
+        return torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(
+            storage, tensor.storage_offset(), tensor.size(), tensor.stride()
+        )
+
+    # ---- inter-process handles ------------------------------------------------------------
+    def ipc_handle(self, tensor: torch.Tensor) -> tuple:
+        """A picklable handle another process on the same device can open without a copy."""
+        if not self.supports_ipc:
+            self._unsupported("ipc_handle", "use the shared-memory path")
+        from torch.multiprocessing.reductions import reduce_tensor
+
+        return reduce_tensor(tensor)
+
+    def open_ipc_handle(self, handle: tuple) -> torch.Tensor:
+        if not self.supports_ipc:
+            self._unsupported("open_ipc_handle", "use the shared-memory path")
+        rebuild, args = handle
+        return rebuild(*args)
+
+    # ---- rollout engines ------------------------------------------------------------------
+    def rollout_env(self, graph_mode: bool) -> dict[str, str]:
+        """Environment variables a rollout engine process needs on this kind."""
+        return {}

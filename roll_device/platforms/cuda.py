@@ -1,0 +1,27 @@
+"""NVIDIA GPUs through torch's CUDA build: NCCL collectives, CUDA graphs, CUDA IPC."""
+
+from __future__ import annotations
+
+import torch
+
+from roll_device.platforms.base import Platform
+
+
+class CudaPlatform(Platform):
+    kind = "cuda"
+    device_type = "cuda"
+    dispatch_key = "CUDA"
+    ray_resource = "GPU"
+    visible_devices_env = "CUDA_VISIBLE_DEVICES"
+    ray_noset_visible_devices_env = "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"
+    dist_backend = "nccl"
+    graph_class_name = "CUDAGraph"
+    supports_ipc = True
+    allocator_conf_env = "PYTORCH_CUDA_ALLOC_CONF"
+
+    @classmethod
+    def is_available(cls) -> bool:
+        try:
+            return torch.version.cuda is not None and torch.cuda.is_available()
+        except Exception:  # a broken driver must not break detection
+            return False

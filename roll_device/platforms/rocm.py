@@ -1,0 +1,22 @@
+"""AMD GPUs through torch's ROCm build: torch calls them `cuda`, RCCL answers to `nccl`,
+HIP graphs stand behind `torch.cuda.CUDAGraph`, Ray rewrites `HIP_VISIBLE_DEVICES`."""
+
+from __future__ import annotations
+
+import torch
+
+from roll_device.platforms.cuda import CudaPlatform
+
+
+class RocmPlatform(CudaPlatform):
+    kind = "rocm"
+    visible_devices_env = "HIP_VISIBLE_DEVICES"
+    ray_noset_visible_devices_env = "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES"
+    allocator_conf_env = "PYTORCH_HIP_ALLOC_CONF"
+
+    @classmethod
+    def is_available(cls) -> bool:
+        try:
+            return torch.version.hip is not None and torch.cuda.is_available()
+        except Exception:
+            return False

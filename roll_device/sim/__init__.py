@@ -1,0 +1,56 @@
+"""Simulated Ascend NPU for machines without one (`ROLL_DEVICE=npu-sim`).
+
+`install()` renames PrivateUse1 to `npu` with a Python backend, registers a `torch.npu`-like
+module, routes every op on `npu` tensors to the CPU, and registers an `hccl` process-group
+backend that runs gloo underneath. The NPU platform class then runs on it unmodified: the
+simulation stands in for torch_npu, never for the platform code.
+
+What it does not model: NPU kernels and their numerics, HCCL itself (collectives are gloo on CPU
+tensors), ACL graph capture (no graph class is offered), streams (all ops are synchronous), and
+memory limits (memory is counted, never exhausted). Every result obtained through it is a
+simulation and must be labelled so.
+
+The rename is once per process and cannot be undone: tests that install it run in their own process.
+"""
+
+from __future__ import annotations
+
+import threading
+
+_lock = threading.Lock()
+_installed = {"done": False}
+
+
+def is_installed() -> bool:
+    return _installed["done"]
+
+
+def install() -> None:
+    """Install the simulated NPU in this process (idempotent)."""
+    with _lock:
+        if _installed["done"]:
+            return
+        import torch
+
+        current = torch._C._get_privateuse1_backend_name()
+        if current not in ("privateuseone", "npu"):
+            raise RuntimeError(
+                f"cannot simulate the NPU: PrivateUse1 is already registered as '{current}' "
+                "in this process (run the simulation in a process of its own)"
+            )
+        if current == "npu" and hasattr(torch, "npu") and not _is_sim_module(torch.npu):
+            raise RuntimeError(
+                "cannot simulate the NPU: torch_npu is loaded in this process; use ROLL_DEVICE=npu"
+            )
+        from roll_device.sim import backend, device_module
+
+        torch.utils.backend_registration._setup_privateuseone_for_python_backend(
+            rename="npu", backend_module=device_module
+        )
+        backend.register_kernels()
+        backend.register_hccl()
+        _installed["done"] = True
+
+
+def _is_sim_module(module) -> bool:
+    return getattr(module, "__name__", "") == "roll_device.sim.device_module"

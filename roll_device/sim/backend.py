@@ -1,0 +1,49 @@
+"""Kernels and the collective backend of the simulated NPU.
+
+Factories on `npu` (no tensor argument to carry the device) reach the PrivateUse1 boxed
+fallback, which builds the result on the CPU and wraps it. `aten::_copy_from` is registered
+explicitly: `torch.tensor(data, device="npu")` trips an internal assert through the fallback.
+The `hccl` backend is gloo registered under HCCL's name for `npu` and `cpu`: a collective on
+simulated tensors reaches the wrapper's dispatch, which hands their CPU data to the CPU kernel of
+the c10d op, and so to gloo. It simulates the interface of HCCL, not HCCL.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from roll_device.sim.tensor import SimNpuTensor, run_on_cpu
+
+_libraries: list = []  # keep registrations alive
+
+
+def _fallback(op, *args, **kwargs):
+    return run_on_cpu(op, args, kwargs)
+
+
+def _copy_from(self, dst, non_blocking=False):
+    src = self.elem if isinstance(self, SimNpuTensor) else self
+    target = dst.elem if isinstance(dst, SimNpuTensor) else dst
+    target.copy_(src)
+    return dst
+
+
+def register_kernels() -> None:
+    fallback = torch.library.Library("_", "IMPL")
+    fallback.fallback(_fallback, dispatch_key="PrivateUse1", with_keyset=False)
+    aten = torch.library.Library("aten", "IMPL")
+    aten.impl("_copy_from", _copy_from, "PrivateUse1")
+    _libraries.extend([fallback, aten])
+
+
+def register_hccl() -> None:
+    if "hccl" in dist.Backend.backend_list:
+        return
+    dist.Backend.register_backend("hccl", _create_hccl_group, devices=["npu", "cpu"])
+
+
+def _create_hccl_group(store, rank, world_size, timeout=timedelta(minutes=30)):
+    return dist.ProcessGroupGloo(store, rank, world_size, timeout)
