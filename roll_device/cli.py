@@ -1,0 +1,79 @@
+"""`roll-device`: run an experiment, print its device plan, submit it to a Ray cluster, or make
+the tiny local model. Overrides are Hydra's (`key=value`, `group=option`).
+
+Any `RollDeviceError` (bad config, plan that does not fit, missing package) ends the command with
+its message on stderr and exit status 2, before work starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from roll_device.errors import RollDeviceError
+
+
+def _run(args: argparse.Namespace) -> int:
+    from roll_device.pipeline.launch import run_command
+
+    return run_command(args.overrides)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from roll_device.cluster.commands import plan_command
+
+    return plan_command(args.overrides)
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from roll_device.cluster.commands import submit_command
+
+    return submit_command(args.overrides, address=args.address, no_wait=args.no_wait)
+
+
+def _make_tiny_model(args: argparse.Namespace) -> int:
+    from roll_device.models.tiny import make_tiny_model
+
+    path = make_tiny_model(args.path, seed=args.seed, num_layers=args.layers, hidden_size=args.hidden)
+    print(f"tiny model and tokenizer in {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="roll-device", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run an experiment (default: tiny GRPO on this machine)")
+    run.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. max_steps=3 cluster=sim")
+    run.set_defaults(func=_run)
+
+    plan = sub.add_parser("plan", help="print the device map; exit 2 when it does not fit")
+    plan.add_argument("overrides", nargs="*")
+    plan.set_defaults(func=_plan)
+
+    submit = sub.add_parser("submit", help="submit the run to a Ray cluster (Ray Jobs API)")
+    submit.add_argument("--address", default=None, help="dashboard address, e.g. http://127.0.0.1:8265")
+    submit.add_argument("--no-wait", action="store_true", help="return after submission")
+    submit.add_argument("overrides", nargs="*")
+    submit.set_defaults(func=_submit)
+
+    tiny = sub.add_parser("make-tiny-model", help="write the tiny Qwen2 model and tokenizer")
+    tiny.add_argument("path")
+    tiny.add_argument("--seed", type=int, default=0)
+    tiny.add_argument("--layers", type=int, default=2)
+    tiny.add_argument("--hidden", type=int, default=128)
+    tiny.set_defaults(func=_make_tiny_model)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except RollDeviceError as exc:
+        print(f"roll-device {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

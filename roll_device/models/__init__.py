@@ -1,0 +1,1 @@
+"""Models roll-device makes itself, so that no run or test downloads anything."""

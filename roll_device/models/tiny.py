@@ -1,0 +1,73 @@
+"""A tiny Qwen2-architecture causal LM and a character tokenizer, made locally and saved in
+Hugging Face format (loadable by transformers, vLLM and the training strategies).
+
+Shapes follow what vLLM's CPU attention accepts: head size 32 (hidden 128, 4 heads, 2 KV heads).
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+
+SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>"]
+CHARACTERS = string.digits + string.ascii_lowercase + " +-*=?.,:"
+MARKER = "roll_device_tiny.json"
+
+
+def vocabulary() -> dict[str, int]:
+    tokens = SPECIAL_TOKENS + list(CHARACTERS)
+    return {tok: i for i, tok in enumerate(tokens)}
+
+
+def build_tokenizer():
+    """A fast tokenizer that maps each known character to one token."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.WordLevel(vocab=vocabulary(), unk_token="<pad>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>"
+    )
+
+
+def build_config(num_layers: int = 2, hidden_size: int = 128, max_positions: int = 256):
+    from transformers import Qwen2Config
+
+    vocab = vocabulary()
+    return Qwen2Config(
+        vocab_size=len(vocab),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 2,
+        num_hidden_layers=num_layers,
+        num_attention_heads=hidden_size // 32,
+        num_key_value_heads=max(hidden_size // 64, 1),
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=False,
+        bos_token_id=vocab["<bos>"],
+        eos_token_id=vocab["<eos>"],
+        pad_token_id=vocab["<pad>"],
+        torch_dtype="float32",
+    )
+
+
+def make_tiny_model(path: str | Path, seed: int = 0, num_layers: int = 2, hidden_size: int = 128) -> Path:
+    """Write a freshly initialized tiny model and its tokenizer to `path`; reuse it if present
+    with the same settings. Returns the path."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    path = Path(path)
+    settings = {"seed": seed, "num_layers": num_layers, "hidden_size": hidden_size}
+    marker = path / MARKER
+    if marker.exists() and json.loads(marker.read_text()) == settings:
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(build_config(num_layers=num_layers, hidden_size=hidden_size))
+    model.save_pretrained(path, safe_serialization=True)
+    build_tokenizer().save_pretrained(path)
+    marker.write_text(json.dumps(settings))
+    return path

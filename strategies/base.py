@@ -1,0 +1,191 @@
+"""Device-neutral interfaces of the backends: `InferenceStrategy` (rollout engines) and
+`TrainStrategy` (trainers), the data they exchange, and the registry that picks a class from
+(role type, strategy name, device kind).
+
+A strategy is bound to the platform of the worker that hosts it (`platform` argument); it never
+names a vendor. Tensors cross this interface on the CPU; the strategy moves them to its device.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from roll_device.errors import ConfigError
+from roll_device.platforms.base import Platform
+
+NamedTensors = Iterable[tuple[str, torch.Tensor]]
+
+
+@dataclass
+class SamplingConfig:
+    """How to sample responses. `n` samples per prompt; greedy when temperature is 0."""
+
+    n: int = 1
+    max_tokens: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    seed: int | None = None
+    stop_token_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Completion:
+    """One sampled response: its tokens and the sampler's log-probability of each."""
+
+    prompt_index: int
+    sample_index: int
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str
+
+
+@dataclass
+class TrainBatch:
+    """Sequences (prompt + response, right-padded) and what the loss needs, on the CPU.
+
+    `response_mask[b, t]` is 1 where token t of row b is a response token the loss scores;
+    per-token tensors are aligned with `input_ids` (a token's logprob sits at its own position).
+    """
+
+    input_ids: torch.Tensor  # (B, T) long
+    attention_mask: torch.Tensor  # (B, T) long
+    response_mask: torch.Tensor  # (B, T) float
+    advantages: torch.Tensor | None = None  # (B,) float
+    old_logprobs: torch.Tensor | None = None  # (B, T) float
+    ref_logprobs: torch.Tensor | None = None  # (B, T) float
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def select(self, index: slice | torch.Tensor) -> TrainBatch:
+        """Rows `index` of every tensor (for micro-batches and data-parallel shards)."""
+        pick = {k: (v[index] if isinstance(v, torch.Tensor) else v) for k, v in self.__dict__.items()}
+        return TrainBatch(**pick)
+
+
+LossFn = Callable[[torch.Tensor, TrainBatch], tuple[torch.Tensor, dict[str, float]]]
+
+
+class InferenceStrategy(abc.ABC):
+    """A rollout engine bound to one platform."""
+
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
+
+    @abc.abstractmethod
+    def initialize(self, model_path: str, config: dict[str, Any]) -> None:
+        """Load the model and start the engine on this worker's device."""
+
+    @abc.abstractmethod
+    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
+        """Sample `sampling.n` responses per prompt; prompt-major order."""
+
+    @abc.abstractmethod
+    def update_weights(self, named_tensors: NamedTensors) -> None:
+        """Load HF-named tensors into the running engine (applied in buckets)."""
+
+    @abc.abstractmethod
+    def offload(self) -> None:
+        """Release device memory (weights, KV cache) while a colocated trainer runs."""
+
+    @abc.abstractmethod
+    def reload(self) -> None:
+        """Restore what `offload` released."""
+
+    @abc.abstractmethod
+    def shutdown(self) -> None:
+        """Stop the engine and free its resources."""
+
+
+class TrainStrategy(abc.ABC):
+    """A trainer bound to one platform. With a world size above one, torch.distributed is
+    initialized by the hosting worker before `initialize` (backend: the platform's)."""
+
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
+
+    @abc.abstractmethod
+    def initialize(self, model_path: str, config: dict[str, Any]) -> None:
+        """Load the model, wrap it for this strategy's parallelism, build the optimizer."""
+
+    @abc.abstractmethod
+    def forward_logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        """Per-token log-probabilities of `batch.input_ids` (B, T) on the CPU, no grad."""
+
+    @abc.abstractmethod
+    def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+        """One optimizer step on `batch`; returns at least loss, grad_norm, lr."""
+
+    @abc.abstractmethod
+    def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full (unsharded) HF-named tensors on the CPU, for weight sync and export."""
+
+    @abc.abstractmethod
+    def offload(self) -> None:
+        """Move parameters, gradients and optimizer state off the device."""
+
+    @abc.abstractmethod
+    def reload(self) -> None:
+        """Bring back what `offload` moved."""
+
+    @abc.abstractmethod
+    def save_checkpoint(self, directory: str) -> None:
+        """Save model, optimizer and scheduler state under `directory`."""
+
+    @abc.abstractmethod
+    def load_checkpoint(self, directory: str) -> None:
+        """Restore what `save_checkpoint` wrote."""
+
+    def shutdown(self) -> None:
+        """Free resources; the default has nothing to free."""
+
+
+_REGISTRY: dict[tuple[str, str, str], type] = {}
+ROLE_TYPES = ("inference", "train")
+
+
+def register_strategy(role_type: str, name: str, kinds: Iterable[str]):
+    """Class decorator: register a strategy for `role_type` under `name` on each device kind."""
+    if role_type not in ROLE_TYPES:
+        raise ValueError(f"role_type must be one of {ROLE_TYPES}, got '{role_type}'")
+
+    def decorate(cls):
+        for kind in kinds:
+            _REGISTRY[(role_type, name, kind)] = cls
+        return cls
+
+    return decorate
+
+
+def _import_builtin() -> None:
+    import strategies.inference  # noqa: F401  (registers)
+    import strategies.training  # noqa: F401
+
+
+def strategy_class(role_type: str, name: str, kind: str) -> type:
+    """The strategy class for (role type, name, device kind), or a ConfigError listing options."""
+    _import_builtin()
+    cls = _REGISTRY.get((role_type, name, kind))
+    if cls is None:
+        names = sorted({n for (r, n, _k) in _REGISTRY if r == role_type})
+        kinds = sorted({k for (r, n, k) in _REGISTRY if r == role_type and n == name})
+        if name not in names:
+            raise ConfigError(
+                f"unknown {role_type} strategy '{name}': choose one of {', '.join(names) or 'none'}"
+            )
+        raise ConfigError(
+            f"{role_type} strategy '{name}' does not run on device kind '{kind}': "
+            f"it supports {', '.join(kinds)}"
+        )
+    return cls
+
+
+def registered() -> dict[tuple[str, str, str], type]:
+    _import_builtin()
+    return dict(_REGISTRY)

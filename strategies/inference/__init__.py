@@ -1,0 +1,1 @@
+"""Rollout strategies; importing this package registers them."""

@@ -1,0 +1,1 @@
+"""Training strategies; importing this package registers them."""

@@ -1,0 +1,37 @@
+"""Run a check in a fresh Python process and return the JSON it prints on its last line.
+
+For tests that change process-wide state that cannot be undone (the simulated NPU renames
+PrivateUse1 once per process) or that need their own environment variables.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_isolated(target: str, *args: str, env: dict[str, str] | None = None, timeout: int = 300) -> dict:
+    """Call `module:function(*args)` in a new interpreter; the function returns a JSON-able dict."""
+    module, function = target.split(":")
+    code = (
+        "import json, sys\n"
+        f"from {module} import {function} as f\n"
+        "print(json.dumps(f(*sys.argv[1:])))\n"
+    )
+    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if proc.returncode != 0:
+        raise AssertionError(f"{target} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -1,0 +1,133 @@
+"""Checks of the simulated NPU, each run in a process of its own (the rename is once per process).
+
+Every result here comes from the simulation: CPU compute behind tensors that report `npu:N`.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import os
+import socket
+
+import torch
+
+
+def _sim_platform():
+    os.environ["ROLL_DEVICE"] = "npu-sim"
+    import roll_device as rd
+
+    return rd.current_platform()
+
+
+def platform_contract() -> dict:
+    p = _sim_platform()
+    out = {"name": p.name, "kind": p.kind, "count": p.device_count(), "graphs": p.supports_graphs}
+    p.set_device(2)
+    out["current"] = p.current_device()
+    out["device"] = str(p.device())
+    try:
+        p.set_device(p.device_count())
+    except ValueError as exc:
+        out["bad_index"] = str(exc)
+    p.synchronize()
+    p.empty_cache()
+    base = p.memory_allocated()
+    x = torch.empty(1024, dtype=torch.float32, device=p.device())
+    view = x[:10]
+    out["tensor_device"] = str(view.device)
+    out["allocated_delta"] = p.memory_allocated() - base
+    free, total = p.mem_get_info()
+    out["free_plus_allocated_is_total"] = free + p.memory_allocated() == total
+    del x, view
+    out["after_free_delta"] = p.memory_allocated() - base
+    out["peak_delta"] = p.max_memory_allocated() - base
+    p.reset_peak_memory_stats()
+    out["peak_after_reset_delta"] = p.max_memory_allocated() - base
+    p.manual_seed(3)
+    a = torch.randn(5, device=p.device())
+    state = p.get_rng_state()
+    b = torch.randn(5, device=p.device())
+    p.set_rng_state(state)
+    out["rng_roundtrip"] = torch.equal(b.cpu(), torch.randn(5, device=p.device()).cpu())
+    p.manual_seed(3)
+    out["seeded"] = torch.equal(a.cpu(), torch.randn(5, device=p.device()).cpu())
+    stream, event = p.new_stream(), p.new_event()
+    with p.stream(stream):
+        event.record()
+    event.synchronize()
+    buffer = io.BytesIO()
+    torch.save({"w": torch.arange(3.0, device=p.device())}, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)["w"]
+    out["saved_device"] = str(loaded.device)
+    out["saved_values"] = loaded.cpu().tolist()
+    try:
+        p.graph_class()
+    except NotImplementedError as exc:
+        out["graph_error"] = str(exc)
+    return out
+
+
+def qwen_step() -> dict:
+    """A tiny Qwen2 forward + backward + AdamW step on npu:0 against the same on the CPU."""
+    p = _sim_platform()
+    from transformers import Qwen2ForCausalLM
+
+    from roll_device.models.tiny import build_config
+
+    torch.manual_seed(0)
+    config = build_config()
+    config._attn_implementation = "eager"  # the same attention kernel on both sides
+    cpu_model = Qwen2ForCausalLM(config).float()
+    npu_model = copy.deepcopy(cpu_model).to(p.device(0))
+    ids = torch.randint(3, 40, (2, 12))
+    results = {}
+    for name, model, device in (("cpu", cpu_model, "cpu"), ("npu", npu_model, p.device(0))):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=False)
+        batch = ids.to(device)
+        loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        opt.step()
+        results[name] = (loss.item(), {k: v.detach().cpu() for k, v in model.state_dict().items()})
+    max_diff = max(
+        (results["cpu"][1][k] - results["npu"][1][k]).abs().max().item() for k in results["cpu"][1]
+    )
+    return {
+        "cpu_loss": results["cpu"][0],
+        "npu_loss": results["npu"][0],
+        "max_weight_diff": max_diff,
+        "param_device": str(next(npu_model.parameters()).device),
+    }
+
+
+def _allreduce_rank(rank: int, port: int, queue) -> None:
+    import torch.distributed as dist
+
+    p = _sim_platform()
+    p.set_device(rank)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group(p.dist_backend, rank=rank, world_size=2)
+    t = torch.full((4,), float(rank + 1), device=p.device())
+    dist.all_reduce(t)
+    gathered = torch.empty(8, device=p.device())
+    dist.all_gather_into_tensor(gathered, t)
+    queue.put((rank, p.dist_backend, str(t.device), t.cpu().tolist(), gathered.cpu().tolist()))
+    dist.destroy_process_group()
+
+
+def hccl_allreduce() -> dict:
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_allreduce_rank, args=(r, port, queue)) for r in range(2)]
+    for proc in procs:
+        proc.start()
+    results = sorted(queue.get(timeout=120) for _ in procs)
+    for proc in procs:
+        proc.join(timeout=60)
+    return {"ranks": results, "exitcodes": [proc.exitcode for proc in procs]}

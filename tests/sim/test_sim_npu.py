@@ -1,0 +1,35 @@
+"""The simulated NPU (ROLL_DEVICE=npu-sim) runs the unmodified NPU platform class.
+
+All results here are simulations: CPU compute behind tensors that report `npu:N`.
+"""
+
+from tests.isolated import run_isolated
+
+
+def test_npu_platform_contract_on_simulated_npu():
+    r = run_isolated("tests.sim.sim_checks:platform_contract", env={"ROLL_SIM_NPU_COUNT": "4"})
+    assert r["name"] == "npu (simulated)" and r["kind"] == "npu" and r["count"] == 4
+    assert r["current"] == 2 and r["device"] == "npu:2" and r["tensor_device"] == "npu:2"
+    assert "device index 4 out of range: 4 visible" in r["bad_index"]
+    assert r["allocated_delta"] == 4096, "a view shares its storage: counted once"
+    assert r["free_plus_allocated_is_total"]
+    assert r["after_free_delta"] == 0 and r["peak_delta"] >= 4096 and r["peak_after_reset_delta"] == 0
+    assert r["rng_roundtrip"] and r["seeded"]
+    assert r["saved_device"] == "npu:2" and r["saved_values"] == [0.0, 1.0, 2.0]
+    assert r["graphs"] is False
+    assert "platform 'npu (simulated)' does not support graph_class" in r["graph_error"]
+
+
+def test_tiny_qwen2_step_matches_cpu():
+    r = run_isolated("tests.sim.sim_checks:qwen_step")
+    assert r["param_device"] == "npu:0"
+    assert abs(r["cpu_loss"] - r["npu_loss"]) <= 1e-5
+    assert r["max_weight_diff"] <= 1e-5
+
+
+def test_two_process_hccl_allreduce():
+    r = run_isolated("tests.sim.sim_checks:hccl_allreduce")
+    assert r["exitcodes"] == [0, 0]
+    for rank, (got_rank, backend, device, reduced, gathered) in enumerate(r["ranks"]):
+        assert got_rank == rank and backend == "hccl" and device == f"npu:{rank}"
+        assert reduced == [3.0] * 4 and gathered == [3.0] * 8

@@ -1,0 +1,38 @@
+"""The device-neutral rule: vendor names appear only in platforms/, sim/ and compat/."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ALLOWED = ("roll_device/platforms/", "roll_device/sim/", "roll_device/compat/")
+FORBIDDEN = re.compile(r"""torch\.cuda|\.cuda\(|["']cuda["']|["']nccl["']|torch\.npu|["']hccl["']""")
+
+
+def leaks(root: Path = ROOT) -> list[str]:
+    found = []
+    for top in ("roll_device", "strategies"):
+        for path in sorted((root / top).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel.startswith(ALLOWED):
+                continue
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                if FORBIDDEN.search(line):
+                    found.append(f"{rel}:{number}: {line.strip()}")
+    return found
+
+
+def test_no_vendor_names_outside_platform_layer():
+    assert leaks() == [], "route these through the platform:\n" + "\n".join(leaks())
+
+
+def test_rule_catches_a_leak(tmp_path):
+    (tmp_path / "roll_device" / "pipeline").mkdir(parents=True)
+    (tmp_path / "strategies").mkdir()
+    (tmp_path / "roll_device" / "pipeline" / "bad.py").write_text('x = t.to("cuda")\n')
+    (tmp_path / "strategies" / "bad.py").write_text("torch.npu.synchronize()\n")
+    (tmp_path / "roll_device" / "platforms").mkdir()
+    (tmp_path / "roll_device" / "platforms" / "ok.py").write_text('backend = "nccl"\n')
+    assert [line.split(":")[0] for line in leaks(tmp_path)] == [
+        "roll_device/pipeline/bad.py",
+        "strategies/bad.py",
+    ]
