@@ -1,0 +1,29 @@
+"""Turn prompts and sampled completions into a right-padded `TrainBatch`."""
+
+from __future__ import annotations
+
+import torch
+
+from strategies.base import Completion, TrainBatch
+
+
+def build_batch(
+    prompts: list[list[int]], completions: list[Completion], pad_id: int, advantages: torch.Tensor
+) -> tuple[TrainBatch, torch.Tensor]:
+    """Rows are prompt + response; `response_mask` marks the response tokens. Also returns the
+    sampler's per-token logprobs aligned the same way (for the rollout/trainer mismatch metric)."""
+    rows = [prompts[c.prompt_index] + c.token_ids for c in completions]
+    width = max(len(r) for r in rows)
+    size = (len(rows), width)
+    input_ids = torch.full(size, pad_id, dtype=torch.long)
+    attention = torch.zeros(size, dtype=torch.long)
+    response = torch.zeros(size, dtype=torch.float32)
+    sampler_logprobs = torch.zeros(size, dtype=torch.float32)
+    for i, (row, c) in enumerate(zip(rows, completions)):
+        start = len(prompts[c.prompt_index])
+        input_ids[i, : len(row)] = torch.tensor(row)
+        attention[i, : len(row)] = 1
+        response[i, start : len(row)] = 1.0
+        sampler_logprobs[i, start : len(row)] = torch.tensor(c.logprobs, dtype=torch.float32)
+    batch = TrainBatch(input_ids, attention, response, advantages=advantages.float())
+    return batch, sampler_logprobs

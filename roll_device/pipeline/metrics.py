@@ -1,0 +1,53 @@
+"""Per-step metrics of a run: appended to `metrics.jsonl` and drawn as `metrics.png` (reward,
+KL to the reference, step time and its parts) in the run directory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+PLOTTED_TIMES = ("rollout_s", "train_s", "sync_s")
+
+
+class MetricsLog:
+    def __init__(self, run_dir: Path) -> None:
+        self.jsonl = Path(run_dir) / "metrics.jsonl"
+        self.png = Path(run_dir) / "metrics.png"
+
+    def read(self) -> list[dict]:
+        if not self.jsonl.exists():
+            return []
+        return [json.loads(line) for line in self.jsonl.read_text().splitlines() if line.strip()]
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records past `step` (written after the checkpoint a resumed run starts from)."""
+        kept = [r for r in self.read() if r["step"] <= step]
+        self.jsonl.write_text("".join(json.dumps(r) + "\n" for r in kept))
+
+    def append(self, record: dict) -> None:
+        with self.jsonl.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+
+    def plot(self, title: str) -> Path:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        records = self.read()
+        steps = [r["step"] for r in records]
+        fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+        axes[0].plot(steps, [r["reward_mean"] for r in records], marker="o")
+        axes[0].set(title="mean reward", xlabel="step")
+        axes[1].plot(steps, [r.get("kl", 0.0) for r in records], marker="o", color="tab:purple")
+        axes[1].set(title="KL to reference", xlabel="step")
+        axes[2].plot(steps, [r["step_s"] for r in records], marker="o", color="black", label="step")
+        for key in PLOTTED_TIMES:
+            axes[2].plot(steps, [r.get(key, 0.0) for r in records], label=key.removesuffix("_s"))
+        axes[2].set(title="seconds per step", xlabel="step")
+        axes[2].legend()
+        fig.suptitle(title)
+        fig.tight_layout()
+        fig.savefig(self.png, dpi=100)
+        plt.close(fig)
+        return self.png

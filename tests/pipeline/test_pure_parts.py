@@ -1,0 +1,79 @@
+"""Tasks, advantages, batching, metrics and checkpoints of the pipeline (no workers)."""
+
+import json
+
+import pytest
+import torch
+
+from roll_device.errors import ConfigError
+from roll_device.pipeline.advantages import group_advantages
+from roll_device.pipeline.batching import build_batch
+from roll_device.pipeline.metrics import MetricsLog
+from roll_device.pipeline.state import Checkpoints, PipelineState
+from roll_device.pipeline.tasks import get_task
+from strategies.base import Completion
+
+
+def test_prompts_are_a_deterministic_stream():
+    task = get_task("digits")
+    assert task.prompt(1, 5, 6) == task.prompt(1, 5, 6)
+    assert task.prompt(1, 5, 6) != task.prompt(1, 6, 6)
+    assert len(task.prompt(1, 5, 6)) == 7 and task.prompt(1, 5, 6).endswith("=")
+
+
+@pytest.mark.parametrize(
+    "name, prompt, response, reward",
+    [("digits", "ab=", "12a4", 0.75), ("digits", "ab=", "", 0.0), ("echo_first", "qa=", "qqxq", 0.75)],
+)
+def test_rule_rewards(name, prompt, response, reward):
+    assert get_task(name).reward(prompt, response) == pytest.approx(reward)
+
+
+def test_unknown_task_names_the_choices():
+    with pytest.raises(ConfigError, match="unknown data.task 'sudoku': choose one of digits, echo_first"):
+        get_task("sudoku")
+
+
+def test_group_advantages():
+    adv = group_advantages(torch.tensor([1.0, 0.0, 0.5, 0.5, 2.0, 4.0]), group_size=2)
+    assert torch.allclose(adv, torch.tensor([1.0, -1.0, 0.0, 0.0, -1.0, 1.0]), atol=1e-4)
+    with pytest.raises(ValueError, match="do not split into groups of 4"):
+        group_advantages(torch.zeros(6), group_size=4)
+
+
+def test_build_batch_masks_the_response_and_pads():
+    prompts = [[5, 6], [7]]
+    completions = [
+        Completion(0, 0, [8, 9], [-0.1, -0.2], "length"),
+        Completion(1, 0, [10], [-0.3], "stop"),
+    ]
+    batch, sampler = build_batch(prompts, completions, pad_id=0, advantages=torch.tensor([1.0, -1.0]))
+    assert batch.input_ids.tolist() == [[5, 6, 8, 9], [7, 10, 0, 0]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1], [1, 1, 0, 0]]
+    assert batch.response_mask.tolist() == [[0, 0, 1, 1], [0, 1, 0, 0]]
+    assert torch.allclose(sampler, torch.tensor([[0, 0, -0.1, -0.2], [0, -0.3, 0, 0]]))
+    assert len(batch.select(slice(1, 2))) == 1
+
+
+def test_metrics_log_and_plot(tmp_path):
+    log = MetricsLog(tmp_path)
+    for step in (1, 2, 3):
+        log.append({"step": step, "reward_mean": step / 10, "kl": 0.0, "step_s": 1.0, "rollout_s": 0.5})
+    log.truncate_after(2)
+    assert [r["step"] for r in log.read()] == [1, 2]
+    png = log.plot("test run")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_checkpoints_commit_atomically_and_track_latest(tmp_path):
+    ckpts = Checkpoints(tmp_path)
+    assert ckpts.latest() is None
+    staging = ckpts.staging_dir(2)
+    (staging / "policy.bin").write_bytes(b"x")
+    assert ckpts.latest() is None, "an uncommitted checkpoint is invisible"
+    ckpts.commit(staging, PipelineState(step=2, data_position=16, sampling_seed=9))
+    path, state = ckpts.latest()
+    assert path.name == "step_2" and (path / "policy.bin").exists()
+    assert state == PipelineState(step=2, data_position=16, sampling_seed=9)
+    assert json.loads((path / "pipeline.json").read_text())["data_position"] == 16
+    assert not list(tmp_path.glob("checkpoints/.step_*"))
