@@ -1,0 +1,93 @@
+"""Checks of a composed configuration that fail at start, before Ray or any worker starts, with
+a message that names the key, the bad value and what to do."""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from roll_device.errors import ConfigError
+from roll_device.pipeline.tasks import get_task
+from roll_device.platforms.registry import known_kinds
+from strategies.base import registered
+
+ROLE_TYPES = {"actor_infer": "inference", "actor_train": "train", "reference": "train", "reward": "reward"}
+REWARD_STRATEGIES = ("rule",)
+
+
+def validate(cfg: DictConfig) -> None:
+    _check_roles(cfg)
+    get_task(cfg.data.task)
+    _check_sizes(cfg)
+
+
+def _check_roles(cfg: DictConfig) -> None:
+    roles = cfg.roles
+    for role in roles:
+        if role not in ROLE_TYPES:
+            raise ConfigError(
+                f"unknown role 'roles.{role}': the roles are {', '.join(ROLE_TYPES)} "
+                "(remove it or fix its name)"
+            )
+    for role in ("actor_infer", "actor_train", "reward"):
+        if role not in roles:
+            raise ConfigError(f"roles.{role} is missing: the GRPO pipeline needs it")
+    kinds = known_kinds()
+    names = {(role_type, name) for (role_type, name, _kind) in registered()}
+    for role, spec in roles.items():
+        if spec.device != "auto" and spec.device not in kinds:
+            raise ConfigError(
+                f"roles.{role}.device='{spec.device}' is not a device kind: use auto or one of "
+                f"{', '.join(kinds)}"
+            )
+        if not isinstance(spec.num_devices, int) or spec.num_devices < 1:
+            raise ConfigError(f"roles.{role}.num_devices must be a whole number >= 1, got {spec.num_devices}")
+        role_type = ROLE_TYPES[role]
+        if role_type == "reward":
+            if spec.strategy not in REWARD_STRATEGIES:
+                raise ConfigError(
+                    f"roles.reward.strategy='{spec.strategy}' is unknown: choose {', '.join(REWARD_STRATEGIES)}"
+                )
+        elif (role_type, spec.strategy) not in names:
+            known = sorted(n for (t, n) in names if t == role_type)
+            raise ConfigError(
+                f"roles.{role}.strategy='{spec.strategy}' is not a {role_type} strategy: choose one of "
+                f"{', '.join(known)}"
+            )
+        target = spec.get("colocate_with")
+        if target is not None and (target not in roles or target == role):
+            raise ConfigError(
+                f"roles.{role}.colocate_with='{target}' must name another configured role "
+                f"({', '.join(r for r in roles if r != role)})"
+            )
+
+
+def _check_sizes(cfg: DictConfig) -> None:
+    prompts = cfg.data.prompts_per_step
+    samples = cfg.algorithm.samples_per_prompt
+    if samples < 2:
+        raise ConfigError(
+            f"algorithm.samples_per_prompt={samples}: GRPO compares samples of one prompt, use 2 or more"
+        )
+    infer = cfg.roles.actor_infer.num_devices
+    if prompts % infer:
+        raise ConfigError(
+            f"data.prompts_per_step={prompts} does not split across {infer} actor_infer workers: "
+            f"make it a multiple of roles.actor_infer.num_devices"
+        )
+    for role in ("actor_train", "reference"):
+        if role in cfg.roles:
+            workers = cfg.roles[role].num_devices
+            if (prompts * samples) % workers:
+                raise ConfigError(
+                    f"the batch of {prompts * samples} sequences (data.prompts_per_step x "
+                    f"algorithm.samples_per_prompt) does not split across {workers} {role} workers: "
+                    f"make it a multiple of roles.{role}.num_devices"
+                )
+    longest = cfg.data.prompt_length + 1 + cfg.algorithm.max_new_tokens
+    if longest > cfg.rollout.max_model_len:
+        raise ConfigError(
+            f"prompt ({cfg.data.prompt_length + 1}) + algorithm.max_new_tokens "
+            f"({cfg.algorithm.max_new_tokens}) exceeds rollout.max_model_len ({cfg.rollout.max_model_len})"
+        )
+    if cfg.max_steps < 1:
+        raise ConfigError(f"max_steps={cfg.max_steps}: a run needs at least one step")
