@@ -1,0 +1,72 @@
+"""CUDA / ROCm device operations and graph members on a real GPU; skipped cleanly without one.
+
+CI has no GPU. These run where one is visible (the `device` machine, when a task has one).
+"""
+
+import pytest
+import torch
+
+import roll_device as rd
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU"),
+]
+
+
+@pytest.fixture
+def gpu():
+    return rd.current_platform()
+
+
+def test_detected_kind_matches_build(gpu):
+    assert gpu.kind == ("rocm" if torch.version.hip else "cuda")
+
+
+def test_device_memory_seed_and_streams(gpu):
+    gpu.set_device(0)
+    assert gpu.device_count() >= 1 and gpu.current_device() == 0
+    gpu.reset_peak_memory_stats()
+    before = gpu.memory_allocated()
+    x = torch.empty(1 << 20, dtype=torch.float32, device=gpu.device())
+    assert gpu.memory_allocated() - before >= 4 << 20
+    assert gpu.max_memory_allocated() >= gpu.memory_allocated()
+    free, total = gpu.mem_get_info()
+    assert 0 < free <= total
+    gpu.manual_seed(5)
+    a = torch.randn(8, device=gpu.device())
+    gpu.manual_seed(5)
+    assert torch.equal(a, torch.randn(8, device=gpu.device()))
+    stream, event = gpu.new_stream(), gpu.new_event()
+    with gpu.stream(stream):
+        x.add_(1)
+        event.record()
+    event.synchronize()
+    gpu.synchronize()
+    del x
+    gpu.empty_cache()
+
+
+def test_graph_capture_replay_and_weak_ref(gpu):
+    assert gpu.supports_graphs
+    static_in = torch.zeros(16, device=gpu.device())
+    pool = gpu.graph_pool_handle()
+    graph = gpu.graph_class()()
+    warm = gpu.new_stream()
+    with gpu.stream(warm):
+        static_out = static_in * 2 + 1  # warm-up outside capture
+    gpu.synchronize()
+    with gpu.graph_capture(graph, pool=pool):
+        static_out = static_in * 2 + 1
+    static_in.copy_(torch.arange(16.0, device=gpu.device()))
+    graph.replay()
+    gpu.synchronize()
+    assert torch.equal(static_out, torch.arange(16.0, device=gpu.device()) * 2 + 1)
+    weak = gpu.weak_ref_tensor(static_out)
+    assert weak.data_ptr() == static_out.data_ptr() and torch.equal(weak, static_out)
+
+
+def test_ipc_handle_roundtrip_in_process(gpu):
+    t = torch.arange(4.0, device=gpu.device())
+    handle = gpu.ipc_handle(t)
+    assert handle[0] is not None
