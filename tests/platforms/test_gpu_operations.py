@@ -66,7 +66,22 @@ def test_graph_capture_replay_and_weak_ref(gpu):
     assert weak.data_ptr() == static_out.data_ptr() and torch.equal(weak, static_out)
 
 
-def test_ipc_handle_roundtrip_in_process(gpu):
+def _open_and_add_one(handle, done):
+    platform = rd.current_platform()
+    shared = platform.open_ipc_handle(handle)
+    shared.add_(1)
+    platform.synchronize()
+    done.put(True)
+
+
+def test_ipc_handle_shares_memory_with_another_process(gpu):
+    import torch.multiprocessing as mp
+
     t = torch.arange(4.0, device=gpu.device())
-    handle = gpu.ipc_handle(t)
-    assert handle[0] is not None
+    ctx = mp.get_context("spawn")
+    done = ctx.Queue()
+    child = ctx.Process(target=_open_and_add_one, args=(gpu.ipc_handle(t), done))
+    child.start()
+    assert done.get(timeout=120)
+    child.join(timeout=60)
+    assert torch.equal(t.cpu(), torch.arange(4.0) + 1)
