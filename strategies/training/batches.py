@@ -1,0 +1,82 @@
+"""Checks and splits of a `TrainBatch`, and the token alignment both trainers share.
+
+Alignment: a per-token tensor holds at position t the value for token t given tokens < t; position
+0 (no context) and padding positions (attention_mask 0) hold 0. Sequences are right-padded.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from roll_device.errors import RollDeviceError
+from strategies.base import TrainBatch
+
+PER_TOKEN_FIELDS = ("attention_mask", "response_mask", "old_logprobs", "ref_logprobs")
+
+
+class TrainBatchError(RollDeviceError, ValueError):
+    """A train batch whose shapes, dtypes or padding the trainers cannot use."""
+
+
+def validate(batch: TrainBatch) -> None:
+    """Raise `TrainBatchError` naming the field when `batch` breaks the TrainBatch contract."""
+    ids = batch.input_ids
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.dtype != torch.long:
+        raise TrainBatchError(
+            f"TrainBatch.input_ids must be a (B, T) torch.long tensor, got "
+            f"{_describe(ids)}: build it with torch.tensor(rows, dtype=torch.long)"
+        )
+    if ids.shape[0] == 0 or ids.shape[1] < 2:
+        raise TrainBatchError(f"TrainBatch.input_ids {tuple(ids.shape)} needs at least 1 row and 2 tokens")
+    for name in PER_TOKEN_FIELDS:
+        value = getattr(batch, name)
+        if value is not None and (not isinstance(value, torch.Tensor) or value.shape != ids.shape):
+            raise TrainBatchError(
+                f"TrainBatch.{name} must have the shape of input_ids {tuple(ids.shape)}, got {_describe(value)}"
+            )
+    if batch.advantages is not None and tuple(batch.advantages.shape) != (ids.shape[0],):
+        raise TrainBatchError(
+            f"TrainBatch.advantages must have shape ({ids.shape[0]},) (one per row), "
+            f"got {_describe(batch.advantages)}"
+        )
+    for name, tensor in _tensors(batch):
+        if tensor.device.type != "cpu":
+            raise TrainBatchError(f"TrainBatch.{name} is on {tensor.device}: pass batches on the CPU")
+    mask = batch.attention_mask.to(torch.long)
+    if bool((mask[:, 1:] > mask[:, :-1]).any()):
+        raise TrainBatchError(
+            "TrainBatch.attention_mask has a padding position before a real token: the trainers "
+            "need right-padded rows (prompt + response first, padding last)"
+        )
+
+
+def _tensors(batch: TrainBatch):
+    for name, value in vars(batch).items():
+        if isinstance(value, torch.Tensor):
+            yield name, value
+
+
+def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{value.dtype} tensor of shape {tuple(value.shape)}"
+    return type(value).__name__
+
+
+def micro_batches(batch: TrainBatch, size: int) -> list[TrainBatch]:
+    """Consecutive row slices of at most `size` rows."""
+    return [batch.select(slice(start, start + size)) for start in range(0, len(batch), size)]
+
+
+def shifted_labels(input_ids: torch.Tensor) -> torch.Tensor:
+    """Targets for next-token logits: the label at position t is token t + 1 (the last is unused)."""
+    labels = torch.zeros_like(input_ids)
+    labels[:, :-1] = input_ids[:, 1:]
+    return labels
+
+
+def align_to_tokens(next_token_logprobs: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """(B, T) logprobs of token t + 1 at position t -> (B, T) logprob of token t at position t,
+    zero at position 0 and on padding."""
+    aligned = torch.zeros_like(next_token_logprobs)
+    aligned[:, 1:] = next_token_logprobs[:, :-1]
+    return aligned * attention_mask.to(aligned.device, aligned.dtype)

@@ -1,0 +1,76 @@
+"""Pieces both trainers share: the model-path check, the token-weighted step accounting and the
+moves of optimizer state between the device and the CPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from roll_device.errors import ConfigError, RollDeviceError
+from strategies.base import LossFn, TrainBatch
+from strategies.training.distributed import all_reduce_sum
+
+
+class TrainerStateError(RollDeviceError, RuntimeError):
+    """A trainer method called in a state that cannot serve it (e.g. while offloaded)."""
+
+
+def check_model_path(model_path: str) -> Path:
+    """The model directory, or a ConfigError when it holds no Hugging Face config."""
+    path = Path(model_path)
+    if not (path / "config.json").is_file():
+        raise ConfigError(
+            f"model path '{model_path}' holds no config.json: pass a directory saved with "
+            "save_pretrained (or run `roll-device make-tiny-model`)"
+        )
+    return path
+
+
+class StepAccounting:
+    """Token-weighted loss over micro-batches and data-parallel ranks.
+
+    Every micro-batch loss (a mean over its response tokens) is scaled by its share of the
+    response tokens of the whole step, times the data-parallel size (gradients are averaged over
+    ranks), so the gradient is that of the token mean over the global batch.
+    """
+
+    def __init__(self, batch: TrainBatch, device: torch.device, dp_group=None, dp_size: int = 1) -> None:
+        (self.total_tokens,) = all_reduce_sum([float(batch.response_mask.sum())], device, dp_group)
+        if self.total_tokens == 0:
+            raise ConfigError("train_step got no response tokens (response_mask is all zero on every rank)")
+        self.device = device
+        self.dp_group = dp_group
+        self.dp_size = dp_size
+        self.sums: dict[str, float] = {}
+
+    def scaled_loss(self, loss_fn: LossFn, logprobs: torch.Tensor, micro: TrainBatch) -> torch.Tensor:
+        """The micro-batch loss to backpropagate; records its metrics."""
+        loss, metrics = loss_fn(logprobs, micro)
+        tokens = float(micro.response_mask.sum())
+        for key, value in {"loss": loss.item(), **metrics}.items():
+            self.sums[key] = self.sums.get(key, 0.0) + value * tokens
+        return loss * (tokens * self.dp_size / self.total_tokens)
+
+    def metrics(self) -> dict[str, float]:
+        """Token-weighted means over the step on every rank (a collective)."""
+        keys = sorted(self.sums)
+        totals = all_reduce_sum([self.sums[k] for k in keys], self.device, self.dp_group)
+        out = {k: v / self.total_tokens for k, v in zip(keys, totals)}
+        out["response_tokens"] = self.total_tokens
+        return out
+
+
+def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device, keep: set | None = None) -> set:
+    """Move optimizer state tensors to `device`; with `keep` given, only the (param id, key)
+    entries it names. Returns the entries that were not on `device` before the move."""
+    moved = set()
+    for param, state in optimizer.state.items():
+        for key, value in state.items():
+            entry = (id(param), key)
+            if not isinstance(value, torch.Tensor) or (keep is not None and entry not in keep):
+                continue
+            if value.device != device:
+                moved.add(entry)
+                state[key] = value.to(device)
+    return moved

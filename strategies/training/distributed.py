@@ -1,0 +1,57 @@
+"""The process group a trainer runs in, and the few collectives both trainers share.
+
+With a world size above one the hosting worker initializes torch.distributed (the platform's
+backend) before `initialize`. With none initialized, a trainer makes a single-rank group itself
+(the platform's backend over an in-memory store, no port) and destroys it at `shutdown`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from roll_device.errors import ConfigError
+from roll_device.platforms.base import Platform
+
+
+def ensure_process_group(platform: Platform) -> bool:
+    """Join the existing default group or create a single-rank one; True when created here."""
+    if dist.is_initialized():
+        backend = dist.get_backend()
+        if platform.dist_backend not in str(backend):
+            raise ConfigError(
+                f"torch.distributed was initialized with backend '{backend}', but this trainer "
+                f"runs on {platform.name}, whose backend is '{platform.dist_backend}': initialize "
+                "the group with platform.dist_backend"
+            )
+        return False
+    dist.init_process_group(platform.dist_backend, store=dist.HashStore(), rank=0, world_size=1)
+    return True
+
+
+def release_process_group(created: bool) -> None:
+    """Destroy the default group if this trainer created it."""
+    if created and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def all_reduce_sum(values: list[float], device: torch.device, group=None) -> list[float]:
+    """Element-wise sum of `values` over the ranks of `group` (default: the world)."""
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, group=group)
+    return tensor.cpu().tolist()
+
+
+def check_same_rows(rows: int, device: torch.device, group=None) -> None:
+    """Raise on every rank when the ranks of `group` got batches of different sizes (a sharded
+    model needs the same number of forward passes on every rank)."""
+    if dist.get_world_size(group) == 1:
+        return
+    bounds = torch.tensor([rows, -rows], dtype=torch.int64, device=device)
+    dist.all_reduce(bounds, op=dist.ReduceOp.MAX, group=group)
+    largest, smallest = int(bounds[0]), -int(bounds[1])
+    if largest != smallest:
+        raise ConfigError(
+            f"data-parallel ranks got batches of {smallest} to {largest} rows: split the batch "
+            "evenly over the trainer's ranks"
+        )

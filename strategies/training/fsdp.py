@@ -1,0 +1,175 @@
+"""FSDP2 trainer: a transformers causal LM sharded with `fully_shard` over the default process
+group (the platform's backend), AdamW with gradient clipping, and checkpoints written with
+torch.distributed.checkpoint.
+
+Each decoder layer (the classes the model names in `_no_split_modules`) is its own FSDP unit, the
+root holds embeddings and head. Mixed precision: parameters gathered in bf16 for compute with fp32
+gradient reduction and fp32 master weights, where `mixed_precision` (or its default for the kind)
+says bf16. Every rank passes its own rows; all ranks must call every method (collectives).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from roll_device.errors import ConfigError
+from roll_device.platforms.registry import DETECTION_ORDER as BUILTIN_KINDS
+from strategies.base import LossFn, TrainBatch, TrainStrategy, register_strategy
+from strategies.training.batches import align_to_tokens, micro_batches, shifted_labels, validate
+from strategies.training.common import (
+    StepAccounting,
+    TrainerStateError,
+    check_model_path,
+    move_optimizer_state,
+)
+from strategies.training.distributed import check_same_rows, ensure_process_group, release_process_group
+from strategies.training.settings import FsdpSettings
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+TRAINER_STATE = "trainer_state.pt"
+
+
+def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Aligned (B, T) logprobs of `input_ids` from full-vocabulary logits (B, T, V)."""
+    labels = shifted_labels(input_ids).to(logits.device)
+    next_token = -F.cross_entropy(logits.float().transpose(1, 2), labels, reduction="none")
+    return align_to_tokens(next_token, attention_mask)
+
+
+def _takes_cpu_data(device: torch.device) -> bool:
+    """Whether a CPU parameter can be moved to `device` in place (`param.data = t.to(device)`),
+    as fully_shard does. Not so for a device whose tensors are a Python wrapper subclass (the
+    simulated NPU): there the whole model moves before sharding."""
+    probe = torch.zeros(1)
+    return torch._has_compatible_shallow_copy_type(probe, probe.to(device))
+
+
+@register_strategy("train", "fsdp", kinds=BUILTIN_KINDS)
+class FsdpTrainStrategy(TrainStrategy):
+    """FSDP2 (`torch.distributed.fsdp.fully_shard`) on any platform with a collective backend."""
+
+    def initialize(self, model_path: str, config: dict[str, Any]) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        from transformers import AutoModelForCausalLM
+
+        self.settings = FsdpSettings.from_dict(config)
+        check_model_path(model_path)
+        self._owns_group = ensure_process_group(self.platform)
+        self.device = self.platform.device()
+        self.world_size = dist.get_world_size()
+        mesh = init_device_mesh(self.platform.device_type, (self.world_size,))
+        compute = DTYPES[self.settings.param_dtype_name(self.platform.device_type)]
+        policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=torch.float32, attn_implementation=self.settings.attn_implementation
+        )
+        if not _takes_cpu_data(self.device):
+            model.to(self.device)  # fully_shard would move shards with `param.data = ...`
+        units = set(getattr(model, "_no_split_modules", None) or [])
+        for module in model.modules():
+            if type(module).__name__ in units:
+                fully_shard(module, mesh=mesh, mp_policy=policy)
+        self.model = fully_shard(model, mesh=mesh, mp_policy=policy)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=self.settings.lr, weight_decay=self.settings.weight_decay
+        )
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.settings.lr_factor)
+        self._offloaded: set | None = None
+
+    # ---- forward ------------------------------------------------------------------------
+    def _logprobs(self, micro: TrainBatch) -> torch.Tensor:
+        ids = micro.input_ids.to(self.device)
+        mask = micro.attention_mask.to(self.device)
+        logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+        return token_logprobs(logits, ids, mask)
+
+    def _prepare(self, batch: TrainBatch) -> list[TrainBatch]:
+        if self._offloaded is not None:
+            raise TrainerStateError("the FSDP trainer is offloaded: call reload() before using it")
+        validate(batch)
+        check_same_rows(len(batch), self.device)
+        return micro_batches(batch, self.settings.micro_batch_size)
+
+    def forward_logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        micros = self._prepare(batch)
+        with torch.no_grad():
+            return torch.cat([self._logprobs(m).cpu() for m in micros])
+
+    def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+        micros = self._prepare(batch)
+        accounting = StepAccounting(batch, self.device, dp_size=self.world_size)
+        self.model.train()
+        for micro in micros:
+            accounting.scaled_loss(loss_fn, self._logprobs(micro), micro).backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
+        if hasattr(grad_norm, "full_tensor"):
+            grad_norm = grad_norm.full_tensor()
+        lr = self.scheduler.get_last_lr()[0]
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {**accounting.metrics(), "grad_norm": float(grad_norm), "lr": lr}
+
+    # ---- weights --------------------------------------------------------------------------
+    def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Every rank yields the same full fp32 tensors under their HF names (each is gathered
+        with a collective, so every rank must drain the iterator)."""
+        for name, tensor in self.model.state_dict().items():
+            full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+            yield name, full.detach().cpu()
+
+    def offload(self) -> None:
+        """Parameters, gradients and optimizer state to the CPU (a no-op on the CPU platform)."""
+        if self._offloaded is not None:
+            return
+        cpu = torch.device("cpu")
+        self.model.to(cpu)
+        self._offloaded = move_optimizer_state(self.optimizer, cpu)
+
+    def reload(self) -> None:
+        if self._offloaded is None:
+            return
+        self.model.to(self.device)
+        move_optimizer_state(self.optimizer, self.device, keep=self._offloaded)
+        self._offloaded = None
+
+    # ---- checkpoints ----------------------------------------------------------------------
+    def save_checkpoint(self, directory: str) -> None:
+        """Sharded model and optimizer state (torch.distributed.checkpoint) plus the scheduler."""
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=directory)
+        if dist.get_rank() == 0:
+            torch.save({"scheduler": self.scheduler.state_dict()}, Path(directory) / TRAINER_STATE)
+        dist.barrier()
+
+    def load_checkpoint(self, directory: str) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        if not (Path(directory) / TRAINER_STATE).is_file():
+            raise ConfigError(
+                f"'{directory}' holds no FSDP trainer checkpoint ({TRAINER_STATE} missing): pass a "
+                "directory written by save_checkpoint"
+            )
+        model_state, optim_state = get_state_dict(self.model, self.optimizer)
+        state = {"model": model_state, "optimizer": optim_state}
+        dcp.load(state, checkpoint_id=directory)
+        set_state_dict(
+            self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
+        )
+        extra = torch.load(Path(directory) / TRAINER_STATE, weights_only=True)
+        self.scheduler.load_state_dict(extra["scheduler"])
+
+    def shutdown(self) -> None:
+        self.model = self.optimizer = self.scheduler = None
+        release_process_group(self._owns_group)

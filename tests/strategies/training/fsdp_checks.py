@@ -1,0 +1,127 @@
+"""FSDP2 checks run inside spawned ranks (see ranks.py) or a fresh process (the simulated NPU)."""
+
+from __future__ import annotations
+
+import os
+import traceback
+
+import torch
+import torch.distributed as dist
+
+import roll_device as rd
+from strategies.base import strategy_class
+from strategies.training.fsdp import token_logprobs
+from strategies.training.losses import grpo_policy_loss, masked_mean, nll_loss
+from tests.strategies.training.data import concat, make_batch
+
+CONFIG = {"name": "fsdp", "lr": 1.0e-2, "micro_batch_size": 1, "max_grad_norm": 1.0}
+
+
+def new_trainer(model_path: str, **overrides):
+    platform = rd.current_platform()
+    trainer = strategy_class("train", "fsdp", platform.kind)(platform)
+    trainer.initialize(model_path, {**CONFIG, **overrides})
+    return trainer
+
+
+def plain_logprobs(model, batch) -> torch.Tensor:
+    with torch.no_grad():
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    return token_logprobs(logits, batch.input_ids, batch.attention_mask)
+
+
+def reference_step(model_path: str, batch):
+    """One plain (unsharded) AdamW step with the trainer's settings on the whole batch."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=CONFIG["lr"], weight_decay=0.0)
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    logprobs = token_logprobs(logits, batch.input_ids, batch.attention_mask)
+    masked_mean(-logprobs, batch.response_mask).backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CONFIG["max_grad_norm"])
+    optimizer.step()
+    return float(grad_norm), {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def max_diff(a: dict, b: dict) -> float:
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+def _error_of(call) -> str:
+    try:
+        call()
+    except Exception as exc:  # the tests assert on the type name and message
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+def two_ranks(rank: int, model_path: str, checkpoint_dir: str) -> dict:
+    """The FSDP2 contract on 2 gloo ranks, each with its own rows."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    world = dist.get_world_size()
+    batch = make_batch(seed=100 + rank)
+    out = {}
+    trainer = new_trainer(model_path)
+    plain = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    out["logprob_diff"] = (trainer.forward_logprobs(batch) - plain_logprobs(plain, batch)).abs().max().item()
+
+    first = trainer.train_step(batch, nll_loss())
+    ref_norm, ref_weights = reference_step(model_path, concat([make_batch(100 + r) for r in range(world)]))
+    out["grad_norm"], out["reference_grad_norm"] = first["grad_norm"], ref_norm
+    out["weight_diff_vs_reference"] = max_diff(dict(trainer.export_weights()), ref_weights)
+    out["losses"] = [first["loss"]] + [trainer.train_step(batch, nll_loss())["loss"] for _ in range(3)]
+
+    exported = dict(trainer.export_weights())
+    out["exported_names"] = sorted(exported)
+    out["hf_names"] = sorted(plain.state_dict())
+    fresh = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
+    fresh.load_state_dict(exported, strict=True)
+    out["export_logprob_diff"] = (plain_logprobs(fresh, batch) - trainer.forward_logprobs(batch)).abs().max().item()
+
+    out["uneven_error"] = _error_of(lambda: trainer.forward_logprobs(make_batch(seed=1, rows=2 + rank)))
+    trainer.offload()
+    out["offloaded_error"] = _error_of(lambda: trainer.forward_logprobs(batch))
+    trainer.reload()
+
+    rl_batch = make_batch(seed=200 + rank)
+    rl_batch.old_logprobs = trainer.forward_logprobs(rl_batch)
+    trainer.save_checkpoint(checkpoint_dir)
+    loss = grpo_policy_loss(clip_ratio=0.2)
+    after_save = trainer.train_step(rl_batch, loss)
+    weights_after_save = dict(trainer.export_weights())
+    restored = new_trainer(model_path)
+    restored.load_checkpoint(checkpoint_dir)
+    after_load = restored.train_step(rl_batch, loss)
+    out["step_after_save"], out["step_after_load"] = after_save, after_load
+    out["checkpoint_weight_diff"] = max_diff(weights_after_save, dict(restored.export_weights()))
+    for t in (restored, trainer):
+        t.shutdown()
+    return out
+
+
+def simulated_npu_step(model_path: str) -> dict:
+    """One rank of FSDP2 on the simulated NPU (its hccl stand-in over gloo). A simulation.
+
+    Sharding succeeds; the first forward stops where FSDP2 frees the unsharded parameters by
+    resizing their storage, which the simulation's wrapper tensors do not have. Returns how far
+    it got and the error, for the test that pins this limit.
+    """
+    os.environ["ROLL_DEVICE"] = "npu-sim"
+    platform = rd.current_platform()
+    trainer = new_trainer(model_path, mixed_precision="fp32", attn_implementation="eager")
+    param = next(trainer.model.parameters())
+    out = {
+        "platform": platform.name,
+        "backend": str(dist.get_backend()),
+        "param_type": type(param).__name__,
+        "param_device": str(param.device),
+    }
+    try:
+        trainer.forward_logprobs(make_batch(seed=7))
+        out["error"] = ""
+    except RuntimeError as exc:
+        frames = traceback.extract_tb(exc.__traceback__)
+        out["error"], out["failing_function"] = str(exc), frames[-1].name
+    return out

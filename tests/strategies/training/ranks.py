@@ -1,0 +1,64 @@
+"""Run a check on N ranks: spawned processes in one gloo world on a free port of 127.0.0.1.
+
+`run_ranks("pkg.mod:function", n, *args)` calls `function(rank, *args)` in every rank after
+`torch.distributed` is initialized (backend gloo, or the platform's backend named by `backend`) and
+returns the per-rank results in rank order; a failing rank raises with its traceback.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import socket
+import traceback
+
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _entry(target, rank, world_size, port, args, env, queue) -> None:
+    os.environ.update(env)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        import torch.distributed as dist
+
+        import roll_device as rd
+
+        dist.init_process_group(rd.current_platform().dist_backend, rank=rank, world_size=world_size)
+        module, name = target.split(":")
+        result = getattr(importlib.import_module(module), name)(rank, *args)
+        dist.destroy_process_group()
+        queue.put((rank, True, result))
+    except BaseException:
+        queue.put((rank, False, traceback.format_exc()))
+
+
+def run_ranks(target: str, world_size: int, *args, env: dict[str, str] | None = None, timeout: float = 180) -> list:
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = free_port()
+    env = {"ROLL_DEVICE": "cpu", "OMP_NUM_THREADS": "1", **(env or {})}
+    procs = [
+        ctx.Process(target=_entry, args=(target, rank, world_size, port, args, env, queue))
+        for rank in range(world_size)
+    ]
+    for p in procs:
+        p.start()
+    results: dict[int, object] = {}
+    try:
+        for _ in procs:
+            rank, ok, value = queue.get(timeout=timeout)
+            if not ok:
+                raise AssertionError(f"rank {rank} of {target} failed:\n{value}")
+            results[rank] = value
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    return [results[r] for r in range(world_size)]
