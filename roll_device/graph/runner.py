@@ -1,0 +1,124 @@
+"""`DecodeGraphRunner`: one decode step captured per batch-size bucket, replayed on padded input.
+
+The caller supplies two functions: `make_inputs(size)` allocates the static input tensors of a
+bucket (leading dimension `size`, filled with harmless padding values), and `step(size, inputs)`
+computes the step's output from them without host synchronization (static shapes, in-place
+state only), so that it can be captured. `prepare()` allocates every bucket and, where graphs are
+used, warms each step up on a side stream and captures it, largest bucket first, all graphs
+sharing one memory pool; each graph's output is held as a weak reference so that the next
+(smaller) capture can reuse its blocks. `run(inputs)` copies a batch of `n` rows into the
+smallest bucket that holds it, replays that bucket's graph (or runs the step eagerly when graphs
+are off), and returns the first `n` rows of the output.
+
+Everything device-specific goes through the platform's graph members (`supports_graphs`,
+`graph_class`, `graph_capture`, `graph_pool_handle`, `weak_ref_tensor`, streams); on a platform
+without graphs the same bucket, pad and slice code runs eagerly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from roll_device.errors import ConfigError
+from roll_device.graph.buckets import bucket_for, capture_order
+from roll_device.platforms.base import Platform
+
+Inputs = dict[str, torch.Tensor]
+WARMUP_RUNS = 2
+
+
+class DecodeGraphRunner:
+    """Capture and replay of one decode step per batch-size bucket (see the module docstring)."""
+
+    def __init__(
+        self,
+        platform: Platform,
+        sizes: list[int],
+        make_inputs: Callable[[int], Inputs],
+        step: Callable[[int, Inputs], torch.Tensor],
+        use_graphs: bool | None = None,
+    ) -> None:
+        if use_graphs and not platform.supports_graphs:
+            raise ConfigError(
+                f"use_graphs=true but platform '{platform.name}' has no device graphs here: "
+                "set use_graphs to null (graphs where available) or false"
+            )
+        self.platform = platform
+        self.sizes = sorted(sizes)
+        self.use_graphs = platform.supports_graphs if use_graphs is None else bool(use_graphs)
+        self._make_inputs = make_inputs
+        self._step = step
+        self._inputs: dict[int, Inputs] = {}
+        self._graphs: dict[int, Any] = {}
+        self._outputs: dict[int, torch.Tensor] = {}
+        self._pool: Any = None
+        self.capture_order: list[int] = []
+
+    @property
+    def prepared(self) -> bool:
+        return bool(self._inputs)
+
+    def prepare(self) -> None:
+        """Allocate every bucket's static inputs; with graphs, capture largest first in one pool."""
+        if self.prepared:
+            return
+        for size in capture_order(self.sizes):
+            self._inputs[size] = self._make_inputs(size)
+            if self.use_graphs:
+                self._capture(size)
+
+    def _capture(self, size: int) -> None:
+        p = self.platform
+        if self._pool is None:
+            self._pool = p.graph_pool_handle()
+        side = p.new_stream()
+        side.wait_stream(p.current_stream())
+        with p.stream(side):
+            for _ in range(WARMUP_RUNS):
+                self._step(size, self._inputs[size])
+        p.current_stream().wait_stream(side)
+        graph = p.graph_class()()
+        with p.graph_capture(graph, pool=self._pool):
+            output = self._step(size, self._inputs[size])
+        self._graphs[size] = graph
+        self._outputs[size] = p.weak_ref_tensor(output)
+        self.capture_order.append(size)
+
+    def bucket(self, rows: int) -> int:
+        return bucket_for(rows, self.sizes)
+
+    def static_inputs(self, size: int) -> Inputs:
+        """The static input tensors of bucket `size` (allocated by `prepare`)."""
+        self.prepare()
+        return self._inputs[size]
+
+    def run(self, inputs: Inputs) -> torch.Tensor:
+        """The step's output for a batch of `n` rows: padded into the smallest bucket, replayed
+        (or run eagerly), sliced back to `n` rows. Valid until the next `run`."""
+        rows = {name: int(value.shape[0]) for name, value in inputs.items()}
+        if len(set(rows.values())) != 1:
+            raise ValueError(f"every input needs the same number of rows, got {rows}")
+        n = next(iter(rows.values()))
+        size = self.bucket(n)
+        static = self.static_inputs(size)
+        if set(inputs) != set(static):
+            raise ValueError(f"inputs {sorted(inputs)} do not match the step's inputs {sorted(static)}")
+        for name, value in inputs.items():
+            static[name][:n].copy_(value)
+        if self.use_graphs:
+            self._graphs[size].replay()
+            output = self._outputs[size]
+        else:
+            output = self._step(size, static)
+        return output[:n]
+
+    def release(self) -> None:
+        """Drop graphs, outputs, the pool and static inputs; `prepare` starts over."""
+        self._outputs.clear()
+        self._graphs.clear()
+        self._inputs.clear()
+        self._pool = None
+        self.capture_order = []

