@@ -1,4 +1,4 @@
-"""Tasks, advantages, batching, metrics and checkpoints of the pipeline (no workers)."""
+"""Tasks, batching, metrics and checkpoints of the pipeline (no workers)."""
 
 import json
 
@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from roll_device.errors import ConfigError
-from roll_device.pipeline.advantages import group_advantages
 from roll_device.pipeline.batching import build_batch
 from roll_device.pipeline.metrics import MetricsLog
 from roll_device.pipeline.state import Checkpoints, PipelineState
@@ -32,13 +31,6 @@ def test_rule_rewards(name, prompt, response, reward):
 def test_unknown_task_names_the_choices():
     with pytest.raises(ConfigError, match="unknown data.task 'sudoku': choose one of digits, echo_first"):
         get_task("sudoku")
-
-
-def test_group_advantages():
-    adv = group_advantages(torch.tensor([1.0, 0.0, 0.5, 0.5, 2.0, 4.0]), group_size=2)
-    assert torch.allclose(adv, torch.tensor([1.0, -1.0, 0.0, 0.0, -1.0, 1.0]), atol=1e-4)
-    with pytest.raises(ValueError, match="do not split into groups of 4"):
-        group_advantages(torch.zeros(6), group_size=4)
 
 
 def test_build_batch_masks_the_response_and_pads():
