@@ -26,3 +26,8 @@ class ConfigError(RollDeviceError, ValueError):
 
 class PlanError(RollDeviceError, RuntimeError):
     """A role plan that does not fit the cluster."""
+
+
+class WeightSyncError(RollDeviceError, RuntimeError):
+    """A weight sync that failed in flight: a checksum mismatch, a side that aborted or timed out.
+    With verification on, the rollout keeps the weights it had."""

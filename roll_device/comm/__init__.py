@@ -1,0 +1,29 @@
+"""Weight sync from a trainer to rollout workers, on any pair of device kinds.
+
+`plan_sync` / `choose_path` pick the path from the two roles' kinds and placement (colocated:
+IPC handles or shared memory; collective: a broadcast over the kind's backend; bridge: host
+staging across kinds). `WeightSender` (trainer rank 0) and `WeightReceiver` (each rollout worker)
+move bucketed, versioned, optionally verified weights along it. `weights_hash` hashes named
+tensors the same way on both ends. See docs/weight-sync.md.
+"""
+
+from roll_device.comm.control import Endpoint
+from roll_device.comm.hashing import weights_hash
+from roll_device.comm.messages import SyncStats
+from roll_device.comm.options import WeightSyncOptions
+from roll_device.comm.planner import PATHS, SyncPlan, choose_path, plan_sync
+from roll_device.comm.receiver import WeightReceiver
+from roll_device.comm.sender import WeightSender
+
+__all__ = [
+    "PATHS",
+    "Endpoint",
+    "SyncPlan",
+    "SyncStats",
+    "WeightReceiver",
+    "WeightSender",
+    "WeightSyncOptions",
+    "choose_path",
+    "plan_sync",
+    "weights_hash",
+]

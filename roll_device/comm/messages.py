@@ -1,0 +1,44 @@
+"""What one weight sync says about itself: a header per bucket, and the statistics of a sync."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from roll_device.comm.buckets import Piece
+
+
+@dataclass
+class BucketHeader:
+    """Bucket `index` of the sync of trainer step `version`: its pieces, its size in bytes, the
+    slot that holds it (slot transports), its CRC32 when verification is on, whether it is the
+    last one, and the sender's error when the sender aborted instead (no bytes follow)."""
+
+    version: int
+    index: int
+    pieces: list[Piece] = field(default_factory=list)
+    nbytes: int = 0
+    slot: int = 0
+    checksum: int | None = None
+    final: bool = False
+    error: str | None = None
+
+    @property
+    def ends(self) -> bool:
+        return self.final or self.error is not None
+
+
+@dataclass(frozen=True)
+class SyncStats:
+    """One finished sync, as either side saw it."""
+
+    version: int
+    path: str
+    transport: str
+    buckets: int
+    tensors: int
+    nbytes: int
+    seconds: float
+
+    @property
+    def gbps(self) -> float:
+        return self.nbytes / self.seconds / 1e9 if self.seconds > 0 else 0.0

@@ -1,0 +1,131 @@
+"""Which path carries the trainer's weights to the rollout, from the two roles' kinds and placement.
+
+Paths:
+- `colocated`: both roles on the same devices of one node. Buckets are handed over without a
+  network: device IPC handles where the platform supports them (`Platform.supports_ipc`), POSIX
+  shared memory otherwise (CPU, simulated devices).
+- `collective`: separate workers of one kind. A broadcast from the trainer's rank 0 to every
+  rollout worker in a process group of their own, over the kind's backend (`dist_backend`).
+- `bridge`: any two kinds. Buckets are staged in host memory (pinned where possible), cross
+  through shared memory when both ends share a node or a gloo broadcast between nodes, and are
+  loaded on the target device.
+
+`auto` picks `colocated` for colocated roles, `collective` for one kind, `bridge` for two kinds,
+with one exception: for kinds whose device memory is host memory (the CPU), `bridge` on one node
+(shared memory) replaces a loopback collective that is ten times slower. A forced path that
+cannot work (IPC or shared memory between nodes, a collective between two kinds) is refused with
+a ConfigError before anything starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from roll_device.errors import ConfigError
+from roll_device.platforms import Platform, get_platform
+
+PATHS = ("colocated", "collective", "bridge")
+HOST = "cpu"  # the kind whose backend (gloo) moves host memory between nodes
+
+
+@dataclass(frozen=True)
+class SyncPlan:
+    """A chosen path and how it moves bytes.
+
+    transport: `ipc` (device buffers shared by handle), `shm` (host shared memory), or `broadcast`
+    (a process group over `backend`); `staging`: where buckets are packed, `device` or `host`.
+    """
+
+    path: str
+    transport: str
+    backend: str | None
+    staging: str
+    src_kind: str
+    dst_kind: str
+    simulated: bool = False
+
+    def describe(self) -> str:
+        how = {
+            "ipc": "device IPC handles",
+            "shm": "host shared memory",
+            "broadcast": f"{self.backend} broadcast",
+        }[self.transport]
+        label = " [simulated device]" if self.simulated else ""
+        return f"{self.path}: {self.src_kind} -> {self.dst_kind} via {how} ({self.staging} buckets){label}"
+
+
+def _platform(kind: str | Platform) -> Platform:
+    return kind if isinstance(kind, Platform) else get_platform(kind)
+
+
+def plan_sync(
+    src: str | Platform,
+    dst: str | Platform,
+    *,
+    colocated: bool,
+    same_node: bool,
+    forced: str = "auto",
+) -> SyncPlan:
+    """The plan for syncing from a trainer on `src` to rollout workers on `dst` (kinds or platforms).
+
+    `colocated`: the rollout shares the trainer's devices; `same_node`: every rollout worker is on
+    the trainer's rank-0 node; `forced`: `auto` or a path name (`weight_sync.path`).
+    """
+    src_p, dst_p = _platform(src), _platform(dst)
+    same_kind = src_p.kind == dst_p.kind
+    pair = f"{src_p.name} trainer -> {dst_p.name} rollout"
+    if forced not in ("auto", *PATHS):
+        raise ConfigError(f"weight_sync.path='{forced}' is not a path: choose auto, {', '.join(PATHS)}")
+    if colocated and not same_node:
+        raise ConfigError(f"{pair}: colocated roles share devices, so they must be on one node")
+    if colocated and not same_kind:
+        raise ConfigError(
+            f"{pair}: roles on two kinds cannot share devices: drop colocate_with or use one kind"
+        )
+    path = forced if forced != "auto" else _auto_path(src_p, same_kind, colocated, same_node)
+    ends = {"src_kind": src_p.kind, "dst_kind": dst_p.kind, "simulated": src_p.simulated or dst_p.simulated}
+    if path == "colocated":
+        if not same_node:
+            raise ConfigError(
+                f"weight_sync.path=colocated for {pair} on different nodes: IPC handles and shared "
+                "memory work within one node; use bridge (or auto)"
+            )
+        if not same_kind:
+            raise ConfigError(
+                f"weight_sync.path=colocated for {pair}: device handles cannot cross kinds; "
+                "use bridge (or auto)"
+            )
+        transport = "ipc" if src_p.supports_ipc and not src_p.simulated else "shm"
+        staging = "device" if transport == "ipc" else "host"
+        return SyncPlan(path, transport, None, staging, **ends)
+    if path == "collective":
+        if not same_kind:
+            raise ConfigError(
+                f"weight_sync.path=collective for {pair}: one collective backend cannot join two "
+                f"kinds ({src_p.dist_backend} vs {dst_p.dist_backend}); use bridge (or auto)"
+            )
+        return SyncPlan(path, "broadcast", src_p.dist_backend, "device", **ends)
+    if same_node:
+        return SyncPlan(path, "shm", None, "host", **ends)
+    return SyncPlan(path, "broadcast", get_platform(HOST).dist_backend, "host", **ends)
+
+
+def _auto_path(src: Platform, same_kind: bool, colocated: bool, same_node: bool) -> str:
+    if colocated:
+        return "colocated"
+    if not same_kind:
+        return "bridge"
+    if src.device_type == get_platform(HOST).device_type and same_node:
+        return "bridge"
+    return "collective"
+
+
+def choose_path(
+    src_kind: str | Platform,
+    dst_kind: str | Platform,
+    colocated: bool,
+    same_node: bool,
+    forced: str = "auto",
+) -> str:
+    """The path name (`colocated`, `collective` or `bridge`) `plan_sync` picks for these roles."""
+    return plan_sync(src_kind, dst_kind, colocated=colocated, same_node=same_node, forced=forced).path

@@ -1,0 +1,155 @@
+"""A rollout worker's side of a weight sync.
+
+```python
+receiver = WeightReceiver(endpoint, rank=1, platform=self.platform)   # ranks 1..receivers
+receiver.connect()
+stats = receiver.receive(strategy.update_weights)   # any callable taking an iterable of (name, tensor)
+receiver.version                                    # the trainer step the weights now come from
+```
+
+Everything else (path, transport, bucket size) comes from the sender, so both ends cannot disagree.
+`receive` hands `apply` an iterator of (name, tensor) on this worker's device (`device`). The
+tensors are borrowed: a tensor may be overwritten once the iterator moves past it, so `apply`
+copies what it keeps (an engine's weight loader copies into its parameters). Without verification
+buckets are applied as they arrive. With verification (the sender's `verify`) every bucket is
+staged and checked first, and a checksum mismatch raises a WeightSyncError before `apply` sees a
+single tensor: the engine keeps the weights of `version`.
+
+On any failure the receiver drains the rest of the sync, so the sender is never left waiting,
+reports the failure to the sender, and raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import torch
+
+from roll_device.comm.buckets import BucketReader, checksum
+from roll_device.comm.control import Control, Endpoint, done_key
+from roll_device.comm.messages import BucketHeader, SyncStats
+from roll_device.comm.transports import SETUP_KEY, Setup, receiver_transport
+from roll_device.errors import WeightSyncError
+from roll_device.platforms import Platform
+
+Apply = Callable[[Iterable[tuple[str, torch.Tensor]]], object]
+
+
+@dataclass
+class _Progress:
+    version: int | None = None
+    buckets: int = 0
+    tensors: int = 0
+    nbytes: int = 0
+
+
+class WeightReceiver:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        rank: int,
+        platform: Platform,
+        timeout_s: float = 600.0,
+        device: torch.device | None = None,
+    ) -> None:
+        self.endpoint, self.rank, self.platform = endpoint, rank, platform
+        self.timeout_s = timeout_s
+        self.device = device if device is not None else platform.device()
+        self.version: int | None = None
+        self.control: Control | None = None
+        self.transport = None
+        self._seq = 0
+
+    def connect(self) -> None:
+        """Join the sender (which calls `connect` at the same time)."""
+        self.control = Control.connect(self.endpoint, self.timeout_s)
+        setup: Setup = self.control.get(SETUP_KEY, "the sender's setup")
+        if not 1 <= self.rank <= setup.receivers:
+            raise WeightSyncError(
+                f"receiver rank {self.rank} is out of range: the sender expects ranks 1..{setup.receivers}"
+            )
+        if self.platform.kind != setup.plan.dst_kind:
+            raise WeightSyncError(
+                f"the sender's plan syncs into {setup.plan.dst_kind} rollout workers but this one runs "
+                f"on {self.platform.name}"
+            )
+        self.plan = setup.plan
+        self.transport = receiver_transport(self.control, setup, self.platform, self.rank)
+        self.transport.connect()
+
+    def receive(self, apply: Apply) -> SyncStats:
+        """Receive the next sync and hand its tensors to `apply`; returns once they are applied."""
+        if self.transport is None:
+            raise WeightSyncError("WeightReceiver.receive before connect(): connect to the sender first")
+        seq, self._seq = self._seq, self._seq + 1
+        start = time.perf_counter()
+        stream = self.transport.buckets(seq)
+        progress = _Progress()
+        try:
+            named = self._named(stream, progress)
+            apply(named)
+            if next(named, None) is not None:
+                raise WeightSyncError(
+                    f"the apply callable returned after {progress.tensors - 1} tensors, before the end "
+                    "of the sync: it must consume every (name, tensor) it is given"
+                )
+        except Exception as exc:
+            with contextlib.suppress(WeightSyncError):
+                for _ in stream:  # drain, so that the sender is not left waiting
+                    pass
+            self.control.put(done_key(seq, self.rank), f"{type(exc).__name__}: {exc}")
+            raise
+        self.control.put(done_key(seq, self.rank), None)
+        self.version = progress.version
+        seconds = time.perf_counter() - start
+        return SyncStats(
+            progress.version, self.plan.path, self.plan.transport, progress.buckets, progress.tensors,
+            progress.nbytes, seconds,
+        )
+
+    def _named(
+        self, stream: Iterator[tuple[BucketHeader, torch.Tensor | None]], progress: _Progress
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        reader = BucketReader()
+        staged: list[tuple[BucketHeader, torch.Tensor]] = []
+        for header, data in stream:
+            progress.version = header.version
+            if header.error is not None:
+                kept = "keeps its previous weights" if not progress.tensors else "has been partly updated"
+                raise WeightSyncError(
+                    f"the trainer aborted the weight sync of version {header.version} ({header.error}); "
+                    f"this rollout worker {kept}"
+                )
+            if header.checksum is not None:
+                self._verify(header, data)
+            progress.buckets += 1
+            progress.nbytes += header.nbytes
+            if header.checksum is not None:
+                staged.append((header, data.to(self.device, copy=True)))
+                continue
+            yield from self._unpack(reader, header, data.to(self.device), progress)
+        for header, data in staged:
+            yield from self._unpack(reader, header, data, progress)
+        reader.finish()
+
+    def _unpack(self, reader: BucketReader, header: BucketHeader, data: torch.Tensor, progress: _Progress):
+        for item in reader.tensors(header.pieces, data):
+            progress.tensors += 1
+            yield item
+
+    def _verify(self, header: BucketHeader, data: torch.Tensor) -> None:
+        got = checksum(data)
+        if got != header.checksum:
+            raise WeightSyncError(
+                f"bucket {header.index} of the weight sync of version {header.version} failed its "
+                f"checksum (sent {header.checksum:08x}, received {got:08x}); nothing was applied: "
+                f"this rollout worker keeps the weights of version {self.version}"
+            )
+
+    def close(self) -> None:
+        """Release the slots or the group (together with the sender on broadcast paths)."""
+        if self.transport is not None:
+            self.transport.close()

@@ -1,0 +1,131 @@
+"""The trainer's side of a weight sync, run on the trainer's rank 0.
+
+```python
+sender = WeightSender(plan, platform, receivers=2, options=WeightSyncOptions())
+endpoint = sender.endpoint          # hand it to every rollout worker's WeightReceiver
+sender.connect()                    # together with the receivers' connect()
+stats = sender.send(trainer.export_weights(), version=step)   # together with their receive()
+sender.close()                      # together with theirs
+```
+
+`send` packs the export into buckets as it streams (never the whole model at once), moves them by
+the plan's transport, and returns once every receiver has applied them; it raises a
+WeightSyncError naming each receiver that failed. If the export itself fails, the receivers are
+told (an error header) so that none is left waiting, and the export's exception propagates.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+import torch
+
+from roll_device.comm.buckets import BucketWriter, bucket_size, checksum
+from roll_device.comm.control import Control, Endpoint, bucket_key, done_key
+from roll_device.comm.messages import BucketHeader, SyncStats
+from roll_device.comm.options import WeightSyncOptions
+from roll_device.comm.planner import SyncPlan
+from roll_device.comm.transports import SETUP_KEY, Setup, sender_transport
+from roll_device.errors import WeightSyncError
+from roll_device.platforms import Platform
+
+
+class WeightSender:
+    def __init__(
+        self,
+        plan: SyncPlan,
+        platform: Platform,
+        receivers: int,
+        options: WeightSyncOptions | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
+        """`host`: the address receivers reach this process at (its node's IP across nodes)."""
+        if isinstance(receivers, bool) or not isinstance(receivers, int) or receivers < 1:
+            raise WeightSyncError(f"a weight sender needs at least one receiver, got receivers={receivers!r}")
+        if platform.kind != plan.src_kind:
+            raise WeightSyncError(
+                f"the plan syncs from a {plan.src_kind} trainer but this sender runs on {platform.name}"
+            )
+        self.plan, self.platform = plan, platform
+        self.options = options or WeightSyncOptions()
+        self.control = Control.serve(host, self.options.timeout_s)
+        self.setup = Setup(plan, receivers, self.options.bucket_bytes)
+        self.control.put(SETUP_KEY, self.setup)
+        self.transport = sender_transport(self.control, self.setup, platform)
+        self.version: int | None = None
+        self._seq = 0
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return self.control.endpoint
+
+    def connect(self) -> None:
+        """Wait for every receiver to connect (they call `connect` at the same time)."""
+        self.transport.connect()
+
+    def send(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int) -> SyncStats:
+        """Send the weights of trainer step `version` (greater than the last one sent)."""
+        if self.version is not None and version <= self.version:
+            raise WeightSyncError(
+                f"weight sync version {version} does not follow the last one sent ({self.version}): "
+                "versions are trainer steps and must increase"
+            )
+        seq, self._seq = self._seq, self._seq + 1
+        start = time.perf_counter()
+        index = nbytes = 0
+        writer = None
+        try:
+            writer = BucketWriter(named_tensors, self.setup.capacity)
+            while True:
+                buffer = self.transport.buffer(seq, index)
+                pieces = writer.fill(buffer)
+                data = buffer[: bucket_size(pieces)]
+                header = BucketHeader(version, index, pieces, data.numel(), final=writer.exhausted)
+                if self.options.verify:
+                    header.checksum = checksum(data)
+                self.transport.send(seq, header, data)
+                nbytes += header.nbytes
+                index += 1
+                if header.final:
+                    break
+            self.transport.finish(seq)
+        except Exception as exc:
+            self._abort(seq, index, version, exc)
+            raise
+        failures = self._collect(seq, index)
+        if failures:
+            raise WeightSyncError(
+                f"weight sync of version {version} failed on {len(failures)} rollout worker(s): "
+                + "; ".join(failures)
+            )
+        self.version = version
+        tensors = writer.tensors
+        return SyncStats(
+            version, self.plan.path, self.plan.transport, index, tensors, nbytes, time.perf_counter() - start
+        )
+
+    def _abort(self, seq: int, index: int, version: int, exc: Exception) -> None:
+        """Tell the receivers (waiting for bucket `index`) that this sync will not come."""
+        header = BucketHeader(version, index, error=f"{type(exc).__name__}: {exc}")
+        try:
+            self.control.put(bucket_key(seq, index), header)
+        except RuntimeError as store_error:  # the control store itself failed: nobody to tell
+            exc.add_note(f"the rollout workers could not be told: {store_error}")
+
+    def _collect(self, seq: int, buckets: int) -> list[str]:
+        ranks = range(1, self.setup.receivers + 1)
+        keys = [done_key(seq, r) for r in ranks]
+        self.control.wait(keys, "every rollout worker to apply the weights")
+        failures = [
+            f"worker {r}: {message}"
+            for r in ranks
+            if (message := self.control.get(done_key(seq, r), "a status")) is not None
+        ]
+        used = [bucket_key(seq, i) for i in range(buckets)] + keys + self.transport.used_keys(seq, buckets)
+        self.control.delete(used)
+        return failures
+
+    def close(self) -> None:
+        """Release buffers and the group (receivers close at the same time on broadcast paths)."""
+        self.transport.close()
