@@ -27,6 +27,16 @@ def check_model_path(model_path: str) -> Path:
     return path
 
 
+def weight_decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """Optimizer parameter groups: weight decay on matrices, none on norms and biases (the
+    grouping Megatron's optimizer uses, so both trainers decay the same parameters)."""
+    decay, plain = [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            (plain if param.dim() < 2 or name.endswith(".bias") else decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": plain, "weight_decay": 0.0}]
+
+
 class StepAccounting:
     """Token-weighted loss over micro-batches and data-parallel ranks.
 
@@ -74,3 +84,29 @@ def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device,
                 moved.add(entry)
                 state[key] = value.to(device)
     return moved
+
+
+def free_storages(tensors: list[torch.Tensor]) -> list[tuple[torch.UntypedStorage, torch.Tensor]]:
+    """Copy each distinct storage behind `tensors` to host memory and shrink it to zero bytes.
+
+    Views keep pointing at their (now empty) storage, so flat buffers and the parameters that
+    view them survive; `restore_storages` regrows each storage and copies the bytes back.
+    """
+    saved, seen = [], set()
+    for tensor in tensors:
+        storage = tensor.untyped_storage()
+        if storage.nbytes() == 0 or storage.data_ptr() in seen:
+            continue
+        seen.add(storage.data_ptr())
+        host = torch.empty(storage.nbytes(), dtype=torch.uint8)
+        host.untyped_storage().copy_(storage)
+        storage.resize_(0)
+        saved.append((storage, host))
+    return saved
+
+
+def restore_storages(saved: list[tuple[torch.UntypedStorage, torch.Tensor]]) -> None:
+    """Undo `free_storages`."""
+    for storage, host in saved:
+        storage.resize_(host.numel())
+        storage.copy_(host.untyped_storage())

@@ -55,3 +55,19 @@ def check_same_rows(rows: int, device: torch.device, group=None) -> None:
             f"data-parallel ranks got batches of {smallest} to {largest} rows: split the batch "
             "evenly over the trainer's ranks"
         )
+
+
+def check_same_tokens(input_ids: torch.Tensor, device: torch.device, group) -> None:
+    """Raise on every rank when the ranks of `group` (a tensor-parallel group, which computes one
+    model replica together) got different token ids."""
+    if dist.get_world_size(group) == 1:
+        return
+    weights = torch.arange(1, input_ids.numel() + 1, dtype=torch.float64).view_as(input_ids)
+    digest = float((input_ids.double() * weights).sum())
+    bounds = torch.tensor([digest, -digest, input_ids.numel(), -input_ids.numel()], dtype=torch.float64, device=device)
+    dist.all_reduce(bounds, op=dist.ReduceOp.MAX, group=group)
+    if bounds[0] != -bounds[1] or bounds[2] != -bounds[3]:
+        raise ConfigError(
+            "ranks of one tensor-parallel group got different rows: give every rank of a "
+            "tensor-parallel group the same batch (data-parallel ranks get their own)"
+        )

@@ -27,6 +27,7 @@ from strategies.training.common import (
     TrainerStateError,
     check_model_path,
     move_optimizer_state,
+    weight_decay_groups,
 )
 from strategies.training.distributed import check_same_rows, ensure_process_group, release_process_group
 from strategies.training.settings import FsdpSettings
@@ -78,7 +79,7 @@ class FsdpTrainStrategy(TrainStrategy):
                 fully_shard(module, mesh=mesh, mp_policy=policy)
         self.model = fully_shard(model, mesh=mesh, mp_policy=policy)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=self.settings.lr, weight_decay=self.settings.weight_decay
+            weight_decay_groups(self.model, self.settings.weight_decay), lr=self.settings.lr
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.settings.lr_factor)
         self._offloaded: set | None = None

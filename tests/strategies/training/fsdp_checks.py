@@ -14,7 +14,7 @@ from strategies.training.fsdp import token_logprobs
 from strategies.training.losses import grpo_policy_loss, masked_mean, nll_loss
 from tests.strategies.training.data import concat, make_batch
 
-CONFIG = {"name": "fsdp", "lr": 1.0e-2, "micro_batch_size": 1, "max_grad_norm": 1.0}
+CONFIG = {"name": "fsdp", "lr": 5.0e-3, "micro_batch_size": 1, "max_grad_norm": 1.0}
 
 
 def new_trainer(model_path: str, **overrides):

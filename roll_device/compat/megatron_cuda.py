@@ -1,0 +1,106 @@
+"""Redirects of the CUDA calls megatron-core hard-codes, to a bound platform (the CPU here),
+active only inside `redirect_cuda(platform)`.
+
+What megatron-core 0.16 hard-codes, and where it goes instead:
+- `torch.cuda.current_device()` / `synchronize()` / `empty_cache()` -> the platform's members;
+- the CUDA RNG (`torch.cuda.get_rng_state` / `set_rng_state` / `manual_seed` and megatron's own
+  `_get_cuda_rng_state` / `_set_cuda_rng_state`, which the RNG tracker's `fork()` uses) -> the
+  platform's generator;
+- factory calls with `device="cuda"` (or a bare index) in the schedules, optimizer and grad
+  clipping -> the platform's device (a torch function mode rewrites the `device` argument);
+- `Tensor.type()` checks against `torch.cuda.FloatTensor` in grad clipping and the (distributed)
+  optimizer -> tensors on the platform's device answer with the CUDA spelling.
+
+The patches are process-wide while a scope is open (scopes nest; the outermost restores), so a
+trainer opens one around each of its calls and nothing outside them sees the redirect.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from roll_device.platforms.base import Platform
+
+_lock = threading.RLock()
+_depth = {"open": 0}
+_saved: list[tuple[object, str, object]] = []
+
+
+def _is_cuda_device(device) -> bool:
+    if isinstance(device, int) and not isinstance(device, bool):
+        return True
+    if isinstance(device, str):
+        return device.split(":")[0] == "cuda"
+    return isinstance(device, torch.device) and device.type == "cuda"
+
+
+class DeviceArgumentRedirect(TorchFunctionMode):
+    """Rewrites `device=` arguments naming CUDA to the platform's device, and answers
+    `Tensor.type()` for tensors on that device with the CUDA spelling megatron checks for."""
+
+    def __init__(self, platform: Platform) -> None:
+        super().__init__()
+        self.platform = platform
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        device = kwargs.get("device")
+        if device is not None and _is_cuda_device(device):
+            index = device if isinstance(device, int) else torch.device(device).index
+            kwargs = {**kwargs, "device": self.platform.device(index)}
+        if func is torch.Tensor.type and len(args) == 1 and not kwargs:
+            tensor = args[0]
+            if tensor.device.type == self.platform.device_type:
+                return "torch.cuda." + tensor.type().rsplit(".", 1)[-1]
+        return func(*args, **kwargs)
+
+
+def _replacements(platform: Platform) -> list[tuple[object, str, object]]:
+    from megatron.core.tensor_parallel import random as megatron_random
+
+    def get_state(*_args, **_kwargs):
+        return platform.get_rng_state()
+
+    def set_state(state, *_args, **_kwargs):
+        platform.set_rng_state(state)
+
+    return [
+        (torch.cuda, "current_device", platform.current_device),
+        (torch.cuda, "synchronize", lambda *_args, **_kwargs: platform.synchronize()),
+        (torch.cuda, "empty_cache", platform.empty_cache),
+        (torch.cuda, "get_rng_state", get_state),
+        (torch.cuda, "set_rng_state", set_state),
+        (torch.cuda, "manual_seed", platform.manual_seed),
+        (megatron_random, "_get_cuda_rng_state", get_state),
+        (megatron_random, "_set_cuda_rng_state", set_state),
+    ]
+
+
+@contextlib.contextmanager
+def redirect_cuda(platform: Platform):
+    """Inside this scope megatron-core's CUDA calls run on `platform`."""
+    with _lock:
+        if _depth["open"] == 0:
+            for owner, name, replacement in _replacements(platform):
+                _saved.append((owner, name, getattr(owner, name)))
+                setattr(owner, name, replacement)
+        _depth["open"] += 1
+    try:
+        with DeviceArgumentRedirect(platform):
+            yield
+    finally:
+        with _lock:
+            _depth["open"] -= 1
+            if _depth["open"] == 0:
+                while _saved:
+                    owner, name, original = _saved.pop()
+                    setattr(owner, name, original)
+
+
+def is_active() -> bool:
+    """Whether a redirect scope is open in this process."""
+    return _depth["open"] > 0

@@ -1,0 +1,345 @@
+"""Megatron-core trainer: a GPTModel built from the HF config (Qwen2 / Llama), tensor x data
+parallel through `parallel_state` over the platform's backend, Megatron's DDP and (distributed)
+Adam optimizer, HF weights converted in on load and out on export.
+
+Megatron is imported lazily, after `roll_device.compat.megatron.prepare` has readied it for the
+platform: MindSpeed on NPU, CUDA-call redirects on the CPU (opened around every call of this
+trainer), nothing on GPUs. Ranks of one tensor-parallel group must pass the same rows; data-parallel
+ranks pass their own. All ranks must call every method (collectives).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from roll_device.compat import megatron as megatron_compat
+from roll_device.errors import ConfigError
+from strategies.base import LossFn, TrainBatch, TrainStrategy, register_strategy
+from strategies.training import megatron_model, megatron_weights
+from strategies.training.batches import align_to_tokens, micro_batches, shifted_labels, validate
+from strategies.training.common import (
+    StepAccounting,
+    TrainerStateError,
+    check_model_path,
+    free_storages,
+    restore_storages,
+)
+from strategies.training.distributed import (
+    check_same_rows,
+    check_same_tokens,
+    ensure_process_group,
+    release_process_group,
+)
+from strategies.training.settings import MegatronSettings
+
+TRAINER_STATE = "trainer_state.pt"
+_parallel_users = {"count": 0}  # trainers in this process sharing megatron's parallel_state
+
+
+def _in_scope(method):
+    """Run a trainer method inside the platform's megatron scope."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._scope():
+            return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+def load_hf_state(model_path: str) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    files = sorted(Path(model_path).glob("*.safetensors"))
+    if not files:
+        raise ConfigError(f"model path '{model_path}' holds no *.safetensors weights for the Megatron trainer")
+    state: dict[str, torch.Tensor] = {}
+    for file in files:
+        state.update(load_file(file))
+    return state
+
+
+def _join_parallel_state(tp: int, pp: int) -> None:
+    from megatron.core import parallel_state
+
+    if parallel_state.model_parallel_is_initialized():
+        current = (
+            parallel_state.get_tensor_model_parallel_world_size(),
+            parallel_state.get_pipeline_model_parallel_world_size(),
+        )
+        if current != (tp, pp):
+            raise ConfigError(
+                f"another Megatron trainer in this process uses tensor_parallel={current[0]}, "
+                f"pipeline_parallel={current[1]}; this one asks for {tp}, {pp}: use one layout per process"
+            )
+    else:
+        parallel_state.initialize_model_parallel(tp, pp)
+    _parallel_users["count"] += 1
+
+
+def _leave_parallel_state() -> None:
+    from megatron.core import parallel_state
+
+    _parallel_users["count"] -= 1
+    if _parallel_users["count"] == 0:
+        parallel_state.destroy_model_parallel()
+
+
+@register_strategy("train", "megatron", kinds=megatron_compat.KINDS)
+class MegatronTrainStrategy(TrainStrategy):
+    """Megatron-core GPT training, tensor x data parallel."""
+
+    def initialize(self, model_path: str, config: dict[str, Any]) -> None:
+        from transformers import AutoConfig
+
+        self.settings = MegatronSettings.from_dict(config)
+        check_model_path(model_path)
+        self.plan = megatron_model.describe(AutoConfig.from_pretrained(model_path), self.settings)
+        hf_state = load_hf_state(model_path)
+        self._scope = megatron_compat.prepare(self.platform, self._mindspeed_options())
+        self._owns_group = ensure_process_group(self.platform)
+        world, tp = dist.get_world_size(), self.settings.tensor_parallel
+        if world % tp:
+            release_process_group(self._owns_group)
+            raise ConfigError(f"megatron trainer: tensor_parallel={tp} must divide the world size {world}")
+        self.device = self.platform.device()
+        self.steps = 0
+        self._offloaded: list | None = None
+        with self._scope():
+            self._build(hf_state)
+
+    def _mindspeed_options(self) -> dict[str, Any]:
+        s = self.settings
+        return {
+            "tensor_model_parallel_size": s.tensor_parallel,
+            "pipeline_model_parallel_size": s.pipeline_parallel,
+            "use_distributed_optimizer": s.use_distributed_optimizer,
+            **s.mindspeed,
+        }
+
+    def _build(self, hf_state: dict[str, torch.Tensor]) -> None:
+        from megatron.core import parallel_state, tensor_parallel
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+        from megatron.core.distributed import finalize_model_grads
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+        s = self.settings
+        _join_parallel_state(s.tensor_parallel, s.pipeline_parallel)
+        tensor_parallel.model_parallel_cuda_manual_seed(s.seed)
+        self.tp_group = parallel_state.get_tensor_model_parallel_group()
+        self.dp_group = parallel_state.get_data_parallel_group()
+        self.tp_rank = parallel_state.get_tensor_model_parallel_rank()
+        self.dp_size = parallel_state.get_data_parallel_world_size()
+        compute = s.param_dtype_name(self.platform.device_type)
+        config = megatron_model.transformer_config(self.plan, s, compute)
+        model = megatron_model.build(self.plan, config)
+        megatron_weights.load_into(
+            dict(model.named_parameters()), hf_state, self.plan.shape, self.tp_rank, s.tensor_parallel
+        )
+        model.to(self.device)
+        ddp_config = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True, use_distributed_optimizer=s.use_distributed_optimizer
+        )
+        self.model = DistributedDataParallel(config=config, ddp_config=ddp_config, module=model)
+        self.optimizer = get_megatron_optimizer(
+            OptimizerConfig(
+                optimizer="adam",
+                lr=s.lr,
+                weight_decay=s.weight_decay,
+                clip_grad=s.max_grad_norm,
+                bf16=compute == "bf16",
+                params_dtype=torch.float32,
+                use_distributed_optimizer=s.use_distributed_optimizer,
+            ),
+            [self.model],
+        )
+        config.finalize_model_grads_func = finalize_model_grads
+        config.no_sync_func = self.model.no_sync
+        config.grad_scale_func = self.optimizer.scale_loss
+
+    # ---- forward ------------------------------------------------------------------------
+    def _micro_logprobs(self, model, micro: TrainBatch) -> torch.Tensor:
+        from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+
+        ids = micro.input_ids.to(self.device)
+        positions = torch.arange(ids.shape[1], device=self.device).unsqueeze(0).expand_as(ids)
+        logits = model(ids, positions, attention_mask=None)  # causal; rows are right-padded
+        next_token = -vocab_parallel_cross_entropy(logits.float(), shifted_labels(ids))
+        return align_to_tokens(next_token, micro.attention_mask.to(self.device))
+
+    def _prepare(self, batch: TrainBatch) -> list[TrainBatch]:
+        if self._offloaded is not None:
+            raise TrainerStateError("the Megatron trainer is offloaded: call reload() before using it")
+        validate(batch)
+        check_same_rows(len(batch), self.device, self.dp_group)
+        check_same_tokens(batch.input_ids, self.device, self.tp_group)
+        return micro_batches(batch, self.settings.micro_batch_size)
+
+    def _run(self, micros: list[TrainBatch], forward_only: bool, loss_for=None) -> list:
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        def forward_step(data_iterator, model):
+            micro = next(data_iterator)
+            logprobs = self._micro_logprobs(model, micro)
+            if forward_only:
+                return logprobs, lambda output, non_loss_data=False: output.detach().cpu()
+            return logprobs, functools.partial(loss_for, micro)
+
+        return get_forward_backward_func()(
+            forward_step_func=forward_step,
+            data_iterator=iter(micros),
+            model=[self.model],
+            num_microbatches=len(micros),
+            seq_length=micros[0].input_ids.shape[1],
+            micro_batch_size=self.settings.micro_batch_size,
+            forward_only=forward_only,
+            collect_non_loss_data=forward_only,
+        )
+
+    @_in_scope
+    def forward_logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        micros = self._prepare(batch)
+        with torch.no_grad():
+            return torch.cat(self._run(micros, forward_only=True))
+
+    @_in_scope
+    def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+        micros = self._prepare(batch)
+        accounting = StepAccounting(batch, self.device, self.dp_group, self.dp_size)
+        lr = self.settings.lr * self.settings.lr_factor(self.steps)
+        for group in self.optimizer.param_groups:  # what megatron's own scheduler would set
+            group["lr"] = lr
+            group["weight_decay"] = self.settings.weight_decay * group.get("wd_mult", 1.0)
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+
+        def loss_for(micro, logprobs):
+            # the schedule divides each micro-batch loss by the number of micro-batches
+            return accounting.scaled_loss(loss_fn, logprobs, micro) * len(micros), {}
+
+        self._run(micros, forward_only=False, loss_for=loss_for)
+        _, grad_norm, _ = self.optimizer.step()
+        self.steps += 1
+        return {**accounting.metrics(), "grad_norm": float(grad_norm), "lr": lr}
+
+    # ---- weights --------------------------------------------------------------------------
+    def _gather_tp(self, local: torch.Tensor) -> list[torch.Tensor]:
+        if self.settings.tensor_parallel == 1:
+            return [local]
+        with self._scope():
+            shards = [torch.empty_like(local) for _ in range(self.settings.tensor_parallel)]
+            dist.all_gather(shards, local.detach().contiguous(), group=self.tp_group)
+        return shards
+
+    def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Every rank yields the same full fp32 tensors under HF names (tensor-parallel shards
+        are all-gathered per tensor, so every rank must drain the iterator)."""
+        if self._offloaded is not None:
+            raise TrainerStateError("the Megatron trainer is offloaded: call reload() before export")
+        params = dict(self.model.module.named_parameters())
+        for name, tensor in megatron_weights.export(params, self.plan.shape, self._gather_tp):
+            yield name, tensor.detach().cpu()
+
+    def _device_tensors(self) -> list[torch.Tensor]:
+        tensors = [p for p in self.model.module.parameters()]
+        tensors += [b.grad_data for b in self.model.buffers]
+        for optimizer in getattr(self.optimizer, "chained_optimizers", [self.optimizer]):
+            for state in optimizer.optimizer.state.values():
+                tensors += [v for v in state.values() if isinstance(v, torch.Tensor)]
+            for group in optimizer.optimizer.param_groups:
+                tensors += list(group["params"])
+        return tensors
+
+    def offload(self) -> None:
+        """Copy parameters, gradient buffers and optimizer state to host memory and free their
+        device storage (views into Megatron's flat buffers stay valid)."""
+        if self._offloaded is None:
+            self._offloaded = free_storages(self._device_tensors())
+
+    def reload(self) -> None:
+        if self._offloaded is not None:
+            restore_storages(self._offloaded)
+            self._offloaded = None
+
+    # ---- checkpoints ----------------------------------------------------------------------
+    def _inner_optimizers(self) -> list[torch.optim.Optimizer]:
+        chained = getattr(self.optimizer, "chained_optimizers", [self.optimizer])
+        return [wrapper.optimizer for wrapper in chained]
+
+    def _layout(self) -> dict[str, int]:
+        return {"tensor_parallel": self.settings.tensor_parallel, "data_parallel": self.dp_size}
+
+    def _checkpoint_prefixes(self) -> tuple[str, str]:
+        from megatron.core import parallel_state
+
+        dp_rank = parallel_state.get_data_parallel_rank()
+        return f"model.tp{self.tp_rank}.", f"optimizer.tp{self.tp_rank}.dp{dp_rank}."
+
+    def save_checkpoint(self, directory: str) -> None:
+        """torch.distributed.checkpoint of each tensor-parallel rank's model shard and each
+        rank's optimizer shard (its master parameters and Adam state), plus the step count.
+        Reloading needs the same tensor- and data-parallel sizes."""
+        import torch.distributed.checkpoint as dcp
+
+        model_prefix, optim_prefix = self._checkpoint_prefixes()
+        state = {model_prefix + n: p for n, p in self.model.module.named_parameters()}
+        for c, inner in enumerate(self._inner_optimizers()):
+            params = [p for group in inner.param_groups for p in group["params"]]
+            for index, entry in inner.state_dict()["state"].items():
+                state[f"{optim_prefix}{c}.{index}.param"] = params[index]
+                state.update({f"{optim_prefix}{c}.{index}.{k}": v for k, v in entry.items()})
+        dcp.save(state, checkpoint_id=directory)
+        if dist.get_rank() == 0:
+            torch.save({"steps": self.steps, **self._layout()}, Path(directory) / TRAINER_STATE)
+        dist.barrier()
+
+    def load_checkpoint(self, directory: str) -> None:
+        import torch.distributed.checkpoint as dcp
+
+        path = Path(directory) / TRAINER_STATE
+        if not path.is_file():
+            raise ConfigError(
+                f"'{directory}' holds no Megatron trainer checkpoint ({TRAINER_STATE} missing): pass a "
+                "directory written by save_checkpoint"
+            )
+        saved = torch.load(path, weights_only=True)
+        if {k: saved[k] for k in self._layout()} != self._layout():
+            raise ConfigError(
+                f"checkpoint '{directory}' was written with {saved['tensor_parallel']}-way tensor and "
+                f"{saved['data_parallel']}-way data parallelism; this trainer runs {self._layout()}: "
+                "reload it with the same layout"
+            )
+        reader = dcp.FileSystemReader(directory)
+        stored = reader.read_metadata().state_dict_metadata
+        model_prefix, optim_prefix = self._checkpoint_prefixes()
+        state: dict[str, Any] = {model_prefix + n: p for n, p in self.model.module.named_parameters()}
+        for key, meta in stored.items():
+            if key.startswith(optim_prefix):
+                state[key] = torch.empty(meta.size, dtype=meta.properties.dtype)
+        dcp.load(state, storage_reader=reader)
+        for c, inner in enumerate(self._inner_optimizers()):
+            params = [p for group in inner.param_groups for p in group["params"]]
+            entries: dict[int, dict[str, Any]] = {}
+            for key, value in state.items():
+                if key.startswith(f"{optim_prefix}{c}."):
+                    index, name = key[len(f"{optim_prefix}{c}.") :].split(".", 1)
+                    entries.setdefault(int(index), {})[name] = value
+            with torch.no_grad():
+                for index, entry in entries.items():
+                    params[index].copy_(entry.pop("param"))
+            inner.load_state_dict({"state": entries, "param_groups": inner.state_dict()["param_groups"]})
+        self.steps = saved["steps"]
+
+    def shutdown(self) -> None:
+        if getattr(self, "model", None) is None:
+            return
+        self.model = self.optimizer = None
+        with self._scope():
+            _leave_parallel_state()
+        release_process_group(self._owns_group)

@@ -1,0 +1,155 @@
+"""A Megatron-core GPTModel described from a Hugging Face config (Qwen2 and Llama families).
+
+`describe(hf_config, settings)` checks the model and the parallel layout and returns what the
+trainer needs, raising `ConfigError` for what this conversion does not cover, before megatron is
+imported. `build(...)` makes the model on the CPU with the local (no Transformer Engine) spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from roll_device.errors import ConfigError
+from strategies.training.megatron_weights import ModelShape
+from strategies.training.settings import MegatronSettings
+
+FAMILIES = ("qwen2", "llama")
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    shape: ModelShape
+    vocab_size: int
+    hidden_size: int
+    ffn_hidden_size: int
+    max_positions: int
+    rms_norm_eps: float
+    rope_theta: float
+
+
+def _rope_theta(hf_config) -> float:
+    rope = getattr(hf_config, "rope_parameters", None) or {}
+    rope_type = rope.get("rope_type", "default")
+    if rope_type != "default":
+        raise ConfigError(
+            f"megatron trainer: rope_type '{rope_type}' is not converted (only 'default' rotary "
+            "embeddings are); use the fsdp trainer for this model"
+        )
+    return float(rope.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0)))
+
+
+def describe(hf_config, settings: MegatronSettings) -> ModelPlan:
+    family = getattr(hf_config, "model_type", None)
+    if family not in FAMILIES:
+        raise ConfigError(
+            f"megatron trainer converts the {', '.join(FAMILIES)} families, not '{family}': "
+            "use the fsdp trainer for this model"
+        )
+    if getattr(hf_config, "hidden_act", "silu") != "silu" or getattr(hf_config, "mlp_bias", False):
+        raise ConfigError("megatron trainer: only SiLU-gated MLPs without bias are converted")
+    if getattr(hf_config, "use_sliding_window", False):
+        raise ConfigError("megatron trainer: sliding-window attention is not converted")
+    heads, groups = hf_config.num_attention_heads, hf_config.num_key_value_heads
+    tp = settings.tensor_parallel
+    for what, value in (
+        ("num_attention_heads", heads),
+        ("num_key_value_heads", groups),
+        ("vocab_size", hf_config.vocab_size),
+        ("intermediate_size", hf_config.intermediate_size),
+    ):
+        if value % tp:
+            raise ConfigError(
+                f"megatron trainer: tensor_parallel={tp} must divide the model's {what} ({value})"
+            )
+    if settings.pipeline_parallel != 1:
+        raise ConfigError(
+            f"megatron trainer: pipeline_parallel={settings.pipeline_parallel} is not supported "
+            "(this trainer runs tensor x data parallel layouts; see docs/training.md)"
+        )
+    qkv_bias = family == "qwen2" or bool(getattr(hf_config, "attention_bias", False))
+    shape = ModelShape(
+        num_layers=hf_config.num_hidden_layers,
+        num_heads=heads,
+        num_groups=groups,
+        head_dim=getattr(hf_config, "head_dim", None) or hf_config.hidden_size // heads,
+        qkv_bias=qkv_bias,
+        tied_embeddings=bool(getattr(hf_config, "tie_word_embeddings", False)),
+    )
+    return ModelPlan(
+        shape=shape,
+        vocab_size=hf_config.vocab_size,
+        hidden_size=hf_config.hidden_size,
+        ffn_hidden_size=hf_config.intermediate_size,
+        max_positions=hf_config.max_position_embeddings,
+        rms_norm_eps=hf_config.rms_norm_eps,
+        rope_theta=_rope_theta(hf_config),
+    )
+
+
+def _leave_uninitialized(tensor: torch.Tensor) -> None:
+    """An init method that leaves the weight as allocated (it is overwritten on load)."""
+
+
+def transformer_config(plan: ModelPlan, settings: MegatronSettings, compute: str) -> Any:
+    """The TransformerConfig: no fused kernels (none exist on the CPU), CPU initialization."""
+    import torch.nn.functional as F
+    from megatron.core.transformer import TransformerConfig
+
+    shape = plan.shape
+    return TransformerConfig(
+        num_layers=shape.num_layers,
+        hidden_size=plan.hidden_size,
+        ffn_hidden_size=plan.ffn_hidden_size,
+        num_attention_heads=shape.num_heads,
+        num_query_groups=shape.num_groups,
+        kv_channels=shape.head_dim,
+        normalization="RMSNorm",
+        layernorm_epsilon=plan.rms_norm_eps,
+        add_bias_linear=False,
+        add_qkv_bias=shape.qkv_bias,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        bias_activation_fusion=False,
+        bias_dropout_fusion=False,
+        masked_softmax_fusion=False,
+        apply_rope_fusion=False,
+        persist_layer_norm=False,
+        gradient_accumulation_fusion=False,
+        attention_softmax_in_fp32=True,
+        use_cpu_initialization=True,
+        # Megatron's initialization path also marks each weight's tensor-parallel split (grad
+        # norms and the optimizer read those marks), so it runs, with a no-op init method:
+        # every weight is then loaded from the HF checkpoint.
+        perform_initialization=True,
+        init_method=_leave_uninitialized,
+        output_layer_init_method=_leave_uninitialized,
+        embedding_init_method=_leave_uninitialized,
+        params_dtype=torch.float32,
+        bf16=compute == "bf16",
+        pipeline_dtype=DTYPES[compute],
+        tensor_model_parallel_size=settings.tensor_parallel,
+        pipeline_model_parallel_size=settings.pipeline_parallel,
+        sequence_parallel=False,
+    )
+
+
+def build(plan: ModelPlan, config: Any) -> Any:
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    return GPTModel(
+        config,
+        get_gpt_layer_local_spec(normalization="RMSNorm"),
+        vocab_size=plan.vocab_size,
+        max_sequence_length=plan.max_positions,
+        share_embeddings_and_output_weights=plan.shape.tied_embeddings,
+        position_embedding_type="rope",
+        rotary_base=int(plan.rope_theta),
+        parallel_output=True,
+    )

@@ -1,0 +1,151 @@
+"""Hugging Face <-> Megatron-core weight names and layouts for Qwen2 / Llama decoder models, with
+tensor-parallel splitting and merging.
+
+Megatron layouts (local transformer spec): `linear_qkv` stacks, per query group, the group's query
+heads, then its key head, then its value head; `linear_fc1` stacks gate over up (each half split
+across tensor-parallel ranks separately); embeddings and the output layer split the vocabulary;
+`linear_proj` and `linear_fc2` split their input dimension; norms are replicated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+import torch
+
+COLUMN, ROW, REPLICATED, QKV, GATE_UP = "column", "row", "replicated", "qkv", "gate_up"
+TIED_SOURCE, TIED_ALIAS = "model.embed_tokens.weight", "lm_head.weight"
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the conversion needs to know about the model."""
+
+    num_layers: int
+    num_heads: int
+    num_groups: int
+    head_dim: int
+    qkv_bias: bool
+    tied_embeddings: bool
+
+
+@dataclass(frozen=True)
+class Param:
+    """One Megatron parameter: its HF sources (several for fused ones) and how TP splits it."""
+
+    megatron: str
+    hf: tuple[str, ...]
+    split: str
+
+
+def parameters(shape: ModelShape) -> list[Param]:
+    """Every Megatron parameter of the model (single pipeline stage) with its HF sources."""
+    params = [Param("embedding.word_embeddings.weight", ("model.embed_tokens.weight",), COLUMN)]
+    for i in range(shape.num_layers):
+        m, h = f"decoder.layers.{i}.", f"model.layers.{i}."
+        attn = h + "self_attn."
+        params += [
+            Param(m + "input_layernorm.weight", (h + "input_layernorm.weight",), REPLICATED),
+            Param(
+                m + "self_attention.linear_qkv.weight",
+                tuple(attn + f"{p}_proj.weight" for p in "qkv"),
+                QKV,
+            ),
+            Param(m + "self_attention.linear_proj.weight", (attn + "o_proj.weight",), ROW),
+            Param(m + "pre_mlp_layernorm.weight", (h + "post_attention_layernorm.weight",), REPLICATED),
+            Param(m + "mlp.linear_fc1.weight", (h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"), GATE_UP),
+            Param(m + "mlp.linear_fc2.weight", (h + "mlp.down_proj.weight",), ROW),
+        ]
+        if shape.qkv_bias:
+            params.append(
+                Param(m + "self_attention.linear_qkv.bias", tuple(attn + f"{p}_proj.bias" for p in "qkv"), QKV)
+            )
+    params.append(Param("decoder.final_layernorm.weight", ("model.norm.weight",), REPLICATED))
+    if not shape.tied_embeddings:
+        params.append(Param("output_layer.weight", ("lm_head.weight",), COLUMN))
+    return params
+
+
+def _fuse_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, shape: ModelShape) -> torch.Tensor:
+    per_group = shape.num_heads // shape.num_groups
+    rest = q.shape[1:]
+    q = q.reshape(shape.num_groups, per_group * shape.head_dim, *rest)
+    k = k.reshape(shape.num_groups, shape.head_dim, *rest)
+    v = v.reshape(shape.num_groups, shape.head_dim, *rest)
+    return torch.cat([q, k, v], dim=1).reshape(-1, *rest)
+
+
+def _unfuse_qkv(fused: torch.Tensor, shape: ModelShape) -> tuple[torch.Tensor, ...]:
+    per_group = shape.num_heads // shape.num_groups
+    rest = fused.shape[1:]
+    grouped = fused.reshape(shape.num_groups, (per_group + 2) * shape.head_dim, *rest)
+    q, k, v = grouped.split([per_group * shape.head_dim, shape.head_dim, shape.head_dim], dim=1)
+    return tuple(t.reshape(-1, *rest) for t in (q, k, v))
+
+
+def to_megatron_shard(
+    param: Param, hf: Mapping[str, torch.Tensor], shape: ModelShape, tp_rank: int, tp_size: int
+) -> torch.Tensor:
+    """This tensor-parallel rank's shard of `param`, built from the HF tensors."""
+    sources = [hf[name] for name in param.hf]
+    if param.split == REPLICATED:
+        return sources[0]
+    if param.split == QKV:  # group-major, so a contiguous chunk holds whole groups
+        return _fuse_qkv(*sources, shape).chunk(tp_size, dim=0)[tp_rank]
+    if param.split == GATE_UP:
+        gate, up = (t.chunk(tp_size, dim=0)[tp_rank] for t in sources)
+        return torch.cat([gate, up], dim=0)
+    return sources[0].chunk(tp_size, dim=0 if param.split == COLUMN else 1)[tp_rank]
+
+
+def to_hf(param: Param, shards: list[torch.Tensor], shape: ModelShape) -> Iterator[tuple[str, torch.Tensor]]:
+    """HF-named full tensors from the shards of `param` of every tensor-parallel rank (in order)."""
+    if param.split == REPLICATED:
+        yield param.hf[0], shards[0]
+    elif param.split == QKV:
+        yield from zip(param.hf, _unfuse_qkv(torch.cat(shards, dim=0), shape))
+    elif param.split == GATE_UP:
+        halves = [s.chunk(2, dim=0) for s in shards]
+        yield param.hf[0], torch.cat([h[0] for h in halves], dim=0)
+        yield param.hf[1], torch.cat([h[1] for h in halves], dim=0)
+    else:
+        yield param.hf[0], torch.cat(shards, dim=0 if param.split == COLUMN else 1)
+
+
+def load_into(
+    named_params: Mapping[str, torch.nn.Parameter],
+    hf: Mapping[str, torch.Tensor],
+    shape: ModelShape,
+    tp_rank: int,
+    tp_size: int,
+) -> None:
+    """Copy HF tensors into the local Megatron parameters; raise KeyError naming a missing one."""
+    expected = {p.megatron for p in parameters(shape)}
+    if set(named_params) != expected:
+        raise KeyError(
+            f"Megatron model parameters differ from the conversion table: extra "
+            f"{sorted(set(named_params) - expected)}, missing {sorted(expected - set(named_params))}"
+        )
+    with torch.no_grad():
+        for param in parameters(shape):
+            shard = to_megatron_shard(param, hf, shape, tp_rank, tp_size)
+            target = named_params[param.megatron]
+            if target.shape != shard.shape:
+                raise KeyError(f"{param.megatron}: shard {tuple(shard.shape)} != parameter {tuple(target.shape)}")
+            target.copy_(shard)
+
+
+def export(
+    named_params: Mapping[str, torch.Tensor],
+    shape: ModelShape,
+    gather: Callable[[torch.Tensor], list[torch.Tensor]],
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """HF-named full tensors; `gather` returns a local shard's tensor-parallel shards in rank order."""
+    for param in parameters(shape):
+        local = named_params[param.megatron]
+        shards = [local] if param.split == REPLICATED else gather(local)
+        for name, tensor in to_hf(param, shards, shape):
+            yield name, tensor
+            if shape.tied_embeddings and name == TIED_SOURCE:
+                yield TIED_ALIAS, tensor  # transformers lists the tied head under its own name

@@ -1,0 +1,55 @@
+"""MindSpeed glue checks in fresh processes on the simulated NPU, with the STAND-IN mindspeed
+package of tests/compat/standin (which records calls and patches nothing)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+STANDIN = str(Path(__file__).parent / "standin")
+
+
+def _npu_trainer():
+    os.environ["ROLL_DEVICE"] = "npu-sim"
+    import roll_device as rd
+    from strategies.base import strategy_class
+
+    platform = rd.current_platform()
+    return strategy_class("train", "megatron", platform.kind)(platform)
+
+
+def _error_of(call) -> str:
+    try:
+        call()
+    except Exception as exc:  # the tests assert on the type name and message
+        return f"{type(exc).__name__}: {exc}"
+    return ""
+
+
+def order_and_options(model_path: str) -> dict:
+    """The trainer applies the stand-in before megatron is imported and passes its options."""
+    sys.path.insert(0, STANDIN)
+    os.environ["MINDSPEED_STANDIN_STOP"] = "1"
+    trainer = _npu_trainer()
+    config = {"tensor_parallel": 2, "mindspeed": {"use_fused_rmsnorm": True}}
+    error = _error_of(lambda: trainer.initialize(model_path, config))
+    import mindspeed
+
+    from roll_device.compat import mindspeed as glue
+
+    os.environ.pop("MINDSPEED_STANDIN_STOP")
+    glue.apply({"second": True})
+    return {"error": error, "events": [list(e) for e in mindspeed.EVENTS], "stand_in_file": mindspeed.__file__}
+
+
+def missing_then_too_late(model_path: str) -> dict:
+    """Without MindSpeed: the error names it. With megatron imported first: refused."""
+    out = {"missing": _error_of(lambda: _npu_trainer().initialize(model_path, {}))}
+    import megatron.core  # noqa: F401
+
+    from roll_device.compat import mindspeed as glue
+
+    sys.path.insert(0, STANDIN)
+    out["too_late"] = _error_of(lambda: glue.apply({}))
+    return out

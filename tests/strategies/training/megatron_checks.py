@@ -1,0 +1,105 @@
+"""Megatron-core trainer checks, run in spawned gloo ranks (ranks.py) or a fresh process."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+import roll_device as rd
+from strategies.base import strategy_class
+from strategies.training.losses import grpo_policy_loss, nll_loss
+from tests.strategies.training.data import concat, make_batch
+from tests.strategies.training.fsdp_checks import CONFIG, _error_of, max_diff, plain_logprobs, reference_step
+
+
+def new_trainer(model_path: str, **overrides):
+    platform = rd.current_platform()
+    trainer = strategy_class("train", "megatron", platform.kind)(platform)
+    trainer.initialize(model_path, {**CONFIG, "name": "megatron", **overrides})
+    return trainer
+
+
+def checkpoint_round_trip(trainer, model_path: str, directory: str, batch, **overrides) -> dict:
+    """Save, step; a fresh trainer loads and steps: both steps and weights should agree."""
+    batch.old_logprobs = trainer.forward_logprobs(batch)
+    loss = grpo_policy_loss(clip_ratio=0.2)
+    trainer.save_checkpoint(directory)
+    after_save = trainer.train_step(batch, loss)
+    restored = new_trainer(model_path, **overrides)
+    restored.load_checkpoint(directory)
+    after_load = restored.train_step(batch, loss)
+    out = {
+        "step_after_save": after_save,
+        "step_after_load": after_load,
+        "checkpoint_weight_diff": max_diff(dict(trainer.export_weights()), dict(restored.export_weights())),
+    }
+    restored.shutdown()
+    return out
+
+
+def two_ranks(rank: int, model_path: str, tensor_parallel: int, checkpoint_dir: str) -> dict:
+    """The trainer contract on 2 gloo ranks: TP=2 (both ranks hold the same rows) or TP=1 with
+    2 data-parallel ranks (each its own rows) and the distributed optimizer."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    dp_size = dist.get_world_size() // tensor_parallel
+    seeds = [100 + r for r in range(dp_size)]
+    batch = make_batch(seed=seeds[rank % dp_size] if dp_size > 1 else seeds[0])
+    trainer = new_trainer(model_path, tensor_parallel=tensor_parallel)
+    plain = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    out = {"logprob_diff": (trainer.forward_logprobs(batch) - plain_logprobs(plain, batch)).abs().max().item()}
+
+    first = trainer.train_step(batch, nll_loss())
+    ref_norm, ref_weights = reference_step(model_path, concat([make_batch(s) for s in seeds]))
+    out["grad_norm"], out["reference_grad_norm"] = first["grad_norm"], ref_norm
+    out["weight_diff_vs_reference"] = max_diff(dict(trainer.export_weights()), ref_weights)
+    out["losses"] = [first["loss"]] + [trainer.train_step(batch, nll_loss())["loss"] for _ in range(3)]
+
+    exported = dict(trainer.export_weights())
+    out["exported_names"], out["hf_names"] = sorted(exported), sorted(plain.state_dict())
+    fresh = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
+    fresh.load_state_dict(exported, strict=True)
+    out["export_logprob_diff"] = (plain_logprobs(fresh, batch) - trainer.forward_logprobs(batch)).abs().max().item()
+    trainer.offload()
+    trainer.reload()
+    out["offload_reload_weight_diff"] = max_diff(exported, dict(trainer.export_weights()))
+    out["own_rows_error"] = _error_of(lambda: trainer.forward_logprobs(make_batch(seed=rank)))
+    out.update(checkpoint_round_trip(trainer, model_path, checkpoint_dir, make_batch(seed=300), tensor_parallel=tensor_parallel))
+    trainer.shutdown()
+    return out
+
+
+def single_process(model_path: str, checkpoint_dir: str) -> dict:
+    """No process group given: each trainer makes (or joins) a single-rank one. Megatron TP=1 with
+    the plain (non-distributed) optimizer against FSDP2 on the same weights (weight decay on, so
+    that both must decay the same parameters: norms are at 1.0, a decayed norm moves by lr * 0.1),
+    offload and reload."""
+    batch = make_batch(seed=11, rows=3)
+    fsdp = strategy_class("train", "fsdp", "cpu")(rd.current_platform())
+    fsdp.initialize(model_path, {**CONFIG, "weight_decay": 0.1})
+    megatron = new_trainer(model_path, use_distributed_optimizer=False, weight_decay=0.1)
+    twin = new_trainer(model_path, use_distributed_optimizer=False, weight_decay=0.1)
+    out = {"logprob_diff_vs_fsdp": (fsdp.forward_logprobs(batch) - megatron.forward_logprobs(batch)).abs().max().item()}
+    fsdp_step, megatron_step = fsdp.train_step(batch, nll_loss()), megatron.train_step(batch, nll_loss())
+    twin.train_step(batch, nll_loss())
+    out["fsdp_step"], out["megatron_step"] = fsdp_step, megatron_step
+    out["weight_diff_vs_fsdp"] = max_diff(dict(fsdp.export_weights()), dict(megatron.export_weights()))
+
+    param = next(megatron.model.module.parameters())
+    megatron.offload()
+    out["storage_bytes_offloaded"] = param.untyped_storage().nbytes()
+    out["offloaded_error"] = _error_of(lambda: megatron.train_step(batch, nll_loss()))
+    megatron.reload()
+    out["storage_bytes_reloaded"] = param.untyped_storage().nbytes()
+    after_reload, twin_step = megatron.train_step(batch, nll_loss()), twin.train_step(batch, nll_loss())
+    out["step_after_reload"], out["step_without_offload"] = after_reload, twin_step
+    out["reload_weight_diff"] = max_diff(dict(megatron.export_weights()), dict(twin.export_weights()))
+    out.update(
+        checkpoint_round_trip(
+            megatron, model_path, checkpoint_dir, make_batch(seed=12), use_distributed_optimizer=False, weight_decay=0.1
+        )
+    )
+    for trainer in (twin, megatron, fsdp):
+        trainer.shutdown()
+    out["group_released"] = not dist.is_initialized()
+    return out

@@ -1,0 +1,118 @@
+"""Megatron-core trainer on the CPU: TP=1 (one process, and 2 data-parallel gloo ranks with the
+distributed optimizer) and TP=2 (two gloo processes), against transformers and the FSDP2 trainer."""
+
+from __future__ import annotations
+
+import pytest
+
+import roll_device as rd
+from roll_device.errors import ConfigError
+from strategies.base import strategy_class
+from strategies.training.megatron import MegatronTrainStrategy
+from tests.isolated import run_isolated
+from tests.strategies.training.ranks import run_ranks
+
+
+@pytest.fixture(scope="module", params=[2, 1], ids=["tp2", "tp1-dp2"])
+def two_ranks(request, tiny_model_path, tmp_path_factory):
+    checkpoint = str(tmp_path_factory.mktemp(f"megatron-tp{request.param}"))
+    ranks = run_ranks(
+        "tests.strategies.training.megatron_checks:two_ranks", 2, tiny_model_path, request.param, checkpoint
+    )
+    return request.param, ranks
+
+
+@pytest.fixture(scope="module")
+def single_process(tiny_model_path, tmp_path_factory):
+    checkpoint = str(tmp_path_factory.mktemp("megatron-single"))
+    return run_isolated("tests.strategies.training.megatron_checks:single_process", tiny_model_path, checkpoint)
+
+
+def test_registered_for_the_kinds_it_has_adapters_for():
+    for kind in ("cuda", "rocm", "npu", "cpu"):
+        assert strategy_class("train", "megatron", kind) is MegatronTrainStrategy
+
+
+def test_logprobs_match_transformers(two_ranks):
+    for rank in two_ranks[1]:
+        assert rank["logprob_diff"] < 1e-5
+
+
+def test_step_matches_a_plain_step_on_the_same_rows(two_ranks):
+    for rank in two_ranks[1]:
+        assert rank["grad_norm"] == pytest.approx(rank["reference_grad_norm"], rel=1e-5)
+        assert rank["weight_diff_vs_reference"] < 1e-3  # Adam's first update is lr-sized: 5e-3
+
+
+def test_loss_decreases(two_ranks):
+    tp, ranks = two_ranks
+    losses = ranks[0]["losses"]
+    assert all(later < earlier for earlier, later in zip(losses, losses[1:]))
+    assert ranks[1]["losses"] == pytest.approx(losses)
+
+
+def test_exported_weights_load_into_transformers_with_matching_logits(two_ranks):
+    for rank in two_ranks[1]:
+        assert rank["exported_names"] == rank["hf_names"]
+        assert rank["export_logprob_diff"] < 1e-5
+        assert rank["offload_reload_weight_diff"] == 0.0
+
+
+def test_checkpoint_reload_gives_identical_next_step(two_ranks):
+    for rank in two_ranks[1]:
+        assert rank["step_after_load"] == pytest.approx(rank["step_after_save"], rel=1e-6)
+        assert rank["checkpoint_weight_diff"] < 1e-6
+
+
+def test_tensor_parallel_ranks_must_hold_the_same_rows_data_parallel_ranks_their_own(two_ranks):
+    tp, ranks = two_ranks
+    for rank in ranks:
+        if tp == 2:
+            assert rank["own_rows_error"].startswith("ConfigError: ranks of one tensor-parallel group got different")
+        else:
+            assert rank["own_rows_error"] == ""
+
+
+def test_logprobs_and_step_match_fsdp_on_the_same_weights(single_process):
+    out = single_process
+    assert out["logprob_diff_vs_fsdp"] < 1e-5
+    fsdp, megatron = out["fsdp_step"], out["megatron_step"]
+    assert megatron["loss"] == pytest.approx(fsdp["loss"], rel=1e-6)
+    assert megatron["grad_norm"] == pytest.approx(fsdp["grad_norm"], rel=1e-5)
+    assert out["weight_diff_vs_fsdp"] < 1e-4
+
+
+def test_offload_frees_storage_and_reload_restores_the_same_next_step(single_process):
+    out = single_process
+    assert out["storage_bytes_offloaded"] == 0 and out["storage_bytes_reloaded"] > 0
+    assert out["offloaded_error"].startswith("TrainerStateError: the Megatron trainer is offloaded")
+    assert out["step_after_reload"] == out["step_without_offload"]
+    assert out["reload_weight_diff"] == 0.0
+
+
+def test_single_process_checkpoint_and_its_own_group(single_process):
+    out = single_process
+    assert out["step_after_load"] == pytest.approx(out["step_after_save"], rel=1e-6)
+    assert out["group_released"]
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"tensor_parallel": 3}, "tensor_parallel=3 must divide the model's num_attention_heads"),
+        ({"pipeline_parallel": 2}, "pipeline_parallel=2 is not supported"),
+        ({"tensor_parallel": 0}, "tensor_parallel must be >= 1"),
+        ({"mindspeed": "on"}, "mindspeed must be a mapping"),
+    ],
+)
+def test_bad_layouts_are_rejected_before_megatron_starts(tiny_model_path, config, message):
+    with pytest.raises(ConfigError, match=message):
+        MegatronTrainStrategy(rd.get_platform("cpu")).initialize(tiny_model_path, config)
+
+
+def test_unsupported_model_family_is_named(tmp_path):
+    from transformers import GPT2Config
+
+    GPT2Config(n_layer=1, n_embd=64, n_head=2).save_pretrained(tmp_path)
+    with pytest.raises(ConfigError, match="converts the qwen2, llama families, not 'gpt2'"):
+        MegatronTrainStrategy(rd.get_platform("cpu")).initialize(str(tmp_path), {})
