@@ -12,6 +12,7 @@ and handed to the model, so nothing in the step depends on host-side values.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -150,8 +151,21 @@ class HfStrategy(InferenceStrategy):
         decode_mask = (real & (key[None, :] < width))[:, None, None, :]
         return out.logits[:, -1, :].float().log_softmax(dim=-1), decode_mask, width
 
+    @contextlib.contextmanager
+    def _seeded(self, seed: int | None):
+        """With a seed: the process's RNG forked (restored afterwards) and seeded, on the CPU and
+        this worker's device (device generators are not offered by every platform). Without one:
+        the process's RNG as it stands."""
+        if seed is None:
+            yield
+            return
+        devices = [] if self.platform.device_type == "cpu" else [self.platform.current_device()]
+        with torch.random.fork_rng(devices=devices, device_type=self.platform.device_type):
+            self.platform.manual_seed(seed)
+            yield
+
     def _generate_rows(
-        self, prompts: list[list[int]], sampling: SamplingConfig, generator: torch.Generator
+        self, prompts: list[list[int]], sampling: SamplingConfig
     ) -> list[tuple[list[int], list[float], str]]:
         n = len(prompts)
         size = self.runner.bucket(n)
@@ -163,8 +177,8 @@ class HfStrategy(InferenceStrategy):
         token_logprobs: list[list[float]] = [[] for _ in range(n)]
         reasons: list[str | None] = [None] * n
         for step in range(sampling.max_tokens):
-            drawn, drawn_logprobs = sample(logprobs, sampling, generator, self.settings["logprobs_mode"])
-            for row, (token, logprob) in enumerate(zip(drawn.tolist(), drawn_logprobs.tolist())):
+            drawn, drawn_logprobs = sample(logprobs, sampling, self.settings["logprobs_mode"])
+            for row, (token, logprob) in enumerate(zip(drawn.to("cpu").tolist(), drawn_logprobs.to("cpu").tolist())):
                 if reasons[row] is None:
                     tokens[row].append(token)
                     token_logprobs[row].append(logprob)
@@ -184,17 +198,12 @@ class HfStrategy(InferenceStrategy):
             raise ConfigError("generate on an offloaded hf strategy: call reload() first")
         check_request(prompt_token_ids, sampling, self.settings["max_model_len"], self.vocab_size)
         rows = [(i, s, list(p)) for i, p in enumerate(prompt_token_ids) for s in range(sampling.n)]
-        generator = torch.Generator(device=self.platform.device())
-        if sampling.seed is None:
-            generator.seed()
-        else:
-            generator.manual_seed(sampling.seed)
         completions = []
         chunk = self.settings["max_batch_size"]
-        with torch.no_grad():
+        with torch.no_grad(), self._seeded(sampling.seed):
             for start in range(0, len(rows), chunk):
                 part = rows[start:start + chunk]
-                results = self._generate_rows([p for _, _, p in part], sampling, generator)
+                results = self._generate_rows([p for _, _, p in part], sampling)
                 completions += [
                     Completion(i, s, tokens, logprobs, reason)
                     for (i, s, _), (tokens, logprobs, reason) in zip(part, results)

@@ -1,5 +1,5 @@
 """Batched token sampling for the HF strategy: greedy at temperature 0, else temperature, top-k
-and top-p, drawn with the caller's generator. The log-probability reported for a drawn token
+and top-p, drawn from the process's random generator of the logits' device (the caller seeds it). The log-probability reported for a drawn token
 follows vLLM's modes: `raw_logprobs` (the model's own distribution, what a trainer recomputes;
 the default) or `processed_logprobs` (after temperature, top-k and top-p)."""
 
@@ -29,10 +29,7 @@ def _top_p(scores: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def sample(
-    logprobs: torch.Tensor,
-    sampling: SamplingConfig,
-    generator: torch.Generator | None,
-    mode: str = "raw_logprobs",
+    logprobs: torch.Tensor, sampling: SamplingConfig, mode: str = "raw_logprobs"
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(tokens, their log-probabilities) for each row of the (rows, vocab) raw `logprobs`."""
     if sampling.temperature == 0:
@@ -41,6 +38,6 @@ def sample(
     else:
         scores = _top_p(_top_k(logprobs / sampling.temperature, sampling.top_k), sampling.top_p)
         processed = scores.log_softmax(dim=-1)
-        tokens = torch.multinomial(processed.exp(), 1, generator=generator).squeeze(1)
+        tokens = torch.multinomial(processed.exp(), 1).squeeze(1)
     source = logprobs if mode == "raw_logprobs" else processed
     return tokens, source.gather(1, tokens[:, None]).squeeze(1)

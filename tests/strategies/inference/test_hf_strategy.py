@@ -48,9 +48,15 @@ def test_logprobs_are_the_models_own(hf_cpu, reference_model):
 
 def test_seeded_sampling_repeats_and_samples_differ(hf_cpu):
     sampling = SamplingConfig(n=3, max_tokens=8, temperature=1.0, seed=11)
+    state = torch.get_rng_state()
     first, again = hf_cpu.generate([[5, 6]], sampling), hf_cpu.generate([[5, 6]], sampling)
+    assert torch.equal(torch.get_rng_state(), state)  # a seeded call leaves the process's RNG alone
     assert [c.token_ids for c in first] == [c.token_ids for c in again]
     assert len({tuple(c.token_ids) for c in first}) == 3
+    unseeded = SamplingConfig(n=3, max_tokens=8, temperature=1.0)
+    assert [c.token_ids for c in hf_cpu.generate([[5, 6]], unseeded)] != [
+        c.token_ids for c in hf_cpu.generate([[5, 6]], unseeded)
+    ]
 
 
 def test_batches_above_max_batch_size_run_in_chunks(hf_cpu):
@@ -151,3 +157,15 @@ def test_bucket_caches_are_views_of_one_store(reference_model):
     small.update(keys, keys * 2, 0)
     assert torch.equal(store.keys[0][:2, :, 0], keys[:, :, 0]) and not store.keys[0][2:].any()
     assert int(small.layers[0].cumulative_length) == 1 and int(large.layers[0].cumulative_length) == 0
+
+
+def test_on_the_simulated_npu_matches_the_cpu(tiny_model_path, hf_cpu):
+    """SIMULATION: the NPU platform on the simulated NPU (ROLL_DEVICE=npu-sim), in its own process."""
+    from tests.isolated import run_isolated
+
+    sim = run_isolated("tests.strategies.inference.sim_checks:hf_on_simulated_npu", tiny_model_path)
+    assert sim["platform"] == "npu (simulated)" and sim["weights_on"] == "npu:0"
+    assert sim["uses_graphs"] is False  # the simulation offers no graph class: eager path
+    assert sim["greedy"] == [c.token_ids for c in hf_cpu.generate(PROMPTS, GREEDY)]
+    cpu_sampled = hf_cpu.generate(PROMPTS, SamplingConfig(n=2, max_tokens=8, temperature=1.0, seed=3))
+    assert sim["sampled"] == [c.token_ids for c in cpu_sampled]
