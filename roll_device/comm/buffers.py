@@ -1,11 +1,15 @@
-"""Buffers that buckets are packed into: host staging (pinned where the platform allows) and the
-two kinds of slot rings that a bucket can be handed over in without a network.
+"""Buffers that buckets are packed into and received in.
 
-- `ShmRing`: slots in one POSIX shared-memory file (/dev/shm), mapped by the sender and by every
-  receiver on the node. The file is unlinked as soon as every receiver has mapped it, so nothing
-  is left behind if a process dies; its pages are touched once at creation and at attach, so a
-  sync never pays page faults.
-- `IpcRing`: slots in device memory, shared by the platform's IPC handles (`Platform.ipc_handle`).
+- `host_buffer`: host staging memory, pinned when the platform is a real accelerator here.
+- `ShmSlot`: one bucket buffer in a POSIX shared-memory file (/dev/shm), mapped by the sender and
+  by every receiver on the node. The sender unlinks the file as soon as every receiver has mapped
+  it, so nothing is left behind if a process dies; pages are touched when the slot is made and
+  mapped, so a sync never pays page faults.
+- `IpcSlot`: one bucket buffer in device memory, shared through the platform's IPC handles.
+- `storage_users`: how many tensors hold a buffer's memory. A host buffer whose tensors were
+  handed to a consumer is reused only once the consumer let go of all of them.
+- `HostPool`: host receive buffers, reused when free, new ones made while a consumer holds the
+  others. (Device buffers are never handed out: receivers copy out of them.)
 """
 
 from __future__ import annotations
@@ -30,91 +34,99 @@ def host_buffer(nbytes: int, platform: Platform) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
 
 
+def storage_users(tensor: torch.Tensor) -> int:
+    """The number of tensors (views included) that share `tensor`'s memory, plus a constant."""
+    return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
+
+
 def _touch(tensor: torch.Tensor, write: bool) -> None:
-    """Fault in every page of `tensor` now instead of during the first sync."""
-    pages = tensor.view(-1)[::PAGE]
+    """Fault in every page of `tensor` now instead of during a sync."""
+    pages = tensor[::PAGE]
     if write:
         pages.zero_()
     else:
         pages.sum()
 
 
-class ShmRing:
-    """`slots` host buffers of `capacity` bytes in one shared-memory file."""
+class ShmSlot:
+    """A bucket buffer of `capacity` bytes in a shared-memory file."""
 
-    def __init__(self, path: Path, capacity: int, slots: int, owner: bool) -> None:
-        self.path, self.capacity, self.owner = path, capacity, owner
-        self.memory = torch.from_file(str(path), shared=True, size=capacity * slots, dtype=torch.uint8)
-        self._slots = [self.memory[k * capacity : (k + 1) * capacity] for k in range(slots)]
+    def __init__(self, path: Path, capacity: int) -> None:
+        self.path = path
+        self.tensor = torch.from_file(str(path), shared=True, size=capacity, dtype=torch.uint8)
 
     @classmethod
-    def create(cls, capacity: int, slots: int) -> ShmRing:
+    def create(cls, capacity: int, platform: Platform) -> ShmSlot:
+        """A new slot (in host memory whatever `platform` is: it serves hosts without IPC)."""
         if not SHM_DIR.is_dir():
             raise WeightSyncError(
                 f"no {SHM_DIR} on this host: the shared-memory weight sync needs POSIX shared memory "
-                "(set weight_sync.path=collective or bridge across nodes)"
+                "(set weight_sync.path=collective, or bridge across nodes)"
             )
         path = SHM_DIR / f"roll-device-weights-{os.getpid()}-{uuid.uuid4().hex[:12]}"
         with open(path, "wb") as f:
-            f.truncate(capacity * slots)
-        ring = cls(path, capacity, slots, owner=True)
-        _touch(ring.memory, write=True)
-        return ring
+            f.truncate(capacity)
+        slot = cls(path, capacity)
+        _touch(slot.tensor, write=True)
+        return slot
 
     @classmethod
-    def attach(cls, descriptor: tuple[str, int, int]) -> ShmRing:
-        path, capacity, slots = descriptor
+    def attach(cls, descriptor: tuple[str, int], platform: Platform) -> ShmSlot:
+        """The sender's slot `descriptor`, mapped into this process (host memory, as `create`)."""
+        path, capacity = descriptor
         if not Path(path).exists():
             raise WeightSyncError(
-                f"shared-memory file {path} is not on this host: the shared-memory path needs the "
-                "receiver on the sender's node (check the placement, or use weight_sync.path=bridge "
-                "with the roles on different nodes)"
+                f"shared-memory file {path} is not on this host: the shared-memory path needs every "
+                "rollout worker on the trainer's node (check the placement, or use "
+                "weight_sync.path=bridge across nodes)"
             )
-        ring = cls(Path(path), capacity, slots, owner=False)
-        _touch(ring.memory, write=False)
-        return ring
+        slot = cls(Path(path), capacity)
+        _touch(slot.tensor, write=False)
+        return slot
 
-    def descriptor(self) -> tuple[str, int, int]:
-        return (str(self.path), self.capacity, len(self._slots))
+    def descriptor(self) -> tuple[str, int]:
+        return (str(self.path), self.tensor.numel())
 
-    def slot(self, index: int) -> torch.Tensor:
-        return self._slots[index]
-
-    def attached(self) -> None:
-        """Every receiver has mapped the file: remove its name (the mappings stay valid)."""
-        if self.owner:
-            self.path.unlink(missing_ok=True)
-
-    def close(self) -> None:
-        self.attached()
-        self._slots = []
-        self.memory = None
+    def unlink(self) -> None:
+        """Remove the file's name; every mapping stays valid."""
+        self.path.unlink(missing_ok=True)
 
 
-class IpcRing:
-    """`slots` device buffers of `capacity` bytes, opened by receivers through IPC handles."""
+class IpcSlot:
+    """A bucket buffer of `capacity` bytes in device memory, opened by receivers by handle."""
 
-    def __init__(self, slots: list[torch.Tensor], platform: Platform) -> None:
-        self._slots = slots
-        self.platform = platform
+    def __init__(self, tensor: torch.Tensor, platform: Platform) -> None:
+        self.tensor, self.platform = tensor, platform
 
     @classmethod
-    def create(cls, capacity: int, slots: int, platform: Platform) -> IpcRing:
-        device = platform.device()
-        return cls([torch.empty(capacity, dtype=torch.uint8, device=device) for _ in range(slots)], platform)
+    def create(cls, capacity: int, platform: Platform) -> IpcSlot:
+        return cls(torch.empty(capacity, dtype=torch.uint8, device=platform.device()), platform)
 
     @classmethod
-    def attach(cls, handles: list[tuple], platform: Platform) -> IpcRing:
-        return cls([platform.open_ipc_handle(h) for h in handles], platform)
+    def attach(cls, descriptor: tuple, platform: Platform) -> IpcSlot:
+        return cls(platform.open_ipc_handle(descriptor), platform)
 
-    def descriptor(self) -> list[tuple]:
-        return [self.platform.ipc_handle(s) for s in self._slots]
+    def descriptor(self) -> tuple:
+        return self.platform.ipc_handle(self.tensor)
 
-    def slot(self, index: int) -> torch.Tensor:
-        return self._slots[index]
+    def unlink(self) -> None:
+        """Nothing to remove: the handle stays valid while the sender holds the buffer."""
 
-    def attached(self) -> None:
-        """Nothing to release: the handles stay valid while the sender holds the slots."""
 
-    def close(self) -> None:
-        self._slots = []
+class HostPool:
+    """Host buffers of `capacity` bytes; `acquire` returns one that nothing else holds."""
+
+    def __init__(self, capacity: int, platform: Platform) -> None:
+        self.capacity, self.platform = capacity, platform
+        self._buffers: list[tuple[torch.Tensor, int]] = []  # (buffer, its users when idle)
+
+    def __len__(self) -> int:
+        return len(self._buffers)
+
+    def acquire(self) -> torch.Tensor:
+        for buffer, idle in self._buffers:
+            if storage_users(buffer) == idle:
+                return buffer
+        buffer = host_buffer(self.capacity, self.platform)
+        self._buffers.append((buffer, storage_users(buffer)))
+        return buffer

@@ -58,6 +58,13 @@ class Control:
     def put(self, key: str, value: Any) -> None:
         self.store.set(key, pickle.dumps(value))
 
+    def put_many(self, keys: list[str], values: list[Any]) -> None:
+        self.store.multi_set(keys, [pickle.dumps(v) for v in values])
+
+    def get_many(self, keys: list[str]) -> list[Any]:
+        """Values of keys that exist already (one round trip)."""
+        return [pickle.loads(raw) for raw in self.store.multi_get(keys)]
+
     def get(self, key: str, waiting_for: str) -> Any:
         """The value under `key`, waiting for it up to the timeout."""
         self.wait([key], waiting_for)
@@ -89,3 +96,8 @@ def ack_key(seq: int, index: int, rank: int) -> str:
 
 def done_key(seq: int, rank: int) -> str:
     return f"sync/{seq}/done/{rank}"
+
+
+def release_key(rank: int, slot: int) -> str:
+    """How many times receiver `rank` has released slot `slot` (across syncs)."""
+    return f"release/{rank}/{slot}"

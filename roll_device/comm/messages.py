@@ -10,14 +10,16 @@ from roll_device.comm.buckets import Piece
 @dataclass
 class BucketHeader:
     """Bucket `index` of the sync of trainer step `version`: its pieces, its size in bytes, the
-    slot that holds it (slot transports), its CRC32 when verification is on, whether it is the
-    last one, and the sender's error when the sender aborted instead (no bytes follow)."""
+    slot that holds it (slot transports; `new_slot` describes a slot made for it), its CRC32 when
+    verification is on, whether it is the last one, and the sender's error when the sender
+    aborted instead (no bytes follow)."""
 
     version: int
     index: int
     pieces: list[Piece] = field(default_factory=list)
     nbytes: int = 0
     slot: int = 0
+    new_slot: tuple | None = None
     checksum: int | None = None
     final: bool = False
     error: str | None = None

@@ -8,10 +8,10 @@ receiver.version                                    # the trainer step the weigh
 ```
 
 Everything else (path, transport, bucket size) comes from the sender, so both ends cannot disagree.
-`receive` hands `apply` an iterator of (name, tensor) on this worker's device (`device`). The
-tensors are borrowed: a tensor may be overwritten once the iterator moves past it, so `apply`
-copies what it keeps (an engine's weight loader copies into its parameters). Without verification
-buckets are applied as they arrive. With verification (the sender's `verify`) every bucket is
+`receive` hands `apply` an iterator of (name, tensor) on this worker's device (`device`); `apply`
+may keep them as long as it likes. On the host, tensors are views of the receive buffers (no
+copy), which are reused only once `apply` let go of every tensor in them; a device gets its own
+copy of each bucket. Without verification buckets are applied as they arrive. With verification (the sender's `verify`) every bucket is
 staged and checked first, and a checksum mismatch raises a WeightSyncError before `apply` sees a
 single tensor: the engine keeps the weights of `version`.
 
@@ -31,9 +31,10 @@ import torch
 from roll_device.comm.buckets import BucketReader, checksum
 from roll_device.comm.control import Control, Endpoint, done_key
 from roll_device.comm.messages import BucketHeader, SyncStats
+from roll_device.comm.planner import HOST
 from roll_device.comm.transports import SETUP_KEY, Setup, receiver_transport
 from roll_device.errors import WeightSyncError
-from roll_device.platforms import Platform
+from roll_device.platforms import Platform, get_platform
 
 Apply = Callable[[Iterable[tuple[str, torch.Tensor]]], object]
 
@@ -58,6 +59,7 @@ class WeightReceiver:
         self.endpoint, self.rank, self.platform = endpoint, rank, platform
         self.timeout_s = timeout_s
         self.device = device if device is not None else platform.device()
+        self._host_type = get_platform(HOST).device_type
         self.version: int | None = None
         self.control: Control | None = None
         self.transport = None
@@ -129,16 +131,25 @@ class WeightReceiver:
             progress.nbytes += header.nbytes
             if header.checksum is not None:
                 staged.append((header, data.to(self.device, copy=True)))
-                continue
-            yield from self._unpack(reader, header, data.to(self.device), progress)
+            else:
+                yield from self._unpack(reader, header, self._local(data), progress)
+            del data  # the transport may reuse the buffer once the consumer lets go of it too
         for header, data in staged:
             yield from self._unpack(reader, header, data, progress)
         reader.finish()
+
+    def _local(self, data: torch.Tensor) -> torch.Tensor:
+        """The bucket on this worker's device: the transport's host buffer itself when both are host
+        memory (the transport reuses it only once nothing holds it), else a copy."""
+        if data.device.type == self._host_type and self.device.type == self._host_type:
+            return data
+        return data.to(self.device, copy=True)
 
     def _unpack(self, reader: BucketReader, header: BucketHeader, data: torch.Tensor, progress: _Progress):
         for item in reader.tensors(header.pieces, data):
             progress.tensors += 1
             yield item
+            self.transport.settle()  # the consumer may have let go of earlier buckets
 
     def _verify(self, header: BucketHeader, data: torch.Tensor) -> None:
         got = checksum(data)

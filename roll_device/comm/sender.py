@@ -89,11 +89,12 @@ class WeightSender:
                 index += 1
                 if header.final:
                     break
-            self.transport.finish(seq)
         except Exception as exc:
+            self.transport.cancel()
             self._abort(seq, index, version, exc)
             raise
         failures = self._collect(seq, index)
+        self.transport.finish(seq)
         if failures:
             raise WeightSyncError(
                 f"weight sync of version {version} failed on {len(failures)} rollout worker(s): "

@@ -1,18 +1,22 @@
 """How a bucket's bytes move once packed: through shared slots, or by a group broadcast.
 
-Both kinds keep two buffers per side, so the sender packs bucket i+1 while bucket i is in flight
-or being read.
-
-- Slot transports (`shm`, `ipc`): the sender packs into slot i % 2 of a ring every receiver has
-  mapped, publishes the header, and reuses the slot once every receiver acknowledged bucket i-2.
-  Receivers read the slot in place.
+- Slot transports (`shm`, `ipc`): the sender packs into a slot every receiver has mapped and
+  publishes the header; receivers read the slot in place. The sender runs at most two buckets
+  ahead of the slowest receiver (it waits for bucket i-2 to be read before it packs bucket i), and
+  reuses a slot once every receiver has released it, i.e. once no tensor it handed out still uses
+  that slot's memory. While a consumer keeps tensors, the sender makes another slot (announced in
+  the header that uses it), so that a consumer that gathers tensors before it loads them never
+  sees them overwritten.
 - Broadcast transport: the header goes through the control store, the bytes by an asynchronous
   broadcast from rank 0 in a group of their own (the kind's backend for `collective`, gloo for the
-  host bridge); each receiver posts bucket i+1 before it hands bucket i over.
+  host bridge). The sender alternates two buffers; each receiver posts bucket i+1 before it hands
+  bucket i over, into a host buffer nothing holds (host receive buffers) or into the other of two
+  device buffers (device receive buffers, which receivers copy out of before use).
 
-Sender side: `connect`, then per bucket `buffer(seq, index)` -> pack -> `send(seq, header, data)`,
-then `finish(seq)`. Receiver side: `connect`, then `buckets(seq)` yields (header, bytes), the bytes
-valid until the next item is requested (None for a sender's error header).
+Sender side: `connect`, then per bucket `buffer(seq, index)` -> pack -> `send(seq, header, data)`
+(or `cancel()` if the bucket will not be sent), then `finish(seq)` once every receiver is done.
+Receiver side: `connect`, then `buckets(seq)` yields (header, bytes) (None for a sender's error
+header); `settle()` tells the sender about slots the consumer let go of.
 """
 
 from __future__ import annotations
@@ -22,14 +26,15 @@ from dataclasses import dataclass
 
 import torch
 
-from roll_device.comm.buffers import IpcRing, ShmRing, host_buffer
-from roll_device.comm.control import Control, ack_key, bucket_key
+from roll_device.comm.buffers import HostPool, IpcSlot, ShmSlot, host_buffer, storage_users
+from roll_device.comm.control import Control, ack_key, bucket_key, release_key
 from roll_device.comm.groups import broadcast, close_group, new_group
 from roll_device.comm.messages import BucketHeader
 from roll_device.comm.planner import HOST, SyncPlan
+from roll_device.errors import WeightSyncError
 from roll_device.platforms import Platform, get_platform
 
-SLOTS = 2
+SLOTS = 2  # slots made at connect; device buffers per side of a broadcast
 SETUP_KEY = "setup"
 SLOTS_KEY = "setup/slots"
 
@@ -52,59 +57,113 @@ def _ranks(setup: Setup) -> range:
     return range(1, setup.receivers + 1)
 
 
+def _slot_class(setup: Setup) -> type[ShmSlot] | type[IpcSlot]:
+    return IpcSlot if setup.plan.transport == "ipc" else ShmSlot
+
+
 class SlotSender:
     def __init__(self, control: Control, setup: Setup, platform: Platform) -> None:
         self.control, self.setup, self.platform = control, setup, platform
-        self.ring: ShmRing | IpcRing | None = None
+        self.slots: list[ShmSlot | IpcSlot] = []
+        self.handed: list[int] = []  # times each slot was handed out
+        self._unlinked_after: list[tuple[int, int]] = []  # (slot, the bucket that announced it)
+        self._next: tuple[int, tuple | None] | None = None
+
+    def _new_slot(self) -> int:
+        slot = _slot_class(self.setup).create(self.setup.capacity, self.platform)
+        self.slots.append(slot)
+        self.handed.append(0)
+        number = len(self.slots) - 1
+        ranks = list(_ranks(self.setup))
+        self.control.put_many([release_key(r, number) for r in ranks], [0] * len(ranks))
+        return number
 
     def connect(self) -> None:
-        if self.setup.plan.transport == "ipc":
-            self.ring = IpcRing.create(self.setup.capacity, SLOTS, self.platform)
-        else:
-            self.ring = ShmRing.create(self.setup.capacity, SLOTS)
-        self.control.put(SLOTS_KEY, self.ring.descriptor())
+        for _ in range(SLOTS):
+            self._new_slot()
+        self.control.put(SLOTS_KEY, [slot.descriptor() for slot in self.slots])
         self.control.wait(
             [_attached_key(r) for r in _ranks(self.setup)], "every rollout worker to map the slots"
         )
-        self.ring.attached()
+        for slot in self.slots:
+            slot.unlink()
 
     def buffer(self, seq: int, index: int) -> torch.Tensor:
         if index >= SLOTS:
-            done = index - SLOTS
+            read = index - SLOTS
             self.control.wait(
-                [ack_key(seq, done, r) for r in _ranks(self.setup)],
-                f"every rollout worker to release bucket {done}",
+                [ack_key(seq, read, r) for r in _ranks(self.setup)],
+                f"every rollout worker to read bucket {read}",
             )
-        return self.ring.slot(index % SLOTS)
+            self._unlink_announced(up_to=read)
+        number = self._free_slot()
+        descriptor = None
+        if number is None:
+            number = self._new_slot()
+            descriptor = self.slots[number].descriptor()
+            self._unlinked_after.append((number, index))
+        self.handed[number] += 1
+        self._next = (number, descriptor)
+        return self.slots[number].tensor
+
+    def _free_slot(self) -> int | None:
+        ranks = list(_ranks(self.setup))
+        keys = [release_key(r, number) for number in range(len(self.slots)) for r in ranks]
+        released = self.control.get_many(keys)
+        for number in range(len(self.slots)):
+            counts = released[number * len(ranks) : (number + 1) * len(ranks)]
+            if all(count == self.handed[number] for count in counts):
+                return number
+        return None
+
+    def _unlink_announced(self, up_to: int) -> None:
+        """Unlink new slots whose announcing bucket every receiver has read (so has mapped)."""
+        for number, bucket in [entry for entry in self._unlinked_after if entry[1] <= up_to]:
+            self.slots[number].unlink()
+            self._unlinked_after.remove((number, bucket))
 
     def send(self, seq: int, header: BucketHeader, data: torch.Tensor) -> None:
-        header.slot = header.index % SLOTS
+        (header.slot, header.new_slot), self._next = self._next, None
         if self.setup.plan.staging == "device":
             self.platform.synchronize()  # the packing copies must land before a receiver reads
         self.control.put(bucket_key(seq, header.index), header)
 
+    def cancel(self) -> None:
+        """The slot handed out last will not be sent: take it back."""
+        if self._next is not None:
+            self.handed[self._next[0]] -= 1
+            self._next = None
+
     def finish(self, seq: int) -> None:
-        """Receivers acknowledge every slot before they report done: nothing left in flight."""
+        for slot in self.slots:  # every receiver is done, so has mapped every slot
+            slot.unlink()
+        self._unlinked_after = []
 
     def used_keys(self, seq: int, buckets: int) -> list[str]:
         return [ack_key(seq, i, r) for i in range(buckets) for r in _ranks(self.setup)]
 
     def close(self) -> None:
-        if self.ring is not None:
-            self.ring.close()
+        self.finish(seq=-1)
+        self.slots = []
 
 
 class SlotReceiver:
     def __init__(self, control: Control, setup: Setup, platform: Platform, rank: int) -> None:
         self.control, self.setup, self.platform, self.rank = control, setup, platform, rank
-        self.ring: ShmRing | IpcRing | None = None
+        self.slots: list[ShmSlot | IpcSlot] = []
+        self._idle: list[int] = []  # users of each slot's memory when no tensor of ours holds it
+        self._released: list[int] = []
+        self._held: set[int] = set()
+
+    def _attach(self, descriptor) -> None:
+        slot = _slot_class(self.setup).attach(descriptor, self.platform)
+        self.slots.append(slot)
+        self._idle.append(storage_users(slot.tensor))
+        self._released.append(0)
 
     def connect(self) -> None:
-        descriptor = self.control.get(SLOTS_KEY, "the sender's slots")
-        if self.setup.plan.transport == "ipc":
-            self.ring = IpcRing.attach(descriptor, self.platform)
-        else:
-            self.ring = ShmRing.attach(descriptor)
+        for descriptor in self.control.get(SLOTS_KEY, "the sender's slots"):
+            self._attach(descriptor)
         self.control.put(_attached_key(self.rank), True)
 
     def buckets(self, seq: int) -> Iterator[tuple[BucketHeader, torch.Tensor | None]]:
@@ -114,26 +173,39 @@ class SlotReceiver:
             if header.error is not None:
                 yield header, None
                 return
-            yield header, self.ring.slot(header.slot)[: header.nbytes]
+            if header.new_slot is not None:
+                if header.slot != len(self.slots):
+                    raise WeightSyncError(f"slot {header.slot} announced out of order (have {len(self.slots)})")
+                self._attach(header.new_slot)
+            self._held.add(header.slot)
+            yield header, self.slots[header.slot].tensor[: header.nbytes]
             if self.setup.plan.staging == "device":
-                self.platform.synchronize()  # reads of the slot are done before it is released
+                self.platform.synchronize()  # copies out of the slot are done before it is released
             self.control.put(ack_key(seq, index, self.rank), True)
+            self.settle()
             if header.final:
                 return
             index += 1
 
+    def settle(self) -> None:
+        """Release every slot that no tensor of this process uses any more."""
+        for number in sorted(self._held):
+            if storage_users(self.slots[number].tensor) == self._idle[number]:
+                self._held.discard(number)
+                self._released[number] += 1
+                self.control.put(release_key(self.rank, number), self._released[number])
+
     def close(self) -> None:
-        if self.ring is not None:
-            self.ring.close()
+        self.slots = []
 
 
-def _staging(setup: Setup, platform: Platform) -> tuple[list[torch.Tensor], torch.device]:
-    """Two bucket buffers and the device the group's handshakes run on."""
-    if setup.plan.staging == "device":
-        device = platform.device()
-        return [torch.empty(setup.capacity, dtype=torch.uint8, device=device) for _ in range(SLOTS)], device
-    buffers = [host_buffer(setup.capacity, platform) for _ in range(SLOTS)]
-    return buffers, get_platform(HOST).device()
+def _host_staged(setup: Setup, platform: Platform) -> bool:
+    """Whether this side's bucket buffers live in host memory."""
+    return setup.plan.staging == "host" or platform.device_type == get_platform(HOST).device_type
+
+
+def _group_device(setup: Setup, platform: Platform) -> torch.device:
+    return platform.device() if setup.plan.staging == "device" else get_platform(HOST).device()
 
 
 class BroadcastSender:
@@ -143,7 +215,13 @@ class BroadcastSender:
         self._works: list = [None] * SLOTS
 
     def connect(self) -> None:
-        self.buffers, self.device = _staging(self.setup, self.platform)
+        self.device = _group_device(self.setup, self.platform)
+        if self.setup.plan.staging == "host":
+            self.buffers = [host_buffer(self.setup.capacity, self.platform) for _ in range(SLOTS)]
+        else:
+            self.buffers = [
+                torch.empty(self.setup.capacity, dtype=torch.uint8, device=self.device) for _ in range(SLOTS)
+            ]
         self.group = new_group(self.control, self.setup.plan.backend, 0, self.setup.receivers + 1, self.device)
 
     def buffer(self, seq: int, index: int) -> torch.Tensor:
@@ -157,8 +235,11 @@ class BroadcastSender:
 
     def send(self, seq: int, header: BucketHeader, data: torch.Tensor) -> None:
         self.control.put(bucket_key(seq, header.index), header)
-        if header.error is None and header.nbytes:
+        if header.nbytes:
             self._works[header.index % SLOTS] = broadcast(self.group, data)
+
+    def cancel(self) -> None:
+        """Nothing was handed out that needs taking back."""
 
     def finish(self, seq: int) -> None:
         for slot in range(SLOTS):
@@ -179,34 +260,46 @@ class BroadcastReceiver:
         self.group = None
 
     def connect(self) -> None:
-        self.buffers, self.device = _staging(self.setup, self.platform)
+        self.device = _group_device(self.setup, self.platform)
+        if _host_staged(self.setup, self.platform):
+            self.pool, self.buffers = HostPool(self.setup.capacity, self.platform), None
+        else:
+            self.pool = None
+            self.buffers = [
+                torch.empty(self.setup.capacity, dtype=torch.uint8, device=self.device) for _ in range(SLOTS)
+            ]
         self.group = new_group(
             self.control, self.setup.plan.backend, self.rank, self.setup.receivers + 1, self.device
         )
 
     def _post(self, header: BucketHeader):
-        if header.error is not None or not header.nbytes:
-            return None
-        return broadcast(self.group, self.buffers[header.index % SLOTS][: header.nbytes])
+        """The buffer bucket `header` lands in, and the broadcast that fills it."""
+        if header.error is not None:
+            return None, None
+        buffer = self.pool.acquire() if self.pool is not None else self.buffers[header.index % SLOTS]
+        data = buffer[: header.nbytes]
+        return data, (broadcast(self.group, data) if header.nbytes else None)
 
     def _header(self, seq: int, index: int) -> BucketHeader:
         return self.control.get(bucket_key(seq, index), f"bucket {index} of sync {seq}")
 
     def buckets(self, seq: int) -> Iterator[tuple[BucketHeader, torch.Tensor | None]]:
         header = self._header(seq, 0)
-        work = self._post(header)
+        data, work = self._post(header)
         while True:
             if work is not None:
                 work.wait()
-            upcoming = upcoming_work = None
+            upcoming = upcoming_data = upcoming_work = None
             if not header.ends:  # post the next bucket before this one is handed over
                 upcoming = self._header(seq, header.index + 1)
-                upcoming_work = self._post(upcoming)
-            data = None if header.error is not None else self.buffers[header.index % SLOTS][: header.nbytes]
+                upcoming_data, upcoming_work = self._post(upcoming)
             yield header, data
             if upcoming is None:
                 return
-            header, work = upcoming, upcoming_work
+            header, data, work = upcoming, upcoming_data, upcoming_work
+
+    def settle(self) -> None:
+        """Host receive buffers are checked when the next one is needed: nothing to report."""
 
     def close(self) -> None:
         if self.group is not None:

@@ -3,6 +3,7 @@ functions by name (`module:function`) and keeps module state between calls, so a
 receivers can live in separate processes across several syncs.
 
 A call that raises comes back as a `RemoteError` carrying the exception's type name and message.
+Each worker runs torch with one intra-op thread: several of them share this machine's two cores.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ class RemoteError(Exception):
 
 
 def _serve(conn) -> None:
+    import torch
+
+    torch.set_num_threads(1)  # several workers share two cores: no intra-op thread contention
     while True:
         request = conn.recv()
         if request is None:
