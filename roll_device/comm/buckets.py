@@ -123,7 +123,9 @@ class BucketReader:
             if piece.start == 0:
                 self._partial = (piece, torch.empty(piece.total, dtype=torch.uint8, device=buffer.device))
             elif self._partial is None or self._partial[0].name != piece.name:
-                raise WeightSyncError(f"piece of '{piece.name}' at byte {piece.start} arrived without its start")
+                raise WeightSyncError(
+                    f"piece of '{piece.name}' at byte {piece.start} arrived without its start"
+                )
             assembled = self._partial[1]
             assembled[piece.start : piece.start + piece.nbytes].copy_(data)
             if piece.start + piece.nbytes == piece.total:

@@ -27,7 +27,9 @@ from roll_device.comm.control import Control
 _names = itertools.count()
 
 
-def new_group(control: Control, backend: str, rank: int, world_size: int, device: torch.device) -> dist.ProcessGroup:
+def new_group(
+    control: Control, backend: str, rank: int, world_size: int, device: torch.device
+) -> dist.ProcessGroup:
     """A `world_size` group over `backend` in which this process is `rank`; every member calls it.
 
     A first broadcast on `device` connects the group, so failures surface here, not mid-sync.

@@ -42,8 +42,14 @@ class WeightSyncOptions:
             )
         if not isinstance(self.verify, bool):
             raise ConfigError(f"weight_sync.verify must be true or false, got {self.verify!r}")
-        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, int | float) or self.timeout_s <= 0:
-            raise ConfigError(f"weight_sync.timeout_s must be a number of seconds > 0, got {self.timeout_s!r}")
+        if (
+            isinstance(self.timeout_s, bool)
+            or not isinstance(self.timeout_s, int | float)
+            or self.timeout_s <= 0
+        ):
+            raise ConfigError(
+                f"weight_sync.timeout_s must be a number of seconds > 0, got {self.timeout_s!r}"
+            )
 
     @classmethod
     def from_config(cls, group: Mapping[str, Any] | None) -> WeightSyncOptions:

@@ -108,8 +108,13 @@ class WeightReceiver:
         self.version = progress.version
         seconds = time.perf_counter() - start
         return SyncStats(
-            progress.version, self.plan.path, self.plan.transport, progress.buckets, progress.tensors,
-            progress.nbytes, seconds,
+            progress.version,
+            self.plan.path,
+            self.plan.transport,
+            progress.buckets,
+            progress.tensors,
+            progress.nbytes,
+            seconds,
         )
 
     def _named(

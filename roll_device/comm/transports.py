@@ -57,7 +57,7 @@ def _ranks(setup: Setup) -> range:
     return range(1, setup.receivers + 1)
 
 
-def _slot_class(setup: Setup) -> type[ShmSlot] | type[IpcSlot]:
+def _slot_class(setup: Setup) -> type[ShmSlot | IpcSlot]:
     return IpcSlot if setup.plan.transport == "ipc" else ShmSlot
 
 
@@ -175,7 +175,9 @@ class SlotReceiver:
                 return
             if header.new_slot is not None:
                 if header.slot != len(self.slots):
-                    raise WeightSyncError(f"slot {header.slot} announced out of order (have {len(self.slots)})")
+                    raise WeightSyncError(
+                        f"slot {header.slot} announced out of order (have {len(self.slots)})"
+                    )
                 self._attach(header.new_slot)
             self._held.add(header.slot)
             yield header, self.slots[header.slot].tensor[: header.nbytes]
@@ -222,7 +224,9 @@ class BroadcastSender:
             self.buffers = [
                 torch.empty(self.setup.capacity, dtype=torch.uint8, device=self.device) for _ in range(SLOTS)
             ]
-        self.group = new_group(self.control, self.setup.plan.backend, 0, self.setup.receivers + 1, self.device)
+        self.group = new_group(
+            self.control, self.setup.plan.backend, 0, self.setup.receivers + 1, self.device
+        )
 
     def buffer(self, seq: int, index: int) -> torch.Tensor:
         self._wait(index % SLOTS)

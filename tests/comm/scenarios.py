@@ -18,8 +18,16 @@ class Run:
     syncs: list[tuple[dict, list]] = field(default_factory=list)  # (trainer export, receivers' results)
 
 
-def open_sync(workers: list[Worker], src: str, dst: str, forced: str = "auto", *, colocated: bool = False,
-              same_node: bool = True, verify: bool = False) -> Run:
+def open_sync(
+    workers: list[Worker],
+    src: str,
+    dst: str,
+    forced: str = "auto",
+    *,
+    colocated: bool = False,
+    same_node: bool = True,
+    verify: bool = False,
+) -> Run:
     sender, receivers = workers[0], workers[1:]
     opened = sender.call(
         f"{CHECKS}:start_sender", src, dst, forced, colocated, same_node, len(receivers), BUCKET_BYTES, verify
@@ -38,8 +46,14 @@ def open_sync(workers: list[Worker], src: str, dst: str, forced: str = "auto", *
     return Run(opened["plan"], before)
 
 
-def sync(workers: list[Worker], run: Run, seed: int, version: int, corrupt: dict[int, int] | None = None,
-         fail_after: int | None = None) -> tuple:
+def sync(
+    workers: list[Worker],
+    run: Run,
+    seed: int,
+    version: int,
+    corrupt: dict[int, int] | None = None,
+    fail_after: int | None = None,
+) -> tuple:
     """One sync of the trainer model of `seed`; results in place (RemoteError where one failed).
 
     `corrupt`: rank -> index of a bucket that rank receives damaged; `fail_after`: the trainer's

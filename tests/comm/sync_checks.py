@@ -51,7 +51,13 @@ def _report(model, platform) -> dict:
 
 
 def start_sender(
-    src: str, dst: str, forced: str, colocated: bool, same_node: bool, receivers: int, bucket_bytes: int,
+    src: str,
+    dst: str,
+    forced: str,
+    colocated: bool,
+    same_node: bool,
+    receivers: int,
+    bucket_bytes: int,
     verify: bool,
 ) -> dict:
     platform = _platform(src)

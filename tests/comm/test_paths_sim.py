@@ -15,14 +15,33 @@ from tests.comm.scenarios import assert_synced, run_twice
 @pytest.mark.parametrize(
     ("src", "dst", "forced", "placement", "expected", "device"),
     [
-        ("npu-sim", "npu-sim", "auto", {"colocated": True}, "colocated: npu -> npu via host shared memory", "npu:0"),
-        ("npu-sim", "npu-sim", "auto", {}, "collective: npu -> npu via hccl broadcast (device buckets)", "npu:0"),
+        (
+            "npu-sim",
+            "npu-sim",
+            "auto",
+            {"colocated": True},
+            "colocated: npu -> npu via host shared memory",
+            "npu:0",
+        ),
+        (
+            "npu-sim",
+            "npu-sim",
+            "auto",
+            {},
+            "collective: npu -> npu via hccl broadcast (device buckets)",
+            "npu:0",
+        ),
         ("npu-sim", "cpu", "auto", {"same_node": False}, "bridge: npu -> cpu via gloo broadcast", "cpu"),
         ("npu-sim", "cpu", "auto", {}, "bridge: npu -> cpu via host shared memory", "cpu"),
         ("cpu", "npu-sim", "auto", {"same_node": False}, "bridge: cpu -> npu via gloo broadcast", "npu:0"),
     ],
-    ids=["colocated-shm", "collective-hccl", "bridge-npu-to-cpu-cross-node", "bridge-npu-to-cpu-same-node",
-         "bridge-cpu-to-npu-cross-node"],
+    ids=[
+        "colocated-shm",
+        "collective-hccl",
+        "bridge-npu-to-cpu-cross-node",
+        "bridge-npu-to-cpu-same-node",
+        "bridge-cpu-to-npu-cross-node",
+    ],
 )
 def test_simulated_npu_path(sim_workers, src, dst, forced, placement, expected, device):
     run = run_twice(sim_workers, src, dst, forced, **placement)

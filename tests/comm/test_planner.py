@@ -69,7 +69,14 @@ def test_forced_paths_that_work(src, dst, colocated, same_node, forced, path, tr
     [
         ("cuda", "cuda", False, False, "colocated", "IPC handles and shared memory work within one node"),
         ("npu", "cuda", False, True, "colocated", "device handles cannot cross kinds"),
-        ("npu", "cuda", False, True, "collective", "one collective backend cannot join two kinds (hccl vs nccl)"),
+        (
+            "npu",
+            "cuda",
+            False,
+            True,
+            "collective",
+            "one collective backend cannot join two kinds (hccl vs nccl)",
+        ),
         ("cpu", "npu", False, False, "collective", "(gloo vs hccl); use bridge"),
         ("cuda", "cuda", True, False, "auto", "colocated roles share devices, so they must be on one node"),
         ("npu", "cuda", True, True, "auto", "roles on two kinds cannot share devices"),
@@ -91,8 +98,9 @@ def test_options_from_the_composed_config():
     options = WeightSyncOptions.from_config(compose().weight_sync)
     assert options == WeightSyncOptions(path="auto", bucket_bytes=64 << 20, verify=False, timeout_s=600)
     forced = WeightSyncOptions.from_config(
-        compose(["weight_sync.path=bridge", "weight_sync.verify=true", "weight_sync.bucket_bytes=1048576"])
-        .weight_sync
+        compose(
+            ["weight_sync.path=bridge", "weight_sync.verify=true", "weight_sync.bucket_bytes=1048576"]
+        ).weight_sync
     )
     assert (forced.path, forced.verify, forced.bucket_bytes) == ("bridge", True, 1 << 20)
 
