@@ -28,7 +28,7 @@ def _plan(args: argparse.Namespace) -> int:
 def _submit(args: argparse.Namespace) -> int:
     from roll_device.cluster.commands import submit_command
 
-    return submit_command(args.overrides, address=args.address, no_wait=args.no_wait)
+    return submit_command(args.overrides, address=args.address, no_wait=args.no_wait, command=args.command)
 
 
 def _make_tiny_model(args: argparse.Namespace) -> int:
@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     submit = sub.add_parser("submit", help="submit the run to a Ray cluster (Ray Jobs API)")
     submit.add_argument("--address", default=None, help="dashboard address, e.g. http://127.0.0.1:8265")
     submit.add_argument("--no-wait", action="store_true", help="return after submission")
+    submit.add_argument("--command", choices=["run", "plan"], default="run",
+                        help="what the job runs: the experiment (default) or only its device plan")
     submit.add_argument("overrides", nargs="*")
     submit.set_defaults(func=_submit)
 

@@ -24,6 +24,9 @@ class Platform:
     ray_resource: ClassVar[str | None]
     visible_devices_env: ClassVar[str | None]
     ray_noset_visible_devices_env: ClassVar[str | None] = None
+    # Prefixes of Ray accelerator types (node resource `accelerator_type:<type>`) that mark this
+    # kind's devices where kinds share one Ray resource: NVIDIA and AMD GPUs both count as `GPU`.
+    ray_accelerator_type_prefixes: ClassVar[tuple[str, ...]] = ()
     dist_backend: ClassVar[str]
     graph_class_name: ClassVar[str | None] = None
     supports_ipc: ClassVar[bool] = False

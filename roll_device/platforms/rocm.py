@@ -12,6 +12,7 @@ class RocmPlatform(CudaPlatform):
     kind = "rocm"
     visible_devices_env = "HIP_VISIBLE_DEVICES"
     ray_noset_visible_devices_env = "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES"
+    ray_accelerator_type_prefixes = ("AMD-",)
     allocator_conf_env = "PYTORCH_HIP_ALLOC_CONF"
 
     @classmethod

@@ -1,0 +1,123 @@
+"""`WorkerGroup`: the workers of one role, one Ray actor per planned device, and how to call them.
+
+`WorkerGroup(plan, role, worker_cls, *args, **kwargs)` reserves the plan's placement groups (once
+per plan), then starts `worker_cls(*args, **kwargs)` (a plain `RoleWorker` subclass; the group
+makes it a Ray actor) for each rank in its slot's bundle with its share of the device and the
+environment its kind needs. It does not wait: `.infos` (each worker's `info()`) does, so several
+groups start together. `ray_options` adds Ray actor options (`max_concurrency`, more
+`runtime_env` variables, ...).
+
+Dispatch patterns:
+- `call_all(method, ...)`: every rank, same arguments; results in rank order.
+- `scatter_gather(method, shards, ...)`: shard i to rank i (data parallel); results in rank order.
+  `shard(batch, n)` cuts a sequence or a `TrainBatch`-like object (`select(slice)`) into n parts.
+- `call_rank0(method, ...)`: rank 0 only.
+- `async_call_all(method, ...)`: the object refs, for overlapping groups.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roll_device.cluster.placement import worker_request
+from roll_device.cluster.plan import Plan
+from roll_device.cluster.worker import RoleWorker, worker_env
+from roll_device.errors import ConfigError, RollDeviceError
+
+
+class DispatchError(RollDeviceError, ValueError):
+    """Arguments that do not match the group (shard count, batch size)."""
+
+
+def actor_options(plan: Plan, role: str, rank: int, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Ray actor options of `role`'s worker at `rank`, with `extra` merged in."""
+    extra = dict(extra or {})
+    runtime_env = dict(extra.pop("runtime_env", None) or {})
+    runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **worker_env(plan, role, rank)}
+    return {
+        **worker_request(plan, role, rank),
+        "scheduling_strategy": plan.reserve().scheduling_strategy(plan, role, rank),
+        "runtime_env": runtime_env,
+        **extra,
+    }
+
+
+def shard(batch: Any, n: int) -> list[Any]:
+    """`batch` cut into `n` contiguous parts whose sizes differ by at most one."""
+    size = len(batch)
+    if n < 1 or size < n:
+        raise DispatchError(f"cannot cut a batch of {size} into {n} non-empty shards")
+    bounds = [size * i // n for i in range(n + 1)]
+    take = batch.select if hasattr(batch, "select") else batch.__getitem__
+    return [take(slice(bounds[i], bounds[i + 1])) for i in range(n)]
+
+
+class WorkerGroup:
+    """The workers of one role; see the module docstring."""
+
+    def __init__(self, plan: Plan, role: str, worker_cls: type, *args: Any,
+                 ray_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        import ray
+
+        if role not in plan.roles:
+            raise ConfigError(f"no role '{role}' in the plan (roles: {', '.join(plan.roles)})")
+        if not (isinstance(worker_cls, type) and issubclass(worker_cls, RoleWorker)):
+            raise ConfigError(
+                f"worker class {worker_cls!r} must be a plain subclass of RoleWorker (the group makes "
+                "it a Ray actor; do not decorate it with @ray.remote)"
+            )
+        self.plan = plan
+        self.role = role
+        self.placement = plan.roles[role]
+        actor_cls = ray.remote(worker_cls)
+        self.workers = [
+            actor_cls.options(**actor_options(plan, role, rank, ray_options)).remote(*args, **kwargs)
+            for rank in range(self.placement.world_size)
+        ]
+        self._info_refs = self.async_call_all("info")
+
+    @property
+    def infos(self) -> list[dict[str, Any]]:
+        """Each worker's `info()` from its start, in rank order (waits for the workers)."""
+        import ray
+
+        return ray.get(self._info_refs)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.workers)
+
+    def async_call_all(self, method: str, *args: Any, **kwargs: Any) -> list:
+        return [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
+
+    def call_all(self, method: str, *args: Any, **kwargs: Any) -> list:
+        import ray
+
+        return ray.get(self.async_call_all(method, *args, **kwargs))
+
+    def scatter_gather(self, method: str, shards: list, *args: Any, **kwargs: Any) -> list:
+        import ray
+
+        if len(shards) != self.world_size:
+            raise DispatchError(
+                f"{len(shards)} shards for the {self.world_size} workers of role '{self.role}': "
+                f"give one shard per rank (shard(batch, {self.world_size}))"
+            )
+        return ray.get([getattr(w, method).remote(s, *args, **kwargs) for w, s in zip(self.workers, shards)])
+
+    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        import ray
+
+        return ray.get(getattr(self.workers[0], method).remote(*args, **kwargs))
+
+    def master_addr_port(self) -> tuple[str, int]:
+        """Rank 0's address and a free port there: the group's torch.distributed rendezvous."""
+        return tuple(self.call_rank0("get_master_addr_port"))
+
+    def kill(self) -> None:
+        """End the workers (the plan's placement groups stay; `plan.release()` frees them)."""
+        import ray
+
+        for worker in self.workers:
+            ray.kill(worker)
+        self.workers = []

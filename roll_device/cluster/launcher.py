@@ -1,0 +1,125 @@
+"""`start_cluster(cluster_cfg)`: connect this process to the Ray cluster the config names.
+
+- `local` (default): a new embedded Ray instance with this machine's resources (`num_cpus` to cap
+  them), never one found on the machine. Inside a Ray job (`RAY_ADDRESS` set, as `submit` does)
+  it joins the job's cluster instead.
+- `sim`: a simulated multi-node cluster on this machine (`sim_nodes.py`): the head and each entry
+  of `nodes`, then `ray.init` on it.
+- `remote`: an existing cluster, `address=` (`host:port`, `ray://host:10001` or `auto`).
+
+A process already connected to Ray keeps that connection: the handle then owns nothing.
+The handle is a context manager; `shutdown()` disconnects and ends only what it started.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from roll_device.cluster.sim_nodes import SimNodes
+from roll_device.errors import ConfigError
+
+log = logging.getLogger(__name__)
+CLUSTERS = ("local", "sim", "remote")
+
+
+def setting(cfg: Mapping, key: str, default: Any = None) -> Any:
+    """`cfg[key]`, or `default` when absent, null or a missing mandatory value (`???`)."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if isinstance(cfg, DictConfig):
+        if key not in cfg or OmegaConf.is_missing(cfg, key):
+            return default
+        value = cfg[key]
+        if isinstance(value, DictConfig | ListConfig):
+            value = OmegaConf.to_container(value, resolve=True)
+    else:
+        value = cfg.get(key)
+    return default if value is None else value
+
+
+@dataclass
+class ClusterHandle:
+    """A connection to a Ray cluster and whatever `start_cluster` started for it."""
+
+    name: str
+    address: str | None
+    dashboard_url: str | None = None
+    owns_connection: bool = False
+    nodes: SimNodes | None = field(default=None, repr=False)
+
+    def shutdown(self) -> None:
+        import ray
+
+        if self.owns_connection and ray.is_initialized():
+            ray.shutdown()
+        self.owns_connection = False
+        if self.nodes is not None:
+            self.nodes.stop()
+            self.nodes = None
+        atexit.unregister(self.shutdown)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+def start_cluster(cluster_cfg: Mapping) -> ClusterHandle:
+    """Connect to (or start) the cluster of `cluster_cfg` (the `cluster` group of the config)."""
+    import ray
+
+    name = setting(cluster_cfg, "name", "local")
+    if name not in CLUSTERS:
+        raise ConfigError(f"cluster.name='{name}': choose one of {', '.join(CLUSTERS)} (cluster=<name>)")
+    if ray.is_initialized():
+        log.info("roll-device: already connected to Ray; using that cluster")
+        return ClusterHandle(name, ray.get_runtime_context().gcs_address)
+    include_dashboard = bool(setting(cluster_cfg, "include_dashboard", False))
+    if name == "remote":
+        address = setting(cluster_cfg, "address")
+        if not address:
+            raise ConfigError("cluster=remote needs the cluster's address: cluster.address=<host:port>, "
+                              "ray://<host>:10001 or auto")
+        ray.init(address=address)
+        return _owned(ClusterHandle(name, address))
+    if name == "local":
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init()
+        else:
+            ray.init(address="local", num_cpus=setting(cluster_cfg, "num_cpus"),
+                     include_dashboard=include_dashboard)
+        return _owned(ClusterHandle(name, ray.get_runtime_context().gcs_address))
+    return _start_sim(cluster_cfg, include_dashboard)
+
+
+def _start_sim(cluster_cfg: Mapping, include_dashboard: bool) -> ClusterHandle:
+    import ray
+
+    nodes = SimNodes(include_dashboard=include_dashboard)
+    handle = _owned(ClusterHandle("sim", nodes.gcs_address, nodes.dashboard_url, nodes=nodes))
+    try:
+        nodes.start_head(setting(cluster_cfg, "head", {}))
+        ray.init(address=nodes.gcs_address)
+        handle.owns_connection = True
+
+        def alive() -> int:
+            return sum(1 for node in ray.nodes() if node["Alive"])
+
+        nodes.add_nodes(setting(cluster_cfg, "nodes", []), alive)
+        nodes.wait_for_dashboard()
+    except BaseException:
+        handle.shutdown()
+        raise
+    return handle
+
+
+def _owned(handle: ClusterHandle) -> ClusterHandle:
+    handle.owns_connection = True
+    atexit.register(handle.shutdown)
+    return handle

@@ -1,0 +1,315 @@
+"""The role plan: which devices of which nodes each role gets, decided before anything starts.
+
+`build_plan(roles_cfg, inventory)` reads `roles.<role>.device` (a kind or `auto`), `num_devices`
+and `colocate_with`, and places every role on devices of its kind, one worker per device:
+
+- `auto` resolves to the accelerator kind the cluster has the most devices of (ties go to the
+  detection order: npu, cuda, rocm, plugins), or to the CPU when the cluster has no accelerator.
+  A colocated role with `auto` takes the kind of the role it shares devices with.
+- Roles that own devices are placed largest first; each takes free devices from the nodes with
+  the most free devices of its kind first, so a role spans as few nodes as possible. CPU roles
+  prefer nodes without accelerators.
+- A colocated role (`colocate_with: other`) shares the first `num_devices` devices of `other`
+  (chains resolve to the role that owns the devices); each worker then requests an equal
+  fraction of its device.
+- A CPU "device" is a worker slot of `cpu_per_worker` CPUs (default 0.25, `cluster.cpu_per_worker`):
+  a node with C CPUs offers floor(C / cpu_per_worker) of them. Accelerator workers request no CPU.
+
+Device ids in the plan are node-local slots (0, 1, ... per kind and node); they are the bundle
+indices of the placement group for that (kind, node). Ray picks the physical device behind each
+bundle when the group is reserved; workers report it (`RoleWorker.info()`).
+
+Whatever does not fit raises `PlanError` naming the role, the kind, the count wanted and the
+count available; bad values raise `ConfigError`. Nothing here talks to Ray (see placement.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from roll_device.cluster.inventory import Inventory, NodeInfo, cpu_kind, device_kinds, format_table
+from roll_device.errors import ConfigError, PlanError
+from roll_device.platforms import get_platform
+from roll_device.platforms.registry import SIMULATED_NPU
+
+AUTO = "auto"
+DEFAULT_CPU_PER_WORKER = 0.25
+RAY_RESOURCE_STEP = 1e-4  # Ray keeps resource amounts to 4 decimal places
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One device of one node: `index` is its node-local slot among the devices of its kind."""
+
+    node_id: str
+    node_name: str
+    index: int
+
+
+@dataclass(frozen=True)
+class RolePlan:
+    """Where one role runs: one slot and one device share per rank."""
+
+    role: str
+    kind: str
+    num_devices: int
+    colocate_with: str | None
+    slots: tuple[Slot, ...]
+    shares: tuple[float, ...]
+    simulated: bool
+
+    @property
+    def world_size(self) -> int:
+        return len(self.slots)
+
+    @property
+    def node_ids(self) -> list[str]:
+        """The nodes this role runs on, in rank order."""
+        return list(dict.fromkeys(slot.node_id for slot in self.slots))
+
+    def device_ids(self, node_id: str) -> list[int]:
+        return [slot.index for slot in self.slots if slot.node_id == node_id]
+
+
+@dataclass
+class Plan:
+    """Every role's placement on one cluster, plus the Ray reservation once `reserve()` ran."""
+
+    roles: dict[str, RolePlan]
+    inventory: Inventory
+    cpu_per_worker: float = DEFAULT_CPU_PER_WORKER
+    reservation: Any = field(default=None, repr=False, compare=False)
+
+    def groups(self) -> dict[tuple[str, str], int]:
+        """(kind, node id) -> number of device slots used there: one placement group each."""
+        used: dict[tuple[str, str], int] = {}
+        for role in self.roles.values():
+            for slot in role.slots:
+                key = (role.kind, slot.node_id)
+                used[key] = max(used.get(key, 0), slot.index + 1)
+        return used
+
+    def reserve(self, timeout_s: float = 120.0):
+        """Create the placement groups (once); a `PlanError` if Ray cannot grant them in time."""
+        from roll_device.cluster.placement import reserve
+
+        if self.reservation is None:
+            self.reservation = reserve(self, timeout_s)
+        return self.reservation
+
+    def release(self) -> None:
+        """Remove the placement groups (workers in them should be gone first)."""
+        if self.reservation is not None:
+            self.reservation.release()
+            self.reservation = None
+
+    def format(self) -> str:
+        """The device map: one row per role and node."""
+        rows = [("role", "kind", "devices", "node", "device ids", "share", "colocated with", "simulated")]
+        for role in self.roles.values():
+            for node_id in role.node_ids:
+                ranks = [r for r, slot in enumerate(role.slots) if slot.node_id == node_id]
+                rows.append((
+                    role.role, role.kind, str(len(ranks)), role.slots[ranks[0]].node_name,
+                    ",".join(str(i) for i in role.device_ids(node_id)),
+                    "/".join(sorted({f"{role.shares[r]:g}" for r in ranks})),
+                    role.colocate_with or "-", _simulated_note(role),
+                ))
+        return format_table(rows)
+
+
+def _simulated_note(role: RolePlan) -> str:
+    return f"yes (computes on {compute_kind(role.kind, True)})" if role.simulated else "no"
+
+
+def compute_kind(kind: str, simulated: bool) -> str:
+    """The platform (`ROLL_DEVICE` value) a worker of `kind` computes with: the kind itself on a
+    real node; on a simulated node the simulated NPU for the NPU kind, the CPU for any other."""
+    if not simulated:
+        return kind
+    return SIMULATED_NPU if get_platform(SIMULATED_NPU).kind == kind else cpu_kind()
+
+
+@dataclass(frozen=True)
+class RoleSpec:
+    """One role as configured (before placement)."""
+
+    role: str
+    device: str
+    num_devices: int
+    colocate_with: str | None
+
+
+def build_plan(roles_cfg: Mapping, inventory: Inventory,
+               cpu_per_worker: float = DEFAULT_CPU_PER_WORKER) -> Plan:
+    """Place every role of `roles_cfg` (`roles` of the config) on `inventory`."""
+    if not (isinstance(cpu_per_worker, int | float) and 0 < cpu_per_worker):
+        raise ConfigError(f"cluster.cpu_per_worker={cpu_per_worker!r}: give a positive number of CPUs")
+    specs = parse_roles(roles_cfg)
+    owners = {name: _owner(name, specs) for name in specs}
+    kinds = {name: _kind(specs[owners[name]].device, inventory) for name in specs if owners[name] == name}
+    for name, spec in specs.items():
+        if owners[name] != name:
+            kinds[name] = _colocated_kind(spec, specs[owners[name]], kinds[owners[name]])
+
+    placer = _Placer(inventory, kinds, cpu_per_worker)
+    slots: dict[str, tuple[Slot, ...]] = {}
+    owning = [name for name in specs if owners[name] == name]
+    for name in sorted(owning, key=lambda n: -specs[n].num_devices):
+        slots[name] = placer.allocate(specs[name])
+    for name, spec in specs.items():
+        if owners[name] != name:
+            have = slots[owners[name]]
+            if spec.num_devices > len(have):
+                raise PlanError(
+                    f"role '{name}' wants {spec.num_devices} {kinds[name]} device(s) colocated with "
+                    f"'{spec.colocate_with}', which has {len(have)} available to share: set "
+                    f"roles.{name}.num_devices to at most {len(have)}"
+                )
+            slots[name] = have[: spec.num_devices]
+
+    sharing: dict[Slot, int] = {}
+    for role_slots in slots.values():
+        for slot in role_slots:
+            sharing[slot] = sharing.get(slot, 0) + 1
+    roles = {}
+    for name, spec in specs.items():
+        kind = kinds[name]
+        simulated = kind != cpu_kind() and any(inventory.node(s.node_id).simulated for s in slots[name])
+        roles[name] = RolePlan(
+            role=name, kind=kind, num_devices=spec.num_devices, colocate_with=spec.colocate_with,
+            slots=slots[name], shares=tuple(share_of(sharing[s]) for s in slots[name]),
+            simulated=simulated,
+        )
+    return Plan(roles=roles, inventory=inventory, cpu_per_worker=float(cpu_per_worker))
+
+
+def share_of(sharers: int) -> float:
+    """The fraction of a device each of `sharers` workers requests, rounded down to Ray's step."""
+    return round_down(1.0 / sharers)
+
+
+def round_down(amount: float) -> float:
+    """`amount` rounded down to Ray's resource step (4 decimal places)."""
+    return round(math.floor(amount / RAY_RESOURCE_STEP + 1e-9) * RAY_RESOURCE_STEP, 4)
+
+
+def parse_roles(roles_cfg: Mapping) -> dict[str, RoleSpec]:
+    """The roles of the config, checked on their own (kinds, counts, colocation targets and
+    cycles): a ConfigError before any cluster is touched."""
+    if not roles_cfg:
+        raise ConfigError("no roles configured: `roles` needs at least one role")
+    valid = device_kinds()
+    specs = {}
+    for name, cfg in roles_cfg.items():
+        if cfg is None:  # a role switched off with `roles.<role>=null`
+            continue
+        device = str(cfg.get("device", AUTO)).strip().lower()
+        if device != AUTO and device not in valid:
+            raise ConfigError(
+                f"roles.{name}.device='{device}': valid values are {AUTO}, {', '.join(valid)}"
+            )
+        num = cfg.get("num_devices", 1)
+        if isinstance(num, bool) or not isinstance(num, int) or num < 1:
+            raise ConfigError(f"roles.{name}.num_devices={num!r}: give a whole number of devices >= 1")
+        colocate = cfg.get("colocate_with")
+        specs[name] = RoleSpec(str(name), device, num, None if colocate is None else str(colocate))
+    for spec in specs.values():
+        if spec.colocate_with is not None and spec.colocate_with not in specs:
+            raise ConfigError(
+                f"roles.{spec.role}.colocate_with='{spec.colocate_with}' names no configured role "
+                f"(roles: {', '.join(specs)})"
+            )
+        if spec.colocate_with == spec.role:
+            raise ConfigError(f"roles.{spec.role}.colocate_with names the role itself: set it to null")
+    for name in specs:
+        _owner(name, specs)
+    return specs
+
+
+def _owner(name: str, specs: dict[str, RoleSpec]) -> str:
+    """The role that owns the devices `name` runs on (follows colocate_with chains)."""
+    seen = [name]
+    while specs[seen[-1]].colocate_with is not None:
+        nxt = specs[seen[-1]].colocate_with
+        if nxt in seen:
+            raise ConfigError(f"colocate_with forms a cycle: {' -> '.join(seen + [nxt])}")
+        seen.append(nxt)
+    return seen[-1]
+
+
+def _kind(device: str, inventory: Inventory) -> str:
+    if device != AUTO:
+        return device
+    kinds = inventory.accelerator_kinds()
+    return max(kinds, key=inventory.total) if kinds else cpu_kind()
+
+
+def _colocated_kind(spec: RoleSpec, owner: RoleSpec, owner_kind: str) -> str:
+    if spec.device in (AUTO, owner_kind):
+        return owner_kind
+    raise PlanError(
+        f"role '{spec.role}' wants {spec.num_devices} {spec.device} device(s) colocated with "
+        f"'{spec.colocate_with}', which runs on {owner_kind} (available {spec.device} devices to "
+        f"share: 0): a role shares only devices of its own kind; set roles.{spec.role}.device="
+        f"{owner_kind} (or {AUTO}), or roles.{spec.role}.colocate_with=null"
+    )
+
+
+class _Placer:
+    """Hands out free device slots of each kind, node by node, and explains what does not fit."""
+
+    def __init__(self, inventory: Inventory, kinds: dict[str, str], cpu_per_worker: float) -> None:
+        self.inventory = inventory
+        self.kinds = kinds
+        self.cpu_per_worker = cpu_per_worker
+        self.used: dict[tuple[str, str], int] = {}
+        self.placed: dict[str, int] = {}
+
+    def capacity(self, node: NodeInfo, kind: str) -> int:
+        if kind == cpu_kind():
+            return math.floor(node.cpus / self.cpu_per_worker + 1e-9)
+        return node.count(kind)
+
+    def free(self, node: NodeInfo, kind: str) -> int:
+        return self.capacity(node, kind) - self.used.get((kind, node.node_id), 0)
+
+    def allocate(self, spec: RoleSpec) -> tuple[Slot, ...]:
+        kind = self.kinds[spec.role]
+        nodes = self.inventory.nodes
+        available = sum(self.free(n, kind) for n in nodes)
+        if available < spec.num_devices:
+            raise PlanError(self._not_enough(spec, kind, available))
+        # Fewest nodes first; CPU roles keep off accelerator nodes while they can.
+        order = sorted(nodes, key=lambda n: (kind == cpu_kind() and bool(n.devices), -self.free(n, kind)))
+        slots: list[Slot] = []
+        for node in order:
+            key = (kind, node.node_id)
+            while self.free(node, kind) > 0 and len(slots) < spec.num_devices:
+                slots.append(Slot(node.node_id, node.name, self.used.get(key, 0)))
+                self.used[key] = self.used.get(key, 0) + 1
+        self.placed[spec.role] = len(slots)
+        return tuple(slots)
+
+    def _not_enough(self, spec: RoleSpec, kind: str, available: int) -> str:
+        inventory = self.inventory
+        total = sum(self.capacity(n, kind) for n in inventory.nodes)
+        wants = f"role '{spec.role}' wants {spec.num_devices} {kind} device(s)"
+        if total == 0:
+            present = inventory.accelerator_kinds() + [cpu_kind()]
+            return (
+                f"{wants}, but no node of this cluster has {kind} devices (available: 0; cluster: "
+                f"{inventory.describe()}): set roles.{spec.role}.device to one of "
+                f"{', '.join(present)}, or add {kind} nodes"
+            )
+        unit = f" ({self.cpu_per_worker:g} CPU per worker slot)" if kind == cpu_kind() else ""
+        taken = [f"{n} for {r}" for r, n in self.placed.items() if self.kinds[r] == kind]
+        after = f" after {', '.join(taken)} planned for other roles" if taken else ""
+        return (
+            f"{wants}, but only {available} of the cluster's {total}{unit} are available{after} "
+            f"(cluster: {inventory.describe()}): lower roles.{spec.role}.num_devices or colocate "
+            f"the role with another {kind} role"
+        )

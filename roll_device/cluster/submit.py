@@ -1,0 +1,73 @@
+"""Send a command to an existing Ray cluster through the Ray Jobs API and follow it.
+
+The job runs `python -m roll_device.cli <command> <overrides>` on the cluster's head with this
+checkout as its working directory (Ray leaves `.git`, `.venv` and what `.gitignore`/`.rayignore`
+name behind), streams its log here, and ends with the job's exit status. scripts/submit.sh is the same
+submission with the plain `ray job submit` CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import time
+from pathlib import Path
+from typing import Any
+
+from roll_device.errors import ConfigError
+
+TERMINAL_WAIT_S = 60.0
+
+
+def checkout_root() -> Path:
+    """The roll-device checkout this code runs from (it holds roll_device/ and configs/)."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "configs").is_dir():
+        raise ConfigError(
+            f"{root} is not a roll-device checkout (no configs/ beside roll_device/): submit from a "
+            "checkout (pip install -e .), since the job ships it as its working directory"
+        )
+    return root
+
+
+def entrypoint(command: str, overrides: list[str]) -> str:
+    return " ".join(["python", "-m", "roll_device.cli", command, *(shlex.quote(o) for o in overrides)])
+
+
+def runtime_env(extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The job's runtime env: this checkout as working dir, unbuffered output, plus `extra`."""
+    extra = dict(extra or {})
+    env_vars = {"PYTHONUNBUFFERED": "1", **(extra.pop("env_vars", None) or {})}
+    return {"working_dir": str(checkout_root()), **extra, "env_vars": env_vars}
+
+
+def submit_job(address: str, command_line: str, job_runtime_env: dict[str, Any], no_wait: bool = False) -> int:
+    """Submit `command_line`; unless `no_wait`, stream its log and return its exit status."""
+    from ray.job_submission import JobStatus, JobSubmissionClient
+
+    try:
+        client = JobSubmissionClient(address)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        raise ConfigError(
+            f"no Ray Jobs API at {address} ({exc}): give the dashboard address of a running cluster, "
+            "e.g. --address http://<head>:8265"
+        ) from exc
+    job_id = client.submit_job(entrypoint=command_line, runtime_env=job_runtime_env)
+    print(f"submitted job {job_id} to {address}: {command_line}", flush=True)
+    if no_wait:
+        print(f"follow it with: ray job logs --follow --address {address} {job_id}")
+        return 0
+    asyncio.run(_stream_logs(client, job_id))
+    deadline = time.monotonic() + TERMINAL_WAIT_S
+    while not (info := client.get_job_info(job_id)).status.is_terminal() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    detail = f": {info.message.splitlines()[0]}" if info.message else ""  # the rest repeats the log
+    print(f"job {job_id} {info.status.value}{detail}", flush=True)
+    if info.status == JobStatus.SUCCEEDED:
+        return 0
+    return info.driver_exit_code or 1
+
+
+async def _stream_logs(client, job_id: str) -> None:
+    async for lines in client.tail_job_logs(job_id):
+        print(lines, end="", flush=True)

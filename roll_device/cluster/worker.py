@@ -1,0 +1,149 @@
+"""`RoleWorker`: the base of every Ray actor that serves a role (trainer, rollout, reward, ...).
+
+A `WorkerGroup` starts each worker with its identity in environment variables
+(`ROLL_DEVICE_WORKER_ROLE`, `_RANK`, `_WORLD_SIZE`, `_KIND`, `_SIMULATED`, `_NODE_NAME`) and with
+`ROLL_DEVICE` set to the platform it computes with (`compute_kind`). On start the worker:
+
+1. reads Ray's accelerator ids for its kind's Ray resource (`GPU`, `NPU`, ...) and the
+   visible-devices variable Ray set (`CUDA_VISIBLE_DEVICES`, `ASCEND_RT_VISIBLE_DEVICES`, ...);
+2. maps the id to a local device index: its position in the visible list, or the id itself when
+   Ray was told not to narrow the list (`RAY_EXPERIMENTAL_NOSET_*`);
+3. binds `rd.current_platform()` (its kind; on a simulated NPU node the simulated NPU, told how
+   many devices are visible; on a simulated GPU node the CPU) and sets the device.
+
+Subclasses call `super().__init__()` first, then use `self.platform`, `self.device`, `self.rank`,
+`self.world_size`, `self.role`. `info()` reports where the worker is and what it is bound to.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, fields
+from typing import Any
+
+import roll_device as rd
+from roll_device.cluster.plan import Plan, compute_kind
+from roll_device.errors import ConfigError, DeviceUnavailableError
+from roll_device.platforms import get_platform
+from roll_device.platforms.registry import ENV_VAR, SIMULATED_NPU
+
+ENV_PREFIX = "ROLL_DEVICE_WORKER_"
+SIM_NPU_COUNT_ENV = "ROLL_SIM_NPU_COUNT"  # how many devices the simulated NPU shows
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Who a worker is, as its group decided: passed through the worker's environment."""
+
+    role: str
+    rank: int
+    world_size: int
+    kind: str
+    simulated: bool
+    node_name: str
+
+    def to_env(self) -> dict[str, str]:
+        env = {ENV_PREFIX + f.name.upper(): str(getattr(self, f.name)) for f in fields(self)}
+        env[ENV_VAR] = compute_kind(self.kind, self.simulated)
+        return env
+
+    @classmethod
+    def from_env(cls) -> WorkerSpec:
+        names = {f.name: ENV_PREFIX + f.name.upper() for f in fields(cls)}
+        missing = [var for var in names.values() if var not in os.environ]
+        if missing:
+            raise ConfigError(
+                f"this RoleWorker has no {', '.join(missing)}: start role workers through "
+                "roll_device.cluster.WorkerGroup, which sets them"
+            )
+        raw = {name: os.environ[var] for name, var in names.items()}
+        return cls(
+            role=raw["role"], rank=int(raw["rank"]), world_size=int(raw["world_size"]),
+            kind=raw["kind"], simulated=raw["simulated"] == "True", node_name=raw["node_name"],
+        )
+
+
+def worker_env(plan: Plan, role: str, rank: int) -> dict[str, str]:
+    """The environment a worker of `role` at `rank` starts with."""
+    placement = plan.roles[role]
+    spec = WorkerSpec(
+        role=role, rank=rank, world_size=placement.world_size, kind=placement.kind,
+        simulated=placement.simulated, node_name=placement.slots[rank].node_name,
+    )
+    env = spec.to_env()
+    if not placement.simulated:
+        env.update(get_platform(placement.kind).allocator_env())
+    return env
+
+
+def local_device_index(accelerator_id: str | None, visible: str | None, visible_env: str | None) -> int:
+    """Where Ray's device `accelerator_id` sits among the devices this process can see."""
+    if accelerator_id is None:
+        return 0
+    if visible is None:  # Ray left the list alone: every device is visible, ids are indices
+        return int(accelerator_id)
+    ids = [v.strip() for v in visible.split(",") if v.strip()]
+    if accelerator_id not in ids:
+        raise DeviceUnavailableError(
+            f"Ray assigned device {accelerator_id}, but {visible_env}='{visible}' hides it: do not "
+            f"set {visible_env} for role workers (Ray sets it)"
+        )
+    return ids.index(accelerator_id)
+
+
+class RoleWorker:
+    """Base class of role workers; see the module docstring."""
+
+    def __init__(self) -> None:
+        import ray
+
+        self.spec = WorkerSpec.from_env()
+        self.role, self.rank, self.world_size = self.spec.role, self.spec.rank, self.spec.world_size
+        self.kind, self.simulated = self.spec.kind, self.spec.simulated
+        identity = get_platform(self.kind)
+        ids = ray.get_runtime_context().get_accelerator_ids().get(identity.ray_resource, []) \
+            if identity.ray_resource else []
+        self.accelerator_ids = [str(i) for i in ids]
+        self.visible_devices_env = identity.visible_devices_env
+        visible = os.environ.get(self.visible_devices_env) if self.visible_devices_env else None
+        self.local_device_index = local_device_index(
+            self.accelerator_ids[0] if self.accelerator_ids else None, visible, self.visible_devices_env
+        )
+        if os.environ.get(ENV_VAR) == SIMULATED_NPU and visible is not None:
+            os.environ[SIM_NPU_COUNT_ENV] = str(len([v for v in visible.split(",") if v.strip()]))
+        self.platform = rd.current_platform()
+        self.platform.set_device(self.local_device_index if self.platform.kind == self.kind else 0)
+        self.device = self.platform.device()
+
+    def info(self) -> dict[str, Any]:
+        """Where this worker runs and what it is bound to (JSON-able)."""
+        import ray
+
+        return {
+            "role": self.role,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "kind": self.kind,
+            "simulated": self.simulated,
+            "platform": self.platform.name,
+            "device": str(self.device),
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "node_name": self.spec.node_name,
+            "ip": ray.util.get_node_ip_address(),
+            "visible_devices_env": self.visible_devices_env,
+            "visible_devices": os.environ.get(self.visible_devices_env) if self.visible_devices_env else None,
+            "accelerator_ids": self.accelerator_ids,
+            "local_device_index": self.local_device_index,
+            "pid": os.getpid(),
+        }
+
+    def get_master_addr_port(self) -> tuple[str, int]:
+        """This node's address and a port free on it now: a torch.distributed rendezvous for the
+        group when asked of rank 0."""
+        import ray
+
+        with socket.socket() as sock:
+            sock.bind(("", 0))
+            port = sock.getsockname()[1]
+        return ray.util.get_node_ip_address(), port

@@ -1,0 +1,127 @@
+"""Role plans on given inventories (no Ray): kinds, placement, colocation, and every refusal."""
+
+import pytest
+
+from roll_device.cluster.inventory import Inventory, NodeInfo, inventory_from_nodes
+from roll_device.cluster.plan import build_plan, parse_roles
+from roll_device.errors import ConfigError, PlanError
+
+HEAD = NodeInfo("h" * 56, "10.0.0.1", "head", cpus=2, is_head=True)
+NPU8 = NodeInfo("n" * 56, "10.0.0.2", "npu-a", cpus=8, devices={"npu": 8})
+NPU4 = NodeInfo("m" * 56, "10.0.0.3", "npu-b", cpus=8, devices={"npu": 4})
+GPU2 = NodeInfo("g" * 56, "10.0.0.4", "gpu-a", cpus=4, devices={"cuda": 2})
+MIXED = Inventory((HEAD, NPU8, NPU4, GPU2))
+
+
+def roles(**spec):
+    """roles config: name=(device, num_devices[, colocate_with])."""
+    return {name: {"device": s[0], "num_devices": s[1], "colocate_with": s[2] if len(s) > 2 else None}
+            for name, s in spec.items()}
+
+
+def test_auto_takes_the_most_numerous_accelerator_kind_else_cpu():
+    plan = build_plan(roles(a=("auto", 2)), MIXED)
+    assert plan.roles["a"].kind == "npu"
+    assert build_plan(roles(a=("auto", 1)), Inventory((HEAD,))).roles["a"].kind == "cpu"
+
+
+def test_roles_get_distinct_devices_on_as_few_nodes_as_possible():
+    plan = build_plan(roles(train=("npu", 8), infer=("npu", 4), gen=("cuda", 2)), MIXED)
+    train, infer = plan.roles["train"], plan.roles["infer"]
+    assert train.node_ids == [NPU8.node_id] and train.device_ids(NPU8.node_id) == list(range(8))
+    assert infer.node_ids == [NPU4.node_id] and infer.device_ids(NPU4.node_id) == [0, 1, 2, 3]
+    assert plan.roles["gen"].slots[1].node_name == "gpu-a"
+    assert plan.groups() == {("npu", NPU8.node_id): 8, ("npu", NPU4.node_id): 4, ("cuda", GPU2.node_id): 2}
+
+
+def test_a_role_spans_nodes_when_one_is_not_enough():
+    plan = build_plan(roles(train=("npu", 10)), MIXED)
+    assert plan.roles["train"].node_ids == [NPU8.node_id, NPU4.node_id]
+    assert len(set(plan.roles["train"].slots)) == 10
+
+
+def test_colocated_role_shares_devices_and_kind():
+    plan = build_plan(roles(train=("npu", 2), ref=("auto", 2, "train"), critic=("auto", 1, "ref")), MIXED)
+    train, ref, critic = plan.roles["train"], plan.roles["ref"], plan.roles["critic"]
+    assert ref.kind == critic.kind == "npu"
+    assert ref.slots == train.slots and critic.slots == train.slots[:1]
+    assert train.shares == (0.3333, 0.5) and ref.shares == (0.3333, 0.5) and critic.shares == (0.3333,)
+    assert plan.groups() == {("npu", NPU8.node_id): 2}
+
+
+def test_cpu_roles_use_cpu_slots_and_keep_off_accelerator_nodes():
+    plan = build_plan(roles(reward=("cpu", 10)), MIXED, cpu_per_worker=0.25)
+    assert plan.roles["reward"].node_ids == [HEAD.node_id, NPU8.node_id]  # head first: no accelerators
+    assert plan.roles["reward"].device_ids(HEAD.node_id) == list(range(8))
+    with pytest.raises(PlanError, match=r"'reward' wants 9 cpu device\(s\), but only 8 of the cluster's 8"):
+        build_plan(roles(reward=("cpu", 9)), Inventory((HEAD,)), cpu_per_worker=0.25)
+
+
+def test_format_lists_each_role_and_node():
+    text = build_plan(roles(train=("npu", 10), ref=("auto", 2, "train")), MIXED).format()
+    lines = text.splitlines()
+    assert lines[0].split() == ["role", "kind", "devices", "node", "device", "ids", "share", "colocated",
+                                "with", "simulated"]
+    assert lines[1].split()[:5] == ["train", "npu", "8", "npu-a", "0,1,2,3,4,5,6,7"]
+    assert lines[2].split()[:5] == ["train", "npu", "2", "npu-b", "0,1"]
+    assert lines[3].split() == ["ref", "npu", "2", "npu-a", "0,1", "0.5", "train", "no"]
+
+
+def test_simulated_roles_say_what_they_compute_on():
+    sim = Inventory((HEAD, NodeInfo("s" * 56, "1", "sim-npu", 2, {"npu": 2}, simulated=True),
+                     NodeInfo("t" * 56, "1", "sim-gpu", 2, {"cuda": 2}, simulated=True)))
+    plan = build_plan(roles(a=("npu", 1), b=("cuda", 1), c=("cpu", 1)), sim)
+    assert [plan.roles[r].simulated for r in "abc"] == [True, True, False]
+    assert "yes (computes on npu-sim)" in plan.format() and "yes (computes on cpu)" in plan.format()
+
+
+@pytest.mark.parametrize("spec, message", [
+    (roles(train=("npu", 16)), r"role 'train' wants 16 npu device\(s\), but only 12 of the cluster's 12"),
+    (roles(a=("npu", 10), b=("npu", 4)),
+     r"role 'b' wants 4 npu device\(s\), but only 2 of the cluster's 12 are available after 10 for a"),
+    (roles(a=("rocm", 1)), (r"role 'a' wants 1 rocm device\(s\), but no node of this cluster has rocm "
+                            r"devices \(available: 0;")),
+    (roles(a=("npu", 2), b=("cuda", 1, "a")),
+     (r"role 'b' wants 1 cuda device\(s\) colocated with 'a', which runs on npu \(available cuda devices "
+      r"to share: 0\)")),
+    (roles(a=("npu", 2), b=("auto", 3, "a")),
+     r"role 'b' wants 3 npu device\(s\) colocated with 'a', which has 2 available to share"),
+])
+def test_plans_that_do_not_fit_name_role_kind_wanted_and_available(spec, message):
+    with pytest.raises(PlanError, match=message):
+        build_plan(spec, MIXED)
+
+
+@pytest.mark.parametrize("spec, message", [
+    (roles(a=("tpu", 1)), r"roles.a.device='tpu': valid values are auto, npu, cuda, rocm, cpu"),
+    (roles(a=("npu", 0)), r"roles.a.num_devices=0: give a whole number"),
+    (roles(a=("npu", 1, "nobody")), r"roles.a.colocate_with='nobody' names no configured role"),
+    (roles(a=("npu", 1, "b"), b=("npu", 1, "a")), r"colocate_with forms a cycle: a -> b -> a"),
+    ({}, r"no roles configured"),
+])
+def test_bad_role_settings_are_config_errors(spec, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_roles(spec)
+
+
+def test_switched_off_role_is_left_out():
+    assert list(build_plan({**roles(a=("cpu", 1)), "reference": None}, MIXED).roles) == ["a"]
+
+
+def test_inventory_maps_ray_resources_to_kinds():
+    def record(node_id, name, resources, labels=None, alive=True):
+        return {"NodeID": node_id, "NodeName": name, "NodeManagerAddress": "10.0.0.9", "Alive": alive,
+                "Resources": resources, "Labels": labels or {}}
+
+    inventory = inventory_from_nodes([
+        record("b1", "box", {"CPU": 8.0, "GPU": 4.0, "accelerator_type:AMD-Instinct-MI300X": 1.0}),
+        record("a1", "box", {"CPU": 8.0, "GPU": 2.0, "accelerator_type:H100": 1.0}),
+        record("c1", "npu", {"CPU": 4.0, "NPU": 8.0}, {"roll-device/simulated": "true"}),
+        record("d1", "dead", {"CPU": 4.0, "NPU": 8.0}, alive=False),
+        record("h1", "head", {"CPU": 2.0, "node:__internal_head__": 1.0}),
+    ])
+    assert [(n.name, n.devices, n.simulated) for n in inventory.nodes] == [
+        ("head", {}, False), ("box/a1", {"cuda": 2}, False), ("box/b1", {"rocm": 4}, False),
+        ("npu", {"npu": 8}, True),
+    ]
+    assert inventory.accelerator_kinds() == ["npu", "cuda", "rocm"] and inventory.nodes[0].is_head
