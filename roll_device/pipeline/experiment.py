@@ -1,0 +1,149 @@
+"""Run one experiment: check the config, make the model if needed, connect the cluster, plan and
+start the roles, run GRPO steps with a progress bar, checkpoint, and write metrics and a plot.
+
+`run_experiment(cfg, run_dir, on_step=None)`: `on_step(record, roles)` is called after each step
+(for custom logging or fault drills). A lost worker ends the run with a `WorkerLostError` that
+says which checkpoint to resume from; a rollout or reward worker lost after a completed step gets
+that step checkpointed first, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from roll_device.cluster import plan_from_config, start_cluster
+from roll_device.errors import ConfigError
+from roll_device.pipeline.loop import GrpoStep
+from roll_device.pipeline.metrics import MetricsLog
+from roll_device.pipeline.roles import RoleGroups, WorkerLostError, start_roles
+from roll_device.pipeline.state import Checkpoints, PipelineState
+from roll_device.pipeline.validate import validate
+
+POLICY_DIR = "policy"
+
+
+def model_path(cfg: DictConfig) -> str:
+    if cfg.model.path:
+        return str(cfg.model.path)
+    from roll_device.models.tiny import make_tiny_model
+
+    return str(make_tiny_model(cfg.model.tiny_dir, num_layers=cfg.model.tiny_layers,
+                               hidden_size=cfg.model.tiny_hidden))
+
+
+def _drop_unused_reference(cfg: DictConfig) -> None:
+    if cfg.algorithm.kl_coef == 0 and "reference" in cfg.roles:
+        with open_dict(cfg):
+            del cfg.roles["reference"]
+        print("reference: not started (algorithm.kl_coef=0 needs no reference logprobs)")
+
+
+class Run:
+    """The state of one run: checkpoints, metrics, and the roles it drives."""
+
+    def __init__(self, cfg: DictConfig, run_dir: Path, roles: RoleGroups, tokenizer) -> None:
+        self.cfg, self.run_dir, self.roles = cfg, run_dir, roles
+        self.checkpoints = Checkpoints(run_dir)
+        self.metrics = MetricsLog(run_dir)
+        self.step = GrpoStep(cfg, roles, tokenizer)
+        self.state = PipelineState()
+        self.saved_step = 0
+
+    def restore(self) -> None:
+        latest = self.checkpoints.latest()
+        if latest is None:
+            raise ConfigError(
+                f"resume=true but {self.checkpoints.root} holds no checkpoint: pass the run's "
+                "directory with hydra.run.dir=<dir> (the folder that has checkpoints/)"
+            )
+        path, self.state = latest
+        self.saved_step = self.state.step
+        self.roles.call("actor_train", "load", str(path / POLICY_DIR))
+        self.metrics.truncate_after(self.state.step)
+        self.roles.sync_weights(version=self.state.step)
+        print(f"resumed from {path} at step {self.state.step}")
+
+    def save(self) -> Path:
+        staging = self.checkpoints.staging_dir(self.state.step)
+        self.roles.call("actor_train", "save", str(staging / POLICY_DIR))
+        self.saved_step = self.state.step
+        return self.checkpoints.commit(staging, self.state)
+
+    def due(self) -> bool:
+        every = self.cfg.save_every
+        return self.state.step == self.cfg.max_steps or (every > 0 and self.state.step % every == 0)
+
+    def loop(self, on_step: Callable | None) -> None:
+        from tqdm import tqdm
+
+        bar = tqdm(total=self.cfg.max_steps, initial=self.state.step, desc="grpo", unit="step")
+        try:
+            while self.state.step < self.cfg.max_steps:
+                record = self.step.run(self.state)
+                self.metrics.append(record)
+                bar.update(1)
+                bar.set_postfix(reward=f"{record['reward_mean']:.3f}", rollout=f"{record['rollout_s']:.2f}s",
+                                train=f"{record['train_s']:.2f}s", sync=f"{record['sync_s']:.2f}s")
+                if self.due():
+                    self.save()
+                if on_step is not None:
+                    on_step(record, self.roles)
+        finally:
+            bar.close()
+
+    def fail(self, error: WorkerLostError) -> WorkerLostError:
+        """Checkpoint what can be kept, and say how to resume."""
+        if error.role != "actor_train" and self.state.step > self.saved_step:
+            try:
+                self.save()
+            except WorkerLostError:
+                pass
+        latest = self.checkpoints.latest()
+        where = (f"the last checkpoint is step {latest[1].step} in {latest[0]}" if latest
+                 else "no checkpoint was written yet")
+        return WorkerLostError(error.role, error.cause, advice=(
+            f"the run stopped after step {self.state.step}; {where}; continue with: roll-device run "
+            f"resume=true hydra.run.dir={self.run_dir} (and the same overrides)"
+        ))
+
+
+def run_experiment(cfg: DictConfig, run_dir: Path, on_step: Callable | None = None) -> Path:
+    """Run `cfg` with outputs in `run_dir`; returns the run directory."""
+    from transformers import AutoTokenizer
+
+    validate(cfg)
+    _drop_unused_reference(cfg)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    path = model_path(cfg)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    with start_cluster(cfg.cluster):
+        plan = plan_from_config(cfg)
+        print("device plan:\n" + plan.format(), flush=True)
+        roles = start_roles(cfg, plan, path)
+        try:
+            print(f"weight sync: {roles.sync.describe()}", flush=True)
+            run = Run(cfg, run_dir, roles, tokenizer)
+            if cfg.resume:
+                run.restore()
+            try:
+                run.loop(on_step)
+            except WorkerLostError as lost:
+                raise run.fail(lost) from lost
+            records = run.metrics.read()
+            png = run.metrics.plot(f"{cfg.experiment.name}: GRPO on '{cfg.data.task}' ({plan_summary(plan)})")
+            first, last = records[0]["reward_mean"], records[-1]["reward_mean"]
+            print(f"mean reward: step 1 {first:.3f} -> step {records[-1]['step']} {last:.3f}; plot: {png}")
+        finally:
+            roles.shutdown()
+            plan.release()
+    print(f"run directory: {run_dir} (metrics.jsonl, metrics.png, checkpoints/)")
+    return run_dir
+
+
+def plan_summary(plan) -> str:
+    return ", ".join(f"{role} on {p.kind}" + (" (simulated)" if p.simulated else "")
+                     for role, p in plan.roles.items())

@@ -1,0 +1,130 @@
+"""Start the pipeline's worker groups on their planned devices, set up their strategies, and
+connect the weight-sync path from `actor_train` to `actor_infer`.
+
+Every call to a group goes through `RoleGroups.call`, which turns a lost worker (a Ray actor that
+died) into a `WorkerLostError` naming the role, so the loop can stop cleanly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from omegaconf import DictConfig, OmegaConf
+
+from roll_device.cluster import Plan, WorkerGroup
+from roll_device.cluster.plan import compute_kind
+from roll_device.comm import SyncPlan, WeightSyncOptions, plan_sync
+from roll_device.errors import RollDeviceError
+from roll_device.pipeline.workers import RewardWorker, RolloutWorker, TrainWorker
+from roll_device.platforms import get_platform
+
+
+class WorkerLostError(RollDeviceError, RuntimeError):
+    """A role worker died during a run."""
+
+    def __init__(self, role: str, cause: BaseException, advice: str = "") -> None:
+        self.role, self.cause = role, cause
+        first_line = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        message = f"a worker of role '{role}' was lost ({type(cause).__name__}: {first_line})"
+        super().__init__(f"{message}; {advice}" if advice else message)
+
+
+@contextmanager
+def watching(role: str) -> Iterator[None]:
+    """Turn the loss of one of `role`'s workers into a WorkerLostError naming the role."""
+    try:
+        yield
+    except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
+        raise WorkerLostError(role, exc) from exc
+
+
+def compute_platform(plan: Plan, role: str):
+    """The platform `role`'s workers compute with (the CPU on a simulated GPU node)."""
+    placement = plan.roles[role]
+    return get_platform(compute_kind(placement.kind, placement.simulated))
+
+
+def sync_plan(plan: Plan, path: str) -> SyncPlan:
+    train, infer = plan.roles["actor_train"], plan.roles["actor_infer"]
+    colocated = infer.colocate_with == "actor_train" or train.colocate_with == "actor_infer"
+    same_node = set(infer.node_ids) == {train.slots[0].node_id}
+    return plan_sync(
+        compute_platform(plan, "actor_train"), compute_platform(plan, "actor_infer"),
+        colocated=colocated, same_node=same_node, forced=path,
+    )
+
+
+@dataclass
+class RoleGroups:
+    groups: dict[str, WorkerGroup]
+    sync: SyncPlan
+    options: WeightSyncOptions
+
+    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> list:
+        with watching(role):
+            return self.groups[role].call_all(method, *args, **kwargs)
+
+    def scatter(self, role: str, method: str, shards: list, *args: Any) -> list:
+        with watching(role):
+            return self.groups[role].scatter_gather(method, shards, *args)
+
+    def wait(self, refs_by_role: dict[str, list]) -> dict[str, list]:
+        """Results of several roles' calls issued together; a lost worker names its role."""
+        results = {}
+        for role, refs in refs_by_role.items():
+            with watching(role):
+                results[role] = ray.get(refs)
+        return results
+
+    def sync_weights(self, version: int) -> dict:
+        """Trainer rank 0 -> every rollout worker; returns the sender's stats."""
+        done = self.wait({
+            "actor_train": self.groups["actor_train"].async_call_all("send_weights", version),
+            "actor_infer": self.groups["actor_infer"].async_call_all("receive_weights"),
+        })
+        return done["actor_train"][0]
+
+    def shutdown(self) -> None:
+        for group in self.groups.values():
+            group.kill()
+
+
+def start_roles(cfg: DictConfig, plan: Plan, model_path: str) -> RoleGroups:
+    """Start and set up every planned role; connect the weight sync."""
+    groups = {
+        "actor_train": WorkerGroup(plan, "actor_train", TrainWorker),
+        "actor_infer": WorkerGroup(plan, "actor_infer", RolloutWorker),
+        "reward": WorkerGroup(plan, "reward", RewardWorker),
+    }
+    if "reference" in plan.roles:
+        groups["reference"] = WorkerGroup(plan, "reference", TrainWorker)
+    options = WeightSyncOptions.from_config(cfg.weight_sync)
+    roles = RoleGroups(groups, sync_plan(plan, options.path), options)
+    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    setups = {
+        "actor_infer": groups["actor_infer"].async_call_all(
+            "setup", model_path, cfg.roles.actor_infer.strategy, OmegaConf.to_container(cfg.rollout, resolve=True)
+        ),
+        "reward": groups["reward"].async_call_all("setup", model_path, cfg.data.task),
+    }
+    for role in ("actor_train", "reference"):
+        if role in groups:
+            master = roles.wait({role: [groups[role].workers[0].get_master_addr_port.remote()]})[role][0]
+            setups[role] = groups[role].async_call_all(
+                "setup", model_path, cfg.roles[role].strategy, trainer_cfg, master
+            )
+    roles.wait(setups)
+    endpoint = roles.wait({
+        "actor_train": groups["actor_train"].async_call_all(
+            "open_sender", roles.sync, groups["actor_infer"].world_size, options
+        )
+    })["actor_train"][0]
+    roles.wait({
+        "actor_train": groups["actor_train"].async_call_all("connect_sender"),
+        "actor_infer": groups["actor_infer"].async_call_all("connect_receiver", endpoint, options.timeout_s),
+    })
+    return roles

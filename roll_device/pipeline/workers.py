@@ -1,0 +1,126 @@
+"""The pipeline's role workers (Ray actors through `roll_device.cluster.WorkerGroup`).
+
+- `TrainWorker` (`actor_train`, `reference`): a train strategy on its platform; the ranks of a
+  group form one torch.distributed world over the platform's backend. Rank 0 also sends weights.
+- `RolloutWorker` (`actor_infer`): an inference strategy; receives weights into its engine.
+- `RewardWorker` (`reward`): decodes responses and scores them with the task's rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import ray
+import torch
+import torch.distributed as dist
+
+from roll_device.cluster import RoleWorker
+from roll_device.comm import Endpoint, SyncPlan, WeightReceiver, WeightSender, WeightSyncOptions, weights_hash
+from roll_device.pipeline.tasks import get_task
+from strategies.base import Completion, SamplingConfig, TrainBatch, strategy_class
+from strategies.training.losses import grpo_policy_loss
+
+
+class TrainWorker(RoleWorker):
+    """One rank of a train strategy."""
+
+    def setup(self, model_path: str, strategy: str, config: dict, master: tuple[str, int]) -> None:
+        if self.world_size > 1:
+            addr, port = master
+            dist.init_process_group(
+                self.platform.dist_backend, init_method=f"tcp://{addr}:{port}",
+                rank=self.rank, world_size=self.world_size,
+            )
+        self.strategy = strategy_class("train", strategy, self.platform.kind)(self.platform)
+        self.strategy.initialize(model_path, config)
+        self.sender: WeightSender | None = None
+
+    def logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        return self.strategy.forward_logprobs(batch)
+
+    def train(self, batch: TrainBatch, clip_ratio: float, kl_coef: float) -> dict[str, float]:
+        return self.strategy.train_step(batch, grpo_policy_loss(clip_ratio=clip_ratio, kl_coef=kl_coef))
+
+    def save(self, directory: str) -> None:
+        self.strategy.save_checkpoint(directory)
+
+    def load(self, directory: str) -> None:
+        self.strategy.load_checkpoint(directory)
+
+    def export_hash(self) -> str:
+        """Hash of the full exported weights (every rank must call: the export gathers)."""
+        return weights_hash(self.strategy.export_weights())
+
+    # ---- weight sync: rank 0 sends; every rank drains the export (it gathers shards) ----------
+    def open_sender(self, plan: SyncPlan, receivers: int, options: WeightSyncOptions) -> Endpoint | None:
+        if self.rank != 0:
+            return None
+        self.sender = WeightSender(plan, self.platform, receivers, options, host=ray.util.get_node_ip_address())
+        return self.sender.endpoint
+
+    def connect_sender(self) -> None:
+        if self.sender is not None:
+            self.sender.connect()
+
+    def send_weights(self, version: int) -> dict | None:
+        export = self.strategy.export_weights()
+        if self.sender is None:
+            for _ in export:
+                pass
+            return None
+        return asdict(self.sender.send(export, version=version))
+
+    def close_sender(self) -> None:
+        if self.sender is not None:
+            self.sender.close()
+            self.sender = None
+
+
+class RolloutWorker(RoleWorker):
+    """One inference engine."""
+
+    def setup(self, model_path: str, strategy: str, config: dict) -> None:
+        self.strategy = strategy_class("inference", strategy, self.platform.kind)(self.platform)
+        self.strategy.initialize(model_path, config)
+        self.receiver: WeightReceiver | None = None
+
+    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
+        return self.strategy.generate(prompt_token_ids, sampling)
+
+    def connect_receiver(self, endpoint: Endpoint, timeout_s: float) -> None:
+        self.receiver = WeightReceiver(endpoint, self.rank + 1, self.platform, timeout_s=timeout_s)
+        self.receiver.connect()
+
+    def receive_weights(self) -> dict:
+        return asdict(self.receiver.receive(self.strategy.update_weights))
+
+    def weights_version(self) -> int | None:
+        return None if self.receiver is None else self.receiver.version
+
+    def engine_hash(self) -> str:
+        """Hash of the weights the engine computes with (HF names), for verification."""
+        return weights_hash(self.strategy.read_weights().items())
+
+    def close_receiver(self) -> None:
+        if self.receiver is not None:
+            self.receiver.close()
+            self.receiver = None
+
+    def shutdown(self) -> None:
+        self.strategy.shutdown()
+
+
+class RewardWorker(RoleWorker):
+    """Rule rewards on the CPU: decode each response, score it against its prompt."""
+
+    def setup(self, model_path: str, task: str) -> None:
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.task = get_task(task)
+
+    def score(self, items: list[tuple[str, list[int]]]) -> list[float]:
+        return [
+            self.task.reward(prompt, self.tokenizer.decode(ids, skip_special_tokens=True))
+            for prompt, ids in items
+        ]
