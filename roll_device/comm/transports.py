@@ -82,11 +82,13 @@ class SlotSender:
         for _ in range(SLOTS):
             self._new_slot()
         self.control.put(SLOTS_KEY, [slot.descriptor() for slot in self.slots])
-        self.control.wait(
-            [_attached_key(r) for r in _ranks(self.setup)], "every rollout worker to map the slots"
-        )
-        for slot in self.slots:
-            slot.unlink()
+        try:
+            self.control.wait(
+                [_attached_key(r) for r in _ranks(self.setup)], "every rollout worker to map the slots"
+            )
+        finally:  # mapped by everyone, or given up on: the names go either way
+            for slot in self.slots:
+                slot.unlink()
 
     def buffer(self, seq: int, index: int) -> torch.Tensor:
         if index >= SLOTS:

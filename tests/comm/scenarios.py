@@ -51,18 +51,21 @@ def sync(
     run: Run,
     seed: int,
     version: int,
-    corrupt: dict[int, int] | None = None,
     fail_after: int | None = None,
+    calls: dict[int, tuple[str, tuple]] | None = None,
 ) -> tuple:
     """One sync of the trainer model of `seed`; results in place (RemoteError where one failed).
 
-    `corrupt`: rank -> index of a bucket that rank receives damaged; `fail_after`: the trainer's
-    export fails at that tensor."""
+    `fail_after`: the trainer's export fails at that tensor; `calls`: rank -> (function of
+    sync_checks, arguments) to run on that rollout end instead of a plain `receive`."""
     sender, receivers = workers[0], workers[1:]
-    corrupt = corrupt or {}
+    calls = calls or {}
     results = together(
         [(sender, f"{CHECKS}:send", (seed, version, fail_after))]
-        + [(r, f"{CHECKS}:receive", (corrupt.get(rank),)) for rank, r in enumerate(receivers, 1)]
+        + [
+            (r, f"{CHECKS}:{calls.get(rank, ('receive', ()))[0]}", calls.get(rank, ("receive", ()))[1])
+            for rank, r in enumerate(receivers, 1)
+        ]
     )
     run.syncs.append((results[0], results[1:]))
     return results[0], results[1:]

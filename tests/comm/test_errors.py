@@ -1,0 +1,63 @@
+"""Bad input to the sender and receiver is refused with a WeightSyncError that names it, before a
+sync starts; waits that run out of time say what they waited for. In-process, on the CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+import roll_device as rd
+from roll_device.comm import Endpoint, WeightReceiver, WeightSender, WeightSyncOptions, plan_sync
+from roll_device.comm.buffers import ShmSlot
+from roll_device.errors import WeightSyncError
+
+CPU_PLAN = plan_sync("cpu", "cpu", colocated=False, same_node=True)
+QUICK = WeightSyncOptions(timeout_s=1)
+
+
+def test_sender_needs_receivers_and_its_own_kind():
+    with pytest.raises(WeightSyncError, match="needs at least one receiver, got receivers=0"):
+        WeightSender(CPU_PLAN, rd.get_platform("cpu"), 0)
+    npu_plan = plan_sync("npu", "cpu", colocated=False, same_node=False)
+    with pytest.raises(WeightSyncError, match="syncs from a npu trainer but this sender runs on cpu"):
+        WeightSender(npu_plan, rd.get_platform("cpu"), 1)
+
+
+def test_receiver_rank_and_kind_are_checked_against_the_sender():
+    sender = WeightSender(CPU_PLAN, rd.get_platform("cpu"), 2, QUICK)
+    with pytest.raises(
+        WeightSyncError, match=r"receiver rank 3 is out of range: the sender expects ranks 1\.\.2"
+    ):
+        WeightReceiver(sender.endpoint, 3, rd.get_platform("cpu"), timeout_s=1).connect()
+    to_npu = WeightSender(
+        plan_sync("cpu", "npu", colocated=False, same_node=True), rd.get_platform("cpu"), 1, QUICK
+    )
+    with pytest.raises(WeightSyncError, match="syncs into npu rollout workers but this one runs on cpu"):
+        WeightReceiver(to_npu.endpoint, 1, rd.get_platform("cpu"), timeout_s=1).connect()
+
+
+def test_receive_before_connect_is_refused():
+    receiver = WeightReceiver(Endpoint("127.0.0.1", 1), 1, rd.get_platform("cpu"))
+    with pytest.raises(WeightSyncError, match="receive before connect"):
+        receiver.receive(list)
+
+
+def test_unreachable_sender_and_absent_receivers_time_out_clearly():
+    sender = WeightSender(CPU_PLAN, rd.get_platform("cpu"), 1, QUICK)
+    with pytest.raises(
+        WeightSyncError, match="timed out after 1s waiting for every rollout worker to map the slots"
+    ):
+        sender.connect()
+    made = [slot.path for slot in sender.transport.slots]
+    assert len(made) == 2 and not any(path.exists() for path in made), "no shared memory left behind"
+    sender.close()
+    port = sender.endpoint.port
+    del sender
+    with pytest.raises(
+        WeightSyncError, match=f"cannot reach the weight-sync sender at 127.0.0.1:{port} within 1s"
+    ):
+        WeightReceiver(Endpoint("127.0.0.1", port), 1, rd.get_platform("cpu"), timeout_s=1).connect()
+
+
+def test_shared_memory_of_another_host_is_named():
+    with pytest.raises(WeightSyncError, match="roll-device-weights-elsewhere is not on this host"):
+        ShmSlot.attach(("/dev/shm/roll-device-weights-elsewhere", 4096), rd.get_platform("cpu"))
