@@ -9,6 +9,7 @@ that step checkpointed first, so nothing is lost.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -120,12 +121,14 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_step: Callable | None = No
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     path = model_path(cfg)
     tokenizer = AutoTokenizer.from_pretrained(path)
+    started = time.perf_counter()
     with start_cluster(cfg.cluster):
         plan = plan_from_config(cfg)
-        print("device plan:\n" + plan.format(), flush=True)
+        print(f"cluster ready in {time.perf_counter() - started:.1f}s; device plan:\n{plan.format()}", flush=True)
         roles = start_roles(cfg, plan, path)
         try:
-            print(f"weight sync: {roles.sync.describe()}", flush=True)
+            print(f"workers ready in {time.perf_counter() - started:.1f}s; weight sync: {roles.sync.describe()}",
+                  flush=True)
             run = Run(cfg, run_dir, roles, tokenizer)
             if cfg.resume:
                 run.restore()

@@ -105,9 +105,12 @@ def start_roles(cfg: DictConfig, plan: Plan, model_path: str) -> RoleGroups:
     options = WeightSyncOptions.from_config(cfg.weight_sync)
     roles = RoleGroups(groups, sync_plan(plan, options.path), options)
     trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
+    rollout_cfg = OmegaConf.to_container(cfg.rollout, resolve=True)
+    if "colocated" in rollout_cfg:  # the engine frees its memory between rollouts when it shares
+        rollout_cfg["colocated"] = roles.sync.path == "colocated"
     setups = {
         "actor_infer": groups["actor_infer"].async_call_all(
-            "setup", model_path, cfg.roles.actor_infer.strategy, OmegaConf.to_container(cfg.rollout, resolve=True)
+            "setup", model_path, cfg.roles.actor_infer.strategy, rollout_cfg
         ),
         "reward": groups["reward"].async_call_all("setup", model_path, cfg.data.task),
     }
