@@ -1,0 +1,79 @@
+"""Submission through the Ray Jobs API to a real Ray head on this machine (own ports, its own temp
+dir, torn down after): `roll-device submit` and scripts/submit.sh send a job, stream its log and
+return its exit status."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from roll_device.cli import main
+from roll_device.cluster import start_cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def head():
+    handle = start_cluster({"name": "sim", "include_dashboard": True, "head": {"num_cpus": 2}, "nodes": []})
+    yield handle
+    handle.shutdown()
+
+
+def start(*args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def jobs(head):
+    """Three submissions at once (each job takes a while to set up): exit status, stdout, stderr."""
+    submit = [sys.executable, "-m", "roll_device.cli", "submit", "--address", head.dashboard_url, "--command", "plan"]
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # the `ray` CLI
+    running = {
+        "fits": start(*submit, "roles.reward.num_devices=2"),
+        "no_npu": start(*submit, "roles.actor_train.device=npu"),
+        "script": start("scripts/submit.sh", "plan", "roles.reward.num_devices=3",
+                        env={"RAY_ADDRESS": head.dashboard_url, "PATH": path}),
+    }
+    done = {name: proc.communicate(timeout=300) for name, proc in running.items()}
+    return {name: (running[name].returncode, out, err) for name, (out, err) in done.items()}
+
+
+def rows(text: str) -> list[list[str]]:
+    return [line.split() for line in text.splitlines()]
+
+
+def test_submitted_job_succeeds_and_its_log_streams_back(jobs):
+    status, out, err = jobs["fits"]
+    assert status == 0, out + err
+    assert "submitted job raysubmit_" in out and "SUCCEEDED" in out
+    assert ["reward", "cpu", "2", "head", "0,1", "1", "-", "no"] in rows(out.split("device plan:")[1])
+
+
+def test_failed_job_returns_its_exit_status_and_message(jobs):
+    status, out, err = jobs["no_npu"]
+    assert status == 2, out + err
+    assert "role 'actor_train' wants 1 npu device(s), but no node of this cluster has npu devices" in out
+    assert "FAILED" in out
+
+
+def test_script_submits_the_same_job_with_the_ray_cli(jobs):
+    status, out, err = jobs["script"]
+    assert status == 0, out + err
+    assert ["reward", "cpu", "3", "head", "0,1,2", "1", "-", "no"] in rows(out)
+
+
+def test_submit_refuses_before_sending_anything(capsys, monkeypatch):
+    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
+        monkeypatch.delenv(var, raising=False)
+    assert main(["submit", "--command", "plan"]) == 2
+    assert "submit needs the cluster's dashboard address" in capsys.readouterr().err
+    assert main(["submit", "--address", "http://127.0.0.1:9", "cluster=sim"]) == 2
+    assert "cluster=sim starts its own cluster on this machine" in capsys.readouterr().err
+    assert main(["submit", "--address", "http://127.0.0.1:9", "roles.reward.device=abacus"]) == 2
+    assert "roles.reward.device='abacus'" in capsys.readouterr().err
+    assert main(["submit", "--address", "http://127.0.0.1:9", "--command", "plan"]) == 2
+    assert "no Ray Jobs API at http://127.0.0.1:9" in capsys.readouterr().err
