@@ -70,7 +70,7 @@ def strategy_vs_raw(strategy, batch: list[list[int]], max_tokens: int, rounds: i
     for r in range(rounds):
         raw_best = max(raw_best, tokens_per_second(raw))
         wrapped_best = max(wrapped_best, tokens_per_second(wrapped))
-        say(f"  round {r + 1}/{rounds}: raw {raw_best:,.0f} tok/s, strategy {wrapped_best:,.0f} tok/s (best so far)")
+        say(f"  round {r + 1}/{rounds}: best so far raw {raw_best:,.0f}, strategy {wrapped_best:,.0f} tok/s")
     return {"raw": raw_best, "strategy": wrapped_best, "ratio": wrapped_best / raw_best}
 
 
@@ -82,10 +82,11 @@ def per_batch(strategy, vocab: int, prompt_length: int, max_tokens: int, rounds:
     for batch in BATCHES:
         rows = prompts(batch, prompt_length, vocab)
         strategy.generate(rows, sampling)  # warm-up
-        result[batch] = max(
-            tokens_per_second(lambda: sum(len(c.token_ids) for c in strategy.generate(rows, sampling)))
-            for _ in range(rounds)
-        )
+
+        def call(rows=rows) -> int:
+            return sum(len(c.token_ids) for c in strategy.generate(rows, sampling))
+
+        result[batch] = max(tokens_per_second(call) for _ in range(rounds))
         say(f"  batch {batch}: {result[batch]:,.0f} tok/s")
     return result
 
@@ -104,7 +105,11 @@ def start(name: str, platform, model_path: str, *overrides: str):
 
 def write_results(results: dict) -> None:
     section = "\n".join([BEGIN, render(results), END])
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n\nMeasured comparisons; each section is written by its script.\n"
+    text = (
+        DOC.read_text()
+        if DOC.exists()
+        else "# Benchmarks\n\nMeasured comparisons; each section is written by its script.\n"
+    )
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
         text = head + section + rest.split(END, 1)[1]
@@ -119,26 +124,29 @@ def render(r: dict) -> str:
     lines = [
         "## Rollout strategies (`benchmarks/rollout.py`)",
         "",
-        f"Run {r['when']} on `{r['device']}` ({r['host']}); model: the tiny local Qwen2 "
-        f"({r['layers']} layers, hidden {r['hidden']}), prompts of {r['prompt_length']} tokens, "
-        f"{r['max_tokens']} new tokens each, temperature 1.0; best of {r['rounds']} rounds. "
-        "Throughput counts generated tokens only. The machine is shared: its 1-minute load average "
-        f"was {r['load']:.1f} before and {r['load_after']:.1f} after the run, so absolute numbers "
-        "carry noise; the strategy-vs-raw ratio alternates calls on one engine to share it.",
+        (
+            f"Run {r['when']} on `{r['device']}` ({r['host']}); model: the tiny local Qwen2 "
+            f"({r['layers']} layers, hidden {r['hidden']}), prompts of {r['prompt_length']} tokens, "
+            f"{r['max_tokens']} new tokens each, temperature 1.0; best of {r['rounds']} rounds. "
+            "Throughput counts generated tokens only. The machine is shared: its 1-minute load average "
+            f"was {r['load']:.1f} before and {r['load_after']:.1f} after the run, so absolute numbers "
+            "carry noise; the strategy-vs-raw ratio alternates calls on one engine to share it."
+        ),
         "",
-        f"**vLLM strategy vs `vllm.LLM.generate` on the same engine** ({r['raw_batch']} prompts): "
-        f"raw {r['vs_raw']['raw']:,.0f} tok/s, strategy {r['vs_raw']['strategy']:,.0f} tok/s, "
-        f"ratio **{r['vs_raw']['ratio']:.3f}** (target >= 0.98).",
+        (
+            f"**vLLM strategy vs `vllm.LLM.generate` on the same engine** ({r['raw_batch']} prompts): "
+            f"raw {r['vs_raw']['raw']:,.0f} tok/s, strategy {r['vs_raw']['strategy']:,.0f} tok/s, "
+            f"ratio **{r['vs_raw']['ratio']:.3f}** (target >= 0.98)."
+        ),
         "",
-        "| batch | vLLM strategy tok/s | HF eager tok/s | HF graphs tok/s | HF graphs / eager | vLLM / HF eager |",
+        "| batch | vLLM strategy tok/s | HF eager tok/s | HF graphs tok/s | graphs / eager | vLLM / HF |",
         "|---:|---:|---:|---:|---:|---:|",
     ]
     for b in BATCHES:
         g = f"{graphs[b]:,.0f}" if graphs else "n/a"
         gr = f"{graphs[b] / r['hf_eager'][b]:.2f}" if graphs else "n/a"
-        lines.append(
-            f"| {b} | {r['vllm'][b]:,.0f} | {r['hf_eager'][b]:,.0f} | {g} | {gr} | {r['vllm'][b] / r['hf_eager'][b]:.2f} |"
-        )
+        vs_hf = r["vllm"][b] / r["hf_eager"][b]
+        lines.append(f"| {b} | {r['vllm'][b]:,.0f} | {r['hf_eager'][b]:,.0f} | {g} | {gr} | {vs_hf:.2f} |")
     lines.append("")
     if not graphs:
         lines.append(
@@ -147,10 +155,12 @@ def render(r: dict) -> str:
         )
         lines.append("")
     lines += [
-        "When to use which: the vLLM strategy (paged KV cache, continuous batching, its own graphs) "
-        "is the rollout engine for real runs; the HF strategy needs nothing beyond transformers, runs "
-        "any causal LM transformers loads on any platform (the simulated NPU included), and serves "
-        "where vLLM is unavailable or for checking vLLM's outputs.",
+        (
+            "When to use which: the vLLM strategy (paged KV cache, continuous batching, its own graphs) "
+            "is the rollout engine for real runs; the HF strategy needs nothing beyond transformers, "
+            "runs any causal LM transformers loads on any platform (the simulated NPU included), and "
+            "serves where vLLM is unavailable or for checking vLLM's outputs."
+        ),
         "",
         f"![rollout throughput]({PLOT.relative_to(DOC.parent)})",
     ]
@@ -164,8 +174,11 @@ def plot(r: dict) -> None:
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), gridspec_kw={"width_ratios": [1, 2]})
-    left.bar(["vllm.LLM.generate", "vLLM strategy"], [r["vs_raw"]["raw"], r["vs_raw"]["strategy"]],
-             color=["#888888", "#3b75af"])
+    left.bar(
+        ["vllm.LLM.generate", "vLLM strategy"],
+        [r["vs_raw"]["raw"], r["vs_raw"]["strategy"]],
+        color=["#888888", "#3b75af"],
+    )
     left.set_title(f"same engine, {r['raw_batch']} prompts: ratio {r['vs_raw']['ratio']:.3f}")
     left.set_ylabel("generated tokens / s")
     series = [("vLLM strategy", r["vllm"], "#3b75af"), ("HF eager", r["hf_eager"], "#e08a2c")]
@@ -173,9 +186,16 @@ def plot(r: dict) -> None:
         series.append(("HF graphs", r["hf_graphs"], "#4c9a4c"))
     width = 0.8 / len(series)
     for k, (label, values, color) in enumerate(series):
-        right.bar([i + k * width for i in range(len(BATCHES))], [values[b] for b in BATCHES], width,
-                  label=label, color=color)
-    right.set_xticks([i + width * (len(series) - 1) / 2 for i in range(len(BATCHES))], [f"batch {b}" for b in BATCHES])
+        right.bar(
+            [i + k * width for i in range(len(BATCHES))],
+            [values[b] for b in BATCHES],
+            width,
+            label=label,
+            color=color,
+        )
+    right.set_xticks(
+        [i + width * (len(series) - 1) / 2 for i in range(len(BATCHES))], [f"batch {b}" for b in BATCHES]
+    )
     right.set_ylabel("generated tokens / s")
     right.set_title(f"rollout strategies on {r['device']}")
     right.legend()
@@ -196,7 +216,10 @@ def measure_vllm(platform, model: str, args) -> dict:
         batch = prompts(args.raw_batch, args.prompt_length, vocab)
         vs_raw = strategy_vs_raw(vllm, batch, args.max_tokens, args.rounds)
         say("vLLM strategy per batch")
-        return {"vs_raw": vs_raw, "vllm": per_batch(vllm, vocab, args.prompt_length, args.max_tokens, args.rounds)}
+        return {
+            "vs_raw": vs_raw,
+            "vllm": per_batch(vllm, vocab, args.prompt_length, args.max_tokens, args.rounds),
+        }
     finally:
         vllm.shutdown()
 
@@ -205,7 +228,9 @@ def measure_hf(platform, model: str, args, use_graphs: bool) -> dict:
     from roll_device.models.tiny import vocabulary
 
     say(f"HF strategy, {'decode graphs' if use_graphs else 'eager'}")
-    hf = start("hf", platform, model, f"max_batch_size={max(BATCHES)}", f"use_graphs={str(use_graphs).lower()}")
+    hf = start(
+        "hf", platform, model, f"max_batch_size={max(BATCHES)}", f"use_graphs={str(use_graphs).lower()}"
+    )
     try:
         return per_batch(hf, len(vocabulary()), args.prompt_length, args.max_tokens, args.rounds)
     finally:
@@ -215,12 +240,16 @@ def measure_hf(platform, model: str, args, use_graphs: bool) -> dict:
 def run_part(part: str, model: str, argv: list[str]) -> dict:
     """One measurement in a process of its own: an in-process vLLM engine binds the process's
     compute threads, which must not carry over to the HF measurements."""
-    proc = subprocess.run([sys.executable, __file__, "--part", part, "--model", model, *argv],
-                          stdout=subprocess.PIPE, text=True)
+    proc = subprocess.run(
+        [sys.executable, __file__, "--part", part, "--model", model, *argv],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"benchmark part '{part}' failed with exit status {proc.returncode}")
     lines = [line for line in proc.stdout.splitlines() if line.startswith(RESULT)]
-    return json.loads(lines[-1][len(RESULT):])
+    return json.loads(lines[-1][len(RESULT) :])
 
 
 def main() -> None:
@@ -248,15 +277,28 @@ def main() -> None:
 
     from roll_device.models.tiny import make_tiny_model
 
-    model = str(make_tiny_model(Path(tempfile.mkdtemp(prefix="rd-bench-")) / "tiny", num_layers=args.layers,
-                                hidden_size=args.hidden))
-    argv = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in
-            ("rounds", "max_tokens", "prompt_length", "raw_batch", "layers", "hidden")]
+    model = str(
+        make_tiny_model(
+            Path(tempfile.mkdtemp(prefix="rd-bench-")) / "tiny",
+            num_layers=args.layers,
+            hidden_size=args.hidden,
+        )
+    )
+    argv = [
+        f"--{k.replace('_', '-')}={getattr(args, k)}"
+        for k in ("rounds", "max_tokens", "prompt_length", "raw_batch", "layers", "hidden")
+    ]
     results = {
-        "when": datetime.date.today().isoformat(), "device": platform.name,
-        "host": f"{host.machine()}, {os.cpu_count()} CPU cores", "layers": args.layers,
-        "hidden": args.hidden, "prompt_length": args.prompt_length, "max_tokens": args.max_tokens,
-        "rounds": args.rounds, "raw_batch": args.raw_batch, "load": os.getloadavg()[0],
+        "when": datetime.date.today().isoformat(),
+        "device": platform.name,
+        "host": f"{host.machine()}, {os.cpu_count()} CPU cores",
+        "layers": args.layers,
+        "hidden": args.hidden,
+        "prompt_length": args.prompt_length,
+        "max_tokens": args.max_tokens,
+        "rounds": args.rounds,
+        "raw_batch": args.raw_batch,
+        "load": os.getloadavg()[0],
     }
     vllm = run_part("vllm", model, argv)
     results["vs_raw"] = vllm["vs_raw"]

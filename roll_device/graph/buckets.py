@@ -33,7 +33,8 @@ def check_capture_sizes(
             raise ConfigError(f"{key} must hold positive integers, got {size!r} in {sizes}")
         if size > max_batch:
             raise ConfigError(
-                f"{key} has {size}, larger than the largest batch {max_batch}: drop it or raise the batch limit"
+                f"{key} has {size}, larger than the largest batch {max_batch}: "
+                "drop it or raise the batch limit"
             )
     if len(set(sizes)) != len(sizes):
         raise ConfigError(f"{key} lists a size twice: {sizes}")

@@ -28,8 +28,14 @@ from strategies.inference.vllm_args import LOGPROBS_MODES
 from strategies.inference.weights import check_update, weight_buckets
 
 CONFIG_KEYS = {
-    "name", "max_model_len", "max_batch_size", "use_graphs", "capture_sizes", "dtype",
-    "update_bucket_bytes", "logprobs_mode",
+    "name",
+    "max_model_len",
+    "max_batch_size",
+    "use_graphs",
+    "capture_sizes",
+    "dtype",
+    "update_bucket_bytes",
+    "logprobs_mode",
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 MASK_KEY = "full_attention"
@@ -49,8 +55,10 @@ def parse_config(config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"unknown rollout keys for hf: {unknown}; known keys: {sorted(CONFIG_KEYS)}")
     max_batch = _positive(config, "max_batch_size")
     sizes = config.get("capture_sizes")
-    sizes = default_capture_sizes(max_batch) if sizes is None else check_capture_sizes(
-        list(sizes), max_batch, "rollout.capture_sizes"
+    sizes = (
+        default_capture_sizes(max_batch)
+        if sizes is None
+        else check_capture_sizes(list(sizes), max_batch, "rollout.capture_sizes")
     )
     dtype = config.get("dtype", "auto")
     if dtype != "auto" and dtype not in DTYPES:
@@ -97,7 +105,9 @@ class HfStrategy(InferenceStrategy):
     def _start_decoding(self) -> None:
         s = self.settings
         device = self.platform.device()
-        self.store = SharedKVStore(self.model.config, s["max_batch_size"], s["max_model_len"], self.model.dtype, device)
+        self.store = SharedKVStore(
+            self.model.config, s["max_batch_size"], s["max_model_len"], self.model.dtype, device
+        )
         self.bucket_caches: dict[int, Any] = {}
         self.runner = DecodeGraphRunner(
             self.platform, s["capture_sizes"], self._make_inputs, self._decode_step, s["use_graphs"]
@@ -133,7 +143,7 @@ class HfStrategy(InferenceStrategy):
         n, width, max_len = len(prompts), max(len(p) for p in prompts), self.store.max_len
         tokens = torch.full((n, width), self.pad_id, dtype=torch.long)
         for row, prompt in enumerate(prompts):
-            tokens[row, width - len(prompt):] = torch.tensor(prompt, dtype=torch.long)
+            tokens[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
         pads = torch.tensor([width - len(p) for p in prompts], device=device)
         query = torch.arange(width, device=device)
         key = torch.arange(max_len, device=device)
@@ -178,7 +188,9 @@ class HfStrategy(InferenceStrategy):
         reasons: list[str | None] = [None] * n
         for step in range(sampling.max_tokens):
             drawn, drawn_logprobs = sample(logprobs, sampling, self.settings["logprobs_mode"])
-            for row, (token, logprob) in enumerate(zip(drawn.to("cpu").tolist(), drawn_logprobs.to("cpu").tolist())):
+            for row, (token, logprob) in enumerate(
+                zip(drawn.to("cpu").tolist(), drawn_logprobs.to("cpu").tolist())
+            ):
                 if reasons[row] is None:
                     tokens[row].append(token)
                     token_logprobs[row].append(logprob)
@@ -202,7 +214,7 @@ class HfStrategy(InferenceStrategy):
         chunk = self.settings["max_batch_size"]
         with torch.no_grad(), self._seeded(sampling.seed):
             for start in range(0, len(rows), chunk):
-                part = rows[start:start + chunk]
+                part = rows[start : start + chunk]
                 results = self._generate_rows([p for _, _, p in part], sampling)
                 completions += [
                     Completion(i, s, tokens, logprobs, reason)

@@ -1,7 +1,8 @@
 """Batched token sampling for the HF strategy: greedy at temperature 0, else temperature, top-k
-and top-p, drawn from the process's random generator of the logits' device (the caller seeds it). The log-probability reported for a drawn token
-follows vLLM's modes: `raw_logprobs` (the model's own distribution, what a trainer recomputes;
-the default) or `processed_logprobs` (after temperature, top-k and top-p)."""
+and top-p, drawn from the process's random generator of the logits' device (the caller seeds
+it). The log-probability reported for a drawn token follows vLLM's modes: `raw_logprobs` (the
+model's own distribution, what a trainer recomputes; the default) or `processed_logprobs` (after
+temperature, top-k and top-p)."""
 
 from __future__ import annotations
 

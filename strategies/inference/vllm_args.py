@@ -43,9 +43,22 @@ DEFAULT_CPU_KV_CACHE_BYTES = 256 << 20
 NPU_GRAPH_BUDGET = 1800
 
 CONFIG_KEYS = {
-    "name", "max_model_len", "max_num_seqs", "dtype", "tensor_parallel_size", "enforce_eager",
-    "graph_mode", "capture_sizes", "kv_cache_bytes", "gpu_memory_utilization",
-    "update_bucket_bytes", "colocated", "sleep_when_colocated", "logprobs_mode", "seed", "env",
+    "name",
+    "max_model_len",
+    "max_num_seqs",
+    "dtype",
+    "tensor_parallel_size",
+    "enforce_eager",
+    "graph_mode",
+    "capture_sizes",
+    "kv_cache_bytes",
+    "gpu_memory_utilization",
+    "update_bucket_bytes",
+    "colocated",
+    "sleep_when_colocated",
+    "logprobs_mode",
+    "seed",
+    "env",
 }
 
 
@@ -154,7 +167,9 @@ def _graph_settings(profile: KindProfile, kind: str, config: Mapping) -> tuple[b
     if mode is not None:
         mode = str(mode).upper()
         if mode not in GRAPH_MODES:
-            raise ConfigError(f"rollout.graph_mode={config['graph_mode']!r}: choose one of {', '.join(GRAPH_MODES)}")
+            raise ConfigError(
+                f"rollout.graph_mode={config['graph_mode']!r}: choose one of {', '.join(GRAPH_MODES)}"
+            )
     if not profile.graphs:
         if mode not in (None, "NONE"):
             raise ConfigError(
@@ -233,7 +248,9 @@ def build_engine_spec(
     _positive_int(config, "update_bucket_bytes")
     logprobs_mode = config.get("logprobs_mode", "raw_logprobs")
     if logprobs_mode not in LOGPROBS_MODES:
-        raise ConfigError(f"rollout.logprobs_mode={logprobs_mode!r}: choose one of {', '.join(LOGPROBS_MODES)}")
+        raise ConfigError(
+            f"rollout.logprobs_mode={logprobs_mode!r}: choose one of {', '.join(LOGPROBS_MODES)}"
+        )
 
     eager, mode = _graph_settings(profile, platform.kind, config)
     sizes = _capture_sizes(profile, mode, config, model_path)
@@ -245,7 +262,9 @@ def build_engine_spec(
             "or run eager (rollout.enforce_eager=true)"
         )
 
-    sleep_level = profile.sleep_level if config.get("colocated") and config.get("sleep_when_colocated") else None
+    sleep_level = (
+        profile.sleep_level if config.get("colocated") and config.get("sleep_when_colocated") else None
+    )
     kwargs: dict[str, Any] = {
         "model": model_path,
         "tokenizer": model_path,

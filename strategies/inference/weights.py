@@ -30,7 +30,9 @@ def group_key(name: str) -> str:
     return match.group(1) if match else name.rpartition(".")[0] or name
 
 
-def weight_buckets(named_tensors: NamedTensors, bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+def weight_buckets(
+    named_tensors: NamedTensors, bucket_bytes: int
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
     """Buckets of at most `bucket_bytes`, except that one group never spans two buckets (a group
     larger than the limit gets a bucket of its own). Each group must arrive in one run."""
     if not isinstance(bucket_bytes, int) or bucket_bytes < 1:

@@ -73,7 +73,9 @@ def test_release_starts_over():
     assert runner.prepared
     runner.release()
     assert not runner.prepared
-    assert torch.equal(runner.run({"x": torch.ones(1, WIDTH), "bias": torch.zeros(1, 1)}), 2 * torch.ones(1, WIDTH))
+    assert torch.equal(
+        runner.run({"x": torch.ones(1, WIDTH), "bias": torch.zeros(1, 1)}), 2 * torch.ones(1, WIDTH)
+    )
 
 
 class StandInGraph:
@@ -129,7 +131,9 @@ def test_capture_glue_with_a_stand_in_graph_api():
     pools = [entry[1] for entry in platform.log if isinstance(entry, tuple) and entry[0] == "capture-begin"]
     assert len(pools) == 3 and len(set(pools)) == 1
     assert [e for e in platform.log if isinstance(e, tuple) and e[0] == "weak-ref"] == [
-        ("weak-ref", (4, WIDTH)), ("weak-ref", (2, WIDTH)), ("weak-ref", (1, WIDTH))
+        ("weak-ref", (4, WIDTH)),
+        ("weak-ref", (2, WIDTH)),
+        ("weak-ref", (1, WIDTH)),
     ]
     # each size: warm-up runs, then the captured run
     assert step.calls == [4] * (WARMUP_RUNS + 1) + [2] * (WARMUP_RUNS + 1) + [1] * (WARMUP_RUNS + 1)

@@ -27,8 +27,14 @@ def start(name: str, model_path: str, *overrides: str):
 
 @pytest.fixture(scope="session")
 def vllm_cpu(tiny_model_path):
-    strategy = start("vllm", tiny_model_path, "max_num_seqs=16", "kv_cache_bytes=67108864",
-                     "dtype=float32", "update_bucket_bytes=65536")
+    strategy = start(
+        "vllm",
+        tiny_model_path,
+        "max_num_seqs=16",
+        "kv_cache_bytes=67108864",
+        "dtype=float32",
+        "update_bucket_bytes=65536",
+    )
     yield strategy
     strategy.shutdown()
 
@@ -57,7 +63,9 @@ def reference_model(tiny_model_path):
     return AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32).eval()
 
 
-def teacher_forced_logprobs(model, prompt: list[int], response: list[int], temperature: float = 1.0) -> list[float]:
+def teacher_forced_logprobs(
+    model, prompt: list[int], response: list[int], temperature: float = 1.0
+) -> list[float]:
     """Log-probabilities the model gives each response token after the prompt, in one forward."""
     import torch
 

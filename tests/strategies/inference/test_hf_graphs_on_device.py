@@ -20,7 +20,9 @@ def test_greedy_with_graphs_equals_eager(tiny_model_path):
     outputs = {}
     for use_graphs in (True, False):
         strategy = HfStrategy(platform)
-        strategy.initialize(tiny_model_path, rollout_config("hf", "max_batch_size=16", f"use_graphs={use_graphs}"))
+        strategy.initialize(
+            tiny_model_path, rollout_config("hf", "max_batch_size=16", f"use_graphs={use_graphs}")
+        )
         try:
             assert strategy.runner.use_graphs is use_graphs
             if use_graphs:

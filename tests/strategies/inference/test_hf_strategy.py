@@ -20,7 +20,7 @@ GREEDY = SamplingConfig(n=1, max_tokens=12, temperature=0.0)
 def reference_greedy(model, prompt, max_tokens):
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt]), max_new_tokens=max_tokens, do_sample=False)
-    return out[0, len(prompt):].tolist()
+    return out[0, len(prompt) :].tolist()
 
 
 def test_registered_for_every_builtin_kind():
@@ -70,7 +70,9 @@ def test_batches_above_max_batch_size_run_in_chunks(hf_cpu):
 def test_stop_token_ends_a_response_and_is_kept(hf_cpu):
     tokens = hf_cpu.generate([PROMPTS[0]], GREEDY)[0].token_ids
     stop = tokens[2]
-    out = hf_cpu.generate([PROMPTS[0]], SamplingConfig(max_tokens=12, temperature=0.0, stop_token_ids=[stop]))[0]
+    out = hf_cpu.generate(
+        [PROMPTS[0]], SamplingConfig(max_tokens=12, temperature=0.0, stop_token_ids=[stop])
+    )[0]
     assert out.token_ids == tokens[: tokens.index(stop) + 1]
     assert out.finish_reason == "stop"
 
@@ -102,7 +104,9 @@ def test_weight_update_changes_output_and_restores_it(hf_cpu, checkpoint):
 def test_bad_weight_updates_are_refused(hf_cpu, checkpoint):
     with pytest.raises(ConfigError, match=r"no weight named \['model.layers.0.mlp.fc1.weight'\]"):
         hf_cpu.update_weights([("model.layers.0.mlp.fc1.weight", torch.zeros(2))])
-    with pytest.raises(ConfigError, match=r"weight 'model.norm.weight' has shape \(3,\), the model expects \(128,\)"):
+    with pytest.raises(
+        ConfigError, match=r"weight 'model.norm.weight' has shape \(3,\), the model expects \(128,\)"
+    ):
         hf_cpu.update_weights([("model.norm.weight", torch.zeros(3))])
     assert weights_digest(hf_cpu.read_weights().items()) == weights_digest(checkpoint.items())
 
@@ -149,8 +153,13 @@ def test_graphs_requested_on_the_cpu(tiny_model_path):
 
 
 def test_bucket_caches_are_views_of_one_store(reference_model):
-    store = SharedKVStore(reference_model.config, max_rows=4, max_len=16, dtype=torch.float32,
-                          device=rd.get_platform("cpu").device())
+    store = SharedKVStore(
+        reference_model.config,
+        max_rows=4,
+        max_len=16,
+        dtype=torch.float32,
+        device=rd.get_platform("cpu").device(),
+    )
     small, large = store.cache(2), store.cache(4)
     assert small.layers[0].keys.data_ptr() == large.layers[0].keys.data_ptr() == store.keys[0].data_ptr()
     keys = torch.ones(2, store.keys[0].shape[1], 1, store.keys[0].shape[3])

@@ -47,7 +47,9 @@ def test_greedy_agrees_with_the_hf_strategy(vllm_cpu, hf_cpu):
 def test_stop_token_ends_a_response_and_is_kept(vllm_cpu):
     tokens = vllm_cpu.generate([PROMPTS[0]], GREEDY)[0].token_ids
     stop = tokens[2]
-    out = vllm_cpu.generate([PROMPTS[0]], SamplingConfig(max_tokens=12, temperature=0.0, stop_token_ids=[stop]))[0]
+    out = vllm_cpu.generate(
+        [PROMPTS[0]], SamplingConfig(max_tokens=12, temperature=0.0, stop_token_ids=[stop])
+    )[0]
     assert out.token_ids == tokens[: tokens.index(stop) + 1] and out.finish_reason == "stop"
 
 

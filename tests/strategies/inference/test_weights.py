@@ -10,7 +10,10 @@ from strategies.inference.weights import check_update, group_key, pack, unpack, 
 
 def layer(i, nbytes_each=400):
     n = nbytes_each // 4
-    return [(f"model.layers.{i}.self_attn.{p}.weight", torch.full((n,), float(i))) for p in ("q_proj", "k_proj", "v_proj")]
+    return [
+        (f"model.layers.{i}.self_attn.{p}.weight", torch.full((n,), float(i)))
+        for p in ("q_proj", "k_proj", "v_proj")
+    ]
 
 
 def test_group_keys():
@@ -74,6 +77,6 @@ def test_digest_tells_equal_from_different():
     assert weights_digest(a.items())["w"] != weights_digest(changed.items())["w"]
     assert weights_digest(a.items())["b"] == weights_digest(changed.items())["b"]
     assert weights_digest([("w", torch.ones(3))])["w"] != weights_digest([("w", torch.ones(1, 3))])["w"]
-    assert weights_digest([("w", torch.ones(3, dtype=torch.bfloat16))], dtype=torch.float32) == weights_digest(
-        [("w", torch.ones(3))]
-    )
+    assert weights_digest(
+        [("w", torch.ones(3, dtype=torch.bfloat16))], dtype=torch.float32
+    ) == weights_digest([("w", torch.ones(3))])
