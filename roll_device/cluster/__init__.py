@@ -21,6 +21,18 @@ from roll_device.cluster.plan import Plan, RolePlan, Slot, build_plan
 from roll_device.cluster.worker import RoleWorker
 
 __all__ = [
-    "ClusterHandle", "DispatchError", "Inventory", "NodeInfo", "Plan", "RolePlan", "RoleWorker", "Slot",
-    "WorkerGroup", "build_plan", "plan_from_config", "read_inventory", "shard", "start_cluster",
+    "ClusterHandle",
+    "DispatchError",
+    "Inventory",
+    "NodeInfo",
+    "Plan",
+    "RolePlan",
+    "RoleWorker",
+    "Slot",
+    "WorkerGroup",
+    "build_plan",
+    "plan_from_config",
+    "read_inventory",
+    "shard",
+    "start_cluster",
 ]

@@ -41,8 +41,9 @@ def plan_command(overrides: list[str]) -> int:
     return 0
 
 
-def submit_command(overrides: list[str], address: str | None = None, no_wait: bool = False,
-                   command: str = "run") -> int:
+def submit_command(
+    overrides: list[str], address: str | None = None, no_wait: bool = False, command: str = "run"
+) -> int:
     """Send `roll-device <command> <overrides>` to an existing cluster through the Ray Jobs API."""
     if command not in SUBMITTABLE:
         raise ConfigError(f"submit runs one of {', '.join(SUBMITTABLE)}, not '{command}'")
@@ -53,8 +54,12 @@ def submit_command(overrides: list[str], address: str | None = None, no_wait: bo
             "cluster=sim starts its own cluster on this machine: run it with `roll-device run "
             "cluster=sim`; submit sends a run to an existing cluster (cluster=local there joins it)"
         )
-    address = (address or setting(cfg.cluster, "dashboard_address")
-               or os.environ.get("RAY_API_SERVER_ADDRESS") or _http_ray_address())
+    address = (
+        address
+        or setting(cfg.cluster, "dashboard_address")
+        or os.environ.get("RAY_API_SERVER_ADDRESS")
+        or _http_ray_address()
+    )
     if not address:
         raise ConfigError(
             "submit needs the cluster's dashboard address: --address http://<head>:8265, "

@@ -55,8 +55,15 @@ def shard(batch: Any, n: int) -> list[Any]:
 class WorkerGroup:
     """The workers of one role; see the module docstring."""
 
-    def __init__(self, plan: Plan, role: str, worker_cls: type, *args: Any,
-                 ray_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        role: str,
+        worker_cls: type,
+        *args: Any,
+        ray_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
         import ray
 
         if role not in plan.roles:

@@ -91,8 +91,10 @@ class Inventory:
 
     def describe(self) -> str:
         """One line per kind: how many devices and where (for error messages)."""
-        parts = [f"{n.name}: {n.cpus:g} CPU" + "".join(f", {c} {k}" for k, c in n.devices.items())
-                 for n in self.nodes]
+        parts = [
+            f"{n.name}: {n.cpus:g} CPU" + "".join(f", {c} {k}" for k, c in n.devices.items())
+            for n in self.nodes
+        ]
         return "; ".join(parts) if parts else "no alive nodes"
 
     def format(self) -> str:
@@ -121,24 +123,31 @@ def inventory_from_nodes(ray_nodes: list[dict]) -> Inventory:
         resources: dict[str, float] = record.get("Resources", {})
         labels: dict[str, str] = record.get("Labels", {}) or {}
         accelerator_type = labels.get(ACCELERATOR_TYPE_LABEL) or next(
-            (key[len(ACCELERATOR_TYPE_RESOURCE):] for key in resources
-             if key.startswith(ACCELERATOR_TYPE_RESOURCE)), None)
+            (
+                key[len(ACCELERATOR_TYPE_RESOURCE) :]
+                for key in resources
+                if key.startswith(ACCELERATOR_TYPE_RESOURCE)
+            ),
+            None,
+        )
         devices: dict[str, int] = {}
         for resource in by_resource:
             count = int(resources.get(resource, 0))
             if count > 0:
                 kind = kind_of(resource, accelerator_type, by_resource)
                 devices[kind] = devices.get(kind, 0) + count
-        nodes.append(NodeInfo(
-            node_id=record["NodeID"],
-            ip=record.get("NodeManagerAddress", ""),
-            name=record.get("NodeName") or record.get("NodeManagerAddress", ""),
-            cpus=float(resources.get(CPU_RESOURCE, 0)),
-            devices=devices,
-            accelerator_type=accelerator_type,
-            simulated=labels.get(SIMULATED_LABEL) == "true",
-            is_head=HEAD_RESOURCE in resources,
-        ))
+        nodes.append(
+            NodeInfo(
+                node_id=record["NodeID"],
+                ip=record.get("NodeManagerAddress", ""),
+                name=record.get("NodeName") or record.get("NodeManagerAddress", ""),
+                cpus=float(resources.get(CPU_RESOURCE, 0)),
+                devices=devices,
+                accelerator_type=accelerator_type,
+                simulated=labels.get(SIMULATED_LABEL) == "true",
+                is_head=HEAD_RESOURCE in resources,
+            )
+        )
     nodes.sort(key=lambda n: (not n.is_head, n.name, n.node_id))
     return Inventory(tuple(_unique_names(nodes)))
 

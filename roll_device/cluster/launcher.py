@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from roll_device.cluster.sim_nodes import SimNodes
+from roll_device.cluster.sim_nodes import SimNodes, node_args
 from roll_device.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -77,23 +77,28 @@ def start_cluster(cluster_cfg: Mapping) -> ClusterHandle:
     name = setting(cluster_cfg, "name", "local")
     if name not in CLUSTERS:
         raise ConfigError(f"cluster.name='{name}': choose one of {', '.join(CLUSTERS)} (cluster=<name>)")
+    address = setting(cluster_cfg, "address")
+    if name == "remote" and not address:
+        raise ConfigError(
+            "cluster=remote needs the cluster's address: cluster.address=<host:port>, "
+            "ray://<host>:10001 or auto"
+        )
     if ray.is_initialized():
         log.info("roll-device: already connected to Ray; using that cluster")
         return ClusterHandle(name, ray.get_runtime_context().gcs_address)
     include_dashboard = bool(setting(cluster_cfg, "include_dashboard", False))
     if name == "remote":
-        address = setting(cluster_cfg, "address")
-        if not address:
-            raise ConfigError("cluster=remote needs the cluster's address: cluster.address=<host:port>, "
-                              "ray://<host>:10001 or auto")
         ray.init(address=address)
         return _owned(ClusterHandle(name, address))
     if name == "local":
         if os.environ.get("RAY_ADDRESS"):
             ray.init()
         else:
-            ray.init(address="local", num_cpus=setting(cluster_cfg, "num_cpus"),
-                     include_dashboard=include_dashboard)
+            ray.init(
+                address="local",
+                num_cpus=setting(cluster_cfg, "num_cpus"),
+                include_dashboard=include_dashboard,
+            )
         return _owned(ClusterHandle(name, ray.get_runtime_context().gcs_address))
     return _start_sim(cluster_cfg, include_dashboard)
 
@@ -101,17 +106,20 @@ def start_cluster(cluster_cfg: Mapping) -> ClusterHandle:
 def _start_sim(cluster_cfg: Mapping, include_dashboard: bool) -> ClusterHandle:
     import ray
 
+    head, entries = setting(cluster_cfg, "head", {}), setting(cluster_cfg, "nodes", [])
+    for entry in entries:
+        node_args(entry)  # a bad node entry fails before any node starts
     nodes = SimNodes(include_dashboard=include_dashboard)
     handle = _owned(ClusterHandle("sim", nodes.gcs_address, nodes.dashboard_url, nodes=nodes))
     try:
-        nodes.start_head(setting(cluster_cfg, "head", {}))
+        nodes.start_head(head)
         ray.init(address=nodes.gcs_address)
         handle.owns_connection = True
 
         def alive() -> int:
             return sum(1 for node in ray.nodes() if node["Alive"])
 
-        nodes.add_nodes(setting(cluster_cfg, "nodes", []), alive)
+        nodes.add_nodes(entries, alive)
         nodes.wait_for_dashboard()
     except BaseException:
         handle.shutdown()

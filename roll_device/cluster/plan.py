@@ -92,6 +92,12 @@ class Plan:
                 used[key] = max(used.get(key, 0), slot.index + 1)
         return used
 
+    def colocated(self, role_a: str, role_b: str) -> bool:
+        """Whether every device of one role is also a device of the other (same kind): weight
+        sync between them can stay on the device."""
+        a, b = self.roles[role_a], self.roles[role_b]
+        return a.kind == b.kind and (set(a.slots) <= set(b.slots) or set(b.slots) <= set(a.slots))
+
     def reserve(self, timeout_s: float = 120.0):
         """Create the placement groups (once); a `PlanError` if Ray cannot grant them in time."""
         from roll_device.cluster.placement import reserve
@@ -112,12 +118,18 @@ class Plan:
         for role in self.roles.values():
             for node_id in role.node_ids:
                 ranks = [r for r, slot in enumerate(role.slots) if slot.node_id == node_id]
-                rows.append((
-                    role.role, role.kind, str(len(ranks)), role.slots[ranks[0]].node_name,
-                    ",".join(str(i) for i in role.device_ids(node_id)),
-                    "/".join(sorted({f"{role.shares[r]:g}" for r in ranks})),
-                    role.colocate_with or "-", _simulated_note(role),
-                ))
+                rows.append(
+                    (
+                        role.role,
+                        role.kind,
+                        str(len(ranks)),
+                        role.slots[ranks[0]].node_name,
+                        ",".join(str(i) for i in role.device_ids(node_id)),
+                        "/".join(sorted({f"{role.shares[r]:g}" for r in ranks})),
+                        role.colocate_with or "-",
+                        _simulated_note(role),
+                    )
+                )
         return format_table(rows)
 
 
@@ -143,8 +155,9 @@ class RoleSpec:
     colocate_with: str | None
 
 
-def build_plan(roles_cfg: Mapping, inventory: Inventory,
-               cpu_per_worker: float = DEFAULT_CPU_PER_WORKER) -> Plan:
+def build_plan(
+    roles_cfg: Mapping, inventory: Inventory, cpu_per_worker: float = DEFAULT_CPU_PER_WORKER
+) -> Plan:
     """Place every role of `roles_cfg` (`roles` of the config) on `inventory`."""
     if not (isinstance(cpu_per_worker, int | float) and 0 < cpu_per_worker):
         raise ConfigError(f"cluster.cpu_per_worker={cpu_per_worker!r}: give a positive number of CPUs")
@@ -180,8 +193,12 @@ def build_plan(roles_cfg: Mapping, inventory: Inventory,
         kind = kinds[name]
         simulated = kind != cpu_kind() and any(inventory.node(s.node_id).simulated for s in slots[name])
         roles[name] = RolePlan(
-            role=name, kind=kind, num_devices=spec.num_devices, colocate_with=spec.colocate_with,
-            slots=slots[name], shares=tuple(share_of(sharing[s]) for s in slots[name]),
+            role=name,
+            kind=kind,
+            num_devices=spec.num_devices,
+            colocate_with=spec.colocate_with,
+            slots=slots[name],
+            shares=tuple(share_of(sharing[s]) for s in slots[name]),
             simulated=simulated,
         )
     return Plan(roles=roles, inventory=inventory, cpu_per_worker=float(cpu_per_worker))
@@ -209,9 +226,7 @@ def parse_roles(roles_cfg: Mapping) -> dict[str, RoleSpec]:
             continue
         device = str(cfg.get("device", AUTO)).strip().lower()
         if device != AUTO and device not in valid:
-            raise ConfigError(
-                f"roles.{name}.device='{device}': valid values are {AUTO}, {', '.join(valid)}"
-            )
+            raise ConfigError(f"roles.{name}.device='{device}': valid values are {AUTO}, {', '.join(valid)}")
         num = cfg.get("num_devices", 1)
         if isinstance(num, bool) or not isinstance(num, int) or num < 1:
             raise ConfigError(f"roles.{name}.num_devices={num!r}: give a whole number of devices >= 1")

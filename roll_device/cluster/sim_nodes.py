@@ -102,8 +102,13 @@ class SimNodes:
         # Jobs on this cluster run `python`: make it this interpreter.
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         with open(self.temp_dir / f"{name}.log", "w") as log:
-            proc = subprocess.Popen([*command, "start", *args], stdout=log, stderr=subprocess.STDOUT,
-                                    env=env, start_new_session=True)
+            proc = subprocess.Popen(
+                [*command, "start", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
         self.procs.append((name, proc))
         return proc
 

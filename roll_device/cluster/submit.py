@@ -41,7 +41,9 @@ def runtime_env(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"working_dir": str(checkout_root()), **extra, "env_vars": env_vars}
 
 
-def submit_job(address: str, command_line: str, job_runtime_env: dict[str, Any], no_wait: bool = False) -> int:
+def submit_job(
+    address: str, command_line: str, job_runtime_env: dict[str, Any], no_wait: bool = False
+) -> int:
     """Submit `command_line`; unless `no_wait`, stream its log and return its exit status."""
     from ray.job_submission import JobStatus, JobSubmissionClient
 

@@ -59,8 +59,12 @@ class WorkerSpec:
             )
         raw = {name: os.environ[var] for name, var in names.items()}
         return cls(
-            role=raw["role"], rank=int(raw["rank"]), world_size=int(raw["world_size"]),
-            kind=raw["kind"], simulated=raw["simulated"] == "True", node_name=raw["node_name"],
+            role=raw["role"],
+            rank=int(raw["rank"]),
+            world_size=int(raw["world_size"]),
+            kind=raw["kind"],
+            simulated=raw["simulated"] == "True",
+            node_name=raw["node_name"],
         )
 
 
@@ -68,8 +72,12 @@ def worker_env(plan: Plan, role: str, rank: int) -> dict[str, str]:
     """The environment a worker of `role` at `rank` starts with."""
     placement = plan.roles[role]
     spec = WorkerSpec(
-        role=role, rank=rank, world_size=placement.world_size, kind=placement.kind,
-        simulated=placement.simulated, node_name=placement.slots[rank].node_name,
+        role=role,
+        rank=rank,
+        world_size=placement.world_size,
+        kind=placement.kind,
+        simulated=placement.simulated,
+        node_name=placement.slots[rank].node_name,
     )
     env = spec.to_env()
     if not placement.simulated:
@@ -102,8 +110,11 @@ class RoleWorker:
         self.role, self.rank, self.world_size = self.spec.role, self.spec.rank, self.spec.world_size
         self.kind, self.simulated = self.spec.kind, self.spec.simulated
         identity = get_platform(self.kind)
-        ids = ray.get_runtime_context().get_accelerator_ids().get(identity.ray_resource, []) \
-            if identity.ray_resource else []
+        ids = (
+            ray.get_runtime_context().get_accelerator_ids().get(identity.ray_resource, [])
+            if identity.ray_resource
+            else []
+        )
         self.accelerator_ids = [str(i) for i in ids]
         self.visible_devices_env = identity.visible_devices_env
         visible = os.environ.get(self.visible_devices_env) if self.visible_devices_env else None

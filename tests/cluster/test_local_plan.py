@@ -9,8 +9,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def plan(*overrides: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "roll_device.cli", "plan", *overrides], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "roll_device.cli", "plan", *overrides],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_plan_on_this_machine_and_a_plan_that_does_not_fit():
@@ -20,10 +25,16 @@ def test_plan_on_this_machine_and_a_plan_that_does_not_fit():
     assert "cluster 'local'" in out
     table = [line.split() for line in out.split("device plan:")[1].strip().splitlines()]
     assert {row[0]: row[1:3] for row in table[1:]} == {  # no accelerator here: `auto` is the CPU
-        "actor_infer": ["cpu", "1"], "actor_train": ["cpu", "1"], "reference": ["cpu", "1"], "reward": ["cpu", "1"]}
+        "actor_infer": ["cpu", "1"],
+        "actor_train": ["cpu", "1"],
+        "reference": ["cpu", "1"],
+        "reward": ["cpu", "1"],
+    }
     assert [row[6] for row in table[1:] if row[0] == "reference"] == ["actor_train"]
 
     out, err = too_big.communicate(timeout=300)
     assert too_big.returncode == 2
-    assert ("roll-device plan: error: role 'actor_infer' wants 20 cpu device(s), but only 8 of the cluster's 8 "
-            "(0.25 CPU per worker slot) are available") in err
+    assert (
+        "roll-device plan: error: role 'actor_infer' wants 20 cpu device(s), but only 8 of the cluster's 8 "
+        "(0.25 CPU per worker slot) are available"
+    ) in err

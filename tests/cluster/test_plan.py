@@ -15,8 +15,10 @@ MIXED = Inventory((HEAD, NPU8, NPU4, GPU2))
 
 def roles(**spec):
     """roles config: name=(device, num_devices[, colocate_with])."""
-    return {name: {"device": s[0], "num_devices": s[1], "colocate_with": s[2] if len(s) > 2 else None}
-            for name, s in spec.items()}
+    return {
+        name: {"device": s[0], "num_devices": s[1], "colocate_with": s[2] if len(s) > 2 else None}
+        for name, s in spec.items()
+    }
 
 
 def test_auto_takes_the_most_numerous_accelerator_kind_else_cpu():
@@ -47,6 +49,9 @@ def test_colocated_role_shares_devices_and_kind():
     assert ref.slots == train.slots and critic.slots == train.slots[:1]
     assert train.shares == (0.3333, 0.5) and ref.shares == (0.3333, 0.5) and critic.shares == (0.3333,)
     assert plan.groups() == {("npu", NPU8.node_id): 2}
+    assert plan.colocated("critic", "train") and plan.colocated("train", "ref")
+    apart = build_plan(roles(train=("npu", 2), infer=("npu", 2)), MIXED)
+    assert not apart.colocated("train", "infer")
 
 
 def test_cpu_roles_use_cpu_slots_and_keep_off_accelerator_nodes():
@@ -60,45 +65,79 @@ def test_cpu_roles_use_cpu_slots_and_keep_off_accelerator_nodes():
 def test_format_lists_each_role_and_node():
     text = build_plan(roles(train=("npu", 10), ref=("auto", 2, "train")), MIXED).format()
     lines = text.splitlines()
-    assert lines[0].split() == ["role", "kind", "devices", "node", "device", "ids", "share", "colocated",
-                                "with", "simulated"]
+    assert lines[0].split() == [
+        "role",
+        "kind",
+        "devices",
+        "node",
+        "device",
+        "ids",
+        "share",
+        "colocated",
+        "with",
+        "simulated",
+    ]
     assert lines[1].split()[:5] == ["train", "npu", "8", "npu-a", "0,1,2,3,4,5,6,7"]
     assert lines[2].split()[:5] == ["train", "npu", "2", "npu-b", "0,1"]
     assert lines[3].split() == ["ref", "npu", "2", "npu-a", "0,1", "0.5", "train", "no"]
 
 
 def test_simulated_roles_say_what_they_compute_on():
-    sim = Inventory((HEAD, NodeInfo("s" * 56, "1", "sim-npu", 2, {"npu": 2}, simulated=True),
-                     NodeInfo("t" * 56, "1", "sim-gpu", 2, {"cuda": 2}, simulated=True)))
+    sim = Inventory(
+        (
+            HEAD,
+            NodeInfo("s" * 56, "1", "sim-npu", 2, {"npu": 2}, simulated=True),
+            NodeInfo("t" * 56, "1", "sim-gpu", 2, {"cuda": 2}, simulated=True),
+        )
+    )
     plan = build_plan(roles(a=("npu", 1), b=("cuda", 1), c=("cpu", 1)), sim)
     assert [plan.roles[r].simulated for r in "abc"] == [True, True, False]
     assert "yes (computes on npu-sim)" in plan.format() and "yes (computes on cpu)" in plan.format()
 
 
-@pytest.mark.parametrize("spec, message", [
-    (roles(train=("npu", 16)), r"role 'train' wants 16 npu device\(s\), but only 12 of the cluster's 12"),
-    (roles(a=("npu", 10), b=("npu", 4)),
-     r"role 'b' wants 4 npu device\(s\), but only 2 of the cluster's 12 are available after 10 for a"),
-    (roles(a=("rocm", 1)), (r"role 'a' wants 1 rocm device\(s\), but no node of this cluster has rocm "
-                            r"devices \(available: 0;")),
-    (roles(a=("npu", 2), b=("cuda", 1, "a")),
-     (r"role 'b' wants 1 cuda device\(s\) colocated with 'a', which runs on npu \(available cuda devices "
-      r"to share: 0\)")),
-    (roles(a=("npu", 2), b=("auto", 3, "a")),
-     r"role 'b' wants 3 npu device\(s\) colocated with 'a', which has 2 available to share"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (roles(train=("npu", 16)), r"role 'train' wants 16 npu device\(s\), but only 12 of the cluster's 12"),
+        (
+            roles(a=("npu", 10), b=("npu", 4)),
+            r"role 'b' wants 4 npu device\(s\), but only 2 of the cluster's 12 are available after 10 for a",
+        ),
+        (
+            roles(a=("rocm", 1)),
+            (
+                r"role 'a' wants 1 rocm device\(s\), but no node of this cluster has rocm "
+                r"devices \(available: 0;"
+            ),
+        ),
+        (
+            roles(a=("npu", 2), b=("cuda", 1, "a")),
+            (
+                r"role 'b' wants 1 cuda device\(s\) colocated with 'a', which runs on npu \(available cuda devices "
+                r"to share: 0\)"
+            ),
+        ),
+        (
+            roles(a=("npu", 2), b=("auto", 3, "a")),
+            r"role 'b' wants 3 npu device\(s\) colocated with 'a', which has 2 available to share",
+        ),
+    ],
+)
 def test_plans_that_do_not_fit_name_role_kind_wanted_and_available(spec, message):
     with pytest.raises(PlanError, match=message):
         build_plan(spec, MIXED)
 
 
-@pytest.mark.parametrize("spec, message", [
-    (roles(a=("tpu", 1)), r"roles.a.device='tpu': valid values are auto, npu, cuda, rocm, cpu"),
-    (roles(a=("npu", 0)), r"roles.a.num_devices=0: give a whole number"),
-    (roles(a=("npu", 1, "nobody")), r"roles.a.colocate_with='nobody' names no configured role"),
-    (roles(a=("npu", 1, "b"), b=("npu", 1, "a")), r"colocate_with forms a cycle: a -> b -> a"),
-    ({}, r"no roles configured"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (roles(a=("tpu", 1)), r"roles.a.device='tpu': valid values are auto, npu, cuda, rocm, cpu"),
+        (roles(a=("npu", 0)), r"roles.a.num_devices=0: give a whole number"),
+        (roles(a=("npu", 1, "nobody")), r"roles.a.colocate_with='nobody' names no configured role"),
+        (roles(a=("npu", 1, "b"), b=("npu", 1, "a")), r"colocate_with forms a cycle: a -> b -> a"),
+        ({}, r"no roles configured"),
+    ],
+)
 def test_bad_role_settings_are_config_errors(spec, message):
     with pytest.raises(ConfigError, match=message):
         parse_roles(spec)
@@ -110,18 +149,28 @@ def test_switched_off_role_is_left_out():
 
 def test_inventory_maps_ray_resources_to_kinds():
     def record(node_id, name, resources, labels=None, alive=True):
-        return {"NodeID": node_id, "NodeName": name, "NodeManagerAddress": "10.0.0.9", "Alive": alive,
-                "Resources": resources, "Labels": labels or {}}
+        return {
+            "NodeID": node_id,
+            "NodeName": name,
+            "NodeManagerAddress": "10.0.0.9",
+            "Alive": alive,
+            "Resources": resources,
+            "Labels": labels or {},
+        }
 
-    inventory = inventory_from_nodes([
-        record("b1", "box", {"CPU": 8.0, "GPU": 4.0, "accelerator_type:AMD-Instinct-MI300X": 1.0}),
-        record("a1", "box", {"CPU": 8.0, "GPU": 2.0, "accelerator_type:H100": 1.0}),
-        record("c1", "npu", {"CPU": 4.0, "NPU": 8.0}, {"roll-device/simulated": "true"}),
-        record("d1", "dead", {"CPU": 4.0, "NPU": 8.0}, alive=False),
-        record("h1", "head", {"CPU": 2.0, "node:__internal_head__": 1.0}),
-    ])
+    inventory = inventory_from_nodes(
+        [
+            record("b1", "box", {"CPU": 8.0, "GPU": 4.0, "accelerator_type:AMD-Instinct-MI300X": 1.0}),
+            record("a1", "box", {"CPU": 8.0, "GPU": 2.0, "accelerator_type:H100": 1.0}),
+            record("c1", "npu", {"CPU": 4.0, "NPU": 8.0}, {"roll-device/simulated": "true"}),
+            record("d1", "dead", {"CPU": 4.0, "NPU": 8.0}, alive=False),
+            record("h1", "head", {"CPU": 2.0, "node:__internal_head__": 1.0}),
+        ]
+    )
     assert [(n.name, n.devices, n.simulated) for n in inventory.nodes] == [
-        ("head", {}, False), ("box/a1", {"cuda": 2}, False), ("box/b1", {"rocm": 4}, False),
+        ("head", {}, False),
+        ("box/a1", {"cuda": 2}, False),
+        ("box/b1", {"rocm": 4}, False),
         ("npu", {"npu": 8}, True),
     ]
     assert inventory.accelerator_kinds() == ["npu", "cuda", "rocm"] and inventory.nodes[0].is_head

@@ -6,20 +6,34 @@ import pytest
 import ray
 
 from roll_device.cluster import (
-    DispatchError, WorkerGroup, plan_from_config, read_inventory, shard, start_cluster,
+    DispatchError,
+    WorkerGroup,
+    plan_from_config,
+    read_inventory,
+    shard,
+    start_cluster,
 )
 from roll_device.cluster.commands import plan_command
 from roll_device.config import compose
 from roll_device.errors import ConfigError, PlanError
 from tests.cluster.role_workers import ProbeWorker
 
-SIM = ["cluster=sim", "cluster.head.num_cpus=1",
-       "cluster.nodes=[{name: npu-node, num_cpus: 1, resources: {NPU: 4}}, {name: gpu-node, num_cpus: 1, "
-       "num_gpus: 2}, {name: amd-node, num_cpus: 1, num_gpus: 1, accelerator_type: AMD-Instinct-MI300X}]"]
-ROLES = ["roles.actor_train.device=npu", "roles.actor_train.num_devices=2",
-         "roles.reference.device=auto", "roles.reference.num_devices=2", "roles.reference.colocate_with=actor_train",
-         "roles.actor_infer.device=cuda", "roles.actor_infer.num_devices=2",
-         "roles.reward.device=cpu", "roles.reward.num_devices=1"]
+NODES = (
+    "[{name: npu-node, num_cpus: 1, resources: {NPU: 4}}, {name: gpu-node, num_cpus: 1, num_gpus: 2}, "
+    "{name: amd-node, num_cpus: 1, num_gpus: 1, accelerator_type: AMD-Instinct-MI300X}]"
+)
+SIM = ["cluster=sim", "cluster.head.num_cpus=1", f"cluster.nodes={NODES}"]
+ROLES = [
+    "roles.actor_train.device=npu",
+    "roles.actor_train.num_devices=2",
+    "roles.reference.device=auto",
+    "roles.reference.num_devices=2",
+    "roles.reference.colocate_with=actor_train",
+    "roles.actor_infer.device=cuda",
+    "roles.actor_infer.num_devices=2",
+    "roles.reward.device=cpu",
+    "roles.reward.num_devices=1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +59,10 @@ def test_inventory_reads_declared_accelerators(cluster):
     assert nodes["head"].is_head and nodes["head"].devices == {} and not nodes["head"].simulated
     assert nodes["npu-node"].devices == {"npu": 4} and nodes["npu-node"].simulated
     assert nodes["gpu-node"].devices == {"cuda": 2} and nodes["gpu-node"].simulated
-    assert nodes["amd-node"].devices == {"rocm": 1} and nodes["amd-node"].accelerator_type == "AMD-Instinct-MI300X"
+    assert (
+        nodes["amd-node"].devices == {"rocm": 1}
+        and nodes["amd-node"].accelerator_type == "AMD-Instinct-MI300X"
+    )
 
 
 def test_each_worker_lands_on_its_planned_node_and_binds_its_kind(placed):
@@ -69,8 +86,12 @@ def test_each_worker_lands_on_its_planned_node_and_binds_its_kind(placed):
             else:
                 assert info["accelerator_ids"] == [] and info["visible_devices"] is None
     names = {role: {i["node_name"] for i in groups[role].infos} for role in expected}
-    assert names == {"actor_train": {"npu-node"}, "reference": {"npu-node"}, "actor_infer": {"gpu-node"},
-                     "reward": {"head"}}
+    assert names == {
+        "actor_train": {"npu-node"},
+        "reference": {"npu-node"},
+        "actor_infer": {"gpu-node"},
+        "reward": {"head"},
+    }
     train_ids = [i["accelerator_ids"][0] for i in groups["actor_train"].infos]
     assert len(set(train_ids)) == 2, "the two NPU workers must get distinct devices"
     assert [i["device"] for i in groups["actor_train"].infos] == ["npu:0", "npu:0"]
@@ -79,7 +100,9 @@ def test_each_worker_lands_on_its_planned_node_and_binds_its_kind(placed):
 def test_colocated_reference_shares_the_trainer_devices(placed):
     plan, groups = placed
     train, ref = groups["actor_train"].infos, groups["reference"].infos
-    assert [(i["node_id"], i["accelerator_ids"]) for i in ref] == [(i["node_id"], i["accelerator_ids"]) for i in train]
+    assert [(i["node_id"], i["accelerator_ids"]) for i in ref] == [
+        (i["node_id"], i["accelerator_ids"]) for i in train
+    ]
     assert {i["pid"] for i in ref}.isdisjoint(i["pid"] for i in train)
     assert plan.roles["reference"].shares == (0.5, 0.5)
 
@@ -88,7 +111,9 @@ def test_dispatch_patterns(placed):
     _, groups = placed
     infer = groups["actor_infer"]
     assert infer.scatter_gather("weighted_sum", shard([1.0, 2.0, 3.0, 4.0, 5.0], 2)) == [
-        (0, 6.0, "cpu"), (1, 24.0, "cpu")]  # shards [1, 2] and [3, 4, 5], times 2
+        (0, 6.0, "cpu"),
+        (1, 24.0, "cpu"),
+    ]  # shards [1, 2] and [3, 4, 5], times 2
     assert groups["actor_train"].call_all("weighted_sum", [1.0]) == [(0, 2.0, "npu:0"), (1, 2.0, "npu:0")]
     assert groups["reward"].call_rank0("weighted_sum", [0.5]) == (0, 1.0, "cpu")
     refs = infer.async_call_all("weighted_sum", [3.0])
@@ -99,14 +124,31 @@ def test_dispatch_patterns(placed):
         infer.scatter_gather("weighted_sum", [[1.0]] * 3)
 
 
-@pytest.mark.parametrize("overrides, error, message", [
-    (["roles.actor_train.num_devices=5"], PlanError,
-     r"role 'actor_train' wants 5 npu device\(s\), but only 4 of the cluster's 4 are available"),
-    (["roles.actor_infer.num_devices=3"], PlanError, r"role 'actor_infer' wants 3 cuda device\(s\), but only 2"),
-    (["roles.reference.device=cuda"], PlanError,
-     r"role 'reference' wants 2 cuda device\(s\) colocated with 'actor_train', which runs on npu"),
-    (["roles.reward.device=hypothetical"], ConfigError, r"roles.reward.device='hypothetical': valid values"),
-])
+@pytest.mark.parametrize(
+    "overrides, error, message",
+    [
+        (
+            ["roles.actor_train.num_devices=5"],
+            PlanError,
+            r"role 'actor_train' wants 5 npu device\(s\), but only 4 of the cluster's 4 are available",
+        ),
+        (
+            ["roles.actor_infer.num_devices=3"],
+            PlanError,
+            r"role 'actor_infer' wants 3 cuda device\(s\), but only 2",
+        ),
+        (
+            ["roles.reference.device=cuda"],
+            PlanError,
+            r"role 'reference' wants 2 cuda device\(s\) colocated with 'actor_train', which runs on npu",
+        ),
+        (
+            ["roles.reward.device=hypothetical"],
+            ConfigError,
+            r"roles.reward.device='hypothetical': valid values",
+        ),
+    ],
+)
 def test_plans_that_do_not_fit_fail_before_any_worker_starts(cluster, overrides, error, message):
     groups_before = ray.util.placement_group_table()
     with pytest.raises(error, match=message):

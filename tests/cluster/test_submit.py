@@ -23,20 +23,39 @@ def head():
 
 
 def start(*args: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
+    return subprocess.Popen(
+        args,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.fixture(scope="module")
 def jobs(head):
     """Three submissions at once (each job takes a while to set up): exit status, stdout, stderr."""
-    submit = [sys.executable, "-m", "roll_device.cli", "submit", "--address", head.dashboard_url, "--command", "plan"]
+    submit = [
+        sys.executable,
+        "-m",
+        "roll_device.cli",
+        "submit",
+        "--address",
+        head.dashboard_url,
+        "--command",
+        "plan",
+    ]
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # the `ray` CLI
     running = {
         "fits": start(*submit, "roles.reward.num_devices=2"),
         "no_npu": start(*submit, "roles.actor_train.device=npu"),
-        "script": start("scripts/submit.sh", "plan", "roles.reward.num_devices=3",
-                        env={"RAY_ADDRESS": head.dashboard_url, "PATH": path}),
+        "script": start(
+            "scripts/submit.sh",
+            "plan",
+            "roles.reward.num_devices=3",
+            env={"RAY_ADDRESS": head.dashboard_url, "PATH": path},
+        ),
     }
     done = {name: proc.communicate(timeout=300) for name, proc in running.items()}
     return {name: (running[name].returncode, out, err) for name, (out, err) in done.items()}
