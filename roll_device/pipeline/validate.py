@@ -50,7 +50,7 @@ def _check_roles(cfg: DictConfig) -> None:
         elif (role_type, spec.strategy) not in names:
             known = sorted(n for (t, n) in names if t == role_type)
             raise ConfigError(
-                f"roles.{role}.strategy='{spec.strategy}' is not a {role_type} strategy: choose one of "
+                f"roles.{role}.strategy='{spec.strategy}' is unknown for {role_type}: choose one of "
                 f"{', '.join(known)}"
             )
         target = spec.get("colocate_with")
