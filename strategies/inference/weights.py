@@ -7,12 +7,13 @@
   loads part of a fused parameter would fill the rest with garbage).
 - `pack` / `unpack`: a bucket as safetensors bytes, which cross process boundaries intact
   (vLLM's RPC turns tensors in arguments into lists).
-- `weights_digest`: a SHA-256 per tensor, for checking that two sides hold the same weights.
+
+To check that an engine holds given weights, hash its `read_weights()` with
+`roll_device.comm.weights_hash`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable, Iterator
 
@@ -101,17 +102,3 @@ def unpack(blob: bytes) -> dict[str, torch.Tensor]:
     from safetensors.torch import load
 
     return load(blob)
-
-
-def weights_digest(named_tensors: NamedTensors, dtype: torch.dtype | None = None) -> dict[str, str]:
-    """SHA-256 of each tensor's shape and bytes (after casting to `dtype` when given), by name."""
-    digests = {}
-    for name, tensor in named_tensors:
-        cpu = tensor.detach().to("cpu")
-        if dtype is not None:
-            cpu = cpu.to(dtype)
-        cpu = cpu.contiguous()
-        h = hashlib.sha256(f"{tuple(cpu.shape)}:{cpu.dtype}".encode())
-        h.update(cpu.view(-1).view(torch.uint8).numpy().tobytes())
-        digests[name] = h.hexdigest()
-    return digests

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 import roll_device as rd
+from roll_device.comm import weights_hash
 from roll_device.errors import ConfigError
 from strategies.base import SamplingConfig, registered, strategy_class
 from strategies.inference.hf import HfStrategy, parse_config
 from strategies.inference.hf_cache import SharedKVStore
-from strategies.inference.weights import weights_digest
 from tests.strategies.inference.conftest import rollout_config, start, teacher_forced_logprobs
 
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14]]
@@ -98,7 +98,7 @@ def test_weight_update_changes_output_and_restores_it(hf_cpu, checkpoint):
         hf_cpu.update_weights(checkpoint.items())
     after = hf_cpu.generate(PROMPTS, GREEDY)
     assert [(c.token_ids, c.logprobs) for c in after] == [(c.token_ids, c.logprobs) for c in before]
-    assert weights_digest(hf_cpu.read_weights().items()) == weights_digest(checkpoint.items())
+    assert weights_hash(hf_cpu.read_weights().items()) == weights_hash(checkpoint.items())
 
 
 def test_bad_weight_updates_are_refused(hf_cpu, checkpoint):
@@ -108,7 +108,7 @@ def test_bad_weight_updates_are_refused(hf_cpu, checkpoint):
         ConfigError, match=r"weight 'model.norm.weight' has shape \(3,\), the model expects \(128,\)"
     ):
         hf_cpu.update_weights([("model.norm.weight", torch.zeros(3))])
-    assert weights_digest(hf_cpu.read_weights().items()) == weights_digest(checkpoint.items())
+    assert weights_hash(hf_cpu.read_weights().items()) == weights_hash(checkpoint.items())
 
 
 def test_offload_and_reload(tiny_model_path):

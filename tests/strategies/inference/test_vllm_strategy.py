@@ -5,10 +5,10 @@ import pytest
 import torch
 
 import roll_device as rd
+from roll_device.comm import weights_hash
 from roll_device.errors import ConfigError, MissingPackageError
 from strategies.base import SamplingConfig, registered
 from strategies.inference.vllm import VllmStrategy
-from strategies.inference.weights import weights_digest
 from tests.strategies.inference.conftest import rollout_config, teacher_forced_logprobs
 
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14]]
@@ -56,7 +56,7 @@ def test_stop_token_ends_a_response_and_is_kept(vllm_cpu):
 def test_read_weights_are_the_checkpoint(vllm_cpu, checkpoint):
     engine = vllm_cpu.read_weights()
     assert set(engine) == set(checkpoint)
-    assert weights_digest(engine.items()) == weights_digest(checkpoint.items())
+    assert weights_hash(engine.items()) == weights_hash(checkpoint.items())
 
 
 def test_weight_update_changes_output_and_restores_it(vllm_cpu, checkpoint):
@@ -70,7 +70,7 @@ def test_weight_update_changes_output_and_restores_it(vllm_cpu, checkpoint):
         vllm_cpu.update_weights(checkpoint.items())
     after = vllm_cpu.generate(PROMPTS, GREEDY)
     assert [(c.token_ids, c.logprobs) for c in after] == [(c.token_ids, c.logprobs) for c in before]
-    assert weights_digest(vllm_cpu.read_weights().items()) == weights_digest(checkpoint.items())
+    assert weights_hash(vllm_cpu.read_weights().items()) == weights_hash(checkpoint.items())
 
 
 def test_partial_update_of_one_layer(vllm_cpu, checkpoint):
@@ -91,7 +91,7 @@ def test_bad_updates_are_refused_before_loading(vllm_cpu, checkpoint):
         vllm_cpu.update_weights([(q, torch.zeros_like(checkpoint[q]))])
     with pytest.raises(ConfigError, match=r"no weight named \['model.layers.0.mlp.fc1.weight'\]"):
         vllm_cpu.update_weights([("model.layers.0.mlp.fc1.weight", torch.zeros(2))])
-    assert weights_digest(vllm_cpu.read_weights().items()) == weights_digest(checkpoint.items())
+    assert weights_hash(vllm_cpu.read_weights().items()) == weights_hash(checkpoint.items())
 
 
 def test_offload_without_sleep_mode_keeps_the_engine(vllm_cpu):
