@@ -91,6 +91,8 @@ class VllmStrategy(InferenceStrategy):
         ]
 
     def update_weights(self, named_tensors: NamedTensors) -> None:
+        """Load HF-named tensors bucket by bucket. Each bucket is checked (known names, fused groups
+        whole) before it is loaded; aliases the engine ignores (tied weights) are dropped."""
         self._require_started("update_weights")
         if self.sleeping:
             raise ConfigError("update_weights on an offloaded vLLM engine: call reload() first")
