@@ -6,7 +6,8 @@ optional `accelerator_type`) without having them; a node that declares any carri
 The cluster keeps to itself: its own temp dir (so `ray.init()` elsewhere on the machine never finds
 it), a free port for every service, the dashboard only when asked. Nodes start one after another
 (nodes sharing a session directory must not race for socket names). `stop()` sends SIGTERM to each
-`ray start` process, which takes its node's processes down, and removes the temp dir.
+`ray start` process, which takes its node's processes down, and removes the temp dir; on Linux a
+node also gets SIGTERM when the process that started it dies without stopping it.
 
 Node entries: `name` (required except for the head), `num_cpus` (default 1), `num_gpus` (default
 0), `resources` (custom resources, never CPU or GPU), `accelerator_type` (e.g. `AMD-Instinct-MI300X`
@@ -35,6 +36,12 @@ START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 HEAD_NAME = "head"
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
+# Ask Linux for SIGTERM when the parent dies (prctl PR_SET_PDEATHSIG = 1), then become the command:
+# a driver killed outright leaves no node behind.
+EXEC_WITH_PARENT_DEATH_SIGNAL = (
+    "import ctypes, os, signal, sys; ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
 
 
 class SimClusterError(RollDeviceError, RuntimeError):
@@ -95,6 +102,8 @@ class SimNodes:
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
         ray_cli = Path(sys.executable).with_name("ray")
         command = [str(ray_cli)] if ray_cli.exists() else [sys.executable, "-m", "ray.scripts.scripts"]
+        if sys.platform.startswith("linux"):  # the node ends when the process that started it dies
+            command = [sys.executable, "-c", EXEC_WITH_PARENT_DEATH_SIGNAL, *command]
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
         # A throwaway cluster on this machine: no token authentication, whatever ~/.ray holds
         # (a head finding ~/.ray/auth_token would demand a token its worker nodes never send).
