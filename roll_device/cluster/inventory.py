@@ -90,7 +90,7 @@ class Inventory:
         return next(n for n in self.nodes if n.node_id == node_id)
 
     def describe(self) -> str:
-        """One line per kind: how many devices and where (for error messages)."""
+        """Each node's CPUs and devices on one line (for error messages)."""
         parts = [
             f"{n.name}: {n.cpus:g} CPU" + "".join(f", {c} {k}" for k, c in n.devices.items())
             for n in self.nodes
