@@ -1,8 +1,11 @@
-"""Run a check on N ranks: spawned processes in one gloo world on a free port of 127.0.0.1.
+"""Run a function on N local ranks: spawned processes in one torch.distributed world on a free
+port of 127.0.0.1, the way a hosting worker group would start trainers (for tests, benchmarks and
+trying a parallel layout on one machine).
 
 `run_ranks("pkg.mod:function", n, *args)` calls `function(rank, *args)` in every rank after
-`torch.distributed` is initialized (backend gloo, or the platform's backend named by `backend`) and
-returns the per-rank results in rank order; a failing rank raises with its traceback.
+`torch.distributed` is initialized with the backend of the rank's platform (`ROLL_DEVICE`, default
+cpu here: gloo) and returns the per-rank results in rank order; a failing rank raises with its
+traceback.
 """
 
 from __future__ import annotations
@@ -29,7 +32,10 @@ def _entry(target, rank, world_size, port, args, env, queue) -> None:
 
         import roll_device as rd
 
-        dist.init_process_group(rd.current_platform().dist_backend, rank=rank, world_size=world_size)
+        platform = rd.current_platform()
+        if platform.device_count() > 1:
+            platform.set_device(rank % platform.device_count())
+        dist.init_process_group(platform.dist_backend, rank=rank, world_size=world_size)
         module, name = target.split(":")
         result = getattr(importlib.import_module(module), name)(rank, *args)
         dist.destroy_process_group()
@@ -42,7 +48,8 @@ def run_ranks(target: str, world_size: int, *args, env: dict[str, str] | None = 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()
-    env = {"ROLL_DEVICE": "cpu", "OMP_NUM_THREADS": "1", **(env or {})}
+    threads = str(max(1, (os.cpu_count() or 1) // world_size))  # ranks share the host's cores
+    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads), **(env or {})}
     procs = [
         ctx.Process(target=_entry, args=(target, rank, world_size, port, args, env, queue))
         for rank in range(world_size)
@@ -54,7 +61,7 @@ def run_ranks(target: str, world_size: int, *args, env: dict[str, str] | None = 
         for _ in procs:
             rank, ok, value = queue.get(timeout=timeout)
             if not ok:
-                raise AssertionError(f"rank {rank} of {target} failed:\n{value}")
+                raise RuntimeError(f"rank {rank} of {target} failed:\n{value}")
             results[rank] = value
     finally:
         for p in procs:

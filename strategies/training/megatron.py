@@ -11,7 +11,7 @@ ranks pass their own. All ranks must call every method (collectives).
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,16 +53,32 @@ def _in_scope(method):
     return wrapper
 
 
-def load_hf_state(model_path: str) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
+class HfWeights(Mapping[str, torch.Tensor]):
+    """The HF tensors of a checkpoint directory, read one at a time from its safetensors files
+    (a rank never holds the whole model in host memory while it builds its shards)."""
 
-    files = sorted(Path(model_path).glob("*.safetensors"))
-    if not files:
-        raise ConfigError(f"model path '{model_path}' holds no *.safetensors weights for the Megatron trainer")
-    state: dict[str, torch.Tensor] = {}
-    for file in files:
-        state.update(load_file(file))
-    return state
+    def __init__(self, model_path: str) -> None:
+        from safetensors import safe_open
+
+        files = sorted(Path(model_path).glob("*.safetensors"))
+        if not files:
+            raise ConfigError(
+                f"model path '{model_path}' holds no *.safetensors weights for the Megatron trainer "
+                "(save the model with save_pretrained(..., safe_serialization=True))"
+            )
+        self._handles = [safe_open(str(f), framework="pt") for f in files]
+        self._where = {name: h for h in self._handles for name in h.keys()}
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        if name not in self._where:
+            raise KeyError(f"HF checkpoint has no tensor '{name}'")
+        return self._where[name].get_tensor(name)
+
+    def __iter__(self):
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
 
 
 def _join_parallel_state(tp: int, pp: int) -> None:
@@ -101,7 +117,7 @@ class MegatronTrainStrategy(TrainStrategy):
         self.settings = MegatronSettings.from_dict(config)
         check_model_path(model_path)
         self.plan = megatron_model.describe(AutoConfig.from_pretrained(model_path), self.settings)
-        hf_state = load_hf_state(model_path)
+        hf_weights = HfWeights(model_path)
         self._scope = megatron_compat.prepare(self.platform, self._mindspeed_options())
         self._owns_group = ensure_process_group(self.platform)
         world, tp = dist.get_world_size(), self.settings.tensor_parallel
@@ -112,7 +128,7 @@ class MegatronTrainStrategy(TrainStrategy):
         self.steps = 0
         self._offloaded: list | None = None
         with self._scope():
-            self._build(hf_state)
+            self._build(hf_weights)
 
     def _mindspeed_options(self) -> dict[str, Any]:
         s = self.settings
@@ -123,11 +139,12 @@ class MegatronTrainStrategy(TrainStrategy):
             **s.mindspeed,
         }
 
-    def _build(self, hf_state: dict[str, torch.Tensor]) -> None:
+    def _build(self, hf_weights: Mapping[str, torch.Tensor]) -> None:
         from megatron.core import parallel_state, tensor_parallel
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
         from megatron.core.distributed import finalize_model_grads
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        from megatron.core.transformer.module import Float16Module
 
         s = self.settings
         _join_parallel_state(s.tensor_parallel, s.pipeline_parallel)
@@ -140,8 +157,11 @@ class MegatronTrainStrategy(TrainStrategy):
         config = megatron_model.transformer_config(self.plan, s, compute)
         model = megatron_model.build(self.plan, config)
         megatron_weights.load_into(
-            dict(model.named_parameters()), hf_state, self.plan.shape, self.tp_rank, s.tensor_parallel
+            dict(model.named_parameters()), hf_weights, self.plan.shape, self.tp_rank, s.tensor_parallel
         )
+        self.gpt = model
+        if compute == "bf16":  # bf16 compute weights; the optimizer keeps fp32 master copies
+            model = Float16Module(config, model)
         model.to(self.device)
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True, use_distributed_optimizer=s.use_distributed_optimizer
@@ -238,16 +258,17 @@ class MegatronTrainStrategy(TrainStrategy):
         return shards
 
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Every rank yields the same full fp32 tensors under HF names (tensor-parallel shards
-        are all-gathered per tensor, so every rank must drain the iterator)."""
+        """Every rank yields the same full tensors under HF names (tensor-parallel shards are
+        all-gathered per tensor, so every rank must drain the iterator): the fp32 weights, or
+        with bf16 compute the bf16 weights the model computes with."""
         if self._offloaded is not None:
             raise TrainerStateError("the Megatron trainer is offloaded: call reload() before export")
-        params = dict(self.model.module.named_parameters())
+        params = dict(self.gpt.named_parameters())
         for name, tensor in megatron_weights.export(params, self.plan.shape, self._gather_tp):
             yield name, tensor.detach().cpu()
 
     def _device_tensors(self) -> list[torch.Tensor]:
-        tensors = [p for p in self.model.module.parameters()]
+        tensors = list(self.gpt.parameters())
         tensors += [b.grad_data for b in self.model.buffers]
         for optimizer in getattr(self.optimizer, "chained_optimizers", [self.optimizer]):
             for state in optimizer.optimizer.state.values():
@@ -288,7 +309,7 @@ class MegatronTrainStrategy(TrainStrategy):
         import torch.distributed.checkpoint as dcp
 
         model_prefix, optim_prefix = self._checkpoint_prefixes()
-        state = {model_prefix + n: p for n, p in self.model.module.named_parameters()}
+        state = {model_prefix + n: p for n, p in self.gpt.named_parameters()}
         for c, inner in enumerate(self._inner_optimizers()):
             params = [p for group in inner.param_groups for p in group["params"]]
             for index, entry in inner.state_dict()["state"].items():
@@ -318,7 +339,7 @@ class MegatronTrainStrategy(TrainStrategy):
         reader = dcp.FileSystemReader(directory)
         stored = reader.read_metadata().state_dict_metadata
         model_prefix, optim_prefix = self._checkpoint_prefixes()
-        state: dict[str, Any] = {model_prefix + n: p for n, p in self.model.module.named_parameters()}
+        state: dict[str, Any] = {model_prefix + n: p for n, p in self.gpt.named_parameters()}
         for key, meta in stored.items():
             if key.startswith(optim_prefix):
                 state[key] = torch.empty(meta.size, dtype=meta.properties.dtype)
@@ -339,7 +360,7 @@ class MegatronTrainStrategy(TrainStrategy):
     def shutdown(self) -> None:
         if getattr(self, "model", None) is None:
             return
-        self.model = self.optimizer = None
+        self.model = self.gpt = self.optimizer = None
         with self._scope():
             _leave_parallel_state()
         release_process_group(self._owns_group)

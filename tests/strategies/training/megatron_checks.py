@@ -99,7 +99,25 @@ def single_process(model_path: str, checkpoint_dir: str) -> dict:
             megatron, model_path, checkpoint_dir, make_batch(seed=12), use_distributed_optimizer=False, weight_decay=0.1
         )
     )
-    for trainer in (twin, megatron, fsdp):
+    for trainer in (twin, megatron):
         trainer.shutdown()
+    fsdp.shutdown()
+    out.update(bf16_steps(model_path))
     out["group_released"] = not dist.is_initialized()
+    return out
+
+
+def bf16_steps(model_path: str) -> dict:
+    """mixed_precision=bf16 on both trainers (on the CPU too): the same loss to bf16 precision."""
+    batch = make_batch(seed=13)
+    fsdp = strategy_class("train", "fsdp", "cpu")(rd.current_platform())
+    fsdp.initialize(model_path, {**CONFIG, "mixed_precision": "bf16"})
+    megatron = new_trainer(model_path, mixed_precision="bf16")
+    out = {
+        "bf16_fsdp_losses": [fsdp.train_step(batch, nll_loss())["loss"] for _ in range(2)],
+        "bf16_megatron_losses": [megatron.train_step(batch, nll_loss())["loss"] for _ in range(2)],
+        "bf16_megatron_export_dtypes": sorted({str(t.dtype) for _, t in megatron.export_weights()}),
+    }
+    megatron.shutdown()
+    fsdp.shutdown()
     return out

@@ -9,7 +9,7 @@ from roll_device.errors import ConfigError
 from strategies.base import strategy_class
 from strategies.training.fsdp import FsdpTrainStrategy
 from tests.isolated import run_isolated
-from tests.strategies.training.ranks import run_ranks
+from strategies.training.local_ranks import run_ranks
 
 
 @pytest.fixture(scope="module")

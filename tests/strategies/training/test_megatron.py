@@ -10,7 +10,7 @@ from roll_device.errors import ConfigError
 from strategies.base import strategy_class
 from strategies.training.megatron import MegatronTrainStrategy
 from tests.isolated import run_isolated
-from tests.strategies.training.ranks import run_ranks
+from strategies.training.local_ranks import run_ranks
 
 
 @pytest.fixture(scope="module", params=[2, 1], ids=["tp2", "tp1-dp2"])
@@ -94,6 +94,14 @@ def test_single_process_checkpoint_and_its_own_group(single_process):
     out = single_process
     assert out["step_after_load"] == pytest.approx(out["step_after_save"], rel=1e-6)
     assert out["group_released"]
+
+
+def test_bf16_compute_trains_like_fsdp_bf16(single_process):
+    out = single_process
+    fsdp, megatron = out["bf16_fsdp_losses"], out["bf16_megatron_losses"]
+    assert megatron == pytest.approx(fsdp, rel=2e-3)  # bf16 rounding differs between the two
+    assert megatron[1] < megatron[0]
+    assert out["bf16_megatron_export_dtypes"] == ["torch.bfloat16"]
 
 
 @pytest.mark.parametrize(

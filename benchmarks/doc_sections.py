@@ -1,0 +1,20 @@
+"""docs/benchmarks.md holds one section per benchmark script between `<!-- name:begin -->` and
+`<!-- name:end -->`; `replace_section` rewrites one script's section and leaves the others."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HEADER = "# Benchmarks\n\nMeasured comparisons; each section is written by its script.\n"
+
+
+def replace_section(doc: Path, name: str, body: str) -> None:
+    begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+    section = "\n".join([begin, body.strip("\n"), end])
+    text = doc.read_text() if doc.exists() else HEADER
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + section + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section + "\n"
+    doc.write_text(text)
