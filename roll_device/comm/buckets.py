@@ -10,7 +10,7 @@ split tensors are assembled into a tensor of their own. `checksum` is a CRC32 of
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -107,10 +107,18 @@ def _typed(data: torch.Tensor, piece: Piece) -> torch.Tensor:
     return data.view(piece.dtype).view(piece.shape)
 
 
-class BucketReader:
-    """Unpacks received buckets into (name, tensor) on the buffer's device."""
+def _new_bytes(nbytes: int, device: torch.device) -> torch.Tensor:
+    return torch.empty(nbytes, dtype=torch.uint8, device=device)
 
-    def __init__(self) -> None:
+
+class BucketReader:
+    """Unpacks received buckets into (name, tensor) on the buffer's device.
+
+    `allocate(nbytes, device)` makes the uint8 memory a split tensor is assembled in (default: a
+    new tensor; a receiver passes a pool that reuses host memory nothing holds any more)."""
+
+    def __init__(self, allocate: Callable[[int, torch.device], torch.Tensor] = _new_bytes) -> None:
+        self._allocate = allocate
         self._partial: tuple[Piece, torch.Tensor] | None = None
 
     def tensors(self, pieces: list[Piece], buffer: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
@@ -121,7 +129,7 @@ class BucketReader:
                 yield piece.name, _typed(data, piece)
                 continue
             if piece.start == 0:
-                self._partial = (piece, torch.empty(piece.total, dtype=torch.uint8, device=buffer.device))
+                self._partial = (piece, self._allocate(piece.total, buffer.device))
             elif self._partial is None or self._partial[0].name != piece.name:
                 raise WeightSyncError(
                     f"piece of '{piece.name}' at byte {piece.start} arrived without its start"

@@ -8,8 +8,8 @@
 - `IpcSlot`: one bucket buffer in device memory, shared through the platform's IPC handles.
 - `storage_users`: how many tensors hold a buffer's memory. A host buffer whose tensors were
   handed to a consumer is reused only once the consumer let go of all of them.
-- `HostPool`: host receive buffers, reused when free, new ones made while a consumer holds the
-  others. (Device buffers are never handed out: receivers copy out of them.)
+- `HostPool`: host buffers (receive buffers, assembled tensors), reused when free, new ones made
+  while a consumer holds the others. (Device buffers are never handed out: receivers copy out.)
 """
 
 from __future__ import annotations
@@ -114,19 +114,22 @@ class IpcSlot:
 
 
 class HostPool:
-    """Host buffers of `capacity` bytes; `acquire` returns one that nothing else holds."""
+    """Host buffers; `acquire(nbytes)` returns one of that size that no tensor holds, or a new one.
 
-    def __init__(self, capacity: int, platform: Platform) -> None:
-        self.capacity, self.platform = capacity, platform
+    Reused buffers cost no page faults, which on the host make a fresh buffer several times slower
+    to fill than one used before."""
+
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
         self._buffers: list[tuple[torch.Tensor, int]] = []  # (buffer, its users when idle)
 
     def __len__(self) -> int:
         return len(self._buffers)
 
-    def acquire(self) -> torch.Tensor:
+    def acquire(self, nbytes: int) -> torch.Tensor:
         for buffer, idle in self._buffers:
-            if storage_users(buffer) == idle:
+            if buffer.numel() == nbytes and storage_users(buffer) == idle:
                 return buffer
-        buffer = host_buffer(self.capacity, self.platform)
+        buffer = host_buffer(nbytes, self.platform)
         self._buffers.append((buffer, storage_users(buffer)))
         return buffer

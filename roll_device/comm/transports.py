@@ -268,7 +268,7 @@ class BroadcastReceiver:
     def connect(self) -> None:
         self.device = _group_device(self.setup, self.platform)
         if _host_staged(self.setup, self.platform):
-            self.pool, self.buffers = HostPool(self.setup.capacity, self.platform), None
+            self.pool, self.buffers = HostPool(self.platform), None
         else:
             self.pool = None
             self.buffers = [
@@ -282,7 +282,11 @@ class BroadcastReceiver:
         """The buffer bucket `header` lands in, and the broadcast that fills it."""
         if header.error is not None:
             return None, None
-        buffer = self.pool.acquire() if self.pool is not None else self.buffers[header.index % SLOTS]
+        buffer = (
+            self.pool.acquire(self.setup.capacity)
+            if self.pool is not None
+            else self.buffers[header.index % SLOTS]
+        )
         data = buffer[: header.nbytes]
         return data, (broadcast(self.group, data) if header.nbytes else None)
 

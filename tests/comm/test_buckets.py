@@ -26,8 +26,8 @@ def mixed_state() -> dict[str, torch.Tensor]:
     }
 
 
-def roundtrip(state, capacity):
-    writer, reader, received, sizes = BucketWriter(state.items(), capacity), BucketReader(), {}, []
+def roundtrip(state, capacity, reader=None):
+    writer, reader, received, sizes = BucketWriter(state.items(), capacity), reader or BucketReader(), {}, []
     while not writer.exhausted:
         buffer = torch.full((capacity,), 0xAB, dtype=torch.uint8)
         pieces = writer.fill(buffer)
@@ -99,14 +99,23 @@ def test_checksum_sees_one_flipped_bit():
 
 
 def test_host_pool_reuses_a_buffer_only_when_nothing_holds_it():
-    pool = HostPool(1024, rd.get_platform("cpu"))
-    first = pool.acquire()
-    assert pool.acquire() is first
+    pool = HostPool(rd.get_platform("cpu"))
+    first = pool.acquire(1024)
+    assert pool.acquire(1024) is first
     held = first[10:20].view(torch.int16)
-    second = pool.acquire()
+    second = pool.acquire(1024)
     assert second is not first and len(pool) == 2
+    assert pool.acquire(2048).numel() == 2048 and len(pool) == 3
     del held
-    assert pool.acquire() is first and len(pool) == 2
+    assert pool.acquire(1024) is first and len(pool) == 3
+
+
+def test_split_tensors_are_assembled_in_memory_the_receiver_provides():
+    pool = HostPool(rd.get_platform("cpu"))
+    state = {"big": torch.arange(3000.0)}
+    received, _sizes, _count = roundtrip(state, 4096, BucketReader(lambda n, _device: pool.acquire(n)))
+    assert torch.equal(received["big"], state["big"]) and len(pool) == 1
+    assert pool.acquire(12_000) is not None and len(pool) == 1, "the assembly buffer is free again"
 
 
 def test_weights_hash_is_name_sorted_and_sees_every_value():

