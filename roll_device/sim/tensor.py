@@ -21,13 +21,16 @@ class _MemoryLedger:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._live: dict[tuple[int, int], list[int]] = {}  # (device, data_ptr) -> [nbytes, refs]
+        self._live: dict[tuple[int, int], list[int]] = {}  # (device, storage key) -> [nbytes, refs]
         self.allocated: dict[int, int] = {}
         self.peak: dict[int, int] = {}
 
     def track(self, wrapper: torch.Tensor, elem: torch.Tensor, index: int) -> None:
         storage = elem.untyped_storage()
-        key = (index, storage.data_ptr())
+        try:
+            key = (index, storage.data_ptr())
+        except RuntimeError:  # a wrapper tensor (an async collective's result) owns no storage
+            key = (index, -id(elem))
         with self._lock:
             entry = self._live.get(key)
             if entry is None:
