@@ -36,7 +36,7 @@ def model_path(cfg: DictConfig) -> str:
 
 
 def _drop_unused_reference(cfg: DictConfig) -> None:
-    if cfg.algorithm.kl_coef == 0 and "reference" in cfg.roles:
+    if cfg.algorithm.kl_coef == 0 and cfg.roles.get("reference") is not None:
         with open_dict(cfg):
             del cfg.roles["reference"]
         print("reference: not started (algorithm.kl_coef=0 needs no reference logprobs)")

@@ -50,7 +50,7 @@ def compute_platform(plan: Plan, role: str):
 
 def sync_plan(plan: Plan, path: str) -> SyncPlan:
     train, infer = plan.roles["actor_train"], plan.roles["actor_infer"]
-    colocated = infer.colocate_with == "actor_train" or train.colocate_with == "actor_infer"
+    colocated = plan.colocated("actor_train", "actor_infer")
     same_node = set(infer.node_ids) == {train.slots[0].node_id}
     return plan_sync(
         compute_platform(plan, "actor_train"), compute_platform(plan, "actor_infer"),

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from roll_device.cluster.plan import parse_roles
 from roll_device.errors import ConfigError
 from roll_device.pipeline.tasks import get_task
-from roll_device.platforms.registry import known_kinds
 from strategies.base import registered
 
 ROLE_TYPES = {"actor_infer": "inference", "actor_train": "train", "reference": "train", "reward": "reward"}
@@ -21,7 +21,7 @@ def validate(cfg: DictConfig) -> None:
 
 
 def _check_roles(cfg: DictConfig) -> None:
-    roles = cfg.roles
+    roles = {name: spec for name, spec in cfg.roles.items() if spec is not None}
     for role in roles:
         if role not in ROLE_TYPES:
             raise ConfigError(
@@ -31,16 +31,9 @@ def _check_roles(cfg: DictConfig) -> None:
     for role in ("actor_infer", "actor_train", "reward"):
         if role not in roles:
             raise ConfigError(f"roles.{role} is missing: the GRPO pipeline needs it")
-    kinds = known_kinds()
+    parse_roles(cfg.roles)  # kinds, device counts, colocation targets
     names = {(role_type, name) for (role_type, name, _kind) in registered()}
     for role, spec in roles.items():
-        if spec.device != "auto" and spec.device not in kinds:
-            raise ConfigError(
-                f"roles.{role}.device='{spec.device}' is not a device kind: use auto or one of "
-                f"{', '.join(kinds)}"
-            )
-        if not isinstance(spec.num_devices, int) or spec.num_devices < 1:
-            raise ConfigError(f"roles.{role}.num_devices must be a whole number >= 1, got {spec.num_devices}")
         role_type = ROLE_TYPES[role]
         if role_type == "reward":
             if spec.strategy not in REWARD_STRATEGIES:
@@ -52,12 +45,6 @@ def _check_roles(cfg: DictConfig) -> None:
             raise ConfigError(
                 f"roles.{role}.strategy='{spec.strategy}' is unknown for {role_type}: choose one of "
                 f"{', '.join(known)}"
-            )
-        target = spec.get("colocate_with")
-        if target is not None and (target not in roles or target == role):
-            raise ConfigError(
-                f"roles.{role}.colocate_with='{target}' must name another configured role "
-                f"({', '.join(r for r in roles if r != role)})"
             )
 
 
@@ -75,7 +62,7 @@ def _check_sizes(cfg: DictConfig) -> None:
             f"make it a multiple of roles.actor_infer.num_devices"
         )
     for role in ("actor_train", "reference"):
-        if role in cfg.roles:
+        if cfg.roles.get(role) is not None:
             workers = cfg.roles[role].num_devices
             if (prompts * samples) % workers:
                 raise ConfigError(
@@ -88,6 +75,11 @@ def _check_sizes(cfg: DictConfig) -> None:
         raise ConfigError(
             f"prompt ({cfg.data.prompt_length + 1}) + algorithm.max_new_tokens "
             f"({cfg.algorithm.max_new_tokens}) exceeds rollout.max_model_len ({cfg.rollout.max_model_len})"
+        )
+    if cfg.algorithm.kl_coef > 0 and cfg.roles.get("reference") is None:
+        raise ConfigError(
+            f"algorithm.kl_coef={cfg.algorithm.kl_coef} needs reference logprobs: configure "
+            "roles.reference, or set algorithm.kl_coef=0"
         )
     if cfg.max_steps < 1:
         raise ConfigError(f"max_steps={cfg.max_steps}: a run needs at least one step")

@@ -75,7 +75,7 @@ def test_lost_workers_stop_cleanly_and_resume_reaches_the_same_end(tmp_path, sha
     "overrides, message",
     [
         (["+roles.critic.device=cpu"], "unknown role 'roles.critic'"),
-        (["roles.actor_train.device=tpu"], "roles.actor_train.device='tpu' is not a device kind"),
+        (["roles.actor_train.device=tpu"], "roles.actor_train.device='tpu': valid values are auto, npu, cuda, rocm, cpu"),
         (["roles.actor_infer.strategy=sglang"], "roles.actor_infer.strategy='sglang' is unknown for inference: choose one of hf, vllm"),
         (["roles.reward.strategy=model"], "roles.reward.strategy='model' is unknown"),
         (["roles.actor_train.num_devices=3"], "does not split across 3 actor_train workers"),
@@ -83,6 +83,7 @@ def test_lost_workers_stop_cleanly_and_resume_reaches_the_same_end(tmp_path, sha
         (["algorithm.samples_per_prompt=1"], "use 2 or more"),
         (["data.task=sudoku"], "unknown data.task 'sudoku'"),
         (["algorithm.max_new_tokens=300"], "exceeds rollout.max_model_len"),
+        (["roles.reference=null"], "algorithm.kl_coef=0.01 needs reference logprobs"),
     ],
 )
 def test_bad_configs_fail_before_anything_starts(tmp_path, overrides, message):

