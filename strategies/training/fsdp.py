@@ -64,8 +64,8 @@ class FsdpTrainStrategy(TrainStrategy):
         check_model_path(model_path)
         self._owns_group = ensure_process_group(self.platform)
         self.device = self.platform.device()
-        self.world_size = dist.get_world_size()
-        mesh = init_device_mesh(self.platform.device_type, (self.world_size,))
+        self.data_parallel_rank, self.data_parallel_size = dist.get_rank(), dist.get_world_size()
+        mesh = init_device_mesh(self.platform.device_type, (self.data_parallel_size,))
         compute = DTYPES[self.settings.param_dtype_name(self.platform.device_type)]
         policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
         model = AutoModelForCausalLM.from_pretrained(
@@ -105,7 +105,7 @@ class FsdpTrainStrategy(TrainStrategy):
 
     def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         micros = self._prepare(batch)
-        accounting = StepAccounting(batch, self.device, dp_size=self.world_size)
+        accounting = StepAccounting(batch, self.device, dp_size=self.data_parallel_size)
         self.model.train()
         for micro in micros:
             accounting.scaled_loss(loss_fn, self._logprobs(micro), micro).backward()

@@ -152,7 +152,8 @@ class MegatronTrainStrategy(TrainStrategy):
         self.tp_group = parallel_state.get_tensor_model_parallel_group()
         self.dp_group = parallel_state.get_data_parallel_group()
         self.tp_rank = parallel_state.get_tensor_model_parallel_rank()
-        self.dp_size = parallel_state.get_data_parallel_world_size()
+        self.data_parallel_rank = parallel_state.get_data_parallel_rank()
+        self.data_parallel_size = parallel_state.get_data_parallel_world_size()
         compute = s.param_dtype_name(self.platform.device_type)
         config = megatron_model.transformer_config(self.plan, s, compute)
         model = megatron_model.build(self.plan, config)
@@ -231,7 +232,7 @@ class MegatronTrainStrategy(TrainStrategy):
     @_in_scope
     def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         micros = self._prepare(batch)
-        accounting = StepAccounting(batch, self.device, self.dp_group, self.dp_size)
+        accounting = StepAccounting(batch, self.device, self.dp_group, self.data_parallel_size)
         lr = self.settings.lr * self.settings.lr_factor(self.steps)
         for group in self.optimizer.param_groups:  # what megatron's own scheduler would set
             group["lr"] = lr
@@ -294,13 +295,10 @@ class MegatronTrainStrategy(TrainStrategy):
         return [wrapper.optimizer for wrapper in chained]
 
     def _layout(self) -> dict[str, int]:
-        return {"tensor_parallel": self.settings.tensor_parallel, "data_parallel": self.dp_size}
+        return {"tensor_parallel": self.settings.tensor_parallel, "data_parallel": self.data_parallel_size}
 
     def _checkpoint_prefixes(self) -> tuple[str, str]:
-        from megatron.core import parallel_state
-
-        dp_rank = parallel_state.get_data_parallel_rank()
-        return f"model.tp{self.tp_rank}.", f"optimizer.tp{self.tp_rank}.dp{dp_rank}."
+        return f"model.tp{self.tp_rank}.", f"optimizer.tp{self.tp_rank}.dp{self.data_parallel_rank}."
 
     def save_checkpoint(self, directory: str) -> None:
         """torch.distributed.checkpoint of each tensor-parallel rank's model shard and each

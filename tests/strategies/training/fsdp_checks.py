@@ -102,26 +102,36 @@ def two_ranks(rank: int, model_path: str, checkpoint_dir: str) -> dict:
 
 
 def simulated_npu_step(model_path: str) -> dict:
-    """One rank of FSDP2 on the simulated NPU (its hccl stand-in over gloo). A simulation.
-
-    Sharding succeeds; the first forward stops where FSDP2 frees the unsharded parameters by
-    resizing their storage, which the simulation's wrapper tensors do not have. Returns how far
-    it got and the error, for the test that pins this limit.
-    """
+    """One rank of FSDP2 on the simulated NPU (its hccl stand-in over gloo): logprobs and steps
+    against the same trainer on the CPU, then offload and reload. A simulation, labelled so."""
     os.environ["ROLL_DEVICE"] = "npu-sim"
     platform = rd.current_platform()
-    trainer = new_trainer(model_path, mixed_precision="fp32", attn_implementation="eager")
-    param = next(trainer.model.parameters())
+    batch = make_batch(seed=7)
+    settings = {"mixed_precision": "fp32", "attn_implementation": "eager"}
+    npu = new_trainer(model_path, **settings)
+    param = next(npu.model.parameters())
     out = {
         "platform": platform.name,
         "backend": str(dist.get_backend()),
         "param_type": type(param).__name__,
         "param_device": str(param.device),
     }
+    logprobs = npu.forward_logprobs(batch)
+    out["npu_losses"] = [npu.train_step(batch, nll_loss())["loss"] for _ in range(3)]
+    before = platform.memory_allocated()
+    npu.offload()
+    out["allocated_before_offload"], out["allocated_after_offload"] = before, platform.memory_allocated()
+    out["param_device_offloaded"] = str(next(npu.model.parameters()).device)
     try:
-        trainer.forward_logprobs(make_batch(seed=7))
-        out["error"] = ""
+        npu.reload()
+        out["reload_error"] = ""
     except RuntimeError as exc:
-        frames = traceback.extract_tb(exc.__traceback__)
-        out["error"], out["failing_function"] = str(exc), frames[-1].name
+        out["reload_error"] = str(exc)
+        out["reload_failing_function"] = traceback.extract_tb(exc.__traceback__)[-1].name
+    npu.shutdown()
+
+    cpu = strategy_class("train", "fsdp", "cpu")(rd.get_platform("cpu"))
+    cpu.initialize(model_path, {**CONFIG, **settings})
+    out["logprob_diff_vs_cpu"] = (cpu.forward_logprobs(batch) - logprobs).abs().max().item()
+    out["cpu_losses"] = [cpu.train_step(batch, nll_loss())["loss"] for _ in range(3)]
     return out

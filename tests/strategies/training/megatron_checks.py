@@ -48,6 +48,7 @@ def two_ranks(rank: int, model_path: str, tensor_parallel: int, checkpoint_dir: 
     trainer = new_trainer(model_path, tensor_parallel=tensor_parallel)
     plain = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     out = {"logprob_diff": (trainer.forward_logprobs(batch) - plain_logprobs(plain, batch)).abs().max().item()}
+    out["data_parallel"] = [trainer.data_parallel_rank, trainer.data_parallel_size]
 
     first = trainer.train_step(batch, nll_loss())
     ref_norm, ref_weights = reference_step(model_path, concat([make_batch(s) for s in seeds]))

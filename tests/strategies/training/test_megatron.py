@@ -38,6 +38,12 @@ def test_logprobs_match_transformers(two_ranks):
         assert rank["logprob_diff"] < 1e-5
 
 
+def test_data_parallel_rank_and_size_follow_the_layout(two_ranks):
+    tp, ranks = two_ranks
+    expected = [[0, 1], [0, 1]] if tp == 2 else [[0, 2], [1, 2]]
+    assert [rank["data_parallel"] for rank in ranks] == expected
+
+
 def test_step_matches_a_plain_step_on_the_same_rows(two_ranks):
     for rank in two_ranks[1]:
         assert rank["grad_norm"] == pytest.approx(rank["reference_grad_norm"], rel=1e-5)
