@@ -8,9 +8,11 @@ its message on stderr and exit status 2, before work starts.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from roll_device.errors import RollDeviceError
+from roll_device.platforms.registry import ENV_VAR, current_platform
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -71,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if os.environ.get(ENV_VAR):  # a bad ROLL_DEVICE is refused before any work
+            current_platform()
         return int(args.func(args) or 0)
     except RollDeviceError as exc:
         print(f"roll-device {args.command}: error: {exc}", file=sys.stderr)
