@@ -8,7 +8,7 @@
 - `IpcSlot`: one bucket buffer in device memory, shared through the platform's IPC handles.
 - `storage_users`: how many tensors hold a buffer's memory. A host buffer whose tensors were
   handed to a consumer is reused only once the consumer let go of all of them.
-- `HostPool`: host buffers (receive buffers, assembled tensors), reused when free, new ones made
+- `HostPool`: host receive buffers of any size, reused when free, new ones made
   while a consumer holds the others. (Device buffers are never handed out: receivers copy out.)
 """
 

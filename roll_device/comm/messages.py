@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from roll_device.comm.buckets import Piece
+from roll_device.comm.buckets import Entry
 
 
 @dataclass
 class BucketHeader:
-    """Bucket `index` of the sync of trainer step `version`: its pieces, its size in bytes, the
+    """Bucket `index` of the sync of trainer step `version`: its entries, its size in bytes, the
     slot that holds it (slot transports; `new_slot` describes a slot made for it), its CRC32 when
     verification is on, whether it is the last one, and the sender's error when the sender
     aborted instead (no bytes follow)."""
 
     version: int
     index: int
-    pieces: list[Piece] = field(default_factory=list)
+    entries: list[Entry] = field(default_factory=list)
     nbytes: int = 0
     slot: int = 0
     new_slot: tuple | None = None

@@ -28,8 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from roll_device.comm.buckets import BucketReader, checksum
-from roll_device.comm.buffers import HostPool
+from roll_device.comm.buckets import checksum, unpack
 from roll_device.comm.control import Control, Endpoint, done_key
 from roll_device.comm.messages import BucketHeader, SyncStats
 from roll_device.comm.planner import HOST
@@ -61,7 +60,6 @@ class WeightReceiver:
         self.timeout_s = timeout_s
         self.device = device if device is not None else platform.device()
         self._host_type = get_platform(HOST).device_type
-        self._assembly = HostPool(platform)
         self.version: int | None = None
         self.control: Control | None = None
         self.transport = None
@@ -122,7 +120,6 @@ class WeightReceiver:
     def _named(
         self, stream: Iterator[tuple[BucketHeader, torch.Tensor | None]], progress: _Progress
     ) -> Iterator[tuple[str, torch.Tensor]]:
-        reader = BucketReader(self._assembly_memory)
         staged: list[tuple[BucketHeader, torch.Tensor]] = []
         for header, data in stream:
             progress.version = header.version
@@ -139,17 +136,10 @@ class WeightReceiver:
             if header.checksum is not None:
                 staged.append((header, data.to(self.device, copy=True)))
             else:
-                yield from self._unpack(reader, header, self._local(data), progress)
+                yield from self._unpack(header, self._local(data), progress)
             del data  # the transport may reuse the buffer once the consumer lets go of it too
         for header, data in staged:
-            yield from self._unpack(reader, header, data, progress)
-        reader.finish()
-
-    def _assembly_memory(self, nbytes: int, device: torch.device) -> torch.Tensor:
-        """Memory for a tensor split across buckets: reused host memory, or the device's allocator."""
-        if device.type == self._host_type:
-            return self._assembly.acquire(nbytes)
-        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+            yield from self._unpack(header, data, progress)
 
     def _local(self, data: torch.Tensor) -> torch.Tensor:
         """The bucket on this worker's device: the transport's host buffer itself when both are host
@@ -158,8 +148,8 @@ class WeightReceiver:
             return data
         return data.to(self.device, copy=True)
 
-    def _unpack(self, reader: BucketReader, header: BucketHeader, data: torch.Tensor, progress: _Progress):
-        for item in reader.tensors(header.pieces, data):
+    def _unpack(self, header: BucketHeader, data: torch.Tensor, progress: _Progress):
+        for item in unpack(header.entries, data):
             progress.tensors += 1
             yield item
             self.transport.settle()  # the consumer may have let go of earlier buckets

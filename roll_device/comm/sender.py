@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 import torch
 
-from roll_device.comm.buckets import BucketWriter, bucket_size, checksum
+from roll_device.comm.buckets import BucketWriter, Entry, bucket_size, checksum
 from roll_device.comm.control import Control, Endpoint, bucket_key, done_key
 from roll_device.comm.messages import BucketHeader, SyncStats
 from roll_device.comm.options import WeightSyncOptions
@@ -78,10 +78,8 @@ class WeightSender:
         try:
             writer = BucketWriter(named_tensors, self.setup.capacity)
             while True:
-                buffer = self.transport.buffer(seq, index)
-                pieces = writer.fill(buffer)
-                data = buffer[: bucket_size(pieces)]
-                header = BucketHeader(version, index, pieces, data.numel(), final=writer.exhausted)
+                entries, data = self._pack(writer, seq, index)
+                header = BucketHeader(version, index, entries, data.numel(), final=writer.exhausted)
                 if self.options.verify:
                     header.checksum = checksum(data)
                 self.transport.send(seq, header, data)
@@ -105,6 +103,20 @@ class WeightSender:
         return SyncStats(
             version, self.plan.path, self.plan.transport, index, tensors, nbytes, time.perf_counter() - start
         )
+
+    def _pack(self, writer: BucketWriter, seq: int, index: int) -> tuple[list[Entry], torch.Tensor]:
+        """The next bucket's entries and bytes: packed into a transport buffer, or, for a tensor
+        larger than a bucket, its own bytes when the transport can send them from there."""
+        if writer.next_alone:
+            entries, data = writer.take_alone()
+            if not self.transport.can_send(data):
+                buffer = self.transport.buffer(seq, index, data.numel())
+                buffer[: data.numel()].copy_(data)
+                data = buffer[: data.numel()]
+            return entries, data
+        buffer = self.transport.buffer(seq, index, self.setup.capacity)
+        entries = writer.fill(buffer)
+        return entries, buffer[: bucket_size(entries)]
 
     def _abort(self, seq: int, index: int, version: int, exc: Exception) -> None:
         """Tell the receivers (waiting for bucket `index`) that this sync will not come."""

@@ -9,12 +9,17 @@
   sees them overwritten.
 - Broadcast transport: the header goes through the control store, the bytes by an asynchronous
   broadcast from rank 0 in a group of their own (the kind's backend for `collective`, gloo for the
-  host bridge). The sender alternates two buffers; each receiver posts bucket i+1 before it hands
-  bucket i over, into a host buffer nothing holds (host receive buffers) or into the other of two
-  device buffers (device receive buffers, which receivers copy out of before use).
+  host bridge). The sender alternates two buffers, and broadcasts a tensor larger than a bucket
+  straight from its own memory when it is on the group's device; each receiver posts bucket i+1
+  before it hands bucket i over, into a host buffer nothing holds (host receive buffers) or into
+  device memory (which receivers copy out of before use).
 
-Sender side: `connect`, then per bucket `buffer(seq, index)` -> pack -> `send(seq, header, data)`
-(or `cancel()` if the bucket will not be sent), then `finish(seq)` once every receiver is done.
+Slots and buffers hold `capacity` bytes; a tensor larger than that gets a slot or buffer of its
+own size (slots are kept and reused, like the others).
+
+Sender side: `connect`, then per bucket `buffer(seq, index, nbytes)` -> pack -> `send(seq, header,
+data)` (or `cancel()` if the bucket will not be sent; `can_send(data)` says whether bytes can be
+sent from where they are, without a buffer), then `finish(seq)` once every receiver is done.
 Receiver side: `connect`, then `buckets(seq)` yields (header, bytes) (None for a sender's error
 header); `settle()` tells the sender about slots the consumer let go of.
 """
@@ -69,8 +74,8 @@ class SlotSender:
         self._unlinked_after: list[tuple[int, int]] = []  # (slot, the bucket that announced it)
         self._next: tuple[int, tuple | None] | None = None
 
-    def _new_slot(self) -> int:
-        slot = _slot_class(self.setup).create(self.setup.capacity, self.platform)
+    def _new_slot(self, nbytes: int) -> int:
+        slot = _slot_class(self.setup).create(nbytes, self.platform)
         self.slots.append(slot)
         self.handed.append(0)
         number = len(self.slots) - 1
@@ -80,7 +85,7 @@ class SlotSender:
 
     def connect(self) -> None:
         for _ in range(SLOTS):
-            self._new_slot()
+            self._new_slot(self.setup.capacity)
         self.control.put(SLOTS_KEY, [slot.descriptor() for slot in self.slots])
         try:
             self.control.wait(
@@ -90,7 +95,12 @@ class SlotSender:
             for slot in self.slots:
                 slot.unlink()
 
-    def buffer(self, seq: int, index: int) -> torch.Tensor:
+    def can_send(self, data: torch.Tensor) -> bool:
+        """Bytes travel only through slots."""
+        return False
+
+    def buffer(self, seq: int, index: int, nbytes: int) -> torch.Tensor:
+        """A slot of at least `nbytes` that every receiver has released (a new one if none)."""
         if index >= SLOTS:
             read = index - SLOTS
             self.control.wait(
@@ -98,25 +108,30 @@ class SlotSender:
                 f"every rollout worker to read bucket {read}",
             )
             self._unlink_announced(up_to=read)
-        number = self._free_slot()
+        number = self._free_slot(nbytes)
         descriptor = None
         if number is None:
-            number = self._new_slot()
+            number = self._new_slot(nbytes)
             descriptor = self.slots[number].descriptor()
             self._unlinked_after.append((number, index))
         self.handed[number] += 1
         self._next = (number, descriptor)
         return self.slots[number].tensor
 
-    def _free_slot(self) -> int | None:
+    def _free_slot(self, nbytes: int) -> int | None:
+        """The smallest released slot that holds `nbytes`."""
         ranks = list(_ranks(self.setup))
         keys = [release_key(r, number) for number in range(len(self.slots)) for r in ranks]
         released = self.control.get_many(keys)
-        for number in range(len(self.slots)):
-            counts = released[number * len(ranks) : (number + 1) * len(ranks)]
-            if all(count == self.handed[number] for count in counts):
-                return number
-        return None
+        free = [
+            number
+            for number, slot in enumerate(self.slots)
+            if slot.tensor.numel() >= nbytes
+            and all(
+                c == self.handed[number] for c in released[number * len(ranks) : (number + 1) * len(ranks)]
+            )
+        ]
+        return min(free, key=lambda number: self.slots[number].tensor.numel(), default=None)
 
     def _unlink_announced(self, up_to: int) -> None:
         """Unlink new slots whose announcing bucket every receiver has read (so has mapped)."""
@@ -216,33 +231,38 @@ class BroadcastSender:
     def __init__(self, control: Control, setup: Setup, platform: Platform) -> None:
         self.control, self.setup, self.platform = control, setup, platform
         self.group = None
-        self._works: list = [None] * SLOTS
+        self._in_flight: list[tuple | None] = [None] * SLOTS  # (work, the bytes it sends)
 
     def connect(self) -> None:
         self.device = _group_device(self.setup, self.platform)
-        if self.setup.plan.staging == "host":
-            self.buffers = [host_buffer(self.setup.capacity, self.platform) for _ in range(SLOTS)]
-        else:
-            self.buffers = [
-                torch.empty(self.setup.capacity, dtype=torch.uint8, device=self.device) for _ in range(SLOTS)
-            ]
+        self.buffers = [self._staging(self.setup.capacity) for _ in range(SLOTS)]
         self.group = new_group(
             self.control, self.setup.plan.backend, 0, self.setup.receivers + 1, self.device
         )
 
-    def buffer(self, seq: int, index: int) -> torch.Tensor:
+    def _staging(self, nbytes: int) -> torch.Tensor:
+        if self.setup.plan.staging == "host":
+            return host_buffer(nbytes, self.platform)
+        return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+
+    def can_send(self, data: torch.Tensor) -> bool:
+        """Bytes already on the group's device are broadcast from where they are."""
+        return data.device == self.device
+
+    def buffer(self, seq: int, index: int, nbytes: int) -> torch.Tensor:
         self._wait(index % SLOTS)
-        return self.buffers[index % SLOTS]
+        return self.buffers[index % SLOTS] if nbytes <= self.setup.capacity else self._staging(nbytes)
 
     def _wait(self, slot: int) -> None:
-        work, self._works[slot] = self._works[slot], None
-        if work is not None:
-            work.wait()
+        sending, self._in_flight[slot] = self._in_flight[slot], None
+        if sending is not None:
+            sending[0].wait()
 
     def send(self, seq: int, header: BucketHeader, data: torch.Tensor) -> None:
+        self._wait(header.index % SLOTS)  # bytes sent in place did not pass through buffer()
         self.control.put(bucket_key(seq, header.index), header)
         if header.nbytes:
-            self._works[header.index % SLOTS] = broadcast(self.group, data)
+            self._in_flight[header.index % SLOTS] = (broadcast(self.group, data), data)
 
     def cancel(self) -> None:
         """Nothing was handed out that needs taking back."""
@@ -282,11 +302,13 @@ class BroadcastReceiver:
         """The buffer bucket `header` lands in, and the broadcast that fills it."""
         if header.error is not None:
             return None, None
-        buffer = (
-            self.pool.acquire(self.setup.capacity)
-            if self.pool is not None
-            else self.buffers[header.index % SLOTS]
-        )
+        size = max(header.nbytes, self.setup.capacity)
+        if self.pool is not None:
+            buffer = self.pool.acquire(size)
+        elif header.nbytes > self.setup.capacity:
+            buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
+        else:
+            buffer = self.buffers[header.index % SLOTS]
         data = buffer[: header.nbytes]
         return data, (broadcast(self.group, data) if header.nbytes else None)
 
