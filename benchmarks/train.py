@@ -5,7 +5,7 @@ model, measured in one run on this machine's platform (each layout in processes 
 - on two local ranks: FSDP2 data-parallel, Megatron TP=1 x DP=2 and Megatron TP=2.
 
 A step is one GRPO policy-loss step (forward, backward, clip, AdamW) on a fixed batch;
-samples/s counts the rows of all data-parallel ranks. Memory is the platform's peak (on the CPU:
+samples/s counts the rows of all data-parallel ranks; every rank runs one intra-op thread. Memory is the platform's peak (on the CPU:
 each process's peak resident set, which includes torch and, for Megatron, its import) and the
 step's working set (peak minus the memory held after the trainer initialized); the highest rank
 is reported. Results replace the train section of docs/benchmarks.md; the plot goes to
@@ -106,7 +106,7 @@ def run_layout(label, name, world, overrides, model_path, args) -> dict:
 
     ranks = run_ranks(
         "benchmarks.train:measure", world, name, overrides, model_path, args.rows, args.length,
-        args.warmup, args.steps, timeout=900,
+        args.warmup, args.steps, env={"OMP_NUM_THREADS": "1"}, timeout=900,
     )
     step = max(statistics.median(r["seconds"]) for r in ranks)
     result = {
@@ -145,7 +145,10 @@ def render(results: list[dict], args, device: str) -> str:
         f"tiny local Qwen2 ({LAYERS} layers, hidden {HIDDEN}), fp32; {args.rows} rows x {args.length} tokens "
         f"per rank and step ({PROMPT} prompt tokens), one micro-batch, GRPO policy loss + AdamW; median of "
         f"{args.steps} steps after {args.warmup} warm-up steps, best of {args.rounds} interleaved rounds. "
-        f"Two-rank layouts share the same cores. Load average at start / end: {args.load[0]:.1f} / "
+        f"One intra-op thread per rank (OMP_NUM_THREADS=1): two-rank layouts use two cores, one-rank "
+        f"layouts one. Other jobs on this machine hurt FSDP2 most: busy rounds ran its step up to "
+        f"ten times slower, Megatron's about two times (the cause was not isolated); the best round "
+        f"is the least disturbed. Load average at start / end: {args.load[0]:.1f} / "
         f"{args.load[1]:.1f} (other work on the machine slows every layout alike only roughly).",
         "",
         f"**Megatron / FSDP2 samples/s**: one rank **{one:.2f}**, two data-parallel ranks **{two:.2f}**.",
@@ -174,6 +177,7 @@ def plot(results: list[dict], device: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     labels = [r["label"].replace(", ", "\n").replace(" x ", "\nx ") for r in results]
     colors = ["#4c72b0" if "FSDP" in r["label"] else "#dd8452" for r in results]
@@ -181,11 +185,11 @@ def plot(results: list[dict], device: str) -> None:
     left.bar(labels, [r["samples_per_second"] for r in results], color=colors)
     left.set_ylabel("samples / s")
     left.set_title(f"train step throughput ({device})")
-    right.bar(labels, [r["peak_mib"] for r in results], color=colors, alpha=0.35, label="peak (per rank)")
-    right.bar(labels, [r["working_set_mib"] for r in results], color=colors, label="step working set")
+    right.bar(labels, [r["peak_mib"] for r in results], color=colors, alpha=0.35)
+    right.bar(labels, [r["working_set_mib"] for r in results], color=colors)
     right.set_ylabel("MiB")
-    right.set_title("memory")
-    right.legend()
+    right.set_title("memory: peak per rank (light), step working set (dark)")
+    left.legend(handles=[Patch(color="#4c72b0", label="FSDP2"), Patch(color="#dd8452", label="Megatron")])
     for axis in (left, right):
         axis.tick_params(axis="x", labelsize=8)
     fig.tight_layout()

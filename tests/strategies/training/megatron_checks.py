@@ -122,3 +122,37 @@ def bf16_steps(model_path: str) -> dict:
     megatron.shutdown()
     fsdp.shutdown()
     return out
+
+
+def llama_tied(directory: str) -> dict:
+    """A tiny Llama with tied embeddings and no QKV bias: Megatron against transformers and FSDP2."""
+    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    from roll_device.models.tiny import build_tokenizer, vocabulary
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(vocabulary()), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True,
+    )
+    LlamaForCausalLM(config).save_pretrained(directory)
+    build_tokenizer().save_pretrained(directory)
+    batch = make_batch(seed=21)
+    megatron = new_trainer(directory)
+    fsdp = strategy_class("train", "fsdp", "cpu")(rd.current_platform())
+    fsdp.initialize(directory, CONFIG)
+    plain = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    out = {
+        "logprob_diff": (megatron.forward_logprobs(batch) - plain_logprobs(plain, batch)).abs().max().item(),
+        "megatron_step": megatron.train_step(batch, nll_loss()),
+        "fsdp_step": fsdp.train_step(batch, nll_loss()),
+    }
+    exported = dict(megatron.export_weights())
+    out["exported_names"], out["hf_names"] = sorted(exported), sorted(plain.state_dict())
+    fsdp_weights = dict(fsdp.export_weights())
+    out["weight_diff_vs_fsdp"] = max_diff(fsdp_weights, exported)
+    off = sum(int(((fsdp_weights[k] - exported[k]).abs() > 1e-5).sum()) for k in exported)
+    out["weights_off_fraction"] = off / sum(t.numel() for t in exported.values())
+    megatron.shutdown()
+    fsdp.shutdown()
+    return out
