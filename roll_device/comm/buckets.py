@@ -1,11 +1,11 @@
 """Buckets: named tensors packed as bytes into buffers, and unpacked on the other side.
 
-A `BucketWriter` fills one bucket at a time from a stream of (name, tensor) on any device and
-describes what it wrote as `Entry`s (name, dtype, shape, offset, size). Tensors are never split: a
-bucket holds the tensors that fit in `capacity` bytes, and a tensor larger than that travels
-alone in a bucket of its own size (`take_alone` hands its bytes over without a copy, for
-transports that can send them from where they are). `unpack` turns entries and a received buffer
-back into (name, tensor) views of the buffer. `checksum` is a CRC32 of a buffer's bytes.
+A `BucketWriter` takes one bucket at a time from a stream of (name, tensor) on any device: the
+`Entry`s (name, dtype, shape, offset, size) and the tensors' bytes where they are. Tensors are
+never split: a bucket holds the tensors that fit in `capacity` bytes, each at a 64-byte boundary,
+and a tensor larger than that travels alone in a bucket of its own size. `pack` copies a bucket
+into a buffer (transports that cannot send bytes from where they are); `unpack` turns entries and
+a received buffer back into (name, tensor) views of it. `checksum` is a CRC32 of the entries' bytes.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def tensor_bytes(tensor: torch.Tensor) -> torch.Tensor:
 
 
 class BucketWriter:
-    """Packs a stream of named tensors into buckets of `capacity` bytes (larger tensors alone)."""
+    """Cuts a stream of named tensors into buckets of `capacity` bytes (larger tensors alone)."""
 
     def __init__(self, named_tensors: Iterable[tuple[str, torch.Tensor]], capacity: int) -> None:
         self.capacity = capacity
@@ -55,16 +55,6 @@ class BucketWriter:
     @property
     def exhausted(self) -> bool:
         return self._current is None
-
-    @property
-    def next_nbytes(self) -> int:
-        """Bytes of the next tensor to pack (0 when exhausted)."""
-        return 0 if self._current is None else self._current[1].numel()
-
-    @property
-    def next_alone(self) -> bool:
-        """Whether the next tensor is larger than a bucket, so it travels alone."""
-        return self.next_nbytes > self.capacity
 
     def _advance(self) -> None:
         item = next(self._items, None)
@@ -80,28 +70,29 @@ class BucketWriter:
         self.tensors += 1
         self._current = (name, tensor_bytes(tensor), tensor.dtype, tuple(tensor.shape))
 
-    def fill(self, buffer: torch.Tensor) -> list[Entry]:
-        """Pack the next tensors that fit in `capacity` bytes into `buffer` (uint8, at least
-        `capacity` bytes, or `next_nbytes` when `next_alone`)."""
+    def take(self) -> tuple[list[Entry], list[torch.Tensor]]:
+        """The next bucket: the entries of the tensors that fit in `capacity` bytes (or of one
+        larger tensor, alone) and their bytes as they are (views, no copy)."""
         entries: list[Entry] = []
+        parts: list[torch.Tensor] = []
         offset = 0
         while self._current is not None:
             name, data, dtype, shape = self._current
             start = _align(offset)
             if entries and start + data.numel() > self.capacity:
                 break
-            buffer[start : start + data.numel()].copy_(data)
             entries.append(Entry(name, dtype, shape, start, data.numel()))
+            parts.append(data)
             offset = start + data.numel()
             self._advance()
-        return entries
+        return entries, parts
 
-    def take_alone(self) -> tuple[list[Entry], torch.Tensor]:
-        """The next tensor's entry and its bytes as they are (a view, no copy), for a tensor that
-        travels alone."""
-        name, data, dtype, shape = self._current
-        self._advance()
-        return [Entry(name, dtype, shape, 0, data.numel())], data
+
+def pack(entries: list[Entry], parts: list[torch.Tensor], buffer: torch.Tensor) -> torch.Tensor:
+    """Copy `parts` to their entries' offsets in `buffer`; the packed bucket (a view of it)."""
+    for entry, part in zip(entries, parts, strict=True):
+        buffer[entry.offset : entry.offset + entry.nbytes].copy_(part)
+    return buffer[: bucket_size(entries)]
 
 
 def bucket_size(entries: list[Entry]) -> int:
@@ -109,12 +100,21 @@ def bucket_size(entries: list[Entry]) -> int:
     return max((e.offset + e.nbytes for e in entries), default=0)
 
 
+def entry_bytes(entries: list[Entry], buffer: torch.Tensor) -> list[torch.Tensor]:
+    """Each entry's bytes in a bucket buffer (views)."""
+    return [buffer[e.offset : e.offset + e.nbytes] for e in entries]
+
+
 def unpack(entries: list[Entry], buffer: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) for each entry: views of `buffer`, no copy."""
-    for e in entries:
-        yield e.name, buffer[e.offset : e.offset + e.nbytes].view(e.dtype).view(e.shape)
+    for entry, data in zip(entries, entry_bytes(entries, buffer)):
+        yield entry.name, data.view(entry.dtype).view(entry.shape)
 
 
-def checksum(buffer: torch.Tensor) -> int:
-    """CRC32 of the bytes of a uint8 buffer on any device (device buffers are read on the host)."""
-    return zlib.crc32(buffer.detach().cpu().numpy())
+def checksum(parts: list[torch.Tensor]) -> int:
+    """CRC32 over the bytes of uint8 tensors in order, on any device (device bytes are read on the
+    host); padding between entries is not part of it."""
+    crc = 0
+    for part in parts:
+        crc = zlib.crc32(part.detach().cpu().numpy(), crc)
+    return crc

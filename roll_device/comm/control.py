@@ -1,15 +1,18 @@
 """The control channel of a weight sync: small pickled messages by key in a TCP key-value store.
 
 The sender hosts the store (a `torch.distributed.TCPStore` server, any free port); receivers
-connect to its (host, port) `Endpoint`. Bucket headers, acknowledgements, shared-memory names,
-IPC handles and each receiver's final status travel here; bulk bytes never do. The same store is
-the rendezvous of the broadcast transports' process group. A wait that runs out of time raises a
-WeightSyncError that says what it waited for.
+connect to its (host, port) `Endpoint`. Bucket headers, acknowledgements (with the slots a
+receiver has released), shared-memory names, IPC handles and each receiver's final status travel
+here; bulk bytes never do. A read blocks on the server until its keys exist: one round trip. The
+same store is the rendezvous of the broadcast transports' process group. A wait that runs out of
+time raises a WeightSyncError that says what it waited for.
 """
 
 from __future__ import annotations
 
 import pickle
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -58,23 +61,23 @@ class Control:
     def put(self, key: str, value: Any) -> None:
         self.store.set(key, pickle.dumps(value))
 
-    def put_many(self, keys: list[str], values: list[Any]) -> None:
-        self.store.multi_set(keys, [pickle.dumps(v) for v in values])
-
-    def get_many(self, keys: list[str]) -> list[Any]:
-        """Values of keys that exist already (one round trip)."""
-        return [pickle.loads(raw) for raw in self.store.multi_get(keys)]
-
     def get(self, key: str, waiting_for: str) -> Any:
-        """The value under `key`, waiting for it up to the timeout."""
-        self.wait([key], waiting_for)
-        return pickle.loads(self.store.get(key))
+        """The value under `key`, waiting for it up to the timeout (one round trip)."""
+        return self.get_many([key], waiting_for)[0]
+
+    def get_many(self, keys: list[str], waiting_for: str) -> list[Any]:
+        """The values under `keys`, waiting for all of them up to the timeout (one round trip)."""
+        with self._timeout(waiting_for):
+            return [pickle.loads(raw) for raw in self.store.multi_get(keys)]
 
     def wait(self, keys: list[str], waiting_for: str) -> None:
-        if not keys:
-            return
-        try:
+        with self._timeout(waiting_for):
             self.store.wait(keys, timedelta(seconds=self.timeout_s))
+
+    @contextmanager
+    def _timeout(self, waiting_for: str) -> Iterator[None]:
+        try:
+            yield
         except dist.DistStoreError as exc:
             raise WeightSyncError(
                 f"weight sync timed out after {self.timeout_s:g}s waiting for {waiting_for} "
@@ -96,8 +99,3 @@ def ack_key(seq: int, index: int, rank: int) -> str:
 
 def done_key(seq: int, rank: int) -> str:
     return f"sync/{seq}/done/{rank}"
-
-
-def release_key(rank: int, slot: int) -> str:
-    """How many times receiver `rank` has released slot `slot` (across syncs)."""
-    return f"release/{rank}/{slot}"

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from roll_device.comm.buckets import checksum, unpack
+from roll_device.comm.buckets import checksum, entry_bytes, unpack
 from roll_device.comm.control import Control, Endpoint, done_key
 from roll_device.comm.messages import BucketHeader, SyncStats
 from roll_device.comm.planner import HOST
@@ -102,9 +102,9 @@ class WeightReceiver:
             with contextlib.suppress(WeightSyncError):
                 for _ in stream:  # drain, so that the sender is not left waiting
                     pass
-            self.control.put(done_key(seq, self.rank), f"{type(exc).__name__}: {exc}")
+            self._report(seq, f"{type(exc).__name__}: {exc}")
             raise
-        self.control.put(done_key(seq, self.rank), None)
+        self._report(seq, None)
         self.version = progress.version
         seconds = time.perf_counter() - start
         return SyncStats(
@@ -116,6 +116,10 @@ class WeightReceiver:
             progress.nbytes,
             seconds,
         )
+
+    def _report(self, seq: int, error: str | None) -> None:
+        """This receiver's status for the sender: its error, if any, and what it released."""
+        self.control.put(done_key(seq, self.rank), {"error": error, "released": self.transport.released()})
 
     def _named(
         self, stream: Iterator[tuple[BucketHeader, torch.Tensor | None]], progress: _Progress
@@ -152,10 +156,9 @@ class WeightReceiver:
         for item in unpack(header.entries, data):
             progress.tensors += 1
             yield item
-            self.transport.settle()  # the consumer may have let go of earlier buckets
 
     def _verify(self, header: BucketHeader, data: torch.Tensor) -> None:
-        got = checksum(data)
+        got = checksum(entry_bytes(header.entries, data))
         if got != header.checksum:
             raise WeightSyncError(
                 f"bucket {header.index} of the weight sync of version {header.version} failed its "

@@ -8,7 +8,8 @@ stats = sender.send(trainer.export_weights(), version=step)   # together with th
 sender.close()                      # together with theirs
 ```
 
-`send` packs the export into buckets as it streams (never the whole model at once), moves them by
+`send` cuts the export into buckets as it streams (never the whole model at once), packs each into
+a transport buffer unless the transport can send the tensors from where they are, moves them by
 the plan's transport, and returns once every receiver has applied them; it raises a
 WeightSyncError naming each receiver that failed. If the export itself fails, the receivers are
 told (an error header) so that none is left waiting, and the export's exception propagates.
@@ -21,7 +22,7 @@ from collections.abc import Iterable
 
 import torch
 
-from roll_device.comm.buckets import BucketWriter, Entry, bucket_size, checksum
+from roll_device.comm.buckets import BucketWriter, bucket_size, checksum, pack
 from roll_device.comm.control import Control, Endpoint, bucket_key, done_key
 from roll_device.comm.messages import BucketHeader, SyncStats
 from roll_device.comm.options import WeightSyncOptions
@@ -78,10 +79,15 @@ class WeightSender:
         try:
             writer = BucketWriter(named_tensors, self.setup.capacity)
             while True:
-                entries, data = self._pack(writer, seq, index)
-                header = BucketHeader(version, index, entries, data.numel(), final=writer.exhausted)
+                entries, parts = writer.take()
+                header = BucketHeader(version, index, entries, bucket_size(entries), final=writer.exhausted)
                 if self.options.verify:
-                    header.checksum = checksum(data)
+                    header.checksum = checksum(parts)
+                if self.transport.can_send(parts):  # from where they are, no copy
+                    header.per_entry, data = True, parts
+                else:
+                    buffer = self.transport.buffer(seq, index, max(header.nbytes, self.setup.capacity))
+                    data = [pack(entries, parts, buffer)]
                 self.transport.send(seq, header, data)
                 nbytes += header.nbytes
                 index += 1
@@ -92,7 +98,6 @@ class WeightSender:
             self._abort(seq, index, version, exc)
             raise
         failures = self._collect(seq, index)
-        self.transport.finish(seq)
         if failures:
             raise WeightSyncError(
                 f"weight sync of version {version} failed on {len(failures)} rollout worker(s): "
@@ -104,20 +109,6 @@ class WeightSender:
             version, self.plan.path, self.plan.transport, index, tensors, nbytes, time.perf_counter() - start
         )
 
-    def _pack(self, writer: BucketWriter, seq: int, index: int) -> tuple[list[Entry], torch.Tensor]:
-        """The next bucket's entries and bytes: packed into a transport buffer, or, for a tensor
-        larger than a bucket, its own bytes when the transport can send them from there."""
-        if writer.next_alone:
-            entries, data = writer.take_alone()
-            if not self.transport.can_send(data):
-                buffer = self.transport.buffer(seq, index, data.numel())
-                buffer[: data.numel()].copy_(data)
-                data = buffer[: data.numel()]
-            return entries, data
-        buffer = self.transport.buffer(seq, index, self.setup.capacity)
-        entries = writer.fill(buffer)
-        return entries, buffer[: bucket_size(entries)]
-
     def _abort(self, seq: int, index: int, version: int, exc: Exception) -> None:
         """Tell the receivers (waiting for bucket `index`) that this sync will not come."""
         header = BucketHeader(version, index, error=f"{type(exc).__name__}: {exc}")
@@ -127,17 +118,16 @@ class WeightSender:
             exc.add_note(f"the rollout workers could not be told: {store_error}")
 
     def _collect(self, seq: int, buckets: int) -> list[str]:
-        ranks = range(1, self.setup.receivers + 1)
+        """Every receiver's status (failures, as messages); hands the transport what they released."""
+        ranks = list(range(1, self.setup.receivers + 1))
         keys = [done_key(seq, r) for r in ranks]
-        self.control.wait(keys, "every rollout worker to apply the weights")
-        failures = [
-            f"worker {r}: {message}"
-            for r in ranks
-            if (message := self.control.get(done_key(seq, r), "a status")) is not None
-        ]
+        statuses = dict(zip(ranks, self.control.get_many(keys, "every rollout worker to apply the weights")))
+        self.transport.finish(seq, {r: status["released"] for r, status in statuses.items()})
         used = [bucket_key(seq, i) for i in range(buckets)] + keys + self.transport.used_keys(seq, buckets)
         self.control.delete(used)
-        return failures
+        return [
+            f"worker {r}: {status['error']}" for r, status in statuses.items() if status["error"] is not None
+        ]
 
     def close(self) -> None:
         """Release buffers and the group (receivers close at the same time on broadcast paths)."""

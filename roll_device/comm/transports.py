@@ -4,24 +4,26 @@
   publishes the header; receivers read the slot in place. The sender runs at most two buckets
   ahead of the slowest receiver (it waits for bucket i-2 to be read before it packs bucket i), and
   reuses a slot once every receiver has released it, i.e. once no tensor it handed out still uses
-  that slot's memory. While a consumer keeps tensors, the sender makes another slot (announced in
+  that slot's memory (each acknowledgement carries the receiver's releases: one message). While a consumer keeps tensors, the sender makes another slot (announced in
   the header that uses it), so that a consumer that gathers tensors before it loads them never
   sees them overwritten.
 - Broadcast transport: the header goes through the control store, the bytes by an asynchronous
   broadcast from rank 0 in a group of their own (the kind's backend for `collective`, gloo for the
-  host bridge). The sender alternates two buffers, and broadcasts a tensor larger than a bucket
-  straight from its own memory when it is on the group's device; each receiver posts bucket i+1
-  before it hands bucket i over, into a host buffer nothing holds (host receive buffers) or into
-  device memory (which receivers copy out of before use).
+  host bridge). Tensors already on the group's device are broadcast from their own memory (on the
+  host one by one, on a device only a tensor larger than a bucket); other buckets are packed into
+  one of two buffers. Each receiver posts bucket i+1 before it hands bucket i over, into a host
+  buffer nothing holds (host receive buffers) or into device memory (which receivers copy out of
+  before use); either way the bucket's layout is the same.
 
 Slots and buffers hold `capacity` bytes; a tensor larger than that gets a slot or buffer of its
 own size (slots are kept and reused, like the others).
 
-Sender side: `connect`, then per bucket `buffer(seq, index, nbytes)` -> pack -> `send(seq, header,
-data)` (or `cancel()` if the bucket will not be sent; `can_send(data)` says whether bytes can be
-sent from where they are, without a buffer), then `finish(seq)` once every receiver is done.
+Sender side: `connect`, then per bucket either `can_send(parts)` (the tensors' bytes go as they
+are) or `buffer(seq, index, nbytes)` -> pack, then `send(seq, header, data)` (or `cancel()` if the
+bucket will not be sent), then `finish(seq, released)` once every receiver is done.
 Receiver side: `connect`, then `buckets(seq)` yields (header, bytes) (None for a sender's error
-header); `settle()` tells the sender about slots the consumer let go of.
+header); `released()` is what a receiver reports with its status at the end of a sync (slot
+releases), and the sender's `finish(seq, released)` takes it.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ from dataclasses import dataclass
 
 import torch
 
+from roll_device.comm.buckets import entry_bytes
 from roll_device.comm.buffers import HostPool, IpcSlot, ShmSlot, host_buffer, storage_users
-from roll_device.comm.control import Control, ack_key, bucket_key, release_key
+from roll_device.comm.control import Control, ack_key, bucket_key
 from roll_device.comm.groups import broadcast, close_group, new_group
 from roll_device.comm.messages import BucketHeader
 from roll_device.comm.planner import HOST, SyncPlan
@@ -71,17 +74,14 @@ class SlotSender:
         self.control, self.setup, self.platform = control, setup, platform
         self.slots: list[ShmSlot | IpcSlot] = []
         self.handed: list[int] = []  # times each slot was handed out
+        self.released: dict[int, list[int]] = {r: [] for r in _ranks(setup)}  # as each receiver last said
         self._unlinked_after: list[tuple[int, int]] = []  # (slot, the bucket that announced it)
         self._next: tuple[int, tuple | None] | None = None
 
     def _new_slot(self, nbytes: int) -> int:
-        slot = _slot_class(self.setup).create(nbytes, self.platform)
-        self.slots.append(slot)
+        self.slots.append(_slot_class(self.setup).create(nbytes, self.platform))
         self.handed.append(0)
-        number = len(self.slots) - 1
-        ranks = list(_ranks(self.setup))
-        self.control.put_many([release_key(r, number) for r in ranks], [0] * len(ranks))
-        return number
+        return len(self.slots) - 1
 
     def connect(self) -> None:
         for _ in range(SLOTS):
@@ -95,18 +95,20 @@ class SlotSender:
             for slot in self.slots:
                 slot.unlink()
 
-    def can_send(self, data: torch.Tensor) -> bool:
+    def can_send(self, parts: list[torch.Tensor]) -> bool:
         """Bytes travel only through slots."""
         return False
 
     def buffer(self, seq: int, index: int, nbytes: int) -> torch.Tensor:
-        """A slot of at least `nbytes` that every receiver has released (a new one if none)."""
+        """A slot of at least `nbytes` that every receiver has released (a new one of that size if
+        none)."""
         if index >= SLOTS:
             read = index - SLOTS
-            self.control.wait(
-                [ack_key(seq, read, r) for r in _ranks(self.setup)],
-                f"every rollout worker to read bucket {read}",
+            ranks = list(_ranks(self.setup))
+            acks = self.control.get_many(
+                [ack_key(seq, read, r) for r in ranks], f"every rollout worker to read bucket {read}"
             )
+            self.learn(dict(zip(ranks, acks)))
             self._unlink_announced(up_to=read)
         number = self._free_slot(nbytes)
         descriptor = None
@@ -118,18 +120,24 @@ class SlotSender:
         self._next = (number, descriptor)
         return self.slots[number].tensor
 
+    def learn(self, released: dict[int, list[int] | None]) -> None:
+        """Take each receiver's count of releases per slot (from an acknowledgement or its status)."""
+        for rank, counts in released.items():
+            if counts is not None:
+                self.released[rank] = counts
+
     def _free_slot(self, nbytes: int) -> int | None:
-        """The smallest released slot that holds `nbytes`."""
-        ranks = list(_ranks(self.setup))
-        keys = [release_key(r, number) for number in range(len(self.slots)) for r in ranks]
-        released = self.control.get_many(keys)
+        """The smallest slot of at least `nbytes` that every receiver has released."""
+
+        def released(rank: int, number: int) -> int:
+            counts = self.released[rank]
+            return counts[number] if number < len(counts) else 0
+
         free = [
             number
             for number, slot in enumerate(self.slots)
             if slot.tensor.numel() >= nbytes
-            and all(
-                c == self.handed[number] for c in released[number * len(ranks) : (number + 1) * len(ranks)]
-            )
+            and all(released(r, number) == self.handed[number] for r in self.released)
         ]
         return min(free, key=lambda number: self.slots[number].tensor.numel(), default=None)
 
@@ -139,7 +147,7 @@ class SlotSender:
             self.slots[number].unlink()
             self._unlinked_after.remove((number, bucket))
 
-    def send(self, seq: int, header: BucketHeader, data: torch.Tensor) -> None:
+    def send(self, seq: int, header: BucketHeader, data: list[torch.Tensor]) -> None:
         (header.slot, header.new_slot), self._next = self._next, None
         if self.setup.plan.staging == "device":
             self.platform.synchronize()  # the packing copies must land before a receiver reads
@@ -151,8 +159,10 @@ class SlotSender:
             self.handed[self._next[0]] -= 1
             self._next = None
 
-    def finish(self, seq: int) -> None:
-        for slot in self.slots:  # every receiver is done, so has mapped every slot
+    def finish(self, seq: int, released: dict[int, list[int] | None]) -> None:
+        """Every receiver is done (so has mapped every slot) and said what it released."""
+        self.learn(released)
+        for slot in self.slots:
             slot.unlink()
         self._unlinked_after = []
 
@@ -160,7 +170,8 @@ class SlotSender:
         return [ack_key(seq, i, r) for i in range(buckets) for r in _ranks(self.setup)]
 
     def close(self) -> None:
-        self.finish(seq=-1)
+        for slot in self.slots:
+            slot.unlink()
         self.slots = []
 
 
@@ -200,19 +211,19 @@ class SlotReceiver:
             yield header, self.slots[header.slot].tensor[: header.nbytes]
             if self.setup.plan.staging == "device":
                 self.platform.synchronize()  # copies out of the slot are done before it is released
-            self.control.put(ack_key(seq, index, self.rank), True)
-            self.settle()
+            self.control.put(ack_key(seq, index, self.rank), self.released())
             if header.final:
                 return
             index += 1
 
-    def settle(self) -> None:
-        """Release every slot that no tensor of this process uses any more."""
+    def released(self) -> list[int]:
+        """How often each slot was released: slots no tensor of this process uses any more are
+        released now."""
         for number in sorted(self._held):
             if storage_users(self.slots[number].tensor) == self._idle[number]:
                 self._held.discard(number)
                 self._released[number] += 1
-                self.control.put(release_key(self.rank, number), self._released[number])
+        return list(self._released)
 
     def close(self) -> None:
         self.slots = []
@@ -231,7 +242,7 @@ class BroadcastSender:
     def __init__(self, control: Control, setup: Setup, platform: Platform) -> None:
         self.control, self.setup, self.platform = control, setup, platform
         self.group = None
-        self._in_flight: list[tuple | None] = [None] * SLOTS  # (work, the bytes it sends)
+        self._in_flight: list[tuple | None] = [None] * SLOTS  # (works, the bytes they send)
 
     def connect(self) -> None:
         self.device = _group_device(self.setup, self.platform)
@@ -245,9 +256,11 @@ class BroadcastSender:
             return host_buffer(nbytes, self.platform)
         return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
 
-    def can_send(self, data: torch.Tensor) -> bool:
-        """Bytes already on the group's device are broadcast from where they are."""
-        return data.device == self.device
+    def can_send(self, parts: list[torch.Tensor]) -> bool:
+        """Bytes already on the group's device are broadcast from where they are: a tensor alone,
+        or a bucket's tensors one by one when the device is host memory (no launches to save)."""
+        on_device = all(part.device == self.device for part in parts)
+        return on_device and (len(parts) == 1 or self.device.type == get_platform(HOST).device_type)
 
     def buffer(self, seq: int, index: int, nbytes: int) -> torch.Tensor:
         self._wait(index % SLOTS)
@@ -256,18 +269,19 @@ class BroadcastSender:
     def _wait(self, slot: int) -> None:
         sending, self._in_flight[slot] = self._in_flight[slot], None
         if sending is not None:
-            sending[0].wait()
+            for work in sending[0]:
+                work.wait()
 
-    def send(self, seq: int, header: BucketHeader, data: torch.Tensor) -> None:
+    def send(self, seq: int, header: BucketHeader, data: list[torch.Tensor]) -> None:
         self._wait(header.index % SLOTS)  # bytes sent in place did not pass through buffer()
         self.control.put(bucket_key(seq, header.index), header)
-        if header.nbytes:
-            self._in_flight[header.index % SLOTS] = (broadcast(self.group, data), data)
+        works = [broadcast(self.group, part) for part in data if part.numel()]
+        self._in_flight[header.index % SLOTS] = (works, data)
 
     def cancel(self) -> None:
         """Nothing was handed out that needs taking back."""
 
-    def finish(self, seq: int) -> None:
+    def finish(self, seq: int, released: dict[int, list[int] | None]) -> None:
         for slot in range(SLOTS):
             self._wait(slot)
 
@@ -299,9 +313,10 @@ class BroadcastReceiver:
         )
 
     def _post(self, header: BucketHeader):
-        """The buffer bucket `header` lands in, and the broadcast that fills it."""
+        """The buffer bucket `header` lands in, and the broadcasts that fill it (one per entry when
+        the sender sends its entries one by one)."""
         if header.error is not None:
-            return None, None
+            return None, []
         size = max(header.nbytes, self.setup.capacity)
         if self.pool is not None:
             buffer = self.pool.acquire(size)
@@ -310,28 +325,30 @@ class BroadcastReceiver:
         else:
             buffer = self.buffers[header.index % SLOTS]
         data = buffer[: header.nbytes]
-        return data, (broadcast(self.group, data) if header.nbytes else None)
+        targets = entry_bytes(header.entries, data) if header.per_entry else [data]
+        return data, [broadcast(self.group, target) for target in targets if target.numel()]
 
     def _header(self, seq: int, index: int) -> BucketHeader:
         return self.control.get(bucket_key(seq, index), f"bucket {index} of sync {seq}")
 
     def buckets(self, seq: int) -> Iterator[tuple[BucketHeader, torch.Tensor | None]]:
         header = self._header(seq, 0)
-        data, work = self._post(header)
+        data, works = self._post(header)
         while True:
-            if work is not None:
+            for work in works:
                 work.wait()
-            upcoming = upcoming_data = upcoming_work = None
+            upcoming = upcoming_data = None
+            upcoming_works = []
             if not header.ends:  # post the next bucket before this one is handed over
                 upcoming = self._header(seq, header.index + 1)
-                upcoming_data, upcoming_work = self._post(upcoming)
+                upcoming_data, upcoming_works = self._post(upcoming)
             yield header, data
             if upcoming is None:
                 return
-            header, data, work = upcoming, upcoming_data, upcoming_work
+            header, data, works = upcoming, upcoming_data, upcoming_works
 
-    def settle(self) -> None:
-        """Host receive buffers are checked when the next one is needed: nothing to report."""
+    def released(self) -> None:
+        """Receive buffers are this receiver's own: nothing to report to the sender."""
 
     def close(self) -> None:
         if self.group is not None:

@@ -7,7 +7,7 @@ import torch
 
 import roll_device as rd
 from roll_device.comm import weights_hash
-from roll_device.comm.buckets import ALIGN, BucketWriter, bucket_size, checksum, unpack
+from roll_device.comm.buckets import ALIGN, BucketWriter, bucket_size, checksum, entry_bytes, pack, unpack
 from roll_device.comm.buffers import HostPool
 from roll_device.errors import WeightSyncError
 
@@ -27,20 +27,17 @@ def mixed_state() -> dict[str, torch.Tensor]:
 
 
 def roundtrip(state, capacity):
-    """Pack `state` bucket by bucket as a sender does (a tensor larger than a bucket alone, in a
-    buffer of its size) and unpack every bucket; returns clones of what came out and bucket sizes."""
+    """Cut `state` into buckets, pack each into a buffer of its size (at least `capacity`) and
+    unpack it; returns clones of what came out, and the bucket sizes."""
     writer, received, sizes = BucketWriter(state.items(), capacity), {}, []
     while not writer.exhausted:
-        if writer.next_alone:
-            entries, data = writer.take_alone()
-            buffer = data.clone()
-        else:
-            buffer = torch.full((capacity,), 0xAB, dtype=torch.uint8)
-            entries = writer.fill(buffer)
+        entries, parts = writer.take()
         sizes.append(bucket_size(entries))
         assert all(e.offset % ALIGN == 0 for e in entries)
         assert len(entries) == 1 or bucket_size(entries) <= capacity
-        received.update((n, t.clone()) for n, t in unpack(entries, buffer))
+        buffer = torch.full((max(capacity, sizes[-1]),), 0xAB, dtype=torch.uint8)
+        packed = pack(entries, parts, buffer)
+        received.update((n, t.clone()) for n, t in unpack(entries, packed))
     return received, sizes, writer.tensors
 
 
@@ -59,47 +56,49 @@ def test_roundtrip_keeps_every_tensor_exactly(capacity):
 
 
 def test_tensors_share_buckets_and_are_never_split():
-    state = {f"w{i}": torch.full((600,), float(i)) for i in range(5)} | {"big": torch.ones(2000)}
+    state = {f"w{i}": torch.full((600,), float(i)) for i in range(5)} | {"big": torch.ones(3000)}
     writer = BucketWriter(state.items(), 4096 + 2 * 2400)
     buckets = []
     while not writer.exhausted:
-        if writer.next_alone:
-            buckets.append(writer.take_alone()[0])
-        else:
-            buckets.append(writer.fill(torch.empty(writer.capacity, dtype=torch.uint8)))
+        buckets.append(writer.take()[0])
     assert [[e.name for e in b] for b in buckets] == [["w0", "w1", "w2"], ["w3", "w4"], ["big"]]
     assert [e.offset for e in buckets[0]] == [0, 2432, 4864], "each entry on a 64-byte boundary"
+    assert bucket_size(buckets[2]) == 12_000, "larger than a bucket: alone, in a bucket of its size"
 
 
-def test_a_tensor_larger_than_a_bucket_is_handed_over_without_a_copy():
-    big = torch.arange(3000.0)
-    writer = BucketWriter([("big", big)], 4096)
-    assert writer.next_alone and writer.next_nbytes == 12_000
-    (entry,), data = writer.take_alone()
-    assert (entry.offset, entry.nbytes) == (0, 12_000) and writer.exhausted
-    assert data.data_ptr() == big.data_ptr()
+def test_buckets_hand_over_the_tensors_bytes_without_a_copy():
+    big, small = torch.arange(3000.0), torch.ones(4)
+    entries, parts = BucketWriter([("small", small), ("big", big)], 4096).take()
+    assert [e.name for e in entries] == ["small"] and parts[0].data_ptr() == small.data_ptr()
 
 
 def test_unpacked_tensors_are_views_of_the_received_buffer():
     buffer = torch.empty(4096, dtype=torch.uint8)
-    entries = BucketWriter([("w", torch.ones(8))], 4096).fill(buffer)
-    ((_name, tensor),) = unpack(entries, buffer)
+    entries, parts = BucketWriter([("w", torch.ones(8))], 4096).take()
+    ((_name, tensor),) = unpack(entries, pack(entries, parts, buffer))
     assert tensor.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
 
 
 def test_export_mistakes_are_named():
     writer = BucketWriter([("w", torch.ones(2)), ("w", torch.ones(2))], 4096)
     with pytest.raises(WeightSyncError, match="weight 'w' appears twice"):
-        writer.fill(torch.empty(4096, dtype=torch.uint8))
+        writer.take()
     with pytest.raises(WeightSyncError, match="weight 'w' is a list, not a tensor"):
         BucketWriter([("w", [1.0, 2.0])], 4096)
 
 
+def test_checksum_covers_the_entries_not_the_padding():
+    entries, parts = BucketWriter([("a", torch.ones(3)), ("b", torch.arange(5.0))], 4096).take()
+    first = pack(entries, parts, torch.zeros(4096, dtype=torch.uint8))
+    second = pack(entries, parts, torch.full((4096,), 7, dtype=torch.uint8))
+    assert checksum(entry_bytes(entries, first)) == checksum(entry_bytes(entries, second)) == checksum(parts)
+
+
 def test_checksum_sees_one_flipped_bit():
     data = torch.randint(0, 255, (10_000,), dtype=torch.uint8)
-    before = checksum(data)
+    before = checksum([data[:5000], data[5000:]])
     data[1234] ^= 1
-    assert checksum(data) != before
+    assert checksum([data[:5000], data[5000:]]) != before
 
 
 def test_host_pool_reuses_a_buffer_only_when_nothing_holds_it():
