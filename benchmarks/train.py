@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.doc_sections import replace_section  # noqa: E402
+from benchmarks.doc_sections import replace_section
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "train_benchmark.png"
@@ -141,15 +141,16 @@ def render(results: list[dict], args, device: str) -> str:
     lines = [
         "## Training strategies (`benchmarks/train.py`)",
         "",
-        f"Run {datetime.date.today()} on `{device}` ({host.machine()}, {os.cpu_count()} CPU cores); model: the "
-        f"tiny local Qwen2 ({LAYERS} layers, hidden {HIDDEN}), fp32; {args.rows} rows x {args.length} tokens "
-        f"per rank and step ({PROMPT} prompt tokens), one micro-batch, GRPO policy loss + AdamW; median of "
-        f"{args.steps} steps after {args.warmup} warm-up steps, best of {args.rounds} interleaved rounds. "
-        f"One intra-op thread per rank (OMP_NUM_THREADS=1): two-rank layouts use two cores, one-rank "
-        f"layouts one. Other jobs on this machine hurt FSDP2 most: busy rounds ran its step up to "
-        f"ten times slower, Megatron's about two times (the cause was not isolated); the best round "
-        f"is the least disturbed. Load average at start / end: {args.load[0]:.1f} / "
-        f"{args.load[1]:.1f} (other work on the machine slows every layout alike only roughly).",
+        (
+            f"Run {datetime.date.today()} on `{device}` ({host.machine()}, {os.cpu_count()} CPU cores); model: the "
+            f"tiny local Qwen2 ({LAYERS} layers, hidden {HIDDEN}), fp32; {args.rows} rows x {args.length} tokens "
+            f"per rank and step ({PROMPT} prompt tokens), one micro-batch, GRPO policy loss + AdamW; median of "
+            f"{args.steps} steps after {args.warmup} warm-up steps, best of {args.rounds} interleaved rounds. "
+            f"One intra-op thread per rank (OMP_NUM_THREADS=1): two-rank layouts use two cores, one-rank "
+            f"layouts one. Other jobs on this machine hurt FSDP2 most: busy rounds ran its step up to "
+            f"ten times slower, Megatron's about two times (the cause was not isolated); the best round "
+            f"is the least disturbed. Load average at start / end: {args.load[0]:.1f} / {args.load[1]:.1f}."
+        ),
         "",
         f"**Megatron / FSDP2 samples/s**: one rank **{one:.2f}**, two data-parallel ranks **{two:.2f}**.",
         "",
@@ -163,9 +164,11 @@ def render(results: list[dict], args, device: str) -> str:
         )
     lines += [
         "",
-        "Peak memory on the CPU is each process's peak resident set: it includes torch and the "
-        "trainer's imports (megatron-core adds a few hundred MiB), so the working-set column (peak "
-        "minus what the process held once the trainer was ready) compares the steps themselves.",
+        (
+            "Peak memory on the CPU is each process's peak resident set: it includes torch and the "
+            "trainer's imports (megatron-core adds a few hundred MiB), so the working-set column (peak "
+            "minus what the process held once the trainer was ready) compares the steps themselves."
+        ),
         "",
         "![train step throughput and memory](train_benchmark.png)",
     ]

@@ -40,7 +40,7 @@ def _entry(target, rank, world_size, port, args, env, queue) -> None:
         result = getattr(importlib.import_module(module), name)(rank, *args)
         dist.destroy_process_group()
         queue.put((rank, True, result))
-    except BaseException:
+    except BaseException:  # noqa: BLE001 (any failure goes back to the parent with its traceback)
         queue.put((rank, False, traceback.format_exc()))
 
 

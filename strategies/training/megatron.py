@@ -67,7 +67,7 @@ class HfWeights(Mapping[str, torch.Tensor]):
                 "(save the model with save_pretrained(..., safe_serialization=True))"
             )
         self._handles = [safe_open(str(f), framework="pt") for f in files]
-        self._where = {name: h for h in self._handles for name in h.keys()}
+        self._where = {name: h for h in self._handles for name in h.keys()}  # noqa: SIM118 (safe_open is no dict)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         if name not in self._where:
@@ -141,8 +141,11 @@ class MegatronTrainStrategy(TrainStrategy):
 
     def _build(self, hf_weights: Mapping[str, torch.Tensor]) -> None:
         from megatron.core import parallel_state, tensor_parallel
-        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
-        from megatron.core.distributed import finalize_model_grads
+        from megatron.core.distributed import (
+            DistributedDataParallel,
+            DistributedDataParallelConfig,
+            finalize_model_grads,
+        )
         from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
         from megatron.core.transformer.module import Float16Module
 

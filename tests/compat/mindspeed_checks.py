@@ -22,7 +22,7 @@ def _npu_trainer():
 def _error_of(call) -> str:
     try:
         call()
-    except Exception as exc:  # the tests assert on the type name and message
+    except Exception as exc:  # noqa: BLE001 (the tests assert on the type name and message)
         return f"{type(exc).__name__}: {exc}"
     return ""
 
@@ -46,7 +46,7 @@ def order_and_options(model_path: str) -> dict:
 def missing_then_too_late(model_path: str) -> dict:
     """Without MindSpeed: the error names it. With megatron imported first: refused."""
     out = {"missing": _error_of(lambda: _npu_trainer().initialize(model_path, {}))}
-    import megatron.core  # noqa: F401
+    import megatron.core  # noqa: F401  (imported first on purpose)
 
     from roll_device.compat import mindspeed as glue
 

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from strategies.training.batches import TrainBatchError, align_to_tokens, micro_batches, shifted_labels, validate
+from strategies.training.batches import (
+    TrainBatchError,
+    align_to_tokens,
+    micro_batches,
+    shifted_labels,
+    validate,
+)
 from tests.strategies.training.data import make_batch
 
 

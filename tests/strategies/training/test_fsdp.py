@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 import roll_device as rd
 from roll_device.errors import ConfigError
 from strategies.base import strategy_class
 from strategies.training.fsdp import FsdpTrainStrategy
-from tests.isolated import run_isolated
 from strategies.training.local_ranks import run_ranks
+from tests.isolated import run_isolated
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +38,7 @@ def test_two_rank_step_equals_one_plain_step_on_both_ranks_rows(two_ranks):
 
 def test_loss_decreases_on_a_fixed_batch(two_ranks):
     losses = two_ranks[0]["losses"]
-    assert all(later < earlier for earlier, later in zip(losses, losses[1:]))
+    assert all(later < earlier for earlier, later in itertools.pairwise(losses))
     assert losses[-1] < 0.8 * losses[0]
     assert two_ranks[1]["losses"] == losses  # the loss is reduced over both ranks
 

@@ -3,14 +3,16 @@ distributed optimizer) and TP=2 (two gloo processes), against transformers and t
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 import roll_device as rd
 from roll_device.errors import ConfigError
 from strategies.base import strategy_class
+from strategies.training.local_ranks import run_ranks
 from strategies.training.megatron import MegatronTrainStrategy
 from tests.isolated import run_isolated
-from strategies.training.local_ranks import run_ranks
 
 
 @pytest.fixture(scope="module", params=[2, 1], ids=["tp2", "tp1-dp2"])
@@ -51,9 +53,9 @@ def test_step_matches_a_plain_step_on_the_same_rows(two_ranks):
 
 
 def test_loss_decreases(two_ranks):
-    tp, ranks = two_ranks
+    _, ranks = two_ranks
     losses = ranks[0]["losses"]
-    assert all(later < earlier for earlier, later in zip(losses, losses[1:]))
+    assert all(later < earlier for earlier, later in itertools.pairwise(losses))
     assert ranks[1]["losses"] == pytest.approx(losses)
 
 
