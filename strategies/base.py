@@ -105,7 +105,14 @@ class InferenceStrategy(abc.ABC):
 
 class TrainStrategy(abc.ABC):
     """A trainer bound to one platform. With a world size above one, torch.distributed is
-    initialized by the hosting worker before `initialize` (backend: the platform's)."""
+    initialized by the hosting worker before `initialize` (backend: the platform's).
+
+    `initialize` sets `data_parallel_rank` / `data_parallel_size`: ranks of one model-parallel
+    group share a data-parallel rank and must be given the same rows.
+    """
+
+    data_parallel_rank: int = 0
+    data_parallel_size: int = 1
 
     def __init__(self, platform: Platform) -> None:
         self.platform = platform

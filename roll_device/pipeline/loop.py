@@ -73,8 +73,7 @@ class GrpoStep:
         return completions
 
     def logprobs(self, role: str, batch) -> torch.Tensor:
-        shards = shard(batch, self.roles.groups[role].world_size)
-        return torch.cat(self.roles.scatter(role, "logprobs", shards))
+        return torch.cat(self.roles.data_parallel(role, "logprobs", batch))
 
     def run(self, state: PipelineState) -> dict:
         """One step at `state` (advanced in place); returns the step's metrics record."""
@@ -99,10 +98,9 @@ class GrpoStep:
         if self.use_reference:
             batch.ref_logprobs = self.logprobs("reference", batch)
         t = lap("logprob_s", t)
-        train_shards = shard(batch, self.roles.groups["actor_train"].world_size)
         for _ in range(self.algo.ppo_epochs):
-            metrics = self.roles.scatter(
-                "actor_train", "train", train_shards, self.algo.clip_ratio, self.algo.kl_coef
+            metrics = self.roles.data_parallel(
+                "actor_train", "train", batch, self.algo.clip_ratio, self.algo.kl_coef
             )[0]
         t = lap("train_s", t)
         state.step += 1

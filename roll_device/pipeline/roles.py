@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 from omegaconf import DictConfig, OmegaConf
 
-from roll_device.cluster import Plan, WorkerGroup
+from roll_device.cluster import Plan, WorkerGroup, shard
 from roll_device.cluster.plan import compute_kind
 from roll_device.comm import SyncPlan, WeightSyncOptions, plan_sync
 from roll_device.errors import RollDeviceError
@@ -63,6 +63,18 @@ class RoleGroups:
     groups: dict[str, WorkerGroup]
     sync: SyncPlan
     options: WeightSyncOptions
+    dp_ranks: dict[str, list[int]] = field(default_factory=dict)  # per trainer role, by worker
+
+    def data_parallel(self, role: str, method: str, batch, *args: Any) -> list:
+        """Call `method` with each worker's data-parallel shard of `batch` (ranks of one
+        model-parallel group get the same rows); one result per data-parallel rank, in order."""
+        ranks = self.dp_ranks[role]
+        parts = shard(batch, max(ranks) + 1)
+        results = self.scatter(role, method, [parts[r] for r in ranks], *args)
+        first = {}
+        for rank, result in zip(ranks, results):
+            first.setdefault(rank, result)
+        return [first[r] for r in sorted(first)]
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> list:
         with watching(role):
@@ -120,7 +132,8 @@ def start_roles(cfg: DictConfig, plan: Plan, model_path: str) -> RoleGroups:
             setups[role] = groups[role].async_call_all(
                 "setup", model_path, cfg.roles[role].strategy, trainer_cfg, master
             )
-    roles.wait(setups)
+    done = roles.wait(setups)
+    roles.dp_ranks = {role: done[role] for role in ("actor_train", "reference") if role in done}
     endpoint = roles.wait({
         "actor_train": groups["actor_train"].async_call_all(
             "open_sender", roles.sync, groups["actor_infer"].world_size, options

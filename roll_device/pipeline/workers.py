@@ -24,7 +24,8 @@ from strategies.training.losses import grpo_policy_loss
 class TrainWorker(RoleWorker):
     """One rank of a train strategy."""
 
-    def setup(self, model_path: str, strategy: str, config: dict, master: tuple[str, int]) -> None:
+    def setup(self, model_path: str, strategy: str, config: dict, master: tuple[str, int]) -> int:
+        """Start the strategy; returns this rank's data-parallel rank."""
         if self.world_size > 1:
             addr, port = master
             dist.init_process_group(
@@ -34,6 +35,7 @@ class TrainWorker(RoleWorker):
         self.strategy = strategy_class("train", strategy, self.platform.kind)(self.platform)
         self.strategy.initialize(model_path, config)
         self.sender: WeightSender | None = None
+        return self.strategy.data_parallel_rank
 
     def logprobs(self, batch: TrainBatch) -> torch.Tensor:
         return self.strategy.forward_logprobs(batch)

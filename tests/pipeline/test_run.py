@@ -92,3 +92,14 @@ def test_bad_configs_fail_before_anything_starts(tmp_path, overrides, message):
     assert message in str(err.value)
     assert not ray.is_initialized(), "no cluster was started"
     assert not (tmp_path / "run").exists(), "no output was written"
+
+
+def test_megatron_tensor_parallel_trainer_in_the_pipeline(tmp_path):
+    """Two Megatron ranks in one tensor-parallel group get the same rows (one data-parallel rank)."""
+    overrides = ["trainer=megatron", "trainer.tensor_parallel=2", "roles.actor_train.num_devices=2",
+                 "algorithm.kl_coef=0", "max_steps=2", "save_every=0"]
+    run_dir = run_experiment(_config(tmp_path, *overrides), tmp_path / "run")
+    records = _records(run_dir)
+    assert [r["weights_version"] for r in records] == [1, 2]
+    assert all(r["rollout_vs_train_logprob_gap"] < 0.05 for r in records), "rollout follows the trainer"
+    assert (run_dir / "checkpoints" / "step_2").is_dir()
