@@ -61,3 +61,15 @@ def test_make_tiny_model(tmp_path):
     assert proc.returncode == 0, proc.stderr
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     assert config["num_hidden_layers"] == 1 and config["architectures"] == ["Qwen2ForCausalLM"]
+
+
+@pytest.mark.slow
+def test_the_main_job_as_the_readme_runs_it(tmp_path):
+    """`roll-device run` with no arguments: the default 30 steps raise the mean reward."""
+    proc = subprocess.run([str(SCRIPT), "run"], capture_output=True, text=True, timeout=900, cwd=tmp_path,
+                          env={**os.environ, "ROLL_DEVICE_HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_dir = Path(proc.stdout.strip().splitlines()[-1].split()[2])
+    rewards = [json.loads(line)["reward_mean"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(rewards) == 30
+    assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.3
