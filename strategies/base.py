@@ -171,7 +171,7 @@ def register_strategy(role_type: str, name: str, kinds: Iterable[str]):
 
 
 def _import_builtin() -> None:
-    import strategies.inference  # noqa: F401  (registers)
+    import strategies.inference
     import strategies.training  # noqa: F401
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import random
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from roll_device.errors import ConfigError
 

@@ -116,13 +116,13 @@ class Stream:
     def synchronize(self) -> None:
         pass
 
-    def wait_stream(self, other: "Stream") -> None:
+    def wait_stream(self, other: Stream) -> None:
         pass
 
-    def wait_event(self, event: "Event") -> None:
+    def wait_event(self, event: Event) -> None:
         pass
 
-    def record_event(self, event: "Event | None" = None) -> "Event":
+    def record_event(self, event: Event | None = None) -> Event:
         event = event or Event()
         event.record(self)
         return event
