@@ -111,10 +111,12 @@ def free_port() -> int:
 
 # ---- the receiver process ---------------------------------------------------------------------
 def receiver_main(conn, threads: int, port: int) -> None:
+    """The rollout end: one WeightReceiver per path (by label), all loading into one set of
+    preallocated parameters; also the receiving rank of the bare gloo broadcast."""
     torch.set_num_threads(threads)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=1, world_size=2)
     params: dict[str, torch.Tensor] = {}
-    receiver = None
+    receivers: dict[str, WeightReceiver] = {}
 
     def apply(named):
         for name, tensor in named:
@@ -122,24 +124,25 @@ def receiver_main(conn, threads: int, port: int) -> None:
 
     while (request := conn.recv()) is not None:
         command, args = request
+        answer = None
         if command == "params":
-            shapes, dtype = args
-            params = make_state(shapes, dtype, fill=False)
-            conn.send(None)
+            params = make_state(*args, fill=False)
         elif command == "connect":
-            receiver = WeightReceiver(args[0], 1, rd.get_platform("cpu"), timeout_s=120)
-            receiver.connect()
-            conn.send(None)
+            label, endpoint = args
+            receivers[label] = WeightReceiver(endpoint, 1, rd.get_platform("cpu"), timeout_s=120)
+            receivers[label].connect()
         elif command == "receive":
-            conn.send(receiver.receive(apply).seconds)
+            answer = receivers[args[0]].receive(apply).seconds
         elif command == "close":
-            receiver.close()
-            conn.send(None)
+            receivers.pop(args[0]).close()
         elif command == "raw":
             raw_broadcast(*args, rank=1)
-            conn.send(None)
+        elif command == "zero":
+            for tensor in params.values():
+                tensor.zero_()
         elif command == "hash":
-            conn.send(weights_hash(params.items()))
+            answer = weights_hash(params.items())
+        conn.send(answer)
     dist.destroy_process_group()
 
 
@@ -185,64 +188,105 @@ def memcpy_seconds(state: dict[str, torch.Tensor], targets: dict[str, torch.Tens
     return time.perf_counter() - start
 
 
-def measure_path(receiver: Receiver, state, targets, label: str, placement: dict, limit: str,
-                 options: WeightSyncOptions, rounds: int) -> dict:
-    plan = plan_sync("cpu", "cpu", colocated=placement["colocated"], same_node=placement["same_node"],
-                     forced=placement["forced"])
+class PathUnderTest:
+    """One path under test: its sender here and its receiver in the receiver process."""
+
+    def __init__(self, receiver: Receiver, label: str, placement: dict, options: WeightSyncOptions) -> None:
+        self.receiver, self.label = receiver, label
+        self.plan = plan_sync("cpu", "cpu", **placement)
+        self.sender = WeightSender(self.plan, rd.get_platform("cpu"), 1, options)
+        receiver.start("connect", label, self.sender.endpoint)
+        self.sender.connect()
+        receiver.answer()
+        self.version = 0
+
+    def sync(self, state: dict[str, torch.Tensor]):
+        self.version += 1
+        self.receiver.start("receive", self.label)
+        stats = self.sender.send(state.items(), version=self.version)
+        self.receiver.answer()
+        return stats
+
+    def close(self) -> None:
+        self.receiver.start("close", self.label)
+        self.sender.close()
+        self.receiver.answer()
+
+
+def measure(receiver: Receiver, state, targets, options: WeightSyncOptions, rounds: int) -> list[dict]:
+    """Every path next to its limit. Each round runs, for every path in turn, its limit and then
+    one sync, so that a pair sees the same machine load; a path's ratio is the median of its
+    rounds' ratios (a warm-up round first)."""
     nbytes = sum(t.numel() * t.element_size() for t in state.values())
-    sender = WeightSender(plan, rd.get_platform("cpu"), 1, options)
-    receiver.start("connect", sender.endpoint)
-    sender.connect()
-    receiver.answer()
-    path_s, limit_s, version = [], [], 0
-    for round_ in range(rounds + 1):  # round 0 warms up both
-        if limit == "memcpy":
-            limit_time = memcpy_seconds(state, targets)
-        else:
-            receiver.start("raw", nbytes, options.bucket_bytes)
-            limit_time = raw_broadcast(nbytes, options.bucket_bytes, rank=0)
-            receiver.answer()
-        version += 1
-        receiver.start("receive")
-        stats = sender.send(state.items(), version=version)
-        receiver.answer()
-        if round_:
-            path_s.append(stats.seconds)
-            limit_s.append(limit_time)
-    receiver.start("close")
-    sender.close()
-    receiver.answer()
-    path, base = statistics.median(path_s), statistics.median(limit_s)
-    return {
-        "label": label, "plan": plan.describe(), "limit": limit, "bytes": nbytes,
-        "path_s": path, "limit_s": base, "path_gbps": nbytes / path / 1e9, "limit_gbps": nbytes / base / 1e9,
-        "ratio": base / path, "buckets": stats.buckets,
-    }
+    paths = [PathUnderTest(receiver, label, placement, options) for label, placement, _limit in PATHS]
+    times = {label: [] for label, _placement, _limit in PATHS}
+    buckets = {}
+    try:
+        for round_ in range(rounds + 1):
+            for path, (label, _placement, limit) in zip(paths, PATHS):
+                if limit == "memcpy":
+                    limit_s = memcpy_seconds(state, targets)
+                else:
+                    receiver.start("raw", nbytes, options.bucket_bytes)
+                    limit_s = raw_broadcast(nbytes, options.bucket_bytes, rank=0)
+                    receiver.answer()
+                stats = path.sync(state)
+                buckets[label] = stats.buckets
+                if round_:
+                    times[label].append((stats.seconds, limit_s))
+                    say(f"  {label}: sync {stats.seconds:.3f}s limit {limit_s:.3f}s")
+            say(f"round {round_}/{rounds} done" + (" (warm-up)" if not round_ else ""))
+        expected = weights_hash(state.items())
+        for path in paths:  # each path on its own delivers the export exactly
+            receiver.ask("zero")
+            path.sync(state)
+            if receiver.ask("hash") != expected:
+                raise SystemExit(f"{path.label}: the receiver's weights differ from the export")
+    finally:
+        for path in paths:
+            path.close()
+    results = []
+    for path, (label, _placement, limit) in zip(paths, PATHS):
+        path_s = statistics.median(t for t, _ in times[label])
+        limit_s = statistics.median(b for _, b in times[label])
+        results.append(
+            {
+                "label": label,
+                "plan": path.plan.describe(),
+                "limit": limit,
+                "bytes": nbytes,
+                "path_gbps": nbytes / path_s / 1e9,
+                "limit_gbps": nbytes / limit_s / 1e9,
+                "ratio": statistics.median(b / t for t, b in times[label]),
+                "buckets": buckets[label],
+            }
+        )
+    return results
 
 
-def sync_rounds(receiver: Receiver, state, placement: dict, options: WeightSyncOptions, rounds: int) -> float:
-    """Median seconds per sync of `state` along one path (after one warm-up sync)."""
-    plan = plan_sync("cpu", "cpu", **placement)
-    sender = WeightSender(plan, rd.get_platform("cpu"), 1, options)
-    receiver.start("connect", sender.endpoint)
-    sender.connect()
-    receiver.answer()
-    seconds = []
-    for version in range(1, rounds + 2):
-        receiver.start("receive")
-        seconds.append(sender.send(state.items(), version=version).seconds)
-        receiver.answer()
-    receiver.start("close")
-    sender.close()
-    receiver.answer()
-    return statistics.median(seconds[1:])
+def seconds_per_sync(receiver: Receiver, state, options: WeightSyncOptions, rounds: int) -> dict[str, float]:
+    """Median seconds per sync of `state` along each path (after one warm-up sync)."""
+    paths = [PathUnderTest(receiver, label, placement, options) for label, placement, _limit in PATHS]
+    try:
+        seconds = {path.label: [path.sync(state).seconds for _ in range(rounds + 1)][1:] for path in paths}
+    finally:
+        for path in paths:
+            path.close()
+    return {label: statistics.median(values) for label, values in seconds.items()}
 
 
 def pipeline_share(steps: int) -> dict | None:
     """sync_s and step_s of the tiny GRPO run (`roll-device run`, local cluster, defaults)."""
     with tempfile.TemporaryDirectory() as run_dir:
-        cmd = [sys.executable, "-m", "roll_device.cli", "run", f"max_steps={steps}", "save_every=0",
-               f"hydra.run.dir={run_dir}"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "roll_device.cli",
+            "run",
+            f"max_steps={steps}",
+            "save_every=0",
+            f"hydra.run.dir={run_dir}",
+        ]
         say(f"running {' '.join(cmd[2:])} for the share of one RL step")
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
         metrics = Path(run_dir) / "metrics.jsonl"
@@ -269,8 +313,12 @@ def plot(results: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 4))
     xs = range(len(results))
     ax.bar([x - 0.2 for x in xs], [r["path_gbps"] for r in results], width=0.4, label="weight sync")
-    ax.bar([x + 0.2 for x in xs], [r["limit_gbps"] for r in results], width=0.4,
-           label="limit (memcpy / bare gloo broadcast)")
+    ax.bar(
+        [x + 0.2 for x in xs],
+        [r["limit_gbps"] for r in results],
+        width=0.4,
+        label="limit (memcpy / bare gloo broadcast)",
+    )
     for x, r in zip(xs, results):
         ax.text(x - 0.2, r["path_gbps"], f"{r['ratio']:.2f}x", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(list(xs), [r["label"] for r in results], fontsize=8)
@@ -357,26 +405,16 @@ def main() -> None:
     receiver = Receiver(args.threads)
     try:
         receiver.ask("params", shapes, dtype)
-        expected = weights_hash(state.items())
-        results = []
-        for label, placement, limit in PATHS:
-            say(f"{label}: {args.rounds} rounds")
-            result = measure_path(receiver, state, targets, label, placement, limit, options, args.rounds)
-            if receiver.ask("hash") != expected:
-                raise SystemExit(f"{label}: the receiver's weights differ from the export")
-            receiver.ask("params", shapes, dtype)  # zero them again for the next path
-            say(f"{label}: {result['path_gbps']:.2f} GB/s vs {result['limit_gbps']:.2f} GB/s ({result['ratio']:.2f}x)")
-            results.append(result)
+        results = measure(receiver, state, targets, options, args.rounds)
+        for r in results:
+            say(f"{r['label']}: {r['path_gbps']:.2f} GB/s vs {r['limit_gbps']:.2f} GB/s ({r['ratio']:.2f}x)")
         del state, targets
         tiny_state = make_state(tiny_shapes(), torch.float32, fill=True)
         receiver.ask("params", tiny_shapes(), torch.float32)
         tiny = {
             "bytes": sum(t.numel() * t.element_size() for t in tiny_state.values()),
             "tensors": len(tiny_state),
-            "seconds": {
-                label: sync_rounds(receiver, tiny_state, placement, options, 10)
-                for label, placement, _limit in PATHS
-            },
+            "seconds": seconds_per_sync(receiver, tiny_state, options, 10),
         }
     finally:
         receiver.stop()

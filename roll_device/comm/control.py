@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -31,12 +32,18 @@ class Endpoint:
 
 
 class Control:
-    """A connection to the control store; `serve` makes the sender's, `connect` a receiver's."""
+    """A connection to the control store; `serve` makes the sender's, `connect` a receiver's.
+
+    `post` puts without waiting, in order, through a connection and a thread of its own, so that
+    a busy process (packing or loading the next bucket) does not wait for the store; `flush`
+    waits for what was posted and raises what failed."""
 
     def __init__(self, store: dist.TCPStore, endpoint: Endpoint, timeout_s: float) -> None:
         self.store = store
         self.endpoint = endpoint
         self.timeout_s = timeout_s
+        self._poster: ThreadPoolExecutor | None = None
+        self._posted: list[Future] = []
 
     @classmethod
     def serve(cls, host: str, timeout_s: float) -> Control:
@@ -47,16 +54,30 @@ class Control:
 
     @classmethod
     def connect(cls, endpoint: Endpoint, timeout_s: float) -> Control:
-        try:
-            store = dist.TCPStore(
-                endpoint.host, endpoint.port, None, False, timeout=timedelta(seconds=timeout_s)
-            )
-        except (RuntimeError, OSError) as exc:
-            raise WeightSyncError(
-                f"cannot reach the weight-sync sender at {endpoint.host}:{endpoint.port} within "
-                f"{timeout_s:g}s ({exc}): is the trainer's sender open, and the port reachable?"
-            ) from exc
-        return cls(store, endpoint, timeout_s)
+        return cls(_client(endpoint, timeout_s), endpoint, timeout_s)
+
+    def post(self, key: str, value: Any) -> None:
+        if self._poster is None:
+            self._post_store = _client(self.endpoint, self.timeout_s)
+            self._poster = ThreadPoolExecutor(1, thread_name_prefix="weight-sync-control")
+        pending = []
+        for future in self._posted:
+            if future.done():
+                future.result()  # raises what failed
+            else:
+                pending.append(future)
+        self._posted = pending + [self._poster.submit(self._post_store.set, key, pickle.dumps(value))]
+
+    def flush(self) -> None:
+        posted, self._posted = self._posted, []
+        for future in posted:
+            future.result()
+
+    def close(self) -> None:
+        self.flush()
+        if self._poster is not None:
+            self._poster.shutdown()
+            self._poster = None
 
     def put(self, key: str, value: Any) -> None:
         self.store.set(key, pickle.dumps(value))
@@ -87,6 +108,16 @@ class Control:
     def delete(self, keys: list[str]) -> None:
         for key in keys:
             self.store.delete_key(key)
+
+
+def _client(endpoint: Endpoint, timeout_s: float) -> dist.TCPStore:
+    try:
+        return dist.TCPStore(endpoint.host, endpoint.port, None, False, timeout=timedelta(seconds=timeout_s))
+    except (RuntimeError, OSError) as exc:
+        raise WeightSyncError(
+            f"cannot reach the weight-sync sender at {endpoint.host}:{endpoint.port} within "
+            f"{timeout_s:g}s ({exc}): is the trainer's sender open, and the port reachable?"
+        ) from exc
 
 
 def bucket_key(seq: int, index: int) -> str:

@@ -119,6 +119,7 @@ class WeightReceiver:
 
     def _report(self, seq: int, error: str | None) -> None:
         """This receiver's status for the sender: its error, if any, and what it released."""
+        self.control.flush()  # acknowledgements first
         self.control.put(done_key(seq, self.rank), {"error": error, "released": self.transport.released()})
 
     def _named(
@@ -170,3 +171,4 @@ class WeightReceiver:
         """Release the slots or the group (together with the sender on broadcast paths)."""
         if self.transport is not None:
             self.transport.close()
+            self.control.close()

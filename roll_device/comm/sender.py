@@ -113,12 +113,14 @@ class WeightSender:
         """Tell the receivers (waiting for bucket `index`) that this sync will not come."""
         header = BucketHeader(version, index, error=f"{type(exc).__name__}: {exc}")
         try:
+            self.control.flush()
             self.control.put(bucket_key(seq, index), header)
         except RuntimeError as store_error:  # the control store itself failed: nobody to tell
             exc.add_note(f"the rollout workers could not be told: {store_error}")
 
     def _collect(self, seq: int, buckets: int) -> list[str]:
         """Every receiver's status (failures, as messages); hands the transport what they released."""
+        self.control.flush()
         ranks = list(range(1, self.setup.receivers + 1))
         keys = [done_key(seq, r) for r in ranks]
         statuses = dict(zip(ranks, self.control.get_many(keys, "every rollout worker to apply the weights")))
@@ -132,3 +134,4 @@ class WeightSender:
     def close(self) -> None:
         """Release buffers and the group (receivers close at the same time on broadcast paths)."""
         self.transport.close()
+        self.control.close()

@@ -1,8 +1,8 @@
 """How a bucket's bytes move once packed: through shared slots, or by a group broadcast.
 
 - Slot transports (`shm`, `ipc`): the sender packs into a slot every receiver has mapped and
-  publishes the header; receivers read the slot in place. The sender runs at most two buckets
-  ahead of the slowest receiver (it waits for bucket i-2 to be read before it packs bucket i), and
+  publishes the header; receivers read the slot in place. The sender runs at most `AHEAD` buckets
+  ahead of the slowest receiver (it waits for bucket i-4 to be read before it packs bucket i), and
   reuses a slot once every receiver has released it, i.e. once no tensor it handed out still uses
   that slot's memory (each acknowledgement carries the receiver's releases: one message). While a consumer keeps tensors, the sender makes another slot (announced in
   the header that uses it), so that a consumer that gathers tensors before it loads them never
@@ -43,6 +43,7 @@ from roll_device.errors import WeightSyncError
 from roll_device.platforms import Platform, get_platform
 
 SLOTS = 2  # slots made at connect; device buffers per side of a broadcast
+AHEAD = 4  # buckets a slot sender may run ahead of the slowest receiver (uneven buckets overlap)
 SETUP_KEY = "setup"
 SLOTS_KEY = "setup/slots"
 
@@ -102,8 +103,8 @@ class SlotSender:
     def buffer(self, seq: int, index: int, nbytes: int) -> torch.Tensor:
         """A slot of at least `nbytes` that every receiver has released (a new one of that size if
         none)."""
-        if index >= SLOTS:
-            read = index - SLOTS
+        if index >= AHEAD:
+            read = index - AHEAD
             ranks = list(_ranks(self.setup))
             acks = self.control.get_many(
                 [ack_key(seq, read, r) for r in ranks], f"every rollout worker to read bucket {read}"
@@ -151,7 +152,7 @@ class SlotSender:
         (header.slot, header.new_slot), self._next = self._next, None
         if self.setup.plan.staging == "device":
             self.platform.synchronize()  # the packing copies must land before a receiver reads
-        self.control.put(bucket_key(seq, header.index), header)
+        self.control.post(bucket_key(seq, header.index), header)
 
     def cancel(self) -> None:
         """The slot handed out last will not be sent: take it back."""
@@ -211,7 +212,7 @@ class SlotReceiver:
             yield header, self.slots[header.slot].tensor[: header.nbytes]
             if self.setup.plan.staging == "device":
                 self.platform.synchronize()  # copies out of the slot are done before it is released
-            self.control.put(ack_key(seq, index, self.rank), self.released())
+            self.control.post(ack_key(seq, index, self.rank), self.released())
             if header.final:
                 return
             index += 1
@@ -274,7 +275,7 @@ class BroadcastSender:
 
     def send(self, seq: int, header: BucketHeader, data: list[torch.Tensor]) -> None:
         self._wait(header.index % SLOTS)  # bytes sent in place did not pass through buffer()
-        self.control.put(bucket_key(seq, header.index), header)
+        self.control.post(bucket_key(seq, header.index), header)
         works = [broadcast(self.group, part) for part in data if part.numel()]
         self._in_flight[header.index % SLOTS] = (works, data)
 
