@@ -10,10 +10,10 @@ from roll_device.comm.buckets import Entry
 @dataclass
 class BucketHeader:
     """Bucket `index` of the sync of trainer step `version`: its entries, its size in bytes, the
-    slot that holds it (slot transports; `new_slot` describes a slot made for it), whether its
-    entries travel one by one from the sender's tensors (`per_entry`, broadcast transport) instead
-    of packed, its CRC32 when verification is on, whether it is the last one, and the sender's
-    error when the sender aborted instead (no bytes follow)."""
+    slot that holds it (slot transports; `new_slot` describes a slot made for it), the byte ranges
+    that travel one by one (broadcast transport: a large tensor from the sender's own memory, each
+    run of small ones packed), its CRC32 when verification is on, whether it is the last one, and
+    the sender's error when the sender aborted instead (no bytes follow)."""
 
     version: int
     index: int
@@ -21,7 +21,7 @@ class BucketHeader:
     nbytes: int = 0
     slot: int = 0
     new_slot: tuple | None = None
-    per_entry: bool = False
+    ranges: list[tuple[int, int]] = field(default_factory=list)
     checksum: int | None = None
     final: bool = False
     error: str | None = None

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 
 import torch
 
-from roll_device.comm.buckets import BucketWriter, bucket_size, checksum, pack
+from roll_device.comm.buckets import BucketWriter, Entry, bucket_size, checksum, pack
 from roll_device.comm.control import Control, Endpoint, bucket_key, done_key
 from roll_device.comm.messages import BucketHeader, SyncStats
 from roll_device.comm.options import WeightSyncOptions
@@ -83,11 +83,7 @@ class WeightSender:
                 header = BucketHeader(version, index, entries, bucket_size(entries), final=writer.exhausted)
                 if self.options.verify:
                     header.checksum = checksum(parts)
-                if self.transport.can_send(parts):  # from where they are, no copy
-                    header.per_entry, data = True, parts
-                else:
-                    buffer = self.transport.buffer(seq, index, max(header.nbytes, self.setup.capacity))
-                    data = [pack(entries, parts, buffer)]
+                header.ranges, data = self._transfers(seq, index, header, parts)
                 self.transport.send(seq, header, data)
                 nbytes += header.nbytes
                 index += 1
@@ -108,6 +104,39 @@ class WeightSender:
         return SyncStats(
             version, self.plan.path, self.plan.transport, index, tensors, nbytes, time.perf_counter() - start
         )
+
+    def _transfers(
+        self, seq: int, index: int, header: BucketHeader, parts: list[torch.Tensor]
+    ) -> tuple[list[tuple[int, int]], list[torch.Tensor]]:
+        """What moves a bucket: byte ranges of it and the bytes that fill them. A tensor the
+        transport sends from where it is goes as it is; each run of the others is packed into a
+        transport buffer at its entries' offsets and goes as one range."""
+        ranges: list[tuple[int, int]] = []
+        data: list[torch.Tensor] = []
+        run: list[tuple[Entry, torch.Tensor]] = []
+        buffer = None
+
+        def pack_run() -> None:
+            nonlocal buffer
+            if buffer is None:
+                buffer = self.transport.buffer(seq, index, max(header.nbytes, self.setup.capacity))
+            start = run[0][0].offset if run else 0
+            end = pack([entry for entry, _ in run], [part for _, part in run], buffer).numel()
+            ranges.append((start, end))
+            data.append(buffer[start:end])
+            run.clear()
+
+        for entry, part in zip(header.entries, parts, strict=True):
+            if self.transport.sends_in_place(part):
+                if run:
+                    pack_run()
+                ranges.append((entry.offset, entry.offset + entry.nbytes))
+                data.append(part)
+            else:
+                run.append((entry, part))
+        if run or not data:  # an empty bucket still takes a (slot) buffer: receivers read it
+            pack_run()
+        return ranges, data
 
     def _abort(self, seq: int, index: int, version: int, exc: Exception) -> None:
         """Tell the receivers (waiting for bucket `index`) that this sync will not come."""

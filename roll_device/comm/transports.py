@@ -9,18 +9,19 @@
   sees them overwritten.
 - Broadcast transport: the header goes through the control store, the bytes by an asynchronous
   broadcast from rank 0 in a group of their own (the kind's backend for `collective`, gloo for the
-  host bridge). Tensors already on the group's device are broadcast from their own memory (on the
-  host one by one, on a device only a tensor larger than a bucket); other buckets are packed into
-  one of two buffers. Each receiver posts bucket i+1 before it hands bucket i over, into a host
-  buffer nothing holds (host receive buffers) or into device memory (which receivers copy out of
-  before use); either way the bucket's layout is the same.
+  host bridge). Tensors of 1 MiB or more already on the group's device are broadcast from their
+  own memory; each run of the others is packed into one of two buffers and broadcast as one
+  range. Each receiver posts bucket i+1's ranges before it hands bucket i over, into a host buffer
+  nothing holds (host receive buffers) or into device memory (which receivers copy out of before
+  use); either way the bucket's layout is the same.
 
 Slots and buffers hold `capacity` bytes; a tensor larger than that gets a slot or buffer of its
 own size (slots are kept and reused, like the others).
 
-Sender side: `connect`, then per bucket either `can_send(parts)` (the tensors' bytes go as they
-are) or `buffer(seq, index, nbytes)` -> pack, then `send(seq, header, data)` (or `cancel()` if the
-bucket will not be sent), then `finish(seq, released)` once every receiver is done.
+Sender side: `connect`, then per bucket: for each tensor `sends_in_place(part)` (its bytes go as
+they are), the rest packed into `buffer(seq, index, nbytes)`, then `send(seq, header, data)` (or
+`cancel()` if the bucket will not be sent), then `finish(seq, released)` once every receiver is
+done.
 Receiver side: `connect`, then `buckets(seq)` yields (header, bytes) (None for a sender's error
 header); `released()` is what a receiver reports with its status at the end of a sync (slot
 releases), and the sender's `finish(seq, released)` takes it.
@@ -33,7 +34,6 @@ from dataclasses import dataclass
 
 import torch
 
-from roll_device.comm.buckets import entry_bytes
 from roll_device.comm.buffers import HostPool, IpcSlot, ShmSlot, host_buffer, storage_users
 from roll_device.comm.control import Control, ack_key, bucket_key
 from roll_device.comm.groups import broadcast, close_group, new_group
@@ -44,6 +44,7 @@ from roll_device.platforms import Platform, get_platform
 
 SLOTS = 2  # slots made at connect; device buffers per side of a broadcast
 AHEAD = 4  # buckets a slot sender may run ahead of the slowest receiver (uneven buckets overlap)
+IN_PLACE_BYTES = 1 << 20  # tensors this large on the group's device are broadcast without packing
 SETUP_KEY = "setup"
 SLOTS_KEY = "setup/slots"
 
@@ -96,7 +97,7 @@ class SlotSender:
             for slot in self.slots:
                 slot.unlink()
 
-    def can_send(self, parts: list[torch.Tensor]) -> bool:
+    def sends_in_place(self, part: torch.Tensor) -> bool:
         """Bytes travel only through slots."""
         return False
 
@@ -257,11 +258,10 @@ class BroadcastSender:
             return host_buffer(nbytes, self.platform)
         return torch.empty(nbytes, dtype=torch.uint8, device=self.device)
 
-    def can_send(self, parts: list[torch.Tensor]) -> bool:
-        """Bytes already on the group's device are broadcast from where they are: a tensor alone,
-        or a bucket's tensors one by one when the device is host memory (no launches to save)."""
-        on_device = all(part.device == self.device for part in parts)
-        return on_device and (len(parts) == 1 or self.device.type == get_platform(HOST).device_type)
+    def sends_in_place(self, part: torch.Tensor) -> bool:
+        """A tensor of at least `IN_PLACE_BYTES` already on the group's device is broadcast from
+        its own memory (smaller ones are cheaper to pack than to send one by one)."""
+        return part.device == self.device and part.numel() >= IN_PLACE_BYTES
 
     def buffer(self, seq: int, index: int, nbytes: int) -> torch.Tensor:
         self._wait(index % SLOTS)
@@ -325,9 +325,8 @@ class BroadcastReceiver:
             buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
         else:
             buffer = self.buffers[header.index % SLOTS]
-        data = buffer[: header.nbytes]
-        targets = entry_bytes(header.entries, data) if header.per_entry else [data]
-        return data, [broadcast(self.group, target) for target in targets if target.numel()]
+        targets = [buffer[start:end] for start, end in header.ranges if end > start]
+        return buffer[: header.nbytes], [broadcast(self.group, target) for target in targets]
 
     def _header(self, seq: int, index: int) -> BucketHeader:
         return self.control.get(bucket_key(seq, index), f"bucket {index} of sync {seq}")

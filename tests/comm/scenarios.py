@@ -27,10 +27,11 @@ def open_sync(
     colocated: bool = False,
     same_node: bool = True,
     verify: bool = False,
+    bucket_bytes: int = BUCKET_BYTES,
 ) -> Run:
     sender, receivers = workers[0], workers[1:]
     opened = sender.call(
-        f"{CHECKS}:start_sender", src, dst, forced, colocated, same_node, len(receivers), BUCKET_BYTES, verify
+        f"{CHECKS}:start_sender", src, dst, forced, colocated, same_node, len(receivers), bucket_bytes, verify
     )
     before = [
         r.call(f"{CHECKS}:start_receiver", opened["endpoint"], rank, dst, RECEIVER_SEED + rank)

@@ -141,5 +141,36 @@ def receive_partially() -> dict:
     return {"stats": receiver.receive(lambda named: next(iter(named)))}
 
 
+def mixed_state(seed: int) -> dict[str, torch.Tensor]:
+    """Tensors of 1 MiB and more (sent from where they are by broadcast transports) between
+    small ones (packed), one larger than a 4 MiB bucket, bf16 and int among float32."""
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "norm": torch.randn(96, generator=g),
+        "big": torch.randn(512, 640, generator=g),  # 1.25 MiB
+        "bias": torch.randn(33, generator=g).to(torch.bfloat16),
+        "bigger": torch.randn(700, 512, generator=g),  # 1.37 MiB
+        "huge": torch.randn(1200, 1024, generator=g),  # 4.7 MiB: alone
+        "steps": torch.arange(5),
+    }
+
+
+def send_mixed(seed: int, version: int) -> dict:
+    state = mixed_state(seed)
+    stats = _state["sender"].send(state.items(), version=version)
+    return {"hash": weights_hash(state.items()), "stats": stats}
+
+
+def receive_copies() -> dict:
+    """Receive into a dict of copies (this end's model is not involved)."""
+    got = {}
+    stats = _state["receiver"].receive(lambda named: got.update((n, t.clone()) for n, t in named))
+    return {
+        "hash": weights_hash(got.items()),
+        "devices": sorted({str(t.device) for t in got.values()}),
+        "stats": stats,
+    }
+
+
 def report() -> dict:
     return {**_report(_state["model"], _state["platform"]), "version": _state["receiver"].version}
