@@ -91,6 +91,10 @@ class Control:
         with self._timeout(waiting_for):
             return [pickle.loads(raw) for raw in self.store.multi_get(keys)]
 
+    def exists(self, key: str) -> bool:
+        """Whether `key` is there now (no waiting)."""
+        return self.store.check([key])
+
     def wait(self, keys: list[str], waiting_for: str) -> None:
         with self._timeout(waiting_for):
             self.store.wait(keys, timedelta(seconds=self.timeout_s))

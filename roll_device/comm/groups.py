@@ -60,11 +60,20 @@ def new_group(
     return group
 
 
+MESSAGE_BYTES = 16 << 20  # default largest broadcast message: gloo moves 16 MiB ones fastest
+
+
 def broadcast(group: dist.ProcessGroup, tensor: torch.Tensor) -> dist.Work:
     """Start a broadcast of `tensor` from rank 0 of `group`; wait on the returned work."""
     options = dist.BroadcastOptions()
     options.rootRank = 0
     return group.broadcast([tensor], options)
+
+
+def broadcast_bytes(group: dist.ProcessGroup, data: torch.Tensor, message: int) -> list[dist.Work]:
+    """Start broadcasts of a flat uint8 tensor from rank 0 in messages of at most `message` bytes
+    (every member cuts it the same way); wait on every returned work."""
+    return [broadcast(group, data[start : start + message]) for start in range(0, data.numel(), message)]
 
 
 def handshake(group: dist.ProcessGroup, device: torch.device) -> None:

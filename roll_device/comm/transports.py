@@ -9,10 +9,11 @@
   sees them overwritten.
 - Broadcast transport: the header goes through the control store, the bytes by an asynchronous
   broadcast from rank 0 in a group of their own (the kind's backend for `collective`, gloo for the
-  host bridge). Tensors of 1 MiB or more already on the group's device are broadcast from their
-  own memory; each run of the others is packed into one of two buffers and broadcast as one
-  range. Each receiver posts bucket i+1's ranges before it hands bucket i over, into a host buffer
-  nothing holds (host receive buffers) or into device memory (which receivers copy out of before
+  host bridge), in messages of at most 16 MiB. Tensors of 1 MiB or more already on the group's
+  device are broadcast from their own memory; each run of the others is packed into a buffer of a
+  ring and broadcast as one range; at most `AHEAD` buckets are in flight. Each receiver posts the
+  next buckets (up to `AHEAD`) before it hands bucket i over, into host buffers nothing holds
+  (host receive buffers) or into a ring of device buffers (which receivers copy out of before
   use); either way the bucket's layout is the same.
 
 Slots and buffers hold `capacity` bytes; a tensor larger than that gets a slot or buffer of its
@@ -29,6 +30,7 @@ releases), and the sender's `finish(seq, released)` takes it.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -36,14 +38,14 @@ import torch
 
 from roll_device.comm.buffers import HostPool, IpcSlot, ShmSlot, host_buffer, storage_users
 from roll_device.comm.control import Control, ack_key, bucket_key
-from roll_device.comm.groups import broadcast, close_group, new_group
+from roll_device.comm.groups import MESSAGE_BYTES, broadcast_bytes, close_group, new_group
 from roll_device.comm.messages import BucketHeader
 from roll_device.comm.planner import HOST, SyncPlan
 from roll_device.errors import WeightSyncError
 from roll_device.platforms import Platform, get_platform
 
-SLOTS = 2  # slots made at connect; device buffers per side of a broadcast
-AHEAD = 4  # buckets a slot sender may run ahead of the slowest receiver (uneven buckets overlap)
+SLOTS = 2  # slots a slot sender makes when it connects (more as needed)
+AHEAD = 4  # buckets a sender may have in flight ahead of the slowest receiver (uneven ones overlap)
 IN_PLACE_BYTES = 1 << 20  # tensors this large on the group's device are broadcast without packing
 SETUP_KEY = "setup"
 SLOTS_KEY = "setup/slots"
@@ -52,11 +54,12 @@ SLOTS_KEY = "setup/slots"
 @dataclass(frozen=True)
 class Setup:
     """What the sender publishes for receivers when it opens: the plan, how many receivers there
-    are, and the bucket capacity."""
+    are, the bucket capacity and the largest broadcast message."""
 
     plan: SyncPlan
     receivers: int
     capacity: int
+    message_bytes: int = MESSAGE_BYTES
 
 
 def _attached_key(rank: int) -> str:
@@ -244,11 +247,11 @@ class BroadcastSender:
     def __init__(self, control: Control, setup: Setup, platform: Platform) -> None:
         self.control, self.setup, self.platform = control, setup, platform
         self.group = None
-        self._in_flight: list[tuple | None] = [None] * SLOTS  # (works, the bytes they send)
+        self._in_flight: list[tuple | None] = [None] * AHEAD  # (works, the bytes they send)
+        self._buffers: list[torch.Tensor | None] = [None] * AHEAD  # packing buffers, made when needed
 
     def connect(self) -> None:
         self.device = _group_device(self.setup, self.platform)
-        self.buffers = [self._staging(self.setup.capacity) for _ in range(SLOTS)]
         self.group = new_group(
             self.control, self.setup.plan.backend, 0, self.setup.receivers + 1, self.device
         )
@@ -264,27 +267,35 @@ class BroadcastSender:
         return part.device == self.device and part.numel() >= IN_PLACE_BYTES
 
     def buffer(self, seq: int, index: int, nbytes: int) -> torch.Tensor:
-        self._wait(index % SLOTS)
-        return self.buffers[index % SLOTS] if nbytes <= self.setup.capacity else self._staging(nbytes)
+        """A packing buffer for bucket `index`: the ring's, once the bucket that used it is sent."""
+        ring = index % AHEAD
+        self._wait(ring)
+        if nbytes > self.setup.capacity:
+            return self._staging(nbytes)
+        if self._buffers[ring] is None:
+            self._buffers[ring] = self._staging(self.setup.capacity)
+        return self._buffers[ring]
 
-    def _wait(self, slot: int) -> None:
-        sending, self._in_flight[slot] = self._in_flight[slot], None
+    def _wait(self, ring: int) -> None:
+        sending, self._in_flight[ring] = self._in_flight[ring], None
         if sending is not None:
             for work in sending[0]:
                 work.wait()
 
     def send(self, seq: int, header: BucketHeader, data: list[torch.Tensor]) -> None:
-        self._wait(header.index % SLOTS)  # bytes sent in place did not pass through buffer()
+        self._wait(header.index % AHEAD)  # at most AHEAD buckets in flight
         self.control.post(bucket_key(seq, header.index), header)
-        works = [broadcast(self.group, part) for part in data if part.numel()]
-        self._in_flight[header.index % SLOTS] = (works, data)
+        works = [
+            work for part in data for work in broadcast_bytes(self.group, part, self.setup.message_bytes)
+        ]
+        self._in_flight[header.index % AHEAD] = (works, data)
 
     def cancel(self) -> None:
         """Nothing was handed out that needs taking back."""
 
     def finish(self, seq: int, released: dict[int, list[int] | None]) -> None:
-        for slot in range(SLOTS):
-            self._wait(slot)
+        for ring in range(AHEAD):
+            self._wait(ring)
 
     def used_keys(self, seq: int, buckets: int) -> list[str]:
         return []
@@ -304,48 +315,60 @@ class BroadcastReceiver:
         self.device = _group_device(self.setup, self.platform)
         if _host_staged(self.setup, self.platform):
             self.pool, self.buffers = HostPool(self.platform), None
-        else:
+        else:  # a device bucket is copied out before the next is asked for: a ring is enough
             self.pool = None
             self.buffers = [
-                torch.empty(self.setup.capacity, dtype=torch.uint8, device=self.device) for _ in range(SLOTS)
+                torch.empty(self.setup.capacity, dtype=torch.uint8, device=self.device)
+                for _ in range(AHEAD + 1)
             ]
         self.group = new_group(
             self.control, self.setup.plan.backend, self.rank, self.setup.receivers + 1, self.device
         )
 
-    def _post(self, header: BucketHeader):
-        """The buffer bucket `header` lands in, and the broadcasts that fill it (one per entry when
-        the sender sends its entries one by one)."""
+    def _post(self, header: BucketHeader) -> tuple[BucketHeader, torch.Tensor | None, list]:
+        """Bucket `header`, the buffer it lands in and the broadcasts that fill its ranges."""
         if header.error is not None:
-            return None, []
+            return header, None, []
         size = max(header.nbytes, self.setup.capacity)
         if self.pool is not None:
             buffer = self.pool.acquire(size)
         elif header.nbytes > self.setup.capacity:
             buffer = torch.empty(size, dtype=torch.uint8, device=self.device)
         else:
-            buffer = self.buffers[header.index % SLOTS]
-        targets = [buffer[start:end] for start, end in header.ranges if end > start]
-        return buffer[: header.nbytes], [broadcast(self.group, target) for target in targets]
-
-    def _header(self, seq: int, index: int) -> BucketHeader:
-        return self.control.get(bucket_key(seq, index), f"bucket {index} of sync {seq}")
+            buffer = self.buffers[header.index % len(self.buffers)]
+        works = [
+            work
+            for start, end in header.ranges
+            for work in broadcast_bytes(self.group, buffer[start:end], self.setup.message_bytes)
+        ]
+        return header, buffer[: header.nbytes], works
 
     def buckets(self, seq: int) -> Iterator[tuple[BucketHeader, torch.Tensor | None]]:
-        header = self._header(seq, 0)
-        data, works = self._post(header)
+        """Buckets in order. Before handing bucket i over, bucket i+1 is posted (waiting for its
+        header) and so are the next ones whose headers are already there, up to AHEAD, so that
+        the transfer never stalls at a bucket boundary."""
+        posted: deque = deque()
+        index = 0
         while True:
+            while self._post_more(seq, index, posted):
+                header = self.control.get(bucket_key(seq, index), f"bucket {index} of sync {seq}")
+                posted.append(self._post(header))
+                index += 1
+            header, data, works = posted.popleft()
             for work in works:
                 work.wait()
-            upcoming = upcoming_data = None
-            upcoming_works = []
-            if not header.ends:  # post the next bucket before this one is handed over
-                upcoming = self._header(seq, header.index + 1)
-                upcoming_data, upcoming_works = self._post(upcoming)
             yield header, data
-            if upcoming is None:
+            if header.ends:
                 return
-            header, data, works = upcoming, upcoming_data, upcoming_works
+
+    def _post_more(self, seq: int, index: int, posted: deque) -> bool:
+        """Whether to post bucket `index` now: always the one after the bucket about to be handed
+        over; further ones while their headers are already there, up to AHEAD."""
+        if posted and posted[-1][0].ends:
+            return False
+        if len(posted) < 2:
+            return True
+        return len(posted) <= AHEAD and self.control.exists(bucket_key(seq, index))
 
     def released(self) -> None:
         """Receive buffers are this receiver's own: nothing to report to the sender."""
