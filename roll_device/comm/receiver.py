@@ -7,13 +7,14 @@ stats = receiver.receive(strategy.update_weights)   # any callable taking an ite
 receiver.version                                    # the trainer step the weights now come from
 ```
 
-Everything else (path, transport, bucket size) comes from the sender, so both ends cannot disagree.
-`receive` hands `apply` an iterator of (name, tensor) on this worker's device (`device`); `apply`
-may keep them as long as it likes. On the host, tensors are views of the receive buffers (no
-copy), which are reused only once `apply` let go of every tensor in them; a device gets its own
-copy of each bucket. Without verification buckets are applied as they arrive. With verification (the sender's `verify`) every bucket is
-staged and checked first, and a checksum mismatch raises a WeightSyncError before `apply` sees a
-single tensor: the engine keeps the weights of `version`.
+Everything else (path, transport, bucket size) comes from the sender, so both ends cannot
+disagree. `receive` hands `apply` an iterator of (name, tensor) on this worker's device
+(`device`); `apply` may keep them as long as it likes. On the host, tensors are views of the
+receive buffers (no copy), which are reused only once `apply` let go of every tensor in them; a
+device gets its own copy of each bucket. Without verification buckets are applied as they arrive.
+With verification (the sender's `verify`) every bucket is staged and checked first, and a
+checksum mismatch raises a WeightSyncError before `apply` sees a single tensor: the engine keeps
+the weights of `version`.
 
 On any failure the receiver drains the rest of the sync, so the sender is never left waiting,
 reports the failure to the sender, and raises.

@@ -75,7 +75,6 @@ class WeightSender:
         seq, self._seq = self._seq, self._seq + 1
         start = time.perf_counter()
         index = nbytes = 0
-        writer = None
         try:
             writer = BucketWriter(named_tensors, self.setup.capacity)
             while True:
@@ -100,10 +99,8 @@ class WeightSender:
                 + "; ".join(failures)
             )
         self.version = version
-        tensors = writer.tensors
-        return SyncStats(
-            version, self.plan.path, self.plan.transport, index, tensors, nbytes, time.perf_counter() - start
-        )
+        seconds = time.perf_counter() - start
+        return SyncStats(version, self.plan.path, self.plan.transport, index, writer.tensors, nbytes, seconds)
 
     def _transfers(
         self, seq: int, index: int, header: BucketHeader, parts: list[torch.Tensor]

@@ -4,9 +4,9 @@
   publishes the header; receivers read the slot in place. The sender runs at most `AHEAD` buckets
   ahead of the slowest receiver (it waits for bucket i-4 to be read before it packs bucket i), and
   reuses a slot once every receiver has released it, i.e. once no tensor it handed out still uses
-  that slot's memory (each acknowledgement carries the receiver's releases: one message). While a consumer keeps tensors, the sender makes another slot (announced in
-  the header that uses it), so that a consumer that gathers tensors before it loads them never
-  sees them overwritten.
+  that slot's memory (each acknowledgement carries the receiver's releases). While a consumer
+  keeps tensors, the sender makes another slot (announced in the header that uses it), so that a
+  consumer that gathers tensors before it loads them never sees them overwritten.
 - Broadcast transport: the header goes through the control store, the bytes by an asynchronous
   broadcast from rank 0 in a group of their own (the kind's backend for `collective`, gloo for the
   host bridge), in messages of at most 16 MiB. Tensors of 1 MiB or more already on the group's
@@ -80,7 +80,7 @@ class SlotSender:
         self.slots: list[ShmSlot | IpcSlot] = []
         self.handed: list[int] = []  # times each slot was handed out
         self.released: dict[int, list[int]] = {r: [] for r in _ranks(setup)}  # as each receiver last said
-        self._unlinked_after: list[tuple[int, int]] = []  # (slot, the bucket that announced it)
+        self._to_unlink: list[tuple[int, int]] = []  # (slot, the bucket that announced it)
         self._next: tuple[int, tuple | None] | None = None
 
     def _new_slot(self, nbytes: int) -> int:
@@ -120,7 +120,7 @@ class SlotSender:
         if number is None:
             number = self._new_slot(nbytes)
             descriptor = self.slots[number].descriptor()
-            self._unlinked_after.append((number, index))
+            self._to_unlink.append((number, index))
         self.handed[number] += 1
         self._next = (number, descriptor)
         return self.slots[number].tensor
@@ -148,9 +148,9 @@ class SlotSender:
 
     def _unlink_announced(self, up_to: int) -> None:
         """Unlink new slots whose announcing bucket every receiver has read (so has mapped)."""
-        for number, bucket in [entry for entry in self._unlinked_after if entry[1] <= up_to]:
+        for number, bucket in [entry for entry in self._to_unlink if entry[1] <= up_to]:
             self.slots[number].unlink()
-            self._unlinked_after.remove((number, bucket))
+            self._to_unlink.remove((number, bucket))
 
     def send(self, seq: int, header: BucketHeader, data: list[torch.Tensor]) -> None:
         (header.slot, header.new_slot), self._next = self._next, None
@@ -169,7 +169,7 @@ class SlotSender:
         self.learn(released)
         for slot in self.slots:
             slot.unlink()
-        self._unlinked_after = []
+        self._to_unlink = []
 
     def used_keys(self, seq: int, buckets: int) -> list[str]:
         return [ack_key(seq, i, r) for i in range(buckets) for r in _ranks(self.setup)]

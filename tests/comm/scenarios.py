@@ -105,3 +105,30 @@ def assert_synced(run: Run, dst_device: str) -> None:
             assert before["hash"] != got["hash"] and before["generation"] != got["generation"]
     first, second = run.syncs[0][0], run.syncs[1][0]
     assert first["hash"] != second["hash"] and first["generation"] != second["generation"]
+
+
+def sync_mixed_twice(workers: list[Worker], src: str, dst: str, forced: str, same_node: bool) -> list[tuple]:
+    """Open a sync with 4 MiB buckets and send `sync_checks.mixed_state` twice; the results of both
+    syncs, (trainer export, rollout results), RemoteError in place of a failure."""
+    open_sync(workers, src, dst, forced, same_node=same_node, bucket_bytes=4 << 20)
+    try:
+        results = []
+        for version, seed in ((1, 1), (2, 2)):
+            export, *received = together(
+                [(workers[0], f"{CHECKS}:send_mixed", (seed, version))]
+                + [(r, f"{CHECKS}:receive_copies", ()) for r in workers[1:]]
+            )
+            results.append((export, received))
+        return results
+    finally:
+        close_sync(workers)
+
+
+def assert_mixed_synced(results: list[tuple], device: str) -> None:
+    """Both syncs of the mixed state arrived whole (3 buckets: the 4.7 MiB tensor alone)."""
+    for export, received in results:
+        assert not isinstance(export, RemoteError), export
+        assert (export["stats"].buckets, export["stats"].tensors) == (3, 6)
+        for got in received:
+            assert not isinstance(got, RemoteError), got
+            assert got["hash"] == export["hash"] and got["devices"] == [device]

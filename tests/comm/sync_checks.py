@@ -156,7 +156,8 @@ def mixed_state(seed: int) -> dict[str, torch.Tensor]:
 
 
 def send_mixed(seed: int, version: int) -> dict:
-    state = mixed_state(seed)
+    """Send `mixed_state(seed)` from the trainer end's device."""
+    state = {name: t.to(_state["platform"].device()) for name, t in mixed_state(seed).items()}
     stats = _state["sender"].send(state.items(), version=version)
     return {"hash": weights_hash(state.items()), "stats": stats}
 

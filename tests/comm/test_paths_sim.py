@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.comm.scenarios import assert_synced, run_twice
+from tests.comm.scenarios import assert_mixed_synced, assert_synced, run_twice, sync_mixed_twice
 
 
 @pytest.mark.parametrize(
@@ -47,3 +47,9 @@ def test_simulated_npu_path(sim_workers, src, dst, forced, placement, expected, 
     run = run_twice(sim_workers, src, dst, forced, **placement)
     assert run.plan.startswith(expected) and run.plan.endswith("[simulated device]")
     assert_synced(run, device)
+
+
+def test_simulated_npu_collective_sends_large_tensors_in_place(sim_workers):
+    """The hccl collective between simulated NPUs with 4 MiB buckets: tensors of 1 MiB and more go
+    from the trainer's `npu:0` memory, small ones packed on the device, the largest alone."""
+    assert_mixed_synced(sync_mixed_twice(sim_workers, "npu-sim", "npu-sim", "collective", True), "npu:0")
