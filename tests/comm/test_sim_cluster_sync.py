@@ -9,7 +9,6 @@ trainer's export and its greedy generation changes. A simulation: labelled as su
 
 from __future__ import annotations
 
-import pytest
 from omegaconf import OmegaConf
 
 from roll_device.cluster import WorkerGroup, plan_from_config, start_cluster
@@ -38,7 +37,6 @@ GREEDY = SamplingConfig(n=1, max_tokens=8, temperature=0.0)
 PROMPTS = [[1, 5, 6, 7, 8]]
 
 
-@pytest.mark.slow  # 40-65 s here: a Ray cluster, an FSDP trainer and a vLLM engine start
 def test_simulated_npu_trainer_to_vllm_on_a_simulated_gpu_node(tiny_model_path, tmp_path):
     cfg = compose(CONFIG)
     trainer_model = make_tiny_model(tmp_path / "trainer-model", seed=1)  # other weights than the engine's
