@@ -12,7 +12,7 @@ Paths:
 
 `auto` picks `colocated` for colocated roles, `collective` for one kind, `bridge` for two kinds,
 with one exception: for kinds whose device memory is host memory (the CPU), `bridge` on one node
-(shared memory) replaces a loopback collective that is ten times slower. A forced path that
+(shared memory) replaces a loopback collective that is two to four times slower. A forced path that
 cannot work (IPC or shared memory between nodes, a collective between two kinds) is refused with
 a ConfigError before anything starts.
 """
