@@ -26,9 +26,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.doc_sections import replace_section  # noqa: E402  (after the path set-up)
+
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "rollout_benchmark.png"
-BEGIN, END = "<!-- rollout:begin -->", "<!-- rollout:end -->"
 BATCHES = (1, 4, 16)
 RESULT = "ROLLOUT-BENCH-RESULT "
 SEED = 1234
@@ -117,18 +120,7 @@ def start(name: str, platform, model_path: str, *overrides: str):
 
 
 def write_results(results: dict) -> None:
-    section = "\n".join([BEGIN, render(results), END])
-    text = (
-        DOC.read_text()
-        if DOC.exists()
-        else "# Benchmarks\n\nMeasured comparisons; each section is written by its script.\n"
-    )
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + section + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + section + "\n"
-    DOC.write_text(text)
+    replace_section(DOC, "rollout", render(results))
     plot(results)
 
 
