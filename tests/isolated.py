@@ -35,3 +35,12 @@ def run_isolated(target: str, *args: str, env: dict[str, str] | None = None, tim
     if proc.returncode != 0:
         raise AssertionError(f"{target} failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def error_of(call) -> str:
+    """`call()`'s exception as "Type: message" (for checks that report errors as JSON), or ""."""
+    try:
+        call()
+    except Exception as exc:  # noqa: BLE001 (the tests assert on the type name and message)
+        return f"{type(exc).__name__}: {exc}"
+    return ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from tests.isolated import error_of
 
 STANDIN = str(Path(__file__).parent / "standin")
 
@@ -19,21 +20,13 @@ def _npu_trainer():
     return strategy_class("train", "megatron", platform.kind)(platform)
 
 
-def _error_of(call) -> str:
-    try:
-        call()
-    except Exception as exc:  # noqa: BLE001 (the tests assert on the type name and message)
-        return f"{type(exc).__name__}: {exc}"
-    return ""
-
-
 def order_and_options(model_path: str) -> dict:
     """The trainer applies the stand-in before megatron is imported and passes its options."""
     sys.path.insert(0, STANDIN)
     os.environ["MINDSPEED_STANDIN_STOP"] = "1"
     trainer = _npu_trainer()
     config = {"tensor_parallel": 2, "mindspeed": {"use_fused_rmsnorm": True}}
-    error = _error_of(lambda: trainer.initialize(model_path, config))
+    error = error_of(lambda: trainer.initialize(model_path, config))
     import mindspeed
 
     from roll_device.compat import mindspeed as glue
@@ -45,11 +38,11 @@ def order_and_options(model_path: str) -> dict:
 
 def missing_then_too_late(model_path: str) -> dict:
     """Without MindSpeed: the error names it. With megatron imported first: refused."""
-    out = {"missing": _error_of(lambda: _npu_trainer().initialize(model_path, {}))}
+    out = {"missing": error_of(lambda: _npu_trainer().initialize(model_path, {}))}
     import megatron.core  # noqa: F401  (imported first on purpose)
 
     from roll_device.compat import mindspeed as glue
 
     sys.path.insert(0, STANDIN)
-    out["too_late"] = _error_of(lambda: glue.apply({}))
+    out["too_late"] = error_of(lambda: glue.apply({}))
     return out

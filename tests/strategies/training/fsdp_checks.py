@@ -13,6 +13,7 @@ from strategies.base import strategy_class
 from strategies.training.fsdp import token_logprobs
 from strategies.training.losses import grpo_policy_loss, masked_mean, nll_loss
 from tests.strategies.training.data import concat, make_batch
+from tests.isolated import error_of
 
 CONFIG = {"name": "fsdp", "lr": 5.0e-3, "micro_batch_size": 1, "max_grad_norm": 1.0}
 
@@ -48,14 +49,6 @@ def max_diff(a: dict, b: dict) -> float:
     return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
-def _error_of(call) -> str:
-    try:
-        call()
-    except Exception as exc:  # noqa: BLE001 (the tests assert on the type name and message)
-        return f"{type(exc).__name__}: {exc}"
-    return ""
-
-
 def two_ranks(rank: int, model_path: str, checkpoint_dir: str) -> dict:
     """The FSDP2 contract on 2 gloo ranks, each with its own rows."""
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -80,9 +73,9 @@ def two_ranks(rank: int, model_path: str, checkpoint_dir: str) -> dict:
     fresh.load_state_dict(exported, strict=True)
     out["export_logprob_diff"] = (plain_logprobs(fresh, batch) - trainer.forward_logprobs(batch)).abs().max().item()
 
-    out["uneven_error"] = _error_of(lambda: trainer.forward_logprobs(make_batch(seed=1, rows=2 + rank)))
+    out["uneven_error"] = error_of(lambda: trainer.forward_logprobs(make_batch(seed=1, rows=2 + rank)))
     trainer.offload()
-    out["offloaded_error"] = _error_of(lambda: trainer.forward_logprobs(batch))
+    out["offloaded_error"] = error_of(lambda: trainer.forward_logprobs(batch))
     trainer.reload()
 
     rl_batch = make_batch(seed=200 + rank)
