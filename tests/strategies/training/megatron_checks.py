@@ -9,7 +9,8 @@ import roll_device as rd
 from strategies.base import strategy_class
 from strategies.training.losses import grpo_policy_loss, nll_loss
 from tests.strategies.training.data import concat, make_batch
-from tests.strategies.training.fsdp_checks import CONFIG, _error_of, max_diff, plain_logprobs, reference_step
+from tests.isolated import error_of
+from tests.strategies.training.fsdp_checks import CONFIG, max_diff, plain_logprobs, reference_step
 
 
 def new_trainer(model_path: str, **overrides):
@@ -64,7 +65,7 @@ def two_ranks(rank: int, model_path: str, tensor_parallel: int, checkpoint_dir: 
     trainer.offload()
     trainer.reload()
     out["offload_reload_weight_diff"] = max_diff(exported, dict(trainer.export_weights()))
-    out["own_rows_error"] = _error_of(lambda: trainer.forward_logprobs(make_batch(seed=rank)))
+    out["own_rows_error"] = error_of(lambda: trainer.forward_logprobs(make_batch(seed=rank)))
     out.update(checkpoint_round_trip(trainer, model_path, checkpoint_dir, make_batch(seed=300), tensor_parallel=tensor_parallel))
     trainer.shutdown()
     return out
@@ -89,7 +90,7 @@ def single_process(model_path: str, checkpoint_dir: str) -> dict:
     param = next(megatron.model.module.parameters())
     megatron.offload()
     out["storage_bytes_offloaded"] = param.untyped_storage().nbytes()
-    out["offloaded_error"] = _error_of(lambda: megatron.train_step(batch, nll_loss()))
+    out["offloaded_error"] = error_of(lambda: megatron.train_step(batch, nll_loss()))
     megatron.reload()
     out["storage_bytes_reloaded"] = param.untyped_storage().nbytes()
     after_reload, twin_step = megatron.train_step(batch, nll_loss()), twin.train_step(batch, nll_loss())
