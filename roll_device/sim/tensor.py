@@ -79,6 +79,11 @@ class SimNpuTensor(torch.Tensor):
         LEDGER.track(wrapper, elem, index)
         return wrapper
 
+    def untyped_storage(self) -> torch.UntypedStorage:
+        """The wrapped CPU data's storage: the wrapper's own is a placeholder without a data
+        pointer, and code that compares or resizes storages (FSDP2) must see the real one."""
+        return self.elem.untyped_storage()
+
     def __repr__(self) -> str:  # pragma: no cover - convenience only
         return f"SimNpuTensor({self.elem!r}, device='{self.device}')"
 

@@ -37,6 +37,9 @@ def platform_contract() -> dict:
     view = x[:10]
     out["tensor_device"] = str(view.device)
     out["allocated_delta"] = p.memory_allocated() - base
+    storage = view.untyped_storage()  # the wrapped CPU data's: shared by views, resizable
+    out["view_shares_storage"] = storage.data_ptr() == x.untyped_storage().data_ptr() != 0
+    out["storage_nbytes"] = storage.nbytes()
     free, total = p.mem_get_info()
     out["free_plus_allocated_is_total"] = free + p.memory_allocated() == total
     del x, view

@@ -12,6 +12,7 @@ def test_npu_platform_contract_on_simulated_npu():
     assert r["current"] == 2 and r["device"] == "npu:2" and r["tensor_device"] == "npu:2"
     assert "device index 4 out of range: 4 visible" in r["bad_index"]
     assert r["allocated_delta"] == 4096, "a view shares its storage: counted once"
+    assert r["view_shares_storage"] and r["storage_nbytes"] == 4096
     assert r["free_plus_allocated_is_total"]
     assert r["after_free_delta"] == 0 and r["peak_delta"] >= 4096 and r["peak_after_reset_delta"] == 0
     assert r["rng_roundtrip"] and r["seeded"]
