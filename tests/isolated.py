@@ -26,6 +26,7 @@ def run_isolated(target: str, *args: str, env: dict[str, str] | None = None, tim
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     proc = subprocess.run(
         [sys.executable, "-c", code, *args],
+        check=False,
         cwd=ROOT,
         env=full_env,
         capture_output=True,

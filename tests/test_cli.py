@@ -14,7 +14,7 @@ SCRIPT = Path(sys.executable).with_name("roll-device")
 
 def _cli(*args, home, timeout=600):
     env = {**os.environ, "ROLL_DEVICE_HOME": str(home)}
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run([str(SCRIPT), *args], check=False, capture_output=True, text=True, env=env, timeout=timeout)
 
 
 def test_run_writes_into_the_hydra_run_dir(tmp_path):
@@ -51,7 +51,7 @@ def test_bad_input_exits_2_with_the_reason(tmp_path, args, message):
 )
 def test_bad_roll_device_is_refused_before_work(tmp_path, kind, message):
     env = {**os.environ, "ROLL_DEVICE": kind, "ROLL_DEVICE_HOME": str(tmp_path)}
-    proc = subprocess.run([str(SCRIPT), "run"], capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run([str(SCRIPT), "run"], check=False, capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr
     assert not (tmp_path / "tiny-qwen2").exists(), "nothing was made"
 
@@ -66,7 +66,7 @@ def test_make_tiny_model(tmp_path):
 @pytest.mark.slow
 def test_the_main_job_as_the_readme_runs_it(tmp_path):
     """`roll-device run` with no arguments: the default 30 steps raise the mean reward."""
-    proc = subprocess.run([str(SCRIPT), "run"], capture_output=True, text=True, timeout=900, cwd=tmp_path,
+    proc = subprocess.run([str(SCRIPT), "run"], check=False, capture_output=True, text=True, timeout=900, cwd=tmp_path,
                           env={**os.environ, "ROLL_DEVICE_HOME": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip().splitlines()[-1].split()[2])

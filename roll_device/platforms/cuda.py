@@ -23,5 +23,5 @@ class CudaPlatform(Platform):
     def is_available(cls) -> bool:
         try:
             return torch.version.cuda is not None and torch.cuda.is_available()
-        except Exception:  # a broken driver must not break detection
+        except Exception:  # noqa: BLE001 - a broken driver must not break detection
             return False

@@ -44,7 +44,7 @@ class NpuPlatform(Platform):
 
             importlib.import_module("torch_npu")
             return bool(torch.npu.is_available()) and torch.npu.device_count() > 0
-        except Exception:  # broken torch_npu, missing CANN libraries, a CPU-only head
+        except Exception:  # noqa: BLE001 - broken torch_npu, missing CANN libraries, a CPU-only head
             return False
 
     def device_module(self) -> ModuleType:

@@ -44,7 +44,7 @@ def plugin_platforms() -> dict[str, type[Platform]]:
             for ep in entry_points(group=PLUGIN_GROUP):
                 try:
                     cls = ep.load()
-                except Exception as exc:  # a broken plugin must not break detection
+                except Exception as exc:  # noqa: BLE001 - a broken plugin must not break detection
                     log.warning("roll-device: platform plugin %r failed to load: %s", ep.name, exc)
                     continue
                 if not (isinstance(cls, type) and issubclass(cls, Platform)):
@@ -91,7 +91,7 @@ def detect_kind() -> str:
         try:
             if cls.is_available():
                 return kind
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - detection must end in a clean decision
             log.warning("roll-device: platform plugin %r failed its probe: %s", kind, exc)
     for kind in DETECTION_ORDER:
         if BUILTIN[kind].is_available():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+
 from tests.isolated import error_of
 
 STANDIN = str(Path(__file__).parent / "standin")

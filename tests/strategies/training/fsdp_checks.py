@@ -11,8 +11,8 @@ import roll_device as rd
 from strategies.base import strategy_class
 from strategies.training.fsdp import token_logprobs
 from strategies.training.losses import grpo_policy_loss, masked_mean, nll_loss
-from tests.strategies.training.data import concat, make_batch
 from tests.isolated import error_of
+from tests.strategies.training.data import concat, make_batch
 
 CONFIG = {"name": "fsdp", "lr": 5.0e-3, "micro_batch_size": 1, "max_grad_norm": 1.0}
 

@@ -8,8 +8,8 @@ import torch.distributed as dist
 import roll_device as rd
 from strategies.base import strategy_class
 from strategies.training.losses import grpo_policy_loss, nll_loss
-from tests.strategies.training.data import concat, make_batch
 from tests.isolated import error_of
+from tests.strategies.training.data import concat, make_batch
 from tests.strategies.training.fsdp_checks import CONFIG, max_diff, plain_logprobs, reference_step
 
 
