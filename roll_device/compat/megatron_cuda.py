@@ -8,6 +8,8 @@ What megatron-core 0.16 hard-codes, and where it goes instead:
   platform's generator;
 - factory calls with `device="cuda"` (or a bare index) in the schedules, optimizer and grad
   clipping -> the platform's device (a torch function mode rewrites the `device` argument);
+- `Tensor.cuda()` (the tied-embedding copy on the last pipeline stage) -> `.to(` the platform's
+  device `)`;
 - `Tensor.type()` checks against `torch.cuda.FloatTensor` in grad clipping and the (distributed)
   optimizer -> tensors on the platform's device answer with the CUDA spelling.
 
@@ -39,8 +41,8 @@ def _is_cuda_device(device) -> bool:
 
 
 class DeviceArgumentRedirect(TorchFunctionMode):
-    """Rewrites `device=` arguments naming CUDA to the platform's device, and answers
-    `Tensor.type()` for tensors on that device with the CUDA spelling megatron checks for."""
+    """Rewrites `device=` arguments naming CUDA and `Tensor.cuda()` to the platform's device, and
+    answers `Tensor.type()` for tensors on that device with the CUDA spelling megatron checks for."""
 
     def __init__(self, platform: Platform) -> None:
         super().__init__()
@@ -48,6 +50,9 @@ class DeviceArgumentRedirect(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func is torch.Tensor.cuda:
+            index = kwargs.get("device", args[1] if len(args) > 1 else None)
+            return args[0].to(self.platform.device(index if isinstance(index, int) else None))
         device = kwargs.get("device")
         if device is not None and _is_cuda_device(device):
             index = device if isinstance(device, int) else torch.device(device).index

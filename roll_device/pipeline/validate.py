@@ -70,6 +70,7 @@ def _check_sizes(cfg: DictConfig) -> None:
                     f"algorithm.samples_per_prompt) does not split across {workers} {role} workers: "
                     f"make it a multiple of roles.{role}.num_devices"
                 )
+    _check_model_parallel(cfg)
     longest = cfg.data.prompt_length + 1 + cfg.algorithm.max_new_tokens
     if longest > cfg.rollout.max_model_len:
         raise ConfigError(
@@ -83,3 +84,17 @@ def _check_sizes(cfg: DictConfig) -> None:
         )
     if cfg.max_steps < 1:
         raise ConfigError(f"max_steps={cfg.max_steps}: a run needs at least one step")
+
+
+def _check_model_parallel(cfg: DictConfig) -> None:
+    """Trainer roles run whole model replicas: tensor x pipeline parallel ranks each (the
+    reference only when it runs, with algorithm.kl_coef > 0)."""
+    tp, pp = cfg.trainer.get("tensor_parallel", 1), cfg.trainer.get("pipeline_parallel", 1)
+    roles = ("actor_train", "reference") if cfg.algorithm.kl_coef > 0 else ("actor_train",)
+    for role in roles:
+        if cfg.roles.get(role) is not None and cfg.roles[role].num_devices % (tp * pp):
+            raise ConfigError(
+                f"roles.{role}.num_devices={cfg.roles[role].num_devices} is not a multiple of "
+                f"trainer.tensor_parallel x trainer.pipeline_parallel = {tp} x {pp}: every model replica "
+                "needs that many workers"
+            )

@@ -58,8 +58,8 @@ def check_same_rows(rows: int, device: torch.device, group=None) -> None:
 
 
 def check_same_tokens(input_ids: torch.Tensor, device: torch.device, group) -> None:
-    """Raise on every rank when the ranks of `group` (a tensor-parallel group, which computes one
-    model replica together) got different token ids."""
+    """Raise on every rank when the ranks of `group` (the tensor- and pipeline-parallel ranks
+    that compute one model replica together) got different token ids."""
     if dist.get_world_size(group) == 1:
         return
     weights = torch.arange(1, input_ids.numel() + 1, dtype=torch.float64).view_as(input_ids)
@@ -68,6 +68,6 @@ def check_same_tokens(input_ids: torch.Tensor, device: torch.device, group) -> N
     dist.all_reduce(bounds, op=dist.ReduceOp.MAX, group=group)
     if bounds[0] != -bounds[1] or bounds[2] != -bounds[3]:
         raise ConfigError(
-            "ranks of one tensor-parallel group got different rows: give every rank of a "
-            "tensor-parallel group the same batch (data-parallel ranks get their own)"
+            "ranks of one model replica (its tensor- and pipeline-parallel ranks) got different rows: "
+            "give them the same batch (data-parallel ranks get their own)"
         )

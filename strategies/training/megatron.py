@@ -1,11 +1,12 @@
-"""Megatron-core trainer: a GPTModel built from the HF config (Qwen2 / Llama), tensor x data
-parallel through `parallel_state` over the platform's backend, Megatron's DDP and (distributed)
-Adam optimizer, HF weights converted in on load and out on export.
+"""Megatron-core trainer: a GPTModel built from the HF config (Qwen2 / Llama), tensor x pipeline x
+data parallel through `parallel_state` over the platform's backend, Megatron's DDP and
+(distributed) Adam optimizer, HF weights converted in on load and out on export.
 
 Megatron is imported lazily, after `roll_device.compat.megatron.prepare` has readied it for the
 platform: MindSpeed on NPU, CUDA-call redirects on the CPU (opened around every call of this
-trainer), nothing on GPUs. Ranks of one tensor-parallel group must pass the same rows; data-parallel
-ranks pass their own. All ranks must call every method (collectives).
+trainer), nothing on GPUs. Ranks of one model replica (its tensor- and pipeline-parallel ranks)
+must pass the same rows; data-parallel ranks pass their own. All ranks must call every method
+(collectives), and every rank gets the whole answer (logprobs, metrics, weights).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from strategies.training.distributed import (
     ensure_process_group,
     release_process_group,
 )
+from strategies.training.megatron_stages import PipelineStages
 from strategies.training.settings import MegatronSettings
 
 TRAINER_STATE = "trainer_state.pt"
@@ -120,10 +122,13 @@ class MegatronTrainStrategy(TrainStrategy):
         hf_weights = HfWeights(model_path)
         self._scope = megatron_compat.prepare(self.platform, self._mindspeed_options())
         self._owns_group = ensure_process_group(self.platform)
-        world, tp = dist.get_world_size(), self.settings.tensor_parallel
-        if world % tp:
+        world, tp, pp = dist.get_world_size(), self.settings.tensor_parallel, self.settings.pipeline_parallel
+        if world % (tp * pp):
             release_process_group(self._owns_group)
-            raise ConfigError(f"megatron trainer: tensor_parallel={tp} must divide the world size {world}")
+            raise ConfigError(
+                f"megatron trainer: tensor_parallel x pipeline_parallel = {tp} x {pp} must divide the "
+                f"world size {world}"
+            )
         self.device = self.platform.device()
         self.steps = 0
         self._offloaded: list | None = None
@@ -154,14 +159,22 @@ class MegatronTrainStrategy(TrainStrategy):
         tensor_parallel.model_parallel_cuda_manual_seed(s.seed)
         self.tp_group = parallel_state.get_tensor_model_parallel_group()
         self.dp_group = parallel_state.get_data_parallel_group()
+        self.replica_group = parallel_state.get_model_parallel_group()
         self.tp_rank = parallel_state.get_tensor_model_parallel_rank()
+        self.stages = PipelineStages(
+            parallel_state.get_pipeline_model_parallel_group(),
+            parallel_state.get_pipeline_model_parallel_rank(),
+            s.pipeline_parallel,
+            self.device,
+        )
+        self.table = megatron_weights.parameters(self.plan.shape, self.stages.rank, self.stages.size)
         self.data_parallel_rank = parallel_state.get_data_parallel_rank()
         self.data_parallel_size = parallel_state.get_data_parallel_world_size()
         compute = s.param_dtype_name(self.platform.device_type)
         config = megatron_model.transformer_config(self.plan, s, compute)
-        model = megatron_model.build(self.plan, config)
+        model = megatron_model.build(self.plan, config, self.stages.is_first, self.stages.is_last)
         megatron_weights.load_into(
-            dict(model.named_parameters()), hf_weights, self.plan.shape, self.tp_rank, s.tensor_parallel
+            dict(model.named_parameters()), hf_weights, self.table, self.plan.shape, self.tp_rank, s.tensor_parallel
         )
         self.gpt = model
         if compute == "bf16":  # bf16 compute weights; the optimizer keeps fp32 master copies
@@ -188,13 +201,17 @@ class MegatronTrainStrategy(TrainStrategy):
         config.grad_scale_func = self.optimizer.scale_loss
 
     # ---- forward ------------------------------------------------------------------------
-    def _micro_logprobs(self, model, micro: TrainBatch) -> torch.Tensor:
+    def _micro_forward(self, model, micro: TrainBatch) -> torch.Tensor:
+        """Per-token logprobs on the last pipeline stage; the hidden states it passes on elsewhere
+        (a stage after the first takes its input from the previous stage, not from `ids`)."""
         from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
 
         ids = micro.input_ids.to(self.device)
         positions = torch.arange(ids.shape[1], device=self.device).unsqueeze(0).expand_as(ids)
-        logits = model(ids, positions, attention_mask=None)  # causal; rows are right-padded
-        next_token = -vocab_parallel_cross_entropy(logits.float(), shifted_labels(ids))
+        output = model(ids, positions, attention_mask=None)  # causal; rows are right-padded
+        if not self.stages.is_last:
+            return output
+        next_token = -vocab_parallel_cross_entropy(output.float(), shifted_labels(ids))
         return align_to_tokens(next_token, micro.attention_mask.to(self.device))
 
     def _prepare(self, batch: TrainBatch) -> list[TrainBatch]:
@@ -202,7 +219,7 @@ class MegatronTrainStrategy(TrainStrategy):
             raise TrainerStateError("the Megatron trainer is offloaded: call reload() before using it")
         validate(batch)
         check_same_rows(len(batch), self.device, self.dp_group)
-        check_same_tokens(batch.input_ids, self.device, self.tp_group)
+        check_same_tokens(batch.input_ids, self.device, self.replica_group)
         return micro_batches(batch, self.settings.micro_batch_size)
 
     def _run(self, micros: list[TrainBatch], forward_only: bool, loss_for=None) -> list:
@@ -210,10 +227,10 @@ class MegatronTrainStrategy(TrainStrategy):
 
         def forward_step(data_iterator, model):
             micro = next(data_iterator)
-            logprobs = self._micro_logprobs(model, micro)
-            if forward_only:
-                return logprobs, lambda output, non_loss_data=False: output.detach().cpu()
-            return logprobs, functools.partial(loss_for, micro)
+            output = self._micro_forward(model, micro)
+            if forward_only:  # the schedule calls the loss function on the last stage only
+                return output, lambda logprobs, non_loss_data=False: logprobs.detach().cpu()
+            return output, functools.partial(loss_for, micro)
 
         return get_forward_backward_func()(
             forward_step_func=forward_step,
@@ -230,7 +247,9 @@ class MegatronTrainStrategy(TrainStrategy):
     def forward_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         micros = self._prepare(batch)
         with torch.no_grad():
-            return torch.cat(self._run(micros, forward_only=True))
+            outputs = self._run(micros, forward_only=True)
+        local = torch.cat(outputs) if self.stages.is_last else None
+        return self.stages.tensor_from_last(local, tuple(batch.input_ids.shape), torch.float32)
 
     @_in_scope
     def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
@@ -250,7 +269,8 @@ class MegatronTrainStrategy(TrainStrategy):
         self._run(micros, forward_only=False, loss_for=loss_for)
         _, grad_norm, _ = self.optimizer.step()
         self.steps += 1
-        return {**accounting.metrics(), "grad_norm": float(grad_norm), "lr": lr}
+        metrics = self.stages.object_from_last(accounting.metrics())  # losses exist on the last stage
+        return {**metrics, "grad_norm": float(grad_norm), "lr": lr}
 
     # ---- weights --------------------------------------------------------------------------
     def _gather_tp(self, local: torch.Tensor) -> list[torch.Tensor]:
@@ -263,13 +283,17 @@ class MegatronTrainStrategy(TrainStrategy):
 
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Every rank yields the same full tensors under HF names (tensor-parallel shards are
-        all-gathered per tensor, so every rank must drain the iterator): the fp32 weights, or
-        with bf16 compute the bf16 weights the model computes with."""
+        all-gathered per tensor, pipeline stages broadcast theirs in turn, so every rank must
+        drain the iterator): the fp32 weights, or with bf16 compute the bf16 weights the model
+        computes with."""
         if self._offloaded is not None:
             raise TrainerStateError("the Megatron trainer is offloaded: call reload() before export")
         params = dict(self.gpt.named_parameters())
-        for name, tensor in megatron_weights.export(params, self.plan.shape, self._gather_tp):
-            yield name, tensor.detach().cpu()
+        shape, tp = self.plan.shape, self.settings.tensor_parallel
+        yield from self.stages.gather_export(
+            lambda: megatron_weights.export(params, self.table, shape, self._gather_tp),
+            lambda: megatron_weights.manifest(params, self.table, shape, tp),
+        )
 
     def _device_tensors(self) -> list[torch.Tensor]:
         tensors = list(self.gpt.parameters())
@@ -298,15 +322,20 @@ class MegatronTrainStrategy(TrainStrategy):
         return [wrapper.optimizer for wrapper in chained]
 
     def _layout(self) -> dict[str, int]:
-        return {"tensor_parallel": self.settings.tensor_parallel, "data_parallel": self.data_parallel_size}
+        return {
+            "tensor_parallel": self.settings.tensor_parallel,
+            "pipeline_parallel": self.stages.size,
+            "data_parallel": self.data_parallel_size,
+        }
 
     def _checkpoint_prefixes(self) -> tuple[str, str]:
-        return f"model.tp{self.tp_rank}.", f"optimizer.tp{self.tp_rank}.dp{self.data_parallel_rank}."
+        model = f"model.pp{self.stages.rank}.tp{self.tp_rank}."
+        return model, f"optimizer.pp{self.stages.rank}.tp{self.tp_rank}.dp{self.data_parallel_rank}."
 
     def save_checkpoint(self, directory: str) -> None:
-        """torch.distributed.checkpoint of each tensor-parallel rank's model shard and each
-        rank's optimizer shard (its master parameters and Adam state), plus the step count.
-        Reloading needs the same tensor- and data-parallel sizes."""
+        """torch.distributed.checkpoint of each (pipeline stage, tensor-parallel rank)'s model
+        shard and each rank's optimizer shard (its master parameters and Adam state), plus the
+        step count. Reloading needs the same tensor-, pipeline- and data-parallel sizes."""
         import torch.distributed.checkpoint as dcp
 
         model_prefix, optim_prefix = self._checkpoint_prefixes()
@@ -331,11 +360,11 @@ class MegatronTrainStrategy(TrainStrategy):
                 "directory written by save_checkpoint"
             )
         saved = torch.load(path, weights_only=True)
-        if {k: saved[k] for k in self._layout()} != self._layout():
+        written = {k: saved.get(k, 1) for k in self._layout()}
+        if written != self._layout():
             raise ConfigError(
-                f"checkpoint '{directory}' was written with {saved['tensor_parallel']}-way tensor and "
-                f"{saved['data_parallel']}-way data parallelism; this trainer runs {self._layout()}: "
-                "reload it with the same layout"
+                f"checkpoint '{directory}' was written with the layout {written}; this trainer runs "
+                f"{self._layout()}: reload it with the same layout"
             )
         reader = dcp.FileSystemReader(directory)
         stored = reader.read_metadata().state_dict_metadata

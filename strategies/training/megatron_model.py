@@ -65,10 +65,11 @@ def describe(hf_config, settings: MegatronSettings) -> ModelPlan:
             raise ConfigError(
                 f"megatron trainer: tensor_parallel={tp} must divide the model's {what} ({value})"
             )
-    if settings.pipeline_parallel != 1:
+    pp = settings.pipeline_parallel
+    if hf_config.num_hidden_layers % pp:
         raise ConfigError(
-            f"megatron trainer: pipeline_parallel={settings.pipeline_parallel} is not supported "
-            "(this trainer runs tensor x data parallel layouts; see docs/training.md)"
+            f"megatron trainer: pipeline_parallel={pp} must divide the model's num_hidden_layers "
+            f"({hf_config.num_hidden_layers}): every stage holds the same number of layers"
         )
     qkv_bias = family == "qwen2" or bool(getattr(hf_config, "attention_bias", False))
     shape = ModelShape(
@@ -136,16 +137,23 @@ def transformer_config(plan: ModelPlan, settings: MegatronSettings, compute: str
         tensor_model_parallel_size=settings.tensor_parallel,
         pipeline_model_parallel_size=settings.pipeline_parallel,
         sequence_parallel=False,
+        # micro-batches may differ in rows (the last one of a step): stages exchange shapes
+        variable_seq_lengths=settings.pipeline_parallel > 1,
+        moe_token_dispatcher_type="alltoall",  # dense models; megatron refuses its default with the above
     )
 
 
-def build(plan: ModelPlan, config: Any) -> Any:
+def build(plan: ModelPlan, config: Any, first_stage: bool = True, last_stage: bool = True) -> Any:
+    """This pipeline stage's part of the model: the embedding on the first stage, the final norm
+    and output layer on the last, the stage's share of the decoder layers on every stage."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
     return GPTModel(
         config,
         get_gpt_layer_local_spec(normalization="RMSNorm"),
+        pre_process=first_stage,
+        post_process=last_stage,
         vocab_size=plan.vocab_size,
         max_sequence_length=plan.max_positions,
         share_embeddings_and_output_weights=plan.shape.tied_embeddings,

@@ -32,18 +32,30 @@ class ModelShape:
 
 @dataclass(frozen=True)
 class Param:
-    """One Megatron parameter: its HF sources (several for fused ones) and how TP splits it."""
+    """One Megatron parameter: its HF sources (several for fused ones), how TP splits it, and
+    whether export yields it (the last stage's copy of a tied embedding is not exported)."""
 
     megatron: str
     hf: tuple[str, ...]
     split: str
+    exported: bool = True
 
 
-def parameters(shape: ModelShape) -> list[Param]:
-    """Every Megatron parameter of the model (single pipeline stage) with its HF sources."""
-    params = [Param("embedding.word_embeddings.weight", ("model.embed_tokens.weight",), COLUMN)]
-    for i in range(shape.num_layers):
-        m, h = f"decoder.layers.{i}.", f"model.layers.{i}."
+def stage_layers(shape: ModelShape, stage: int, num_stages: int) -> range:
+    """The global indices of the decoder layers pipeline stage `stage` holds (an even split)."""
+    per_stage = shape.num_layers // num_stages
+    return range(stage * per_stage, (stage + 1) * per_stage)
+
+
+def parameters(shape: ModelShape, stage: int = 0, num_stages: int = 1) -> list[Param]:
+    """The Megatron parameters of one pipeline stage under their names in that stage (layers are
+    numbered from 0 in every stage) with their HF sources. The first stage holds the embedding,
+    the last the final norm and the output layer; with tied embeddings and several stages the
+    last stage's output layer is a copy of the embedding that Megatron keeps in sync."""
+    first, last = stage == 0, stage == num_stages - 1
+    params = [Param("embedding.word_embeddings.weight", (TIED_SOURCE,), COLUMN)] if first else []
+    for local, i in enumerate(stage_layers(shape, stage, num_stages)):
+        m, h = f"decoder.layers.{local}.", f"model.layers.{i}."
         attn = h + "self_attn."
         params += [
             Param(m + "input_layernorm.weight", (h + "input_layernorm.weight",), REPLICATED),
@@ -61,9 +73,12 @@ def parameters(shape: ModelShape) -> list[Param]:
             params.append(
                 Param(m + "self_attention.linear_qkv.bias", tuple(attn + f"{p}_proj.bias" for p in "qkv"), QKV)
             )
-    params.append(Param("decoder.final_layernorm.weight", ("model.norm.weight",), REPLICATED))
-    if not shape.tied_embeddings:
-        params.append(Param("output_layer.weight", ("lm_head.weight",), COLUMN))
+    if last:
+        params.append(Param("decoder.final_layernorm.weight", ("model.norm.weight",), REPLICATED))
+        if not shape.tied_embeddings:
+            params.append(Param("output_layer.weight", (TIED_ALIAS,), COLUMN))
+        elif not first:
+            params.append(Param("output_layer.weight", (TIED_SOURCE,), COLUMN, exported=False))
     return params
 
 
@@ -116,19 +131,21 @@ def to_hf(param: Param, shards: list[torch.Tensor], shape: ModelShape) -> Iterat
 def load_into(
     named_params: Mapping[str, torch.nn.Parameter],
     hf: Mapping[str, torch.Tensor],
+    table: list[Param],
     shape: ModelShape,
     tp_rank: int,
     tp_size: int,
 ) -> None:
-    """Copy HF tensors into the local Megatron parameters; raise KeyError naming a missing one."""
-    expected = {p.megatron for p in parameters(shape)}
+    """Copy HF tensors into the local Megatron parameters listed in `table` (one stage's);
+    raise KeyError naming a missing or misshapen one."""
+    expected = {p.megatron for p in table}
     if set(named_params) != expected:
         raise KeyError(
             f"Megatron model parameters differ from the conversion table: extra "
             f"{sorted(set(named_params) - expected)}, missing {sorted(expected - set(named_params))}"
         )
     with torch.no_grad():
-        for param in parameters(shape):
+        for param in table:
             shard = to_megatron_shard(param, hf, shape, tp_rank, tp_size)
             target = named_params[param.megatron]
             if target.shape != shard.shape:
@@ -138,14 +155,29 @@ def load_into(
 
 def export(
     named_params: Mapping[str, torch.Tensor],
+    table: list[Param],
     shape: ModelShape,
     gather: Callable[[torch.Tensor], list[torch.Tensor]],
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """HF-named full tensors; `gather` returns a local shard's tensor-parallel shards in rank order."""
-    for param in parameters(shape):
+    """HF-named full tensors of the exported parameters in `table`; `gather` returns a local
+    shard's tensor-parallel shards in rank order."""
+    for param in table:
+        if not param.exported:
+            continue
         local = named_params[param.megatron]
         shards = [local] if param.split == REPLICATED else gather(local)
         for name, tensor in to_hf(param, shards, shape):
             yield name, tensor
             if shape.tied_embeddings and name == TIED_SOURCE:
                 yield TIED_ALIAS, tensor  # transformers lists the tied head under its own name
+
+
+def manifest(
+    named_params: Mapping[str, torch.Tensor], table: list[Param], shape: ModelShape, tp_size: int
+) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+    """Name, shape and dtype of every tensor `export` yields, worked out on meta tensors (no data
+    moves), so that ranks of other pipeline stages can receive them."""
+    meta = {name: torch.empty(t.shape, dtype=t.dtype, device="meta") for name, t in named_params.items()}
+    return [
+        (name, tuple(t.shape), t.dtype) for name, t in export(meta, table, shape, lambda local: [local] * tp_size)
+    ]

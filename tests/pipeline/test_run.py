@@ -80,6 +80,10 @@ def test_lost_workers_stop_cleanly_and_resume_reaches_the_same_end(tmp_path, sha
         (["roles.reward.strategy=model"], "roles.reward.strategy='model' is unknown"),
         (["roles.actor_train.num_devices=3"], "does not split across 3 actor_train workers"),
         (["roles.actor_infer.num_devices=3"], "does not split across 3 actor_infer workers"),
+        (
+            ["trainer=megatron", "roles.actor_train.strategy=megatron", "trainer.pipeline_parallel=2"],
+            "roles.actor_train.num_devices=1 is not a multiple of trainer.tensor_parallel x trainer.pipeline_parallel = 1 x 2",
+        ),
         (["algorithm.samples_per_prompt=1"], "use 2 or more"),
         (["data.task=sudoku"], "unknown data.task 'sudoku'"),
         (["algorithm.max_new_tokens=300"], "exceeds rollout.max_model_len"),
@@ -94,9 +98,11 @@ def test_bad_configs_fail_before_anything_starts(tmp_path, overrides, message):
     assert not (tmp_path / "run").exists(), "no output was written"
 
 
-def test_megatron_tensor_parallel_trainer_in_the_pipeline(tmp_path):
-    """Two Megatron ranks in one tensor-parallel group get the same rows (one data-parallel rank)."""
-    overrides = ["trainer=megatron", "trainer.tensor_parallel=2", "roles.actor_train.num_devices=2",
+@pytest.mark.parametrize("layout", ["tensor_parallel", "pipeline_parallel"])
+def test_megatron_model_parallel_trainer_in_the_pipeline(tmp_path, layout):
+    """Two Megatron ranks of one model replica (2 tensor-parallel ranks, or 2 pipeline stages)
+    get the same rows; the weights the rollout receives come from both."""
+    overrides = ["trainer=megatron", f"trainer.{layout}=2", "roles.actor_train.num_devices=2",
                  "algorithm.kl_coef=0", "max_steps=2", "save_every=0"]
     run_dir = run_experiment(_config(tmp_path, *overrides), tmp_path / "run")
     records = _records(run_dir)

@@ -38,15 +38,16 @@ def checkpoint_round_trip(trainer, model_path: str, directory: str, batch, **ove
     return out
 
 
-def two_ranks(rank: int, model_path: str, tensor_parallel: int, checkpoint_dir: str) -> dict:
-    """The trainer contract on 2 gloo ranks: TP=2 (both ranks hold the same rows) or TP=1 with
-    2 data-parallel ranks (each its own rows) and the distributed optimizer."""
+def two_ranks(rank: int, model_path: str, tensor_parallel: int, pipeline_parallel: int, checkpoint_dir: str) -> dict:
+    """The trainer contract on 2 gloo ranks: TP=2 or PP=2 (both ranks hold the same rows), or
+    2 data-parallel ranks (each its own rows) with the distributed optimizer."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    dp_size = dist.get_world_size() // tensor_parallel
+    layout = {"tensor_parallel": tensor_parallel, "pipeline_parallel": pipeline_parallel}
+    dp_size = dist.get_world_size() // (tensor_parallel * pipeline_parallel)
     seeds = [100 + r for r in range(dp_size)]
     batch = make_batch(seed=seeds[rank % dp_size] if dp_size > 1 else seeds[0])
-    trainer = new_trainer(model_path, tensor_parallel=tensor_parallel)
+    trainer = new_trainer(model_path, **layout)
     plain = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     out = {"logprob_diff": (trainer.forward_logprobs(batch) - plain_logprobs(plain, batch)).abs().max().item()}
     out["data_parallel"] = [trainer.data_parallel_rank, trainer.data_parallel_size]
@@ -66,8 +67,11 @@ def two_ranks(rank: int, model_path: str, tensor_parallel: int, checkpoint_dir: 
     trainer.reload()
     out["offload_reload_weight_diff"] = max_diff(exported, dict(trainer.export_weights()))
     out["own_rows_error"] = error_of(lambda: trainer.forward_logprobs(make_batch(seed=rank)))
-    out.update(checkpoint_round_trip(trainer, model_path, checkpoint_dir, make_batch(seed=300), tensor_parallel=tensor_parallel))
+    out.update(checkpoint_round_trip(trainer, model_path, checkpoint_dir, make_batch(seed=300), **layout))
     trainer.shutdown()
+    other = new_trainer(model_path, tensor_parallel=1 if tensor_parallel * pipeline_parallel > 1 else 2)
+    out["layout_error"] = error_of(lambda: other.load_checkpoint(checkpoint_dir))
+    other.shutdown()
     return out
 
 
@@ -125,19 +129,27 @@ def bf16_steps(model_path: str) -> dict:
     return out
 
 
-def llama_tied(directory: str) -> dict:
-    """A tiny Llama with tied embeddings and no QKV bias: Megatron against transformers and FSDP2."""
-    from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+def make_tied_llama(directory: str) -> dict:
+    """A tiny Llama (4 layers) with tied embeddings and no QKV bias, saved to `directory`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     from roll_device.models.tiny import build_tokenizer, vocabulary
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=len(vocabulary()), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        vocab_size=len(vocabulary()), hidden_size=128, intermediate_size=256, num_hidden_layers=4,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True,
     )
     LlamaForCausalLM(config).save_pretrained(directory)
     build_tokenizer().save_pretrained(directory)
+    return {"path": directory}
+
+
+def llama_tied(directory: str) -> dict:
+    """The tied Llama on one process: Megatron against transformers and FSDP2."""
+    from transformers import AutoModelForCausalLM
+
+    make_tied_llama(directory)
     batch = make_batch(seed=21)
     megatron = new_trainer(directory)
     fsdp = strategy_class("train", "fsdp", "cpu")(rd.current_platform())
@@ -152,8 +164,39 @@ def llama_tied(directory: str) -> dict:
     out["exported_names"], out["hf_names"] = sorted(exported), sorted(plain.state_dict())
     fsdp_weights = dict(fsdp.export_weights())
     out["weight_diff_vs_fsdp"] = max_diff(fsdp_weights, exported)
-    off = sum(int(((fsdp_weights[k] - exported[k]).abs() > 1e-5).sum()) for k in exported)
-    out["weights_off_fraction"] = off / sum(t.numel() for t in exported.values())
+    out["weights_off_fraction"] = weights_off_fraction(exported, fsdp_weights)
     megatron.shutdown()
     fsdp.shutdown()
+    return out
+
+
+def weights_off_fraction(a: dict, b: dict, tolerance: float = 1e-5) -> float:
+    """Share of the elements of `a` that differ from `b` by more than `tolerance`."""
+    off = sum(int(((a[k] - b[k]).abs() > tolerance).sum()) for k in a)
+    return off / sum(t.numel() for t in a.values())
+
+
+def llama_tied_pipeline(rank: int, directory: str) -> dict:
+    """The tied Llama over 2 pipeline stages: the embedding on the first, its copy in the output
+    layer on the last, their gradients summed by Megatron. Against a plain step on one process."""
+    from transformers import AutoModelForCausalLM
+
+    batch = make_batch(seed=22)
+    trainer = new_trainer(directory, pipeline_parallel=2)
+    plain = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+    out = {
+        "logprob_diff": (trainer.forward_logprobs(batch) - plain_logprobs(plain, batch)).abs().max().item(),
+        "layers_held": sum(1 for n, _ in trainer.gpt.named_parameters() if n.endswith("linear_qkv.weight")),
+        "step": trainer.train_step(batch, nll_loss()),
+    }
+    ref_norm, ref_weights = reference_step(directory, batch)
+    exported = dict(trainer.export_weights())
+    out["reference_grad_norm"] = ref_norm
+    out["exported_names"], out["hf_names"] = sorted(exported), sorted(plain.state_dict())
+    out["weight_diff_vs_reference"] = max_diff(exported, ref_weights)
+    out["weights_off_fraction"] = weights_off_fraction(exported, ref_weights)
+    if trainer.stages.is_last:  # the output layer's copy of the embedding moved with it
+        head = trainer.gpt.output_layer.weight.detach().cpu()
+        out["head_copy_diff"] = (head - exported["model.embed_tokens.weight"]).abs().max().item()
+    trainer.shutdown()
     return out

@@ -1,5 +1,6 @@
-"""Megatron-core trainer on the CPU: TP=1 (one process, and 2 data-parallel gloo ranks with the
-distributed optimizer) and TP=2 (two gloo processes), against transformers and the FSDP2 trainer."""
+"""Megatron-core trainer on the CPU: one process, and on two gloo processes TP=2, PP=2, and 2
+data-parallel ranks with the distributed optimizer, against transformers, a plain step and the
+FSDP2 trainer."""
 
 from __future__ import annotations
 
@@ -14,12 +15,14 @@ from strategies.training.local_ranks import run_ranks
 from strategies.training.megatron import MegatronTrainStrategy
 from tests.isolated import run_isolated
 
+LAYOUTS = {"tp2": (2, 1), "pp2": (1, 2), "dp2": (1, 1)}  # (tensor_parallel, pipeline_parallel) on 2 ranks
 
-@pytest.fixture(scope="module", params=[2, 1], ids=["tp2", "tp1-dp2"])
+
+@pytest.fixture(scope="module", params=list(LAYOUTS))
 def two_ranks(request, tiny_model_path, tmp_path_factory):
-    checkpoint = str(tmp_path_factory.mktemp(f"megatron-tp{request.param}"))
+    checkpoint = str(tmp_path_factory.mktemp(f"megatron-{request.param}"))
     ranks = run_ranks(
-        "tests.strategies.training.megatron_checks:two_ranks", 2, tiny_model_path, request.param, checkpoint
+        "tests.strategies.training.megatron_checks:two_ranks", 2, tiny_model_path, *LAYOUTS[request.param], checkpoint
     )
     return request.param, ranks
 
@@ -41,8 +44,8 @@ def test_logprobs_match_transformers(two_ranks):
 
 
 def test_data_parallel_rank_and_size_follow_the_layout(two_ranks):
-    tp, ranks = two_ranks
-    expected = [[0, 1], [0, 1]] if tp == 2 else [[0, 2], [1, 2]]
+    layout, ranks = two_ranks
+    expected = [[0, 2], [1, 2]] if layout == "dp2" else [[0, 1], [0, 1]]
     assert [rank["data_parallel"] for rank in ranks] == expected
 
 
@@ -72,13 +75,22 @@ def test_checkpoint_reload_gives_identical_next_step(two_ranks):
         assert rank["checkpoint_weight_diff"] < 1e-6
 
 
-def test_tensor_parallel_ranks_must_hold_the_same_rows_data_parallel_ranks_their_own(two_ranks):
-    tp, ranks = two_ranks
+def test_ranks_of_one_replica_must_hold_the_same_rows_data_parallel_ranks_their_own(two_ranks):
+    layout, ranks = two_ranks
     for rank in ranks:
-        if tp == 2:
-            assert rank["own_rows_error"].startswith("ConfigError: ranks of one tensor-parallel group got different")
-        else:
+        if layout == "dp2":
             assert rank["own_rows_error"] == ""
+        else:
+            assert rank["own_rows_error"].startswith("ConfigError: ranks of one model replica (its tensor- and")
+
+
+def test_a_checkpoint_refuses_another_layout(two_ranks):
+    layout, ranks = two_ranks
+    tp, pp = LAYOUTS[layout]
+    written = f"{{'tensor_parallel': {tp}, 'pipeline_parallel': {pp}, 'data_parallel': {2 // (tp * pp)}}}"
+    for rank in ranks:
+        assert rank["layout_error"].startswith("ConfigError: checkpoint '") and f"the layout {written}" in rank["layout_error"]
+        assert rank["layout_error"].endswith("reload it with the same layout")
 
 
 def test_logprobs_and_step_match_fsdp_on_the_same_weights(single_process):
@@ -116,7 +128,8 @@ def test_bf16_compute_trains_like_fsdp_bf16(single_process):
     "config, message",
     [
         ({"tensor_parallel": 3}, "tensor_parallel=3 must divide the model's num_attention_heads"),
-        ({"pipeline_parallel": 2}, "pipeline_parallel=2 is not supported"),
+        ({"pipeline_parallel": 3}, r"pipeline_parallel=3 must divide the model's num_hidden_layers \(2\)"),
+        ({"pipeline_parallel": 2}, "tensor_parallel x pipeline_parallel = 1 x 2 must divide the world size 1"),
         ({"tensor_parallel": 0}, "tensor_parallel must be >= 1"),
         ({"mindspeed": "on"}, "mindspeed must be a mapping"),
     ],
@@ -142,3 +155,18 @@ def test_llama_with_tied_embeddings(tmp_path):
     # Adam's first update is lr * g / (|g| + eps): the odd element whose gradient is near eps
     # moves differently under another summation order; a wrong mapping would move whole tensors.
     assert out["weight_diff_vs_fsdp"] < 1e-3 and out["weights_off_fraction"] < 1e-3
+
+
+def test_llama_with_tied_embeddings_over_two_pipeline_stages(tmp_path):
+    """The embedding lives on stage 0 and a copy in stage 1's output layer; Megatron sums their
+    gradients, so a step equals a plain one-process step and the copy moves with the embedding."""
+    directory = str(tmp_path / "tiny-llama")
+    run_isolated("tests.strategies.training.megatron_checks:make_tied_llama", directory)
+    ranks = run_ranks("tests.strategies.training.megatron_checks:llama_tied_pipeline", 2, directory)
+    assert [rank["layers_held"] for rank in ranks] == [2, 2]
+    for rank in ranks:
+        assert rank["logprob_diff"] < 1e-5
+        assert rank["step"]["grad_norm"] == pytest.approx(rank["reference_grad_norm"], rel=1e-5)
+        assert rank["exported_names"] == rank["hf_names"]
+        assert rank["weight_diff_vs_reference"] < 1e-3 and rank["weights_off_fraction"] < 1e-3
+    assert ranks[1]["head_copy_diff"] == 0.0 and "head_copy_diff" not in ranks[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from strategies.training.megatron_weights import ModelShape, export, parameters, to_megatron_shard
+from strategies.training.megatron_weights import ModelShape, export, manifest, parameters, to_megatron_shard
 
 HIDDEN, FFN, VOCAB = 32, 48, 16
 
@@ -36,21 +36,42 @@ def hf_state(shape: ModelShape) -> dict[str, torch.Tensor]:
     return {name: torch.randn(size, generator=g) for name, size in sizes.items()}
 
 
-@pytest.mark.parametrize("tp", [1, 2])
+@pytest.mark.parametrize("tp, pp", [(1, 1), (2, 1), (1, 2), (2, 2)])
 @pytest.mark.parametrize("qkv_bias, tied", [(True, False), (False, True)])
-def test_split_then_merge_gives_back_every_hf_tensor(tp, qkv_bias, tied):
-    shape = ModelShape(num_layers=2, num_heads=4, num_groups=2, head_dim=8, qkv_bias=qkv_bias, tied_embeddings=tied)
+def test_split_then_merge_gives_back_every_hf_tensor(tp, pp, qkv_bias, tied):
+    """Every stage's shards, merged and exported, give each HF tensor once; the manifest
+    (worked out on meta tensors) names the same tensors with the same shapes and dtypes."""
+    shape = ModelShape(num_layers=4, num_heads=4, num_groups=2, head_dim=8, qkv_bias=qkv_bias, tied_embeddings=tied)
     hf = hf_state(shape)
-    shards = {
-        p.megatron: [to_megatron_shard(p, hf, shape, rank, tp) for rank in range(tp)] for p in parameters(shape)
-    }
-    by_tensor = {id(s[0]): s for s in shards.values()}
-    local = {name: ranks[0] for name, ranks in shards.items()}
-    exported = dict(export(local, shape, gather=lambda t: by_tensor[id(t)]))
+    exported: dict[str, torch.Tensor] = {}
+    for stage in range(pp):
+        table = parameters(shape, stage, pp)
+        shards = {p.megatron: [to_megatron_shard(p, hf, shape, rank, tp) for rank in range(tp)] for p in table}
+        by_tensor = {id(s[0]): s for s in shards.values()}
+        local = {name: ranks[0] for name, ranks in shards.items()}
+        stage_export = list(export(local, table, shape, gather=lambda t, by_tensor=by_tensor: by_tensor[id(t)]))
+        assert manifest(local, table, shape, tp) == [(n, tuple(t.shape), t.dtype) for n, t in stage_export]
+        assert not set(exported) & {n for n, _ in stage_export}, "a tensor exported by two stages"
+        exported.update(stage_export)
     expected = dict(hf, **({"lm_head.weight": hf["model.embed_tokens.weight"]} if tied else {}))
     assert sorted(exported) == sorted(expected)
     for name, tensor in expected.items():
         assert torch.equal(exported[name], tensor), name
+
+
+def test_pipeline_stages_number_their_layers_from_zero():
+    shape = ModelShape(num_layers=4, num_heads=4, num_groups=2, head_dim=8, qkv_bias=False, tied_embeddings=True)
+    first, last = parameters(shape, 0, 2), parameters(shape, 1, 2)
+    qkv = [p for p in last if p.megatron.endswith("linear_qkv.weight")]
+    assert [(p.megatron, p.hf[0]) for p in qkv] == [
+        ("decoder.layers.0.self_attention.linear_qkv.weight", "model.layers.2.self_attn.q_proj.weight"),
+        ("decoder.layers.1.self_attention.linear_qkv.weight", "model.layers.3.self_attn.q_proj.weight"),
+    ]
+    assert first[0].megatron == "embedding.word_embeddings.weight" and "decoder.final_layernorm.weight" not in {
+        p.megatron for p in first
+    }
+    head = last[-1]  # the last stage's copy of the tied embedding: loaded, not exported
+    assert (head.megatron, head.hf, head.exported) == ("output_layer.weight", ("model.embed_tokens.weight",), False)
 
 
 def test_qkv_is_group_major_and_tensor_parallel_ranks_hold_whole_groups():
