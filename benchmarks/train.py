@@ -2,7 +2,8 @@
 model, measured in one run on this machine's platform (each layout in processes of its own):
 
 - FSDP2 and Megatron (TP=1) on one rank: the baseline ratio, Megatron / FSDP2 samples/s;
-- on two local ranks: FSDP2 data-parallel, Megatron TP=1 x DP=2 and Megatron TP=2.
+- on two local ranks: FSDP2 data-parallel, Megatron TP=1 x DP=2, Megatron TP=2 and Megatron PP=2
+  (4-row micro-batches, so that both stages work at once in Megatron's 1F1B schedule).
 
 A step is one GRPO policy-loss step (forward, backward, clip, AdamW) on a fixed batch;
 samples/s counts the rows of all data-parallel ranks; every rank runs one intra-op thread. Memory is the platform's peak (on the CPU:
@@ -40,6 +41,7 @@ LAYOUTS = [  # (label, strategy, world size, config overrides)
     ("FSDP2, DP=2", "fsdp", 2, {}),
     ("Megatron TP=1 x DP=2", "megatron", 2, {"tensor_parallel": 1}),
     ("Megatron TP=2", "megatron", 2, {"tensor_parallel": 2}),
+    ("Megatron PP=2", "megatron", 2, {"pipeline_parallel": 2, "micro_batch_size": 4}),
 ]
 
 
@@ -66,7 +68,6 @@ def make_batch(seed: int, rows: int, length: int):
 
 def measure(rank: int, name: str, overrides: dict, model_path: str, rows: int, length: int, warmup: int, steps: int) -> dict:
     """Runs in each rank: initialize the trainer, then time `warmup + steps` train steps."""
-    import torch.distributed as dist
 
     import roll_device as rd
     from strategies.base import strategy_class
@@ -77,8 +78,7 @@ def measure(rank: int, name: str, overrides: dict, model_path: str, rows: int, l
     trainer = strategy_class("train", name, platform.kind)(platform)
     config = {"name": name, "lr": 1e-4, "micro_batch_size": rows, **overrides}
     trainer.initialize(model_path, config)
-    tp = overrides.get("tensor_parallel", 1)
-    batch = make_batch(seed=rank // tp, rows=rows, length=length)  # TP ranks share rows
+    batch = make_batch(seed=trainer.data_parallel_rank, rows=rows, length=length)  # a replica's ranks share rows
     batch.old_logprobs = trainer.forward_logprobs(batch)
     after_init = platform.memory_allocated()
     loss = grpo_policy_loss()
@@ -93,7 +93,7 @@ def measure(rank: int, name: str, overrides: dict, model_path: str, rows: int, l
     trainer.shutdown()
     return {
         "seconds": seconds[warmup:],
-        "data_parallel": dist.get_world_size() // tp,
+        "data_parallel": trainer.data_parallel_size,
         "before_init": before,
         "after_init": after_init,
         "peak": peak,
@@ -144,7 +144,8 @@ def render(results: list[dict], args, device: str) -> str:
         (
             f"Run {datetime.date.today()} on `{device}` ({host.machine()}, {os.cpu_count()} CPU cores); model: the "
             f"tiny local Qwen2 ({LAYERS} layers, hidden {HIDDEN}), fp32; {args.rows} rows x {args.length} tokens "
-            f"per rank and step ({PROMPT} prompt tokens), one micro-batch, GRPO policy loss + AdamW; median of "
+            f"per rank and step ({PROMPT} prompt tokens), one micro-batch (PP=2: four of 4 rows, so that both "
+            f"stages work at once), GRPO policy loss + AdamW; median of "
             f"{args.steps} steps after {args.warmup} warm-up steps, best of {args.rounds} interleaved rounds. "
             f"One intra-op thread per rank (OMP_NUM_THREADS=1): two-rank layouts use two cores, one-rank "
             f"layouts one. Other jobs on this machine hurt FSDP2 most: busy rounds ran its step up to "
@@ -162,7 +163,13 @@ def render(results: list[dict], args, device: str) -> str:
             f"| {r['label']} | {r['world']} | {r['step_seconds']:.3f} | {r['samples_per_second']:.1f} | "
             f"{r['peak_mib']:.0f} | {r['working_set_mib']:.0f} |"
         )
+    tp2, pp2 = by["Megatron TP=2"], by["Megatron PP=2"]
     lines += [
+        "",
+        (
+            f"One model replica over two ranks: PP=2 / TP=2 samples/s **{pp2['samples_per_second'] / tp2['samples_per_second']:.2f}**; "
+            f"each PP rank holds half the layers (peak {pp2['peak_mib']:.0f} vs {tp2['peak_mib']:.0f} MiB per rank)."
+        ),
         "",
         (
             "Peak memory on the CPU is each process's peak resident set: it includes torch and the "
