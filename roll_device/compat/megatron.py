@@ -5,11 +5,15 @@ the trainer opens around each of its calls:
 - cpu: no preparation; the scope redirects megatron's hard-coded CUDA calls (megatron_cuda);
 - npu: MindSpeed is applied (import, then `repatch(options)`); no scope;
 - cuda, rocm: megatron runs as written; no scope.
+On every kind it also silences the notices megatron-core prints in every process about optional
+packages it falls back from (Transformer Engine, apex) and about its own deprecated defaults:
+they repeat once per worker and say nothing about the run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +47,14 @@ ADAPTERS: dict[str, Callable[[Platform, dict[str, Any]], Callable[[], Any]]] = {
 KINDS = tuple(ADAPTERS)
 
 
+QUIET_NOTICES = (  # (category, start of the message)
+    (UserWarning, "Transformer Engine and Apex are not installed"),
+    (UserWarning, "Apex is not installed"),
+    (UserWarning, "full scope is deprecated"),
+    (FutureWarning, r"`torch.distributed.(reduce_scatter_tensor|all_gather_into_tensor)` is deprecated"),
+)
+
+
 def prepare(platform: Platform, options: dict[str, Any]) -> Callable[[], Any]:
     """Get megatron ready for `platform`; returns a factory of the per-call scope."""
     adapter = ADAPTERS.get(platform.kind)
@@ -51,4 +63,6 @@ def prepare(platform: Platform, options: dict[str, Any]) -> Callable[[], Any]:
             f"the Megatron trainer has no adapter for device kind '{platform.kind}' "
             f"(it runs on {', '.join(KINDS)}): use the fsdp trainer on this kind"
         )
+    for category, message in QUIET_NOTICES:
+        warnings.filterwarnings("ignore", message=message, category=category)
     return adapter(platform, options)
