@@ -47,11 +47,18 @@ ADAPTERS: dict[str, Callable[[Platform, dict[str, Any]], Callable[[], Any]]] = {
 KINDS = tuple(ADAPTERS)
 
 
-QUIET_NOTICES = (  # (category, start of the message)
-    (UserWarning, "Transformer Engine and Apex are not installed"),
-    (UserWarning, "Apex is not installed"),
-    (UserWarning, "full scope is deprecated"),
-    (FutureWarning, r"`torch.distributed.(reduce_scatter_tensor|all_gather_into_tensor)` is deprecated"),
+QUIET_NOTICES = (  # (category, start of the message, module the warning is attributed to)
+    (UserWarning, "Transformer Engine and Apex are not installed", ""),
+    (UserWarning, "Apex is not installed", ""),
+    (UserWarning, "full scope is deprecated", ""),
+    (FutureWarning, r"`torch.distributed.(reduce_scatter_tensor|all_gather_into_tensor)` is deprecated", ""),
+    # the distributed optimizer's zero_grad reads `.grad` of its shard views (non-leaf by design);
+    # on the CPU the read passes through the redirect's function mode, elsewhere it is megatron's
+    (
+        UserWarning,
+        "The .grad attribute of a Tensor that is not a leaf Tensor",
+        r"(megatron\.core\.optimizer|roll_device\.compat\.megatron_cuda)",
+    ),
 )
 
 
@@ -63,6 +70,6 @@ def prepare(platform: Platform, options: dict[str, Any]) -> Callable[[], Any]:
             f"the Megatron trainer has no adapter for device kind '{platform.kind}' "
             f"(it runs on {', '.join(KINDS)}): use the fsdp trainer on this kind"
         )
-    for category, message in QUIET_NOTICES:
-        warnings.filterwarnings("ignore", message=message, category=category)
+    for category, message, module in QUIET_NOTICES:
+        warnings.filterwarnings("ignore", message=message, category=category, module=module)
     return adapter(platform, options)
