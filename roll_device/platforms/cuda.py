@@ -18,10 +18,11 @@ class CudaPlatform(Platform):
     graph_class_name = "CUDAGraph"
     supports_ipc = True
     allocator_conf_env = "PYTORCH_CUDA_ALLOC_CONF"
+    torch_build = "cuda"  # the `torch.version` attribute set by a build for this kind (CUDA vs ROCm)
 
     @classmethod
     def is_available(cls) -> bool:
         try:
-            return torch.version.cuda is not None and torch.cuda.is_available()
+            return getattr(torch.version, cls.torch_build, None) is not None and torch.cuda.is_available()
         except Exception:  # noqa: BLE001 - a broken driver must not break detection
             return False

@@ -3,8 +3,6 @@ HIP graphs stand behind `torch.cuda.CUDAGraph`, Ray rewrites `HIP_VISIBLE_DEVICE
 
 from __future__ import annotations
 
-import torch
-
 from roll_device.platforms.cuda import CudaPlatform
 
 
@@ -14,10 +12,4 @@ class RocmPlatform(CudaPlatform):
     ray_noset_visible_devices_env = "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES"
     ray_accelerator_type_prefixes = ("AMD-",)
     allocator_conf_env = "PYTORCH_HIP_ALLOC_CONF"
-
-    @classmethod
-    def is_available(cls) -> bool:
-        try:
-            return torch.version.hip is not None and torch.cuda.is_available()
-        except Exception:  # noqa: BLE001 - detection must end in a clean decision
-            return False
+    torch_build = "hip"
