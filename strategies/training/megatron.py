@@ -269,7 +269,8 @@ class MegatronTrainStrategy(TrainStrategy):
         self._run(micros, forward_only=False, loss_for=loss_for)
         _, grad_norm, _ = self.optimizer.step()
         self.steps += 1
-        metrics = self.stages.object_from_last(accounting.metrics())  # losses exist on the last stage
+        # losses exist on the last stage (its data-parallel group reduces them), the others get them
+        metrics = self.stages.object_from_last(accounting.metrics() if self.stages.is_last else None)
         return {**metrics, "grad_norm": float(grad_norm), "lr": lr}
 
     # ---- weights --------------------------------------------------------------------------
