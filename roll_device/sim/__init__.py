@@ -1,9 +1,10 @@
 """Simulated Ascend NPU for machines without one (`ROLL_DEVICE=npu-sim`).
 
 `install()` renames PrivateUse1 to `npu` with a Python backend, registers a `torch.npu`-like
-module, routes every op on `npu` tensors to the CPU, registers an `hccl` process-group
-backend that runs gloo underneath, and lets FSDP2 free the CPU data of simulated parameters. The NPU platform class then runs on it unmodified: the
-simulation stands in for torch_npu, never for the platform code.
+module, routes every op on `npu` tensors to the CPU (a simulated tensor's storage is the storage of
+the CPU data it wraps, so FSDP2 frees and regrows real memory), and registers an `hccl`
+process-group backend that runs gloo underneath. The NPU platform class then runs on it
+unmodified: the simulation stands in for torch_npu, never for the platform code.
 
 What it does not model: NPU kernels and their numerics, HCCL itself (collectives are gloo on CPU
 tensors), ACL graph capture (no graph class is offered), streams (all ops are synchronous), and
@@ -42,14 +43,13 @@ def install() -> None:
             raise RuntimeError(
                 "cannot simulate the NPU: torch_npu is loaded in this process; use ROLL_DEVICE=npu"
             )
-        from roll_device.sim import backend, device_module, fsdp_storage
+        from roll_device.sim import backend, device_module
 
         torch.utils.backend_registration._setup_privateuseone_for_python_backend(
             rename="npu", backend_module=device_module
         )
         backend.register_kernels()
         backend.register_hccl()
-        fsdp_storage.patch()
         _installed["done"] = True
 
 
