@@ -23,7 +23,8 @@ def run_isolated(target: str, *args: str, env: dict[str, str] | None = None, tim
         f"from {module} import {function} as f\n"
         "print(json.dumps(f(*sys.argv[1:])))\n"
     )
-    full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    search_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    full_env = {**os.environ, "PYTHONPATH": search_path, **(env or {})}
     proc = subprocess.run(
         [sys.executable, "-c", code, *args],
         check=False,

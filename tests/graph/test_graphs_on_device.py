@@ -38,3 +38,34 @@ def test_replay_equals_eager_for_every_batch(platform):
         got = graphs.run({"x": x}).clone()
         platform.synchronize()
         assert torch.allclose(got, eager.run({"x": x}), atol=1e-6), rows
+
+
+def test_buckets_share_one_memory_pool(platform):
+    """Graphs captured largest first in one pool reuse the largest one's blocks: capturing every
+    bucket reserves little more than capturing the largest alone (separate pools would add about
+    another largest bucket's worth)."""
+    device = platform.device()
+    hidden = 1 << 16  # 16 rows x 65536 fp32 = 4 MiB per intermediate at the largest bucket
+    weight = torch.randn(64, hidden, device=device) / 8
+
+    def make_inputs(size):
+        return {"x": torch.zeros(size, 64, device=device)}
+
+    def step(size, inputs):
+        return ((inputs["x"] @ weight).relu() * 2).softmax(dim=-1)
+
+    def reserved_by_capture(sizes):
+        platform.synchronize()
+        platform.empty_cache()
+        start = platform.memory_reserved()
+        runner = DecodeGraphRunner(platform, sizes, make_inputs, step, use_graphs=True)
+        runner.prepare()
+        platform.synchronize()
+        grown = platform.memory_reserved() - start
+        runner.release()
+        return grown
+
+    largest_alone = reserved_by_capture([16])
+    every_bucket = reserved_by_capture([1, 2, 4, 8, 16])
+    assert largest_alone > 0
+    assert every_bucket < 1.5 * largest_alone, (every_bucket, largest_alone)

@@ -1,0 +1,50 @@
+"""A randomly initialised causal LM with the shapes of Qwen2.5-0.5B (any number of its layers),
+saved in Hugging Face format: a realistic size for memory and speed measurements, no download.
+
+No tokenizer is saved: callers pass token ids (the vocabulary has 151,936 entries).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+QWEN2_5_0_5B = {
+    "vocab_size": 151936,
+    "hidden_size": 896,
+    "intermediate_size": 4864,
+    "num_attention_heads": 14,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 24,
+    "max_position_embeddings": 32768,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": True,
+}
+MARKER = "roll_device_qwen_shaped.json"
+
+
+def qwen_shaped_config(num_layers: int | None = None):
+    """Qwen2.5-0.5B's `Qwen2Config`, with `num_layers` decoder layers instead of 24 if given."""
+    from transformers import Qwen2Config
+
+    layers = QWEN2_5_0_5B["num_hidden_layers"] if num_layers is None else num_layers
+    return Qwen2Config(**{**QWEN2_5_0_5B, "num_hidden_layers": layers}, torch_dtype="float32")
+
+
+def make_qwen_shaped_model(path: str | Path, num_layers: int | None = None, seed: int = 0) -> Path:
+    """Write a freshly initialised fp32 model of Qwen2.5-0.5B's shapes to `path` (reused when
+    present with the same settings). Returns the path."""
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    path = Path(path)
+    settings = {"seed": seed, "num_layers": num_layers}
+    marker = path / MARKER
+    if marker.exists() and json.loads(marker.read_text()) == settings:
+        return path
+    path.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    Qwen2ForCausalLM(qwen_shaped_config(num_layers)).save_pretrained(path, safe_serialization=True)
+    marker.write_text(json.dumps(settings))
+    return path

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Every GPU path of the project in one command, on a machine with a CUDA (or ROCm) build of torch:
+# the `gpu`-marked tests (platform operations, graphs, IPC, the HF decode graph runner, weight sync,
+# FSDP2 and Megatron-core steps) and the GPU benchmark columns (benchmarks/gpu.py). Needs neither
+# vLLM nor Ray. Prints one summary line per check and writes the results to RESULTS_DIR (default
+# runs/gpu-check): gpu-tests.xml, gpu-tests.log, gpu-benchmark.json, gpu-benchmark.log,
+# summary.txt. Without a GPU it says so and exits 0.
+#
+#   bash scripts/gpu-check.sh [RESULTS_DIR]
+#
+# Python: .venv/bin/python when present, else python3 (override with PYTHON=...). Wheels placed in
+# .whl/ (hydra-core, omegaconf, antlr4, megatron-core: see docs/install.md) are installed into
+# .site/ and put on PYTHONPATH when those packages are missing.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+RESULTS=${1:-runs/gpu-check}
+PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
+mkdir -p "$RESULTS"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+
+if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    build=$("$PY" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo "no torch")
+    echo "gpu-check: skipped: no CUDA device visible to $PY (torch $build)" | tee "$RESULTS/summary.txt"
+    exit 0
+fi
+if ls .whl/*.whl >/dev/null 2>&1 && ! "$PY" -c 'import hydra, megatron.core' 2>/dev/null; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl || exit 2
+    export PYTHONPATH="$PWD/.site:$PYTHONPATH"
+fi
+"$PY" -c 'import torch; p = torch.cuda.get_device_properties(0); print(f"gpu-check: {p.name}, torch {torch.__version__}")' \
+    | tee "$RESULTS/summary.txt"
+
+mapfile -t TESTS < <(grep -rl --include='test_*.py' 'pytest.mark.gpu' tests | sort)
+"$PY" -m pytest -q -p no:cacheprovider -m gpu -o addopts="--timeout=600" "${TESTS[@]}" \
+    --junitxml="$RESULTS/gpu-tests.xml" >"$RESULTS/gpu-tests.log" 2>&1
+tests_status=$?
+"$PY" scripts/junit_summary.py "$RESULTS/gpu-tests.xml" | tee -a "$RESULTS/summary.txt"
+[ -s "$RESULTS/gpu-tests.xml" ] || tail -40 "$RESULTS/gpu-tests.log"
+
+"$PY" benchmarks/gpu.py --results "$RESULTS/gpu-benchmark.json" 2>"$RESULTS/gpu-benchmark.log" \
+    | tee -a "$RESULTS/summary.txt"
+bench_status=$?
+[ "$bench_status" -eq 0 ] || { tail -30 "$RESULTS/gpu-benchmark.log"; echo "check gpu benchmark: FAILED"; } \
+    | tee -a "$RESULTS/summary.txt"
+
+if [ "$tests_status" -eq 0 ] && [ "$bench_status" -eq 0 ]; then
+    echo "gpu-check: passed (results in $RESULTS)" | tee -a "$RESULTS/summary.txt"
+    exit 0
+fi
+echo "gpu-check: FAILED (tests exit $tests_status, benchmark exit $bench_status; logs in $RESULTS)" \
+    | tee -a "$RESULTS/summary.txt"
+exit 1

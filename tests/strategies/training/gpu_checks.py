@@ -1,0 +1,121 @@
+"""Trainer checks on a real GPU: one rank over the platform's backend (NCCL on CUDA, RCCL on ROCm),
+each run in a fresh process (see test_trainers_on_gpu.py and scripts/gpu-check.sh).
+
+- `exactness`: the tiny model in fp32: logprobs against transformers on the same device, a step
+  against a plain AdamW step, and losses that fall; then `mixed_precision: null` (the default:
+  bf16 on accelerators): the dtype layers compute in and the loss against fp32.
+- `memory`: a model of Qwen2.5-0.5B's shapes: offload frees device memory and reload restores it,
+  as `mem_get_info` shows, and the model computes the same logprobs after the round trip.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+import roll_device as rd
+from strategies.base import TrainBatch, strategy_class
+from strategies.training.losses import nll_loss
+from tests.strategies.training.data import make_batch
+from tests.strategies.training.fsdp_checks import CONFIG, max_diff, plain_logprobs, reference_step
+
+MIB = 1 << 20
+
+
+def new_trainer(name: str, model_path: str, **overrides):
+    platform = rd.current_platform()
+    trainer = strategy_class("train", name, platform.kind)(platform)
+    trainer.initialize(model_path, {**CONFIG, "name": name, **overrides})
+    return trainer
+
+
+def on_device(batch: TrainBatch, device: torch.device) -> TrainBatch:
+    fields = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in vars(batch).items()}
+    return TrainBatch(**fields)
+
+
+def watch_compute_dtypes(model: torch.nn.Module) -> tuple[list, set[str]]:
+    """Forward hooks that collect the dtypes of the matrices that modules compute with (FSDP2
+    swaps in its unsharded, cast parameters only while a module runs); remove the hooks after."""
+    seen: set[str] = set()
+    hooks = [
+        module.register_forward_hook(lambda m, _args, _out: seen.add(str(m.weight.dtype)))
+        for module in model.modules()
+        if isinstance(getattr(module, "weight", None), torch.Tensor) and module.weight.dim() == 2
+    ]
+    return hooks, seen
+
+
+def exactness(name: str, model_path: str) -> dict:
+    platform = rd.current_platform()
+    device = platform.device()
+    batch = make_batch(seed=7)
+    trainer = new_trainer(name, model_path, mixed_precision="fp32")
+    plain = _plain_model(model_path, device)
+    out = {
+        "platform": platform.name,
+        "backend": str(dist.get_backend()),
+        "param_device": str(next(trainer.model.parameters()).device),
+        "logprob_diff": (trainer.forward_logprobs(batch) - plain_logprobs(plain, on_device(batch, device)).cpu())
+        .abs()
+        .max()
+        .item(),
+    }
+    first = trainer.train_step(batch, nll_loss())
+    ref_norm, ref_weights = reference_step(model_path, batch)
+    out["grad_norm"], out["reference_grad_norm"] = first["grad_norm"], ref_norm
+    out["weight_diff_vs_reference"] = max_diff(dict(trainer.export_weights()), ref_weights)
+    out["fp32_losses"] = [first["loss"]] + [trainer.train_step(batch, nll_loss())["loss"] for _ in range(3)]
+    trainer.shutdown()
+
+    mixed = new_trainer(name, model_path, mixed_precision=None)
+    hooks, seen = watch_compute_dtypes(mixed.model)
+    out["default_losses"] = [mixed.train_step(batch, nll_loss())["loss"] for _ in range(4)]
+    for hook in hooks:
+        hook.remove()
+    out["default_compute_dtypes"] = sorted(seen)
+    out["default_master_dtypes"] = sorted({str(p.dtype) for p in _optimized(mixed)})
+    mixed.shutdown()
+    out["group_released"] = not dist.is_initialized()
+    return out
+
+
+def memory(name: str, model_path: str) -> dict:
+    platform = rd.current_platform()
+    batch = make_batch(seed=8, rows=4, length=64)
+    trainer = new_trainer(name, model_path, mixed_precision=None)
+    trainer.train_step(batch, nll_loss())  # optimizer state exists from here on
+    before = trainer.forward_logprobs(batch)
+    free = {"trained": _free_bytes(platform)}
+    allocated = {"trained": platform.memory_allocated()}
+    trainer.offload()
+    free["offloaded"], allocated["offloaded"] = _free_bytes(platform), platform.memory_allocated()
+    trainer.reload()
+    free["reloaded"], allocated["reloaded"] = _free_bytes(platform), platform.memory_allocated()
+    after = trainer.forward_logprobs(batch)
+    step = trainer.train_step(batch, nll_loss())
+    trainer.shutdown()
+    return {
+        "free_mib": {k: v // MIB for k, v in free.items()},
+        "allocated_mib": {k: v // MIB for k, v in allocated.items()},
+        "logprobs_equal_after_reload": bool(torch.equal(before, after)),
+        "loss_after_reload": step["loss"],
+    }
+
+
+def _free_bytes(platform) -> int:
+    platform.synchronize()
+    platform.empty_cache()
+    return platform.mem_get_info()[0]
+
+
+def _plain_model(model_path: str, device: torch.device):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device).eval()
+
+
+def _optimized(trainer) -> list[torch.Tensor]:
+    optimizer = trainer.optimizer
+    inner = [getattr(o, "optimizer", o) for o in getattr(optimizer, "chained_optimizers", [optimizer])]
+    return [p for o in inner for group in o.param_groups for p in group["params"]]

@@ -1,0 +1,62 @@
+"""FSDP2 and Megatron-core (TP=1) on a real GPU, one rank over the platform's backend: logprobs
+equal to transformers, a step equal to a plain one, bf16 compute by default, offload and reload
+seen in `mem_get_info`. Needs a CUDA or ROCm GPU; skipped cleanly without one (CI has none)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import itertools
+
+import pytest
+import torch
+
+from tests.isolated import run_isolated
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU"),
+]
+TRAINERS = [
+    "fsdp",
+    pytest.param(
+        "megatron",
+        marks=pytest.mark.skipif(importlib.util.find_spec("megatron") is None, reason="megatron-core is not installed"),
+    ),
+]
+CHECKS = "tests.strategies.training.gpu_checks"
+
+
+@pytest.fixture(scope="module")
+def shaped_model_path(tmp_path_factory):
+    from roll_device.models.qwen_shaped import make_qwen_shaped_model
+
+    return str(make_qwen_shaped_model(tmp_path_factory.mktemp("models") / "qwen-shaped-4", num_layers=4))
+
+
+@pytest.mark.parametrize("name", TRAINERS)
+def test_fp32_step_equals_transformers_and_bf16_is_the_default(name, tiny_model_path):
+    out = run_isolated(f"{CHECKS}:exactness", name, tiny_model_path)
+    assert out["platform"] in ("cuda", "rocm") and out["param_device"] == "cuda:0"
+    assert out["backend"] == "nccl"
+    assert out["logprob_diff"] < 1e-4
+    assert out["grad_norm"] == pytest.approx(out["reference_grad_norm"], rel=1e-4)
+    assert out["weight_diff_vs_reference"] < 1e-3  # Adam's first update is lr-sized: 5e-3
+    losses = out["fp32_losses"]
+    assert all(later < earlier for earlier, later in itertools.pairwise(losses))
+    assert out["default_compute_dtypes"] == ["torch.bfloat16"]
+    assert out["default_master_dtypes"] == ["torch.float32"]
+    assert out["default_losses"] == pytest.approx(losses, rel=2e-2)
+    assert out["group_released"]
+
+
+@pytest.mark.parametrize("name", TRAINERS)
+def test_offload_frees_device_memory_and_reload_restores_it(name, shaped_model_path):
+    out = run_isolated(f"{CHECKS}:memory", name, shaped_model_path)
+    free, allocated = out["free_mib"], out["allocated_mib"]
+    # fp32 master weights (0.8 GB), gradients and Adam's two moments of a 200M-parameter model
+    assert free["offloaded"] - free["trained"] > 2000
+    assert allocated["offloaded"] < 0.05 * allocated["trained"]
+    assert abs(free["reloaded"] - free["trained"]) < 0.1 * (free["offloaded"] - free["trained"])
+    assert out["logprobs_equal_after_reload"]
+    assert math.isfinite(out["loss_after_reload"])
