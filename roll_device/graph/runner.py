@@ -5,7 +5,8 @@ bucket (leading dimension `size`, filled with harmless padding values), and `ste
 computes the step's output from them without host synchronization (static shapes, in-place
 state only), so that it can be captured. `prepare()` allocates every bucket and, where graphs are
 used, warms each step up on a side stream and captures it, largest bucket first, all graphs
-sharing one memory pool; each graph's output is held as a weak reference so that the next
+sharing one memory pool and every warm-up one side stream (a caching allocator keeps freed blocks
+per stream: a new stream per bucket would reserve fresh warm-up memory for each); each graph's output is held as a weak reference so that the next
 (smaller) capture can reuse its blocks. `run(inputs)` copies a batch of `n` rows into the
 smallest bucket that holds it, replays that bucket's graph (or runs the step eagerly when graphs
 are off), and returns the first `n` rows of the output.
@@ -55,6 +56,7 @@ class DecodeGraphRunner:
         self._graphs: dict[int, Any] = {}
         self._outputs: dict[int, torch.Tensor] = {}
         self._pool: Any = None
+        self._warmup_stream: Any = None
         self.capture_order: list[int] = []
 
     @property
@@ -74,7 +76,8 @@ class DecodeGraphRunner:
         p = self.platform
         if self._pool is None:
             self._pool = p.graph_pool_handle()
-        side = p.new_stream()
+            self._warmup_stream = p.new_stream()
+        side = self._warmup_stream
         side.wait_stream(p.current_stream())
         with p.stream(side):
             for _ in range(WARMUP_RUNS):
@@ -116,9 +119,9 @@ class DecodeGraphRunner:
         return output[:n]
 
     def release(self) -> None:
-        """Drop graphs, outputs, the pool and static inputs; `prepare` starts over."""
+        """Drop graphs, outputs, the pool, the warm-up stream and static inputs; `prepare` starts over."""
         self._outputs.clear()
         self._graphs.clear()
         self._inputs.clear()
-        self._pool = None
+        self._pool = self._warmup_stream = None
         self.capture_order = []

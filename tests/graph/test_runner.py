@@ -105,6 +105,10 @@ class StandInGraphPlatform(CpuPlatform):
     def graph_class(self):
         return lambda: StandInGraph(self.log)
 
+    def new_stream(self):
+        self.log.append("new-stream")
+        return super().new_stream()
+
     def graph_pool_handle(self):
         self.log.append("pool")
         return ("pool", len(self.log))
@@ -128,6 +132,7 @@ def test_capture_glue_with_a_stand_in_graph_api():
     runner.prepare()
     assert runner.capture_order == [4, 2, 1]  # largest first
     assert platform.log.count("pool") == 1  # one pool, shared by every graph
+    assert platform.log.count("new-stream") == 1  # one warm-up stream: its cached blocks are reused
     pools = [entry[1] for entry in platform.log if isinstance(entry, tuple) and entry[0] == "capture-begin"]
     assert len(pools) == 3 and len(set(pools)) == 1
     assert [e for e in platform.log if isinstance(e, tuple) and e[0] == "weak-ref"] == [

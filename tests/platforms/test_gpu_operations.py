@@ -3,6 +3,10 @@
 CI has no GPU. These run where one is visible (the `device` machine, when a task has one).
 """
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -64,6 +68,30 @@ def test_graph_capture_replay_and_weak_ref(gpu):
     assert torch.equal(static_out, torch.arange(16.0, device=gpu.device()) * 2 + 1)
     weak = gpu.weak_ref_tensor(static_out)
     assert weak.data_ptr() == static_out.data_ptr() and torch.equal(weak, static_out)
+
+
+def test_rng_state_round_trip_reserved_memory_and_timing_events(gpu):
+    state = gpu.get_rng_state()
+    a = torch.rand(4, device=gpu.device())
+    gpu.set_rng_state(state)
+    assert torch.equal(a, torch.rand(4, device=gpu.device()))
+    x = torch.empty(1 << 22, device=gpu.device())
+    assert gpu.memory_reserved() >= gpu.memory_allocated() >= x.numel() * 4
+    start, end = gpu.new_event(enable_timing=True), gpu.new_event(enable_timing=True)
+    start.record(gpu.current_stream())
+    x.mul_(2)
+    end.record(gpu.current_stream())
+    end.synchronize()
+    assert start.elapsed_time(end) >= 0.0
+
+
+def test_allocator_env_is_accepted_by_a_fresh_process(gpu):
+    """The allocator settings the platform gives worker processes (expandable segments)."""
+    env = {**os.environ, **gpu.allocator_env()}
+    code = "import torch; x = torch.ones(1 << 20, device='cuda'); print(torch.cuda.memory_allocated())"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and int(proc.stdout.split()[-1]) >= 4 << 20, proc.stderr[-2000:]
+    assert "expandable_segments" in next(iter(gpu.allocator_env().values()))
 
 
 def _open_and_add_one(handle, done):

@@ -1,9 +1,10 @@
 """Trainer checks on a real GPU: one rank over the platform's backend (NCCL on CUDA, RCCL on ROCm),
 each run in a fresh process (see test_trainers_on_gpu.py and scripts/gpu-check.sh).
 
-- `exactness`: the tiny model in fp32: logprobs against transformers on the same device, a step
-  against a plain AdamW step, and losses that fall; then `mixed_precision: null` (the default:
-  bf16 on accelerators): the dtype layers compute in and the loss against fp32.
+- `exactness`: the tiny model in fp32: logprobs against transformers on the same device, the first
+  step and the losses of four against plain AdamW steps of transformers on the CPU; then
+  `mixed_precision: null` (the default: bf16 on accelerators): the dtype layers compute in, the
+  master weights' dtype, and the losses.
 - `memory`: a model of Qwen2.5-0.5B's shapes: offload frees device memory and reload restores it,
   as `mem_get_info` shows, and the model computes the same logprobs after the round trip.
 """
@@ -15,9 +16,11 @@ import torch.distributed as dist
 
 import roll_device as rd
 from strategies.base import TrainBatch, strategy_class
-from strategies.training.losses import nll_loss
+from strategies.training.losses import masked_mean, nll_loss
 from tests.strategies.training.data import make_batch
 from tests.strategies.training.fsdp_checks import CONFIG, max_diff, plain_logprobs, reference_step
+
+STEPS = 4
 
 MIB = 1 << 20
 
@@ -65,12 +68,13 @@ def exactness(name: str, model_path: str) -> dict:
     ref_norm, ref_weights = reference_step(model_path, batch)
     out["grad_norm"], out["reference_grad_norm"] = first["grad_norm"], ref_norm
     out["weight_diff_vs_reference"] = max_diff(dict(trainer.export_weights()), ref_weights)
-    out["fp32_losses"] = [first["loss"]] + [trainer.train_step(batch, nll_loss())["loss"] for _ in range(3)]
+    out["fp32_losses"] = [first["loss"]] + [trainer.train_step(batch, nll_loss())["loss"] for _ in range(STEPS - 1)]
+    out["reference_losses"] = reference_losses(model_path, batch, STEPS)
     trainer.shutdown()
 
     mixed = new_trainer(name, model_path, mixed_precision=None)
     hooks, seen = watch_compute_dtypes(mixed.model)
-    out["default_losses"] = [mixed.train_step(batch, nll_loss())["loss"] for _ in range(4)]
+    out["default_losses"] = [mixed.train_step(batch, nll_loss())["loss"] for _ in range(STEPS)]
     for hook in hooks:
         hook.remove()
     out["default_compute_dtypes"] = sorted(seen)
@@ -91,8 +95,8 @@ def memory(name: str, model_path: str) -> dict:
     trainer.offload()
     free["offloaded"], allocated["offloaded"] = _free_bytes(platform), platform.memory_allocated()
     trainer.reload()
+    after = trainer.forward_logprobs(batch)  # the state "trained" was measured in
     free["reloaded"], allocated["reloaded"] = _free_bytes(platform), platform.memory_allocated()
-    after = trainer.forward_logprobs(batch)
     step = trainer.train_step(batch, nll_loss())
     trainer.shutdown()
     return {
@@ -101,6 +105,26 @@ def memory(name: str, model_path: str) -> dict:
         "logprobs_equal_after_reload": bool(torch.equal(before, after)),
         "loss_after_reload": step["loss"],
     }
+
+
+def reference_losses(model_path: str, batch: TrainBatch, steps: int) -> list[float]:
+    """Losses of `steps` plain AdamW steps (the trainer's settings) of transformers on the CPU."""
+    from transformers import AutoModelForCausalLM
+
+    from strategies.training.fsdp import token_logprobs
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=CONFIG["lr"], weight_decay=0.0)
+    losses = []
+    for _ in range(steps):
+        logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        loss = masked_mean(-token_logprobs(logits, batch.input_ids, batch.attention_mask), batch.response_mask)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CONFIG["max_grad_norm"])
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
 
 
 def _free_bytes(platform) -> int:

@@ -1,12 +1,11 @@
 """FSDP2 and Megatron-core (TP=1) on a real GPU, one rank over the platform's backend: logprobs
-equal to transformers, a step equal to a plain one, bf16 compute by default, offload and reload
+equal to transformers, steps equal to plain AdamW steps of transformers on the CPU, bf16 compute by default, offload and reload
 seen in `mem_get_info`. Needs a CUDA or ROCm GPU; skipped cleanly without one (CI has none)."""
 
 from __future__ import annotations
 
 import importlib.util
 import math
-import itertools
 
 import pytest
 import torch
@@ -42,11 +41,10 @@ def test_fp32_step_equals_transformers_and_bf16_is_the_default(name, tiny_model_
     assert out["logprob_diff"] < 1e-4
     assert out["grad_norm"] == pytest.approx(out["reference_grad_norm"], rel=1e-4)
     assert out["weight_diff_vs_reference"] < 1e-3  # Adam's first update is lr-sized: 5e-3
-    losses = out["fp32_losses"]
-    assert all(later < earlier for earlier, later in itertools.pairwise(losses))
+    assert out["fp32_losses"] == pytest.approx(out["reference_losses"], rel=1e-4)
     assert out["default_compute_dtypes"] == ["torch.bfloat16"]
     assert out["default_master_dtypes"] == ["torch.float32"]
-    assert out["default_losses"] == pytest.approx(losses, rel=2e-2)
+    assert out["default_losses"] == pytest.approx(out["reference_losses"], rel=5e-2)  # bf16 rounding
     assert out["group_released"]
 
 
