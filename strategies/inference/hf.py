@@ -8,6 +8,12 @@ decode step per token through the runner, which pads the batch to the smallest c
 replays that bucket's graph (or runs it eagerly) and returns the raw log-probabilities of the
 next token; sampling happens outside the graph. Attention masks are built here (4-D, boolean)
 and handed to the model, so nothing in the step depends on host-side values.
+
+Prefill, capture and eager decoding run with the same attention kernels, chosen from
+`DECODE_ATTENTION` (PyTorch's scaled-dot-product backends without cuDNN's): measured on an H100
+(docs/benchmarks.md), cuDNN attention, which torch picks for bf16 there, let greedy tokens of
+captured and eager decoding part after about 55 tokens at batch 16, while with these backends
+they agree token for token.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import contextlib
 from typing import Any
 
 import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from roll_device.errors import ConfigError
 from roll_device.graph import DecodeGraphRunner, check_capture_sizes, default_capture_sizes
@@ -39,6 +46,7 @@ CONFIG_KEYS = {
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 MASK_KEY = "full_attention"
+DECODE_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 def _positive(config: dict[str, Any], key: str) -> int:
@@ -112,7 +120,7 @@ class HfStrategy(InferenceStrategy):
         self.runner = DecodeGraphRunner(
             self.platform, s["capture_sizes"], self._make_inputs, self._decode_step, s["use_graphs"]
         )
-        with torch.no_grad():
+        with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION):
             self.runner.prepare()
 
     def _make_inputs(self, size: int) -> dict[str, torch.Tensor]:
@@ -212,7 +220,7 @@ class HfStrategy(InferenceStrategy):
         rows = [(i, s, list(p)) for i, p in enumerate(prompt_token_ids) for s in range(sampling.n)]
         completions = []
         chunk = self.settings["max_batch_size"]
-        with torch.no_grad(), self._seeded(sampling.seed):
+        with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION), self._seeded(sampling.seed):
             for start in range(0, len(rows), chunk):
                 part = rows[start : start + chunk]
                 results = self._generate_rows([p for _, _, p in part], sampling)

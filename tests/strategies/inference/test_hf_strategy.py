@@ -46,6 +46,21 @@ def test_logprobs_are_the_models_own(hf_cpu, reference_model):
         assert c.logprobs == pytest.approx(expected, abs=1e-4)
 
 
+def test_prefill_and_decode_run_without_cudnn_attention(hf_cpu):
+    """Captured and eager decoding must use the same attention kernels: cuDNN's let their greedy
+    tokens part on an H100 (docs/benchmarks.md), so the strategy leaves it out around every step."""
+    seen = []
+    hook = hf_cpu.model.register_forward_hook(
+        lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled())
+    )
+    try:
+        hf_cpu.generate([[5, 6, 7]], SamplingConfig(max_tokens=3, temperature=0.0))
+    finally:
+        hook.remove()
+    assert seen == [False, False, False]  # the prefill and two decode steps
+    assert torch.backends.cuda.cudnn_sdp_enabled()  # restored after the call
+
+
 def test_seeded_sampling_repeats_and_samples_differ(hf_cpu):
     sampling = SamplingConfig(n=3, max_tokens=8, temperature=1.0, seed=11)
     state = torch.get_rng_state()
