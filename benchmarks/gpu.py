@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.nn.attention import sdpa_kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -36,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 import roll_device as rd
 from benchmarks.doc_sections import replace_section
 from benchmarks.weight_sync import make_state, qwen_shapes
+from strategies.inference.hf import DECODE_ATTENTION
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "gpu_benchmark.png"
@@ -119,7 +121,7 @@ def decode_model(platform, label: str, model_path: str, dtype: str, args) -> dic
             tokens = {g: [c.token_ids for c in s.generate(batch, sampling)] for g, s in modes.items()}  # warm-up
             count = sum(map(len, tokens[True]))
             inputs = {g: decode_step_inputs(s, rows) for g, s in modes.items()}
-            with torch.no_grad():  # the same step on the same prompt cache, replayed and eager
+            with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION):  # one step, same prompt cache, both ways
                 step_diff = (modes[True].runner.run(inputs[True]) - modes[False].runner.run(inputs[False])).abs()
             step_diff = float(step_diff.max())
             if tokens[True] != tokens[False] and (dtype == "float32" or step_diff > STEP_TOLERANCE):
@@ -131,7 +133,7 @@ def decode_model(platform, label: str, model_path: str, dtype: str, args) -> dic
             gen = {True: [], False: []}
             for _ in range(args.rounds):
                 for g, s in modes.items():
-                    with torch.no_grad():
+                    with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION):  # the kernels generate uses
                         step[g].append(timed(platform, lambda s=s, g=g: s.runner.run(inputs[g]), repeat=args.steps))
                     gen[g].append(count / timed(platform, lambda s=s: s.generate(batch, sampling)))
             result = {

@@ -5,8 +5,9 @@ each run in a fresh process (see test_trainers_on_gpu.py and scripts/gpu-check.s
   step and the losses of four against plain AdamW steps of transformers on the CPU; then
   `mixed_precision: null` (the default: bf16 on accelerators): the dtype layers compute in, the
   master weights' dtype, and the losses.
-- `memory`: a model of Qwen2.5-0.5B's shapes: offload frees device memory and reload restores it,
-  as `mem_get_info` shows, and the model computes the same logprobs after the round trip.
+- `memory`: a model of Qwen2.5-0.5B's shapes: offload moves every parameter and optimizer state off
+  the device and reload brings the same bytes back, `mem_get_info` shows both, and the model
+  computes the same logprobs after the round trip.
 """
 
 from __future__ import annotations
@@ -90,22 +91,36 @@ def memory(name: str, model_path: str) -> dict:
     trainer = new_trainer(name, model_path, mixed_precision=None)
     trainer.train_step(batch, nll_loss())  # optimizer state exists from here on
     before = trainer.forward_logprobs(batch)
-    free = {"trained": _free_bytes(platform)}
-    allocated = {"trained": platform.memory_allocated()}
+    free, state = {"trained": _free_bytes(platform)}, {"trained": device_state_bytes(trainer, platform)}
     trainer.offload()
-    free["offloaded"], allocated["offloaded"] = _free_bytes(platform), platform.memory_allocated()
+    free["offloaded"], state["offloaded"] = _free_bytes(platform), device_state_bytes(trainer, platform)
     trainer.reload()
+    state["reloaded"] = device_state_bytes(trainer, platform)
     after = trainer.forward_logprobs(batch)
     step = trainer.train_step(batch, nll_loss())
     trainer.forward_logprobs(batch)  # the state "trained" was measured in: a step and a forward
-    free["reloaded"], allocated["reloaded"] = _free_bytes(platform), platform.memory_allocated()
+    free["reloaded"] = _free_bytes(platform)
     trainer.shutdown()
     return {
         "free_mib": {k: v // MIB for k, v in free.items()},
-        "allocated_mib": {k: v // MIB for k, v in allocated.items()},
+        "state_mib": {k: v // MIB for k, v in state.items()},
         "logprobs_equal_after_reload": bool(torch.equal(before, after)),
         "loss_after_reload": step["loss"],
     }
+
+
+def device_state_bytes(trainer, platform) -> int:
+    """Bytes of the distinct device storages behind the model's parameters (a DTensor's local
+    shard) and the optimizer's parameters and state."""
+    tensors = list(trainer.model.parameters()) + _optimized(trainer)
+    inner = [getattr(o, "optimizer", o) for o in getattr(trainer.optimizer, "chained_optimizers", [trainer.optimizer])]
+    tensors += [v for o in inner for entry in o.state.values() for v in entry.values() if isinstance(v, torch.Tensor)]
+    storages = {}
+    for tensor in tensors:
+        local = getattr(tensor, "_local_tensor", tensor)
+        if local.device.type == platform.device_type and local.untyped_storage().nbytes():
+            storages[local.untyped_storage().data_ptr()] = local.untyped_storage().nbytes()
+    return sum(storages.values())
 
 
 def reference_losses(model_path: str, batch: TrainBatch, steps: int) -> list[float]:

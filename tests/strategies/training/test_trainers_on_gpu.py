@@ -51,10 +51,10 @@ def test_fp32_step_equals_transformers_and_bf16_is_the_default(name, tiny_model_
 @pytest.mark.parametrize("name", TRAINERS)
 def test_offload_frees_device_memory_and_reload_restores_it(name, shaped_model_path):
     out = run_isolated(f"{CHECKS}:memory", name, shaped_model_path)
-    free, allocated = out["free_mib"], out["allocated_mib"]
-    # fp32 master weights (0.8 GB), gradients and Adam's two moments of a 200M-parameter model
-    assert free["offloaded"] - free["trained"] > 2000
-    assert allocated["offloaded"] < 0.05 * allocated["trained"]
-    assert abs(free["reloaded"] - free["trained"]) < 0.1 * (free["offloaded"] - free["trained"])
+    free, state = out["free_mib"], out["state_mib"]
+    # fp32 master weights (0.8 GB) and Adam's two moments of a 200M-parameter model
+    assert state["trained"] > 2000 and state["offloaded"] == 0 and state["reloaded"] == state["trained"]
+    assert free["offloaded"] - free["trained"] > 0.9 * state["trained"]  # offload gives the device memory back
+    assert free["offloaded"] - free["reloaded"] > 0.9 * state["trained"]  # reload takes it again
     assert out["logprobs_equal_after_reload"]
     assert math.isfinite(out["loss_after_reload"])
