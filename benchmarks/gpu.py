@@ -111,18 +111,25 @@ def decode_model(platform, label: str, model_path: str, dtype: str, args) -> dic
     """Step and generation timings of one model, graphs and eager alternating per round."""
     from strategies.base import SamplingConfig
 
-    modes = {True: start_hf(platform, model_path, dtype, True), False: start_hf(platform, model_path, dtype, False)}
+    modes = {
+        True: start_hf(platform, model_path, dtype, True),
+        False: start_hf(platform, model_path, dtype, False),
+    }
     sampling = SamplingConfig(n=1, max_tokens=args.max_tokens, temperature=0.0)
     rows_out = []
     try:
         vocab = modes[True].vocab_size
         for rows in BATCHES:
             batch = prompts(rows, vocab)
-            tokens = {g: [c.token_ids for c in s.generate(batch, sampling)] for g, s in modes.items()}  # warm-up
+            tokens = {
+                g: [c.token_ids for c in s.generate(batch, sampling)] for g, s in modes.items()
+            }  # warm-up
             count = sum(map(len, tokens[True]))
             inputs = {g: decode_step_inputs(s, rows) for g, s in modes.items()}
             with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION):  # one step, same prompt cache, both ways
-                step_diff = (modes[True].runner.run(inputs[True]) - modes[False].runner.run(inputs[False])).abs()
+                step_diff = (
+                    modes[True].runner.run(inputs[True]) - modes[False].runner.run(inputs[False])
+                ).abs()
             step_diff = float(step_diff.max())
             if tokens[True] != tokens[False] and (dtype == "float32" or step_diff > STEP_TOLERANCE):
                 raise SystemExit(
@@ -134,8 +141,10 @@ def decode_model(platform, label: str, model_path: str, dtype: str, args) -> dic
             for _ in range(args.rounds):
                 for g, s in modes.items():
                     with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION):  # the kernels generate uses
-                        step[g].append(timed(platform, lambda s=s, g=g: s.runner.run(inputs[g]), repeat=args.steps))
-                    gen[g].append(count / timed(platform, lambda s=s: s.generate(batch, sampling)))
+                        step[g].append(
+                            timed(platform, lambda s=s, x=inputs[g]: s.runner.run(x), repeat=args.steps)
+                        )
+                    gen[g].append(count / timed(platform, lambda s=s, b=batch: s.generate(b, sampling)))
             result = {
                 "rows": rows,
                 "tokens": count,
@@ -170,7 +179,9 @@ def measure_decode(platform, args) -> list[dict]:
         results = [decode_model(platform, "tiny Qwen2 (2 layers, hidden 128)", tiny, "float32", args)]
         say("decode graphs vs eager: Qwen2.5-0.5B shapes (random weights)")
         shaped = str(make_qwen_shaped_model(Path(scratch) / "qwen-shaped"))
-        results.append(decode_model(platform, "Qwen2.5-0.5B shapes (24 layers, random)", shaped, "bfloat16", args))
+        results.append(
+            decode_model(platform, "Qwen2.5-0.5B shapes (24 layers, random)", shaped, "bfloat16", args)
+        )
     return results
 
 
@@ -293,8 +304,10 @@ def render(r: dict) -> str:
             f"Goal: decode step at least {GRAPH_GOAL:.0f}x faster at batch 1-16."
         ),
         "",
-        "| model | batch | eager step ms | graph step ms | step speed-up | eager tok/s | graph tok/s "
-        "| generate speed-up | same tokens | step diff |",
+        (
+            "| model | batch | eager step ms | graph step ms | step speed-up | eager tok/s | graph tok/s "
+            "| generate speed-up | same tokens | step diff |"
+        ),
         "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|",
     ]
     for model in r["decode"]:
@@ -340,7 +353,9 @@ def plot(r: dict) -> None:
         ax.set_title(model["label"], fontsize=9)
         ax.legend(fontsize=8)
     ipc = r["ipc"]
-    axes[-1].bar(["device copy", "IPC sync"], [ipc["copy_gbps"], ipc["sync_gbps"]], color=["#888888", "#3b75af"])
+    axes[-1].bar(
+        ["device copy", "IPC sync"], [ipc["copy_gbps"], ipc["sync_gbps"]], color=["#888888", "#3b75af"]
+    )
     axes[-1].set_ylabel("GB/s")
     axes[-1].set_title(f"colocated sync, {ipc['bytes'] / 1e9:.2f} GB: ratio {ipc['ratio']:.2f}", fontsize=9)
     fig.suptitle(f"{r['device']}, torch {r['torch']}", fontsize=10)
@@ -356,7 +371,9 @@ def summary(r: dict) -> list[str]:
         worst = min(speedups)
         verdict = "meets" if worst >= GRAPH_GOAL else "below"
         differ = [b["rows"] for b in model["batches"] if not b["tokens_equal"]]
-        same = f"greedy tokens differ from eager at batch {differ}" if differ else "greedy tokens equal to eager"
+        same = (
+            f"greedy tokens differ from eager at batch {differ}" if differ else "greedy tokens equal to eager"
+        )
         diff = max(b["step_logprob_diff"] for b in model["batches"])
         lines.append(
             f"check decode graphs, {model['label']}: step speed-up {worst:.1f}x to {max(speedups):.1f}x "
@@ -379,7 +396,9 @@ def main() -> None:
     args = parser.parse_args()
     platform = rd.current_platform()
     if not platform.supports_graphs or not platform.supports_ipc:
-        raise SystemExit(f"benchmarks/gpu.py needs a CUDA or ROCm GPU; this process's platform is {platform.name}")
+        raise SystemExit(
+            f"benchmarks/gpu.py needs a CUDA or ROCm GPU; this process's platform is {platform.name}"
+        )
     facts = platform.device_module()
     props = facts.get_device_properties(0)
     results = {

@@ -1,6 +1,6 @@
 """One line per test case of a pytest JUnit XML report: `check <test>: passed|FAILED|skipped (why)`.
 
-    python scripts/junit_summary.py REPORT.xml
+python scripts/junit_summary.py REPORT.xml
 """
 
 from __future__ import annotations

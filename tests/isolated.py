@@ -18,11 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def run_isolated(target: str, *args: str, env: dict[str, str] | None = None, timeout: int = 300) -> dict:
     """Call `module:function(*args)` in a new interpreter; the function returns a JSON-able dict."""
     module, function = target.split(":")
-    code = (
-        "import json, sys\n"
-        f"from {module} import {function} as f\n"
-        "print(json.dumps(f(*sys.argv[1:])))\n"
-    )
+    code = f"import json, sys\nfrom {module} import {function} as f\nprint(json.dumps(f(*sys.argv[1:])))\n"
     search_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     full_env = {**os.environ, "PYTHONPATH": search_path, **(env or {})}
     proc = subprocess.run(

@@ -89,7 +89,9 @@ def test_allocator_env_is_accepted_by_a_fresh_process(gpu):
     """The allocator settings the platform gives worker processes (expandable segments)."""
     env = {**os.environ, **gpu.allocator_env()}
     code = "import torch; x = torch.ones(1 << 20, device='cuda'); print(torch.cuda.memory_allocated())"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0 and int(proc.stdout.split()[-1]) >= 4 << 20, proc.stderr[-2000:]
     assert "expandable_segments" in next(iter(gpu.allocator_env().values()))
 

@@ -50,9 +50,7 @@ def test_prefill_and_decode_run_without_cudnn_attention(hf_cpu):
     """Captured and eager decoding must use the same attention kernels: cuDNN's let their greedy
     tokens part on an H100 (docs/benchmarks.md), so the strategy leaves it out around every step."""
     seen = []
-    hook = hf_cpu.model.register_forward_hook(
-        lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled())
-    )
+    hook = hf_cpu.model.register_forward_hook(lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled()))
     try:
         hf_cpu.generate([[5, 6, 7]], SamplingConfig(max_tokens=3, temperature=0.0))
     finally:

@@ -20,7 +20,9 @@ TRAINERS = [
     "fsdp",
     pytest.param(
         "megatron",
-        marks=pytest.mark.skipif(importlib.util.find_spec("megatron") is None, reason="megatron-core is not installed"),
+        marks=pytest.mark.skipif(
+            importlib.util.find_spec("megatron") is None, reason="megatron-core is not installed"
+        ),
     ),
 ]
 CHECKS = "tests.strategies.training.gpu_checks"
@@ -54,7 +56,8 @@ def test_offload_frees_device_memory_and_reload_restores_it(name, shaped_model_p
     free, state = out["free_mib"], out["state_mib"]
     # fp32 master weights (0.8 GB) and Adam's two moments of a 200M-parameter model
     assert state["trained"] > 2000 and state["offloaded"] == 0 and state["reloaded"] == state["trained"]
-    assert free["offloaded"] - free["trained"] > 0.9 * state["trained"]  # offload gives the device memory back
-    assert free["offloaded"] - free["reloaded"] > 0.9 * state["trained"]  # reload takes it again
+    # offload gives the device memory back, reload takes it again
+    assert free["offloaded"] - free["trained"] > 0.9 * state["trained"]
+    assert free["offloaded"] - free["reloaded"] > 0.9 * state["trained"]
     assert out["logprobs_equal_after_reload"]
     assert math.isfinite(out["loss_after_reload"])
