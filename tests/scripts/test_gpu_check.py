@@ -12,7 +12,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from junit_summary import lines  # noqa: E402 (scripts/ is no package)
+from junit_summary import lines  # scripts/ is no package: imported from its folder
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the script would run")
