@@ -58,6 +58,7 @@ def two_ranks(rank: int, model_path: str, checkpoint_dir: str) -> dict:
     trainer = new_trainer(model_path)
     plain = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     out["logprob_diff"] = (trainer.forward_logprobs(batch) - plain_logprobs(plain, batch)).abs().max().item()
+    out["parameter_types_after_forward"] = sorted({type(p).__name__ for p in trainer.model.parameters()})
 
     first = trainer.train_step(batch, nll_loss())
     ref_norm, ref_weights = reference_step(model_path, concat([make_batch(100 + r) for r in range(world)]))

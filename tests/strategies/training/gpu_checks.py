@@ -94,8 +94,8 @@ def memory(name: str, model_path: str) -> dict:
     batch = make_batch(seed=8, rows=4, length=64)
     trainer = new_trainer(name, model_path, mixed_precision=None)
     trainer.train_step(batch, nll_loss())  # optimizer state exists from here on
-    # counted before a forward: after one, FSDP2 keeps the root module's parameters unsharded (in
-    # bf16) until the next backward, and they are parameters too (260 MiB here, seen on an H100)
+    # counted right after a step, when every FSDP2 unit is sharded (an H100 run counted the root's
+    # gathered bf16 embedding, 260 MiB, after a forward: forward_logprobs now reshards)
     state = {"trained": device_state_bytes(trainer, platform)}
     before = trainer.forward_logprobs(batch)
     free = {"trained": _free_bytes(platform)}

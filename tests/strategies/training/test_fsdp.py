@@ -30,6 +30,12 @@ def test_logprobs_equal_plain_transformers_forward(two_ranks):
         assert rank["logprob_diff"] < 1e-5
 
 
+def test_forward_only_leaves_every_parameter_sharded(two_ranks):
+    """No gathered root parameters are left behind by a forward that has no backward."""
+    for rank in two_ranks:
+        assert rank["parameter_types_after_forward"] == ["DTensor"]
+
+
 def test_two_rank_step_equals_one_plain_step_on_both_ranks_rows(two_ranks):
     for rank in two_ranks:
         assert rank["grad_norm"] == pytest.approx(rank["reference_grad_norm"], rel=1e-5)
