@@ -1,5 +1,5 @@
-"""`roll-device`: run an experiment, print its device plan, submit it to a Ray cluster, or make
-the tiny local model. Overrides are Hydra's (`key=value`, `group=option`).
+"""`roll-device`: run an experiment, print its device plan, submit it to a Ray cluster, check what
+this machine can run (doctor), or make the tiny local model. Overrides are Hydra's (`key=value`, `group=option`).
 
 Any `RollDeviceError` (bad config, plan that does not fit, missing package) ends the command with
 its message on stderr and exit status 2, before work starts.
@@ -33,6 +33,12 @@ def _submit(args: argparse.Namespace) -> int:
     return submit_command(args.overrides, address=args.address, no_wait=args.no_wait, command=args.command)
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    from roll_device.doctor.command import doctor_command
+
+    return doctor_command(args.overrides)
+
+
 def _make_tiny_model(args: argparse.Namespace) -> int:
     from roll_device.models.tiny import make_tiny_model
 
@@ -56,10 +62,20 @@ def build_parser() -> argparse.ArgumentParser:
     submit = sub.add_parser("submit", help="submit the run to a Ray cluster (Ray Jobs API)")
     submit.add_argument("--address", default=None, help="dashboard address, e.g. http://127.0.0.1:8265")
     submit.add_argument("--no-wait", action="store_true", help="return after submission")
-    submit.add_argument("--command", choices=["run", "plan"], default="run",
-                        help="what the job runs: the experiment (default) or only its device plan")
+    submit.add_argument(
+        "--command",
+        choices=["run", "plan"],
+        default="run",
+        help="what the job runs: the experiment (default) or only its device plan",
+    )
     submit.add_argument("overrides", nargs="*")
     submit.set_defaults(func=_submit)
+
+    doctor = sub.add_parser(
+        "doctor", help="versions, device capabilities and known-bad combinations; exit 2 on a problem"
+    )
+    doctor.add_argument("overrides", nargs="*", help="Hydra overrides of the experiment to check")
+    doctor.set_defaults(func=_doctor)
 
     tiny = sub.add_parser("make-tiny-model", help="write the tiny Qwen2 model and tokenizer")
     tiny.add_argument("path")

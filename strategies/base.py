@@ -2,6 +2,10 @@
 `TrainStrategy` (trainers), the data they exchange, and the registry that picks a class from
 (role type, strategy name, device kind).
 
+Each strategy class also declares, without importing anything, what it needs on a kind
+(`requirements(kind)`: packages, graph modes, sleep levels) and what a role's settings ask of it
+(`settings_need(kind, settings)`): the doctor and the preflight ask these instead of knowing engines.
+
 A strategy is bound to the platform of the worker that hosts it (`platform` argument); it never
 names a vendor. Tensors cross this interface on the CPU; the strategy moves them to its device.
 """
@@ -16,6 +20,7 @@ from typing import Any
 import torch
 
 from roll_device.errors import ConfigError
+from roll_device.packages import Package
 from roll_device.platforms.base import Platform
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
@@ -70,9 +75,42 @@ class TrainBatch:
 
 
 LossFn = Callable[[torch.Tensor, TrainBatch], tuple[torch.Tensor, dict[str, float]]]
+NO_GRAPHS = "NONE"
 
 
-class InferenceStrategy(abc.ABC):
+@dataclass(frozen=True)
+class Requirements:
+    """What a strategy needs and offers on one device kind: the packages it imports there, the
+    device-graph modes and the sleep levels its engine has there."""
+
+    packages: tuple[Package, ...] = ()
+    graph_modes: tuple[str, ...] = (NO_GRAPHS,)
+    sleep_levels: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class SettingsNeed:
+    """What a role's settings ask of its strategy on one kind: a graph mode and a sleep level."""
+
+    graph_mode: str = NO_GRAPHS
+    sleep_level: int | None = None
+
+
+class Strategy:
+    """What every strategy class declares; subclasses override both for what they use."""
+
+    @classmethod
+    def requirements(cls, kind: str) -> Requirements:
+        return Requirements()
+
+    @classmethod
+    def settings_need(cls, kind: str, settings: dict[str, Any]) -> SettingsNeed:
+        """The graph mode and sleep level `settings` (the role's config section) ask for on
+        `kind`; a ConfigError for settings that cannot work there."""
+        return SettingsNeed()
+
+
+class InferenceStrategy(Strategy, abc.ABC):
     """A rollout engine bound to one platform."""
 
     def __init__(self, platform: Platform) -> None:
@@ -103,7 +141,7 @@ class InferenceStrategy(abc.ABC):
         """Stop the engine and free its resources."""
 
 
-class TrainStrategy(abc.ABC):
+class TrainStrategy(Strategy, abc.ABC):
     """A trainer bound to one platform. With a world size above one, torch.distributed is
     initialized by the hosting worker before `initialize` (backend: the platform's).
 
@@ -196,3 +234,11 @@ def strategy_class(role_type: str, name: str, kind: str) -> type:
 def registered() -> dict[tuple[str, str, str], type]:
     _import_builtin()
     return dict(_REGISTRY)
+
+
+def declared_packages() -> list[Package]:
+    """Every package any registered strategy declares on any kind, once each, in registry order."""
+    found: dict[Package, None] = {}
+    for (_role_type, _name, kind), cls in registered().items():
+        found.update(dict.fromkeys(cls.requirements(kind).packages))
+    return list(found)

@@ -13,9 +13,11 @@ are declared, not real.
 
 from __future__ import annotations
 
+import os
+import socket
 from dataclasses import dataclass, field, replace
 
-from roll_device.platforms import get_platform, known_kinds
+from roll_device.platforms import current_platform, get_platform, known_kinds
 from roll_device.platforms.registry import SIMULATED_NPU
 
 SIMULATED_LABEL = "roll-device/simulated"
@@ -163,3 +165,24 @@ def read_inventory() -> Inventory:
     import ray
 
     return inventory_from_nodes(ray.nodes())
+
+
+def machine_inventory(num_cpus: float | None = None) -> Inventory:
+    """This machine as a one-node inventory, without Ray: its CPUs (or `num_cpus`) and the devices
+    of every accelerator kind usable here (the simulated NPU when this process runs on it)."""
+    current = current_platform()
+    devices = {}
+    for kind in device_kinds():
+        platform = current if current.kind == kind else get_platform(kind)
+        if platform.ray_resource is not None and (platform.simulated or platform.is_available()):
+            devices[kind] = platform.device_count()
+    node = NodeInfo(
+        node_id="this-machine",
+        ip="127.0.0.1",
+        name=socket.gethostname(),
+        cpus=float(num_cpus or os.cpu_count() or 1),
+        devices=devices,
+        simulated=current.simulated,
+        is_head=True,
+    )
+    return Inventory((node,))

@@ -29,7 +29,13 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from roll_device.cluster.inventory import ACCELERATOR_TYPE_RESOURCE, SIMULATED_LABEL
+from roll_device.cluster.inventory import (
+    ACCELERATOR_TYPE_RESOURCE,
+    HEAD_RESOURCE,
+    SIMULATED_LABEL,
+    Inventory,
+    inventory_from_nodes,
+)
 from roll_device.errors import ConfigError, RollDeviceError
 
 START_TIMEOUT_S = 120.0
@@ -54,11 +60,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def node_args(entry: Mapping, default_name: str | None = None) -> list[str]:
-    """`ray start` arguments for one node entry of the sim cluster config."""
+def _name(entry: Mapping, default_name: str | None) -> str:
     name = entry.get("name") or default_name
     if not name:
         raise ConfigError(f"sim cluster node {dict(entry)} has no name: give each node a `name`")
+    return str(name)
+
+
+def declared_resources(entry: Mapping, name: str) -> dict[str, float]:
+    """The custom resources of one node entry (its accelerator type included), checked."""
     resources = dict(entry.get("resources") or {})
     reserved = {"CPU", "GPU"} & set(resources)
     if reserved:
@@ -68,6 +78,13 @@ def node_args(entry: Mapping, default_name: str | None = None) -> list[str]:
         )
     if entry.get("accelerator_type"):
         resources[ACCELERATOR_TYPE_RESOURCE + str(entry["accelerator_type"])] = 1
+    return resources
+
+
+def node_args(entry: Mapping, default_name: str | None = None) -> list[str]:
+    """`ray start` arguments for one node entry of the sim cluster config."""
+    name = _name(entry, default_name)
+    resources = declared_resources(entry, name)
     num_gpus = entry.get("num_gpus", 0)
     args = [
         f"--node-name={name}",
@@ -85,6 +102,23 @@ def node_args(entry: Mapping, default_name: str | None = None) -> list[str]:
     if num_gpus or resources:  # its accelerators are declared, not real
         args.append(f"--labels={SIMULATED_LABEL}=true")
     return args
+
+
+def declared_inventory(head: Mapping, entries: list[Mapping]) -> Inventory:
+    """The inventory the sim cluster of `head` and `entries` will have, without starting it (the
+    node ids are the names: a plan on it is for checking, not for reserving)."""
+    records = []
+    for entry, default_name in [(head, HEAD_NAME)] + [(entry, None) for entry in entries]:
+        name = _name(entry, default_name)
+        resources = declared_resources(entry, name)
+        labels = {SIMULATED_LABEL: "true"} if entry.get("num_gpus") or resources else {}
+        resources.update(CPU=float(entry.get("num_cpus", 1)), GPU=float(entry.get("num_gpus", 0)))
+        if entry is head:
+            resources[HEAD_RESOURCE] = 1.0
+        records.append(
+            {"Alive": True, "NodeID": name, "NodeName": name, "Resources": resources, "Labels": labels}
+        )
+    return inventory_from_nodes(records)
 
 
 class SimNodes:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from roll_device.errors import ConfigError
+from roll_device.packages import Package
 from roll_device.platforms.base import Platform
 
 
@@ -45,6 +46,9 @@ ADAPTERS: dict[str, Callable[[Platform, dict[str, Any]], Callable[[], Any]]] = {
     "rocm": _native,
 }
 KINDS = tuple(ADAPTERS)
+MEGATRON_CORE = Package("megatron", "megatron-core")
+# What megatron needs on each kind beyond megatron-core (MindSpeed installs as `mindspeed`).
+PACKAGES: dict[str, tuple[Package, ...]] = {"npu": (MEGATRON_CORE, Package("mindspeed", "mindspeed"))}
 
 
 QUIET_NOTICES = (  # (category, start of the message, module the warning is attributed to)
@@ -60,6 +64,11 @@ QUIET_NOTICES = (  # (category, start of the message, module the warning is attr
         r"(megatron\.core\.optimizer|roll_device\.compat\.megatron_cuda)",
     ),
 )
+
+
+def packages(kind: str) -> tuple[Package, ...]:
+    """The packages the Megatron trainer imports on `kind`."""
+    return PACKAGES.get(kind, (MEGATRON_CORE,))
 
 
 def prepare(platform: Platform, options: dict[str, Any]) -> Callable[[], Any]:

@@ -16,9 +16,11 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from roll_device.cluster import plan_from_config, start_cluster
+from roll_device.doctor.preflight import preflight
 from roll_device.errors import ConfigError
 from roll_device.pipeline.loop import GrpoStep
 from roll_device.pipeline.metrics import MetricsLog
+from roll_device.pipeline.role_settings import role_requests
 from roll_device.pipeline.roles import RoleGroups, WorkerLostError, start_roles
 from roll_device.pipeline.state import Checkpoints, PipelineState
 from roll_device.pipeline.validate import validate
@@ -31,8 +33,11 @@ def model_path(cfg: DictConfig) -> str:
         return str(cfg.model.path)
     from roll_device.models.tiny import make_tiny_model
 
-    return str(make_tiny_model(cfg.model.tiny_dir, num_layers=cfg.model.tiny_layers,
-                               hidden_size=cfg.model.tiny_hidden))
+    return str(
+        make_tiny_model(
+            cfg.model.tiny_dir, num_layers=cfg.model.tiny_layers, hidden_size=cfg.model.tiny_hidden
+        )
+    )
 
 
 def _drop_unused_reference(cfg: DictConfig) -> None:
@@ -86,8 +91,12 @@ class Run:
                 record = self.step.run(self.state)
                 self.metrics.append(record)
                 bar.update(1)
-                bar.set_postfix(reward=f"{record['reward_mean']:.3f}", rollout=f"{record['rollout_s']:.2f}s",
-                                train=f"{record['train_s']:.2f}s", sync=f"{record['sync_s']:.2f}s")
+                bar.set_postfix(
+                    reward=f"{record['reward_mean']:.3f}",
+                    rollout=f"{record['rollout_s']:.2f}s",
+                    train=f"{record['train_s']:.2f}s",
+                    sync=f"{record['sync_s']:.2f}s",
+                )
                 if self.due():
                     self.save()
                 if on_step is not None:
@@ -103,12 +112,19 @@ class Run:
             except WorkerLostError:
                 pass
         latest = self.checkpoints.latest()
-        where = (f"the last checkpoint is step {latest[1].step} in {latest[0]}" if latest
-                 else "no checkpoint was written yet")
-        return WorkerLostError(error.role, error.cause, advice=(
-            f"the run stopped after step {self.state.step}; {where}; continue with: roll-device run "
-            f"resume=true hydra.run.dir={self.run_dir} (and the same overrides)"
-        ))
+        where = (
+            f"the last checkpoint is step {latest[1].step} in {latest[0]}"
+            if latest
+            else "no checkpoint was written yet"
+        )
+        return WorkerLostError(
+            error.role,
+            error.cause,
+            advice=(
+                f"the run stopped after step {self.state.step}; {where}; continue with: roll-device run "
+                f"resume=true hydra.run.dir={self.run_dir} (and the same overrides)"
+            ),
+        )
 
 
 def run_experiment(cfg: DictConfig, run_dir: Path, on_step: Callable | None = None) -> Path:
@@ -124,11 +140,22 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_step: Callable | None = No
     started = time.perf_counter()
     with start_cluster(cfg.cluster):
         plan = plan_from_config(cfg)
-        print(f"cluster ready in {time.perf_counter() - started:.1f}s; device plan:\n{plan.format()}", flush=True)
+        print(
+            f"cluster ready in {time.perf_counter() - started:.1f}s; device plan:\n{plan.format()}",
+            flush=True,
+        )
+        checking = time.perf_counter()
+        nodes = preflight(plan, role_requests(cfg, plan))
+        print(
+            f"preflight: {nodes} node(s) ready for their roles ({time.perf_counter() - checking:.1f}s)",
+            flush=True,
+        )
         roles = start_roles(cfg, plan, path)
         try:
-            print(f"workers ready in {time.perf_counter() - started:.1f}s; weight sync: {roles.sync.describe()}",
-                  flush=True)
+            print(
+                f"workers ready in {time.perf_counter() - started:.1f}s; weight sync: {roles.sync.describe()}",
+                flush=True,
+            )
             run = Run(cfg, run_dir, roles, tokenizer)
             if cfg.resume:
                 run.restore()
@@ -148,5 +175,6 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_step: Callable | None = No
 
 
 def plan_summary(plan) -> str:
-    return ", ".join(f"{role} on {p.kind}" + (" (simulated)" if p.simulated else "")
-                     for role, p in plan.roles.items())
+    return ", ".join(
+        f"{role} on {p.kind}" + (" (simulated)" if p.simulated else "") for role, p in plan.roles.items()
+    )

@@ -13,12 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import ray
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from roll_device.cluster import Plan, WorkerGroup, shard
 from roll_device.cluster.plan import compute_kind
 from roll_device.comm import SyncPlan, WeightSyncOptions, plan_sync
 from roll_device.errors import RollDeviceError
+from roll_device.pipeline.role_settings import strategy_settings
 from roll_device.pipeline.workers import RewardWorker, RolloutWorker, TrainWorker
 from roll_device.platforms import get_platform
 
@@ -53,8 +54,11 @@ def sync_plan(plan: Plan, path: str) -> SyncPlan:
     colocated = plan.colocated("actor_train", "actor_infer")
     same_node = set(infer.node_ids) == {train.slots[0].node_id}
     return plan_sync(
-        compute_platform(plan, "actor_train"), compute_platform(plan, "actor_infer"),
-        colocated=colocated, same_node=same_node, forced=path,
+        compute_platform(plan, "actor_train"),
+        compute_platform(plan, "actor_infer"),
+        colocated=colocated,
+        same_node=same_node,
+        forced=path,
     )
 
 
@@ -94,10 +98,12 @@ class RoleGroups:
 
     def sync_weights(self, version: int) -> dict:
         """Trainer rank 0 -> every rollout worker; returns the sender's stats."""
-        done = self.wait({
-            "actor_train": self.groups["actor_train"].async_call_all("send_weights", version),
-            "actor_infer": self.groups["actor_infer"].async_call_all("receive_weights"),
-        })
+        done = self.wait(
+            {
+                "actor_train": self.groups["actor_train"].async_call_all("send_weights", version),
+                "actor_infer": self.groups["actor_infer"].async_call_all("receive_weights"),
+            }
+        )
         return done["actor_train"][0]
 
     def shutdown(self) -> None:
@@ -116,10 +122,9 @@ def start_roles(cfg: DictConfig, plan: Plan, model_path: str) -> RoleGroups:
         groups["reference"] = WorkerGroup(plan, "reference", TrainWorker)
     options = WeightSyncOptions.from_config(cfg.weight_sync)
     roles = RoleGroups(groups, sync_plan(plan, options.path), options)
-    trainer_cfg = OmegaConf.to_container(cfg.trainer, resolve=True)
-    rollout_cfg = OmegaConf.to_container(cfg.rollout, resolve=True)
-    if "colocated" in rollout_cfg:  # the engine frees its memory between rollouts when it shares
-        rollout_cfg["colocated"] = roles.sync.path == "colocated"
+    colocated = roles.sync.path == "colocated"
+    trainer_cfg = strategy_settings(cfg, "actor_train", colocated)
+    rollout_cfg = strategy_settings(cfg, "actor_infer", colocated)
     setups = {
         "actor_infer": groups["actor_infer"].async_call_all(
             "setup", model_path, cfg.roles.actor_infer.strategy, rollout_cfg
@@ -134,13 +139,19 @@ def start_roles(cfg: DictConfig, plan: Plan, model_path: str) -> RoleGroups:
             )
     done = roles.wait(setups)
     roles.dp_ranks = {role: done[role] for role in ("actor_train", "reference") if role in done}
-    endpoint = roles.wait({
-        "actor_train": groups["actor_train"].async_call_all(
-            "open_sender", roles.sync, groups["actor_infer"].world_size, options
-        )
-    })["actor_train"][0]
-    roles.wait({
-        "actor_train": groups["actor_train"].async_call_all("connect_sender"),
-        "actor_infer": groups["actor_infer"].async_call_all("connect_receiver", endpoint, options.timeout_s),
-    })
+    endpoint = roles.wait(
+        {
+            "actor_train": groups["actor_train"].async_call_all(
+                "open_sender", roles.sync, groups["actor_infer"].world_size, options
+            )
+        }
+    )["actor_train"][0]
+    roles.wait(
+        {
+            "actor_train": groups["actor_train"].async_call_all("connect_sender"),
+            "actor_infer": groups["actor_infer"].async_call_all(
+                "connect_receiver", endpoint, options.timeout_s
+            ),
+        }
+    )
     return roles

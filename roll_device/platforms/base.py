@@ -14,6 +14,8 @@ from typing import Any, ClassVar, NoReturn
 
 import torch
 
+from roll_device.packages import Package
+
 
 class Platform:
     """A device kind as the framework sees it. Subclasses set the identity and may override ops."""
@@ -32,6 +34,11 @@ class Platform:
     supports_ipc: ClassVar[bool] = False
     allocator_conf_env: ClassVar[str | None] = None
     required_package: ClassVar[str | None] = None
+    # The package that extends torch for this kind (released per torch major.minor), and the
+    # name of the vendor toolkit whose version the doctor reports.
+    torch_companion: ClassVar[Package | None] = None
+    toolkit_name: ClassVar[str | None] = None
+    install_hint: ClassVar[str] = "install the packages for this kind (docs/install.md)"
 
     def __init__(self, simulated: bool = False) -> None:
         self.simulated = simulated
@@ -48,6 +55,12 @@ class Platform:
     def is_available(cls) -> bool:
         """Whether this kind has a usable device here. Never raises."""
         raise NotImplementedError(f"platform class {cls.__name__} does not implement is_available")
+
+    @classmethod
+    def toolkit_version(cls) -> str | None:
+        """The installed version of `toolkit_name` (read from its files, never by importing), or
+        None when absent or the kind has no toolkit of its own."""
+        return None
 
     def device_module(self) -> ModuleType:
         """The torch device module of this kind (`torch.cuda`, `torch.npu`, `torch.cpu`)."""

@@ -18,6 +18,7 @@ class CudaPlatform(Platform):
     graph_class_name = "CUDAGraph"
     supports_ipc = True
     allocator_conf_env = "PYTORCH_CUDA_ALLOC_CONF"
+    install_hint = "install a torch build for this kind's GPUs (docs/install.md)"
     torch_build = "cuda"  # the `torch.version` attribute set by a build for this kind (CUDA vs ROCm)
 
     @classmethod

@@ -8,15 +8,23 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import platform as host
+from pathlib import Path
 from types import ModuleType
 
 from roll_device.errors import MissingPackageError
+from roll_device.packages import Package
 from roll_device.platforms.base import Platform
 
 INSTALL_HINT = (
     "install torch_npu matching your torch and CANN toolkit (see docs/install.md), "
     "or set ROLL_DEVICE=npu-sim to run the NPU code paths on the simulated NPU"
 )
+# Where the CANN toolkit lives: set_env.sh exports the first two; the rest are install defaults.
+TOOLKIT_HOME_ENVS = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH")
+TOOLKIT_DEFAULT_HOMES = ("/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann")
+TOOLKIT_INFO_FILE = "ascend_toolkit_install.info"  # in <home>/<arch>-linux/, a `version=` line
 
 
 class NpuPlatform(Platform):
@@ -30,6 +38,9 @@ class NpuPlatform(Platform):
     graph_class_name = "NPUGraph"
     allocator_conf_env = "PYTORCH_NPU_ALLOC_CONF"
     required_package = "torch_npu"
+    torch_companion = Package("torch_npu", "torch-npu", matches=("torch", 2))
+    toolkit_name = "CANN"
+    install_hint = INSTALL_HINT
 
     @classmethod
     def is_available(cls) -> bool:
@@ -46,6 +57,21 @@ class NpuPlatform(Platform):
             return bool(torch.npu.is_available()) and torch.npu.device_count() > 0
         except Exception:  # noqa: BLE001 - broken torch_npu, missing CANN libraries, a CPU-only head
             return False
+
+    @classmethod
+    def toolkit_version(cls) -> str | None:
+        homes = [os.environ[e] for e in TOOLKIT_HOME_ENVS if os.environ.get(e)] + list(TOOLKIT_DEFAULT_HOMES)
+        for home in homes:
+            info = Path(home) / f"{host.machine()}-linux" / TOOLKIT_INFO_FILE
+            try:
+                lines = info.read_text(errors="replace").splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                key, _, value = line.partition("=")
+                if key.strip() == "version" and value.strip():
+                    return value.strip()
+        return None
 
     def device_module(self) -> ModuleType:
         if self.simulated:

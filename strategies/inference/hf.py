@@ -27,7 +27,16 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from roll_device.errors import ConfigError
 from roll_device.graph import DecodeGraphRunner, check_capture_sizes, default_capture_sizes
 from roll_device.platforms.registry import BUILTIN
-from strategies.base import Completion, InferenceStrategy, NamedTensors, SamplingConfig, register_strategy
+from strategies.base import (
+    NO_GRAPHS,
+    Completion,
+    InferenceStrategy,
+    NamedTensors,
+    Requirements,
+    SamplingConfig,
+    SettingsNeed,
+    register_strategy,
+)
 from strategies.inference.hf_cache import SharedKVStore, set_length
 from strategies.inference.hf_sampling import sample
 from strategies.inference.requests import check_request
@@ -47,6 +56,7 @@ CONFIG_KEYS = {
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 MASK_KEY = "full_attention"
 DECODE_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+DECODE_GRAPHS = "FULL_DECODE_ONLY"  # one captured graph per decode batch size, prefill eager
 
 
 def _positive(config: dict[str, Any], key: str) -> int:
@@ -93,6 +103,16 @@ class HfStrategy(InferenceStrategy):
     """transformers + static KV cache + decode graphs behind the rollout interface."""
 
     model: Any = None
+
+    @classmethod
+    def requirements(cls, kind: str) -> Requirements:
+        graphs = BUILTIN[kind].graph_class_name is not None
+        return Requirements(graph_modes=(NO_GRAPHS, DECODE_GRAPHS) if graphs else (NO_GRAPHS,))
+
+    @classmethod
+    def settings_need(cls, kind: str, settings: dict[str, Any]) -> SettingsNeed:
+        """Graphs only when asked for (`use_graphs: true`); null takes them where they exist."""
+        return SettingsNeed(graph_mode=DECODE_GRAPHS if settings.get("use_graphs") is True else NO_GRAPHS)
 
     def initialize(self, model_path: str, config: dict[str, Any]) -> None:
         self.settings = parse_config(config)

@@ -18,15 +18,27 @@ import os
 from typing import Any
 
 from roll_device.errors import ConfigError, MissingPackageError
-from roll_device.platforms.npu import NpuPlatform
-from strategies.base import Completion, InferenceStrategy, NamedTensors, SamplingConfig, register_strategy
+from strategies.base import (
+    Completion,
+    InferenceStrategy,
+    NamedTensors,
+    Requirements,
+    SamplingConfig,
+    SettingsNeed,
+    register_strategy,
+)
 from strategies.inference.requests import check_request
-from strategies.inference.vllm_args import PROFILES, EngineSpec, build_engine_spec
+from strategies.inference.vllm_args import (
+    GRAPH_MODES,
+    PROFILES,
+    EngineSpec,
+    build_engine_spec,
+    graph_mode_and_sleep_level,
+    profile_of,
+)
 from strategies.inference.weights import check_update, pack, unpack, weight_buckets
 
 log = logging.getLogger(__name__)
-# The package each kind's engine needs beyond vllm itself (an out-of-tree vLLM platform plugin).
-PLATFORM_PLUGIN = {NpuPlatform.kind: "vllm_ascend"}
 
 
 @register_strategy("inference", "vllm", kinds=list(PROFILES))
@@ -36,13 +48,23 @@ class VllmStrategy(InferenceStrategy):
     llm: Any = None
     spec: EngineSpec | None = None
 
+    @classmethod
+    def requirements(cls, kind: str) -> Requirements:
+        profile = profile_of(kind)
+        modes = GRAPH_MODES if profile.graphs else ("NONE",)
+        return Requirements(packages=profile.packages, graph_modes=modes, sleep_levels=profile.sleep_levels)
+
+    @classmethod
+    def settings_need(cls, kind: str, settings: dict[str, Any]) -> SettingsNeed:
+        _eager, mode, sleep_level = graph_mode_and_sleep_level(kind, settings)
+        return SettingsNeed(graph_mode=mode, sleep_level=sleep_level)
+
     def initialize(self, model_path: str, config: dict[str, Any]) -> None:
         self.spec = build_engine_spec(self.platform, model_path, config)
         self.max_model_len = self.spec.kwargs["max_model_len"]
         self.bucket_bytes = config["update_bucket_bytes"]
-        for package in ("vllm", PLATFORM_PLUGIN.get(self.platform.kind)):
-            if package is not None:
-                _require(package, self.platform.kind)
+        for package in self.requirements(self.platform.kind).packages:
+            _require(package.module, self.platform.kind)
         os.environ.update(self.spec.env)
         from vllm import LLM
 

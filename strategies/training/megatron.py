@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from roll_device.compat import megatron as megatron_compat
 from roll_device.errors import ConfigError
-from strategies.base import LossFn, TrainBatch, TrainStrategy, register_strategy
+from strategies.base import LossFn, Requirements, TrainBatch, TrainStrategy, register_strategy
 from strategies.training import megatron_model, megatron_weights
 from strategies.training.batches import align_to_tokens, micro_batches, shifted_labels, validate
 from strategies.training.common import (
@@ -113,6 +113,10 @@ def _leave_parallel_state() -> None:
 class MegatronTrainStrategy(TrainStrategy):
     """Megatron-core GPT training, tensor x data parallel."""
 
+    @classmethod
+    def requirements(cls, kind: str) -> Requirements:
+        return Requirements(packages=megatron_compat.packages(kind))
+
     def initialize(self, model_path: str, config: dict[str, Any]) -> None:
         from transformers import AutoConfig
 
@@ -174,7 +178,12 @@ class MegatronTrainStrategy(TrainStrategy):
         config = megatron_model.transformer_config(self.plan, s, compute)
         model = megatron_model.build(self.plan, config, self.stages.is_first, self.stages.is_last)
         megatron_weights.load_into(
-            dict(model.named_parameters()), hf_weights, self.table, self.plan.shape, self.tp_rank, s.tensor_parallel
+            dict(model.named_parameters()),
+            hf_weights,
+            self.table,
+            self.plan.shape,
+            self.tp_rank,
+            s.tensor_parallel,
         )
         self.gpt = model
         if compute == "bf16":  # bf16 compute weights; the optimizer keeps fp32 master copies

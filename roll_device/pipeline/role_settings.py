@@ -1,0 +1,65 @@
+"""What each pipeline role's strategy is set up with, and the roles as the doctor checks them.
+
+`strategy_settings(cfg, role, rollout_colocated)` is the settings dict a role's strategy gets
+(`rollout` for `actor_infer`, `trainer` for the trainer roles; the rollout learns whether it shares
+its devices with the trainer). `role_requests(cfg, plan)` turns a plan into one `RoleRequest` per
+role and node, for the doctor and the preflight.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from roll_device.cluster import Plan
+from roll_device.doctor.checks import RoleRequest
+from roll_device.pipeline.validate import ROLE_TYPES
+
+SETTINGS_SECTION = {"inference": "rollout", "train": "trainer"}
+STRATEGY_TYPES = tuple(SETTINGS_SECTION)  # role types whose strategy comes from strategies/
+
+
+def strategy_settings(cfg: DictConfig, role: str, rollout_colocated: bool) -> dict[str, Any]:
+    """The config section `role`'s strategy is initialized with (empty for other roles)."""
+    section = SETTINGS_SECTION.get(ROLE_TYPES[role])
+    if section is None:
+        return {}
+    settings = OmegaConf.to_container(cfg[section], resolve=True)
+    if section == "rollout" and "colocated" in settings:  # the engine frees memory when it shares
+        settings["colocated"] = rollout_colocated
+    return settings
+
+
+def rollout_colocated(cfg: DictConfig, plan: Plan) -> bool:
+    """Whether weights reach the rollout on shared devices (the sync path the run will take)."""
+    from roll_device.comm import WeightSyncOptions
+    from roll_device.pipeline.roles import sync_plan
+
+    return sync_plan(plan, WeightSyncOptions.from_config(cfg.weight_sync).path).path == "colocated"
+
+
+def role_requests(cfg: DictConfig, plan: Plan) -> list[RoleRequest]:
+    """One request per planned role and node it runs on."""
+    colocated = rollout_colocated(cfg, plan)
+    used = plan.groups()
+    requests = []
+    for role, placement in plan.roles.items():
+        role_type = ROLE_TYPES[role]
+        settings = strategy_settings(cfg, role, colocated)
+        for node_id in placement.node_ids:
+            node = plan.inventory.node(node_id)
+            requests.append(
+                RoleRequest(
+                    role=role,
+                    kind=placement.kind,
+                    node_id=node_id,
+                    node_name=node.name,
+                    simulated=node.simulated,
+                    devices=used[(placement.kind, node_id)],
+                    strategy_type=role_type if role_type in STRATEGY_TYPES else None,
+                    strategy=str(cfg.roles[role].strategy),
+                    settings=settings,
+                )
+            )
+    return requests
