@@ -187,7 +187,7 @@ def test_on_the_simulated_npu_matches_the_cpu(tiny_model_path, hf_cpu):
 
     sim = run_isolated("tests.strategies.inference.sim_checks:hf_on_simulated_npu", tiny_model_path)
     assert sim["platform"] == "npu (simulated)" and sim["weights_on"] == "npu:0"
-    assert sim["uses_graphs"] is False  # the simulation offers no graph class: eager path
+    assert sim["uses_graphs"] is True  # simulated ACL graphs: captured decode steps, replayed
     assert sim["greedy"] == [c.token_ids for c in hf_cpu.generate(PROMPTS, GREEDY)]
     cpu_sampled = hf_cpu.generate(PROMPTS, SamplingConfig(n=2, max_tokens=8, temperature=1.0, seed=3))
     assert sim["sampled"] == [c.token_ids for c in cpu_sampled]
