@@ -84,8 +84,15 @@ class DecodeGraphRunner:
                 self._step(size, self._inputs[size])
         p.current_stream().wait_stream(side)
         graph = p.graph_class()()
-        with p.graph_capture(graph, pool=self._pool):
-            output = self._step(size, self._inputs[size])
+        try:
+            with p.graph_capture(graph, pool=self._pool):
+                output = self._step(size, self._inputs[size])
+        except Exception as exc:
+            exc.add_note(
+                f"while capturing the decode step of batch size {size} on platform '{p.name}' (captured "
+                f"before it: {self.capture_order or 'none'}); fewer capture sizes, or no graphs, avoid it"
+            )
+            raise
         self._graphs[size] = graph
         self._outputs[size] = p.weak_ref_tensor(output)
         self.capture_order.append(size)

@@ -25,7 +25,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from roll_device.errors import ConfigError
-from roll_device.graph import DecodeGraphRunner, check_capture_sizes, default_capture_sizes
+from roll_device.graph import DecodeGraphRunner, check_capture_sizes, default_capture_sizes, fit_capture_sizes
 from roll_device.platforms.registry import BUILTIN
 from strategies.base import Completion, InferenceStrategy, NamedTensors, SamplingConfig, register_strategy
 from strategies.inference.hf_cache import SharedKVStore, set_length
@@ -96,6 +96,9 @@ class HfStrategy(InferenceStrategy):
 
     def initialize(self, model_path: str, config: dict[str, Any]) -> None:
         self.settings = parse_config(config)
+        self.settings["capture_sizes"] = self._budgeted(
+            self.settings, config.get("capture_sizes") is not None
+        )
         from transformers import AutoModelForCausalLM
 
         dtype = self.settings["dtype"]
@@ -108,6 +111,13 @@ class HfStrategy(InferenceStrategy):
         self.eos_ids = set() if eos is None else ({eos} if isinstance(eos, int) else set(eos))
         self.pad_id = self.model.config.pad_token_id or 0
         self._start_decoding()
+
+    def _budgeted(self, settings: dict[str, Any], explicit: bool) -> list[int]:
+        """The capture sizes within the platform's graph budget (one full graph per size), by the
+        rule vLLM's arguments use: derived sizes thinned, listed sizes over it refused."""
+        budget = None if settings["use_graphs"] is False else self.platform.graph_budget
+        sizes = settings["capture_sizes"]
+        return fit_capture_sizes(sizes, 1, budget, explicit=explicit, key="rollout.capture_sizes")
 
     # ---- decode machinery ---------------------------------------------------------------------
     def _start_decoding(self) -> None:
