@@ -131,9 +131,8 @@ _RETURNS_CPU = {aten._local_scalar_dense.default}
 _SETS_STORAGE = {aten.set_.source_Storage, aten.set_.source_Storage_storage_offset}
 # Ops whose result is a host value read from device memory: a stream synchronization.
 _HOST_READS = {
-    aten._local_scalar_dense.default: "Tensor.item() (aten::_local_scalar_dense)",
+    aten._local_scalar_dense.default: "Tensor.item() or bool(tensor) (aten::_local_scalar_dense)",
     aten.equal.default: "torch.equal",
-    aten.is_nonzero.default: "bool(tensor) (aten::is_nonzero)",
 }
 
 
