@@ -64,13 +64,18 @@ class DecodeGraphRunner:
         return bool(self._inputs)
 
     def prepare(self) -> None:
-        """Allocate every bucket's static inputs; with graphs, capture largest first in one pool."""
+        """Allocate every bucket's static inputs; with graphs, capture largest first in one pool.
+        A failure releases what was captured before it (graphs hold device streams and memory)."""
         if self.prepared:
             return
-        for size in capture_order(self.sizes):
-            self._inputs[size] = self._make_inputs(size)
-            if self.use_graphs:
-                self._capture(size)
+        try:
+            for size in capture_order(self.sizes):
+                self._inputs[size] = self._make_inputs(size)
+                if self.use_graphs:
+                    self._capture(size)
+        except BaseException:
+            self.release()
+            raise
 
     def _capture(self, size: int) -> None:
         p = self.platform
