@@ -115,7 +115,8 @@ class HfStrategy(InferenceStrategy):
     def _budgeted(self, settings: dict[str, Any], explicit: bool) -> list[int]:
         """The capture sizes within the platform's graph budget (one full graph per size), by the
         rule vLLM's arguments use: derived sizes thinned, listed sizes over it refused."""
-        budget = None if settings["use_graphs"] is False else self.platform.graph_budget
+        graphs = settings["use_graphs"] is not False and self.platform.supports_graphs
+        budget = self.platform.graph_budget if graphs else None
         sizes = settings["capture_sizes"]
         return fit_capture_sizes(sizes, 1, budget, explicit=explicit, key="rollout.capture_sizes")
 

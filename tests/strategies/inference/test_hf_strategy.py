@@ -8,6 +8,7 @@ import torch
 import roll_device as rd
 from roll_device.comm import weights_hash
 from roll_device.errors import ConfigError
+from roll_device.platforms.cpu import CpuPlatform
 from strategies.base import SamplingConfig, registered, strategy_class
 from strategies.inference.hf import HfStrategy, parse_config
 from strategies.inference.hf_cache import SharedKVStore
@@ -158,6 +159,32 @@ def test_prompt_too_long_is_refused_before_work(hf_cpu):
 def test_bad_settings(overrides, message):
     with pytest.raises(ConfigError, match=message):
         parse_config(rollout_config("hf", *overrides))
+
+
+class BudgetedPlatform(CpuPlatform):
+    """STAND-IN for a platform with graphs and a budget of 3 (no graph is captured here)."""
+
+    graph_budget = 3
+    supports_graphs = True
+
+
+@pytest.mark.parametrize(
+    "overrides, explicit, expected",
+    [
+        (["max_batch_size=64"], False, [1, 8, 64]),  # derived: thinned, the largest kept
+        (["max_batch_size=64", "use_graphs=false"], False, [1, 2, 4, 8, 16, 32, 64]),  # no graphs
+        (["max_batch_size=64", "capture_sizes=[4,16,64]"], True, [4, 16, 64]),
+    ],
+)
+def test_capture_sizes_fit_the_graph_budget_by_the_shared_rule(overrides, explicit, expected):
+    strategy = HfStrategy(BudgetedPlatform())
+    assert strategy._budgeted(parse_config(rollout_config("hf", *overrides)), explicit) == expected
+
+
+def test_listed_capture_sizes_over_the_graph_budget_are_refused():
+    settings = parse_config(rollout_config("hf", "max_batch_size=64", "capture_sizes=[1,2,4,64]"))
+    with pytest.raises(ConfigError, match=r"over the device's budget of 3: list at most 3 sizes$"):
+        HfStrategy(BudgetedPlatform())._budgeted(settings, explicit=True)
 
 
 def test_graphs_requested_on_the_cpu(tiny_model_path):
