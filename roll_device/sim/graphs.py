@@ -111,6 +111,7 @@ class NPUGraph:
             raise RuntimeError(errors.TASK_QUEUE_2)
         if self._records is not None:
             raise RuntimeError(errors.ALREADY_CAPTURED)
+        handle = _pool_id(pool)
         index = current_index()
         stream = streams.current_stream(index)
         if stream.is_default:
@@ -121,7 +122,7 @@ class NPUGraph:
                 "time per device (end it before beginning another)"
             )
         streams.BUDGET.take_graph_stream(index)
-        self._pool = LEDGER.pool(index, _pool_id(pool))
+        self._pool = LEDGER.pool(index, handle)
         self._pool.users += 1
         self._release = weakref.finalize(self, _release, index, self._pool)
         self._capture = _captures[index] = _Capture(stream, self._pool)

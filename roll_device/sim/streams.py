@@ -18,7 +18,7 @@ import os
 import torch
 
 from roll_device.sim import errors
-from roll_device.sim.devices import DEVICE_TYPE, device_index
+from roll_device.sim.devices import DEVICE_TYPE, current_index, device_index, set_current_index
 
 DEFAULT_DEVICE_STREAMS = 2048
 POOL_SIZES = (8, 32)
@@ -136,16 +136,19 @@ def current_stream(index: int) -> Stream:
 
 @contextlib.contextmanager
 def stream(s: Stream | None):
-    """Make `s` the current stream of its device inside the block (None: leave it as it is)."""
+    """Make `s` the current stream of its device, and its device the current one, inside the block
+    (as `torch.cuda.stream` does; None: leave both as they are)."""
     if s is None:
         yield s
         return
-    index = s.device.index
+    index, device = s.device.index, current_index()
     previous = _current.get(index)
     _current[index] = s
+    set_current_index(index)
     try:
         yield s
     finally:
+        set_current_index(device)
         if previous is None:
             _current.pop(index, None)
         else:
