@@ -3,6 +3,7 @@ platform's graph API, pad a batch up to the nearest captured size, replay, slice
 Platforms without graphs run the same bucket, pad and slice code eagerly."""
 
 from roll_device.graph.buckets import bucket_for, capture_order, check_capture_sizes, default_capture_sizes
+from roll_device.graph.budget import fit_capture_sizes, graphs_per_size
 from roll_device.graph.runner import DecodeGraphRunner
 
 __all__ = [
@@ -11,4 +12,6 @@ __all__ = [
     "capture_order",
     "check_capture_sizes",
     "default_capture_sizes",
+    "fit_capture_sizes",
+    "graphs_per_size",
 ]

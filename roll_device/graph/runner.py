@@ -64,13 +64,18 @@ class DecodeGraphRunner:
         return bool(self._inputs)
 
     def prepare(self) -> None:
-        """Allocate every bucket's static inputs; with graphs, capture largest first in one pool."""
+        """Allocate every bucket's static inputs; with graphs, capture largest first in one pool.
+        A failure releases what was captured before it (graphs hold device streams and memory)."""
         if self.prepared:
             return
-        for size in capture_order(self.sizes):
-            self._inputs[size] = self._make_inputs(size)
-            if self.use_graphs:
-                self._capture(size)
+        try:
+            for size in capture_order(self.sizes):
+                self._inputs[size] = self._make_inputs(size)
+                if self.use_graphs:
+                    self._capture(size)
+        except BaseException:
+            self.release()
+            raise
 
     def _capture(self, size: int) -> None:
         p = self.platform
@@ -84,8 +89,15 @@ class DecodeGraphRunner:
                 self._step(size, self._inputs[size])
         p.current_stream().wait_stream(side)
         graph = p.graph_class()()
-        with p.graph_capture(graph, pool=self._pool):
-            output = self._step(size, self._inputs[size])
+        try:
+            with p.graph_capture(graph, pool=self._pool):
+                output = self._step(size, self._inputs[size])
+        except Exception as exc:
+            exc.add_note(
+                f"while capturing the decode step of batch size {size} on platform '{p.name}' (captured "
+                f"before it: {self.capture_order or 'none'}); fewer capture sizes, or no graphs, avoid it"
+            )
+            raise
         self._graphs[size] = graph
         self._outputs[size] = p.weak_ref_tensor(output)
         self.capture_order.append(size)

@@ -31,6 +31,9 @@ class Platform:
     ray_accelerator_type_prefixes: ClassVar[tuple[str, ...]] = ()
     dist_backend: ClassVar[str]
     graph_class_name: ClassVar[str | None] = None
+    # Device graphs a process may hold at once on one device (None: no limit known); see
+    # roll_device/graph/budget.py, which sizes capture sizes to it.
+    graph_budget: ClassVar[int | None] = None
     supports_ipc: ClassVar[bool] = False
     allocator_conf_env: ClassVar[str | None] = None
     required_package: ClassVar[str | None] = None

@@ -36,6 +36,8 @@ class NpuPlatform(Platform):
     ray_noset_visible_devices_env = "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"
     dist_backend = "hccl"
     graph_class_name = "NPUGraph"
+    # vLLM-Ascend's limit: every ACL graph takes at least one of the device's ~2,048 streams, less a reserve.
+    graph_budget = 1800
     allocator_conf_env = "PYTORCH_NPU_ALLOC_CONF"
     required_package = "torch_npu"
     torch_companion = Package("torch_npu", "torch-npu", matches=("torch", 2))

@@ -6,9 +6,14 @@ the CPU data it wraps, so FSDP2 frees and regrows real memory), and registers an
 process-group backend that runs gloo underneath. The NPU platform class then runs on it
 unmodified: the simulation stands in for torch_npu, never for the platform code.
 
-What it does not model: NPU kernels and their numerics, HCCL itself (collectives are gloo on CPU
-tensors), ACL graph capture (no graph class is offered), streams (all ops are synchronous), and
-memory limits (memory is counted, never exhausted). Every result obtained through it is a
+It fails where the device fails: ACL graphs capture and replay (`graphs.py`) and refuse what needs
+the host during capture; a capture needs one of the device's streams (`streams.py`); memory has a
+capacity past which allocation raises torch_npu's out-of-memory error, and graph pools are shared
+(`memory.py`). The errors carry torch_npu's wording (`errors.py`).
+
+What it does not model: NPU kernels and their numerics (ops run on CPU kernels), HCCL itself
+(collectives are gloo on CPU tensors), timing and asynchrony (every op completes before it
+returns), and the allocator's caching and fragmentation. Every result obtained through it is a
 simulation and must be labelled so.
 
 The rename is once per process and cannot be undone: tests that install it run in their own process.

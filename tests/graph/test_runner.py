@@ -147,3 +147,23 @@ def test_capture_glue_with_a_stand_in_graph_api():
     assert step.calls == []  # replayed, not run
     assert runner._graphs[4].replays == 1 and runner._graphs[2].replays == 0
     assert out.shape == (3, WIDTH)  # the static output of bucket 4, sliced to the batch
+
+
+class FailingCaptureStep(Step):
+    """A step whose capture of bucket 2 fails (as a host read or a missing stream would)."""
+
+    def __call__(self, size, inputs):
+        if size == 2 and self.calls.count(2) == WARMUP_RUNS:
+            raise RuntimeError("capture failed")
+        return super().__call__(size, inputs)
+
+
+def test_a_failed_capture_releases_what_was_captured():
+    platform = StandInGraphPlatform()
+    step = FailingCaptureStep()
+    runner = DecodeGraphRunner(platform, [1, 2, 4], step.make_inputs, step)
+    with pytest.raises(RuntimeError, match="capture failed") as failure:
+        runner.prepare()
+    assert "while capturing the decode step of batch size 2" in str(failure.value.__notes__)
+    assert "captured before it: [4]" in str(failure.value.__notes__)
+    assert not runner.prepared and runner._graphs == {} and runner.capture_order == []

@@ -17,8 +17,7 @@ def test_npu_platform_contract_on_simulated_npu():
     assert r["after_free_delta"] == 0 and r["peak_delta"] >= 4096 and r["peak_after_reset_delta"] == 0
     assert r["rng_roundtrip"] and r["seeded"]
     assert r["saved_device"] == "npu:2" and r["saved_values"] == [0.0, 1.0, 2.0]
-    assert r["graphs"] is False
-    assert "platform 'npu (simulated)' does not support graph_class" in r["graph_error"]
+    assert r["graphs"] is True and r["graph_class"] == "NPUGraph"
 
 
 def test_tiny_qwen2_step_matches_cpu():

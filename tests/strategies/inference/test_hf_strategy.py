@@ -8,6 +8,7 @@ import torch
 import roll_device as rd
 from roll_device.comm import weights_hash
 from roll_device.errors import ConfigError
+from roll_device.platforms.cpu import CpuPlatform
 from strategies.base import SamplingConfig, registered, strategy_class
 from strategies.inference.hf import HfStrategy, parse_config
 from strategies.inference.hf_cache import SharedKVStore
@@ -160,6 +161,32 @@ def test_bad_settings(overrides, message):
         parse_config(rollout_config("hf", *overrides))
 
 
+class BudgetedPlatform(CpuPlatform):
+    """STAND-IN for a platform with graphs and a budget of 3 (no graph is captured here)."""
+
+    graph_budget = 3
+    supports_graphs = True
+
+
+@pytest.mark.parametrize(
+    "overrides, explicit, expected",
+    [
+        (["max_batch_size=64"], False, [1, 8, 64]),  # derived: thinned, the largest kept
+        (["max_batch_size=64", "use_graphs=false"], False, [1, 2, 4, 8, 16, 32, 64]),  # no graphs
+        (["max_batch_size=64", "capture_sizes=[4,16,64]"], True, [4, 16, 64]),
+    ],
+)
+def test_capture_sizes_fit_the_graph_budget_by_the_shared_rule(overrides, explicit, expected):
+    strategy = HfStrategy(BudgetedPlatform())
+    assert strategy._budgeted(parse_config(rollout_config("hf", *overrides)), explicit) == expected
+
+
+def test_listed_capture_sizes_over_the_graph_budget_are_refused():
+    settings = parse_config(rollout_config("hf", "max_batch_size=64", "capture_sizes=[1,2,4,64]"))
+    with pytest.raises(ConfigError, match=r"over the device's budget of 3: list at most 3 sizes$"):
+        HfStrategy(BudgetedPlatform())._budgeted(settings, explicit=True)
+
+
 def test_graphs_requested_on_the_cpu(tiny_model_path):
     with pytest.raises(ConfigError, match="use_graphs=true but platform 'cpu' has no device graphs"):
         start("hf", tiny_model_path, "use_graphs=true")
@@ -187,7 +214,7 @@ def test_on_the_simulated_npu_matches_the_cpu(tiny_model_path, hf_cpu):
 
     sim = run_isolated("tests.strategies.inference.sim_checks:hf_on_simulated_npu", tiny_model_path)
     assert sim["platform"] == "npu (simulated)" and sim["weights_on"] == "npu:0"
-    assert sim["uses_graphs"] is False  # the simulation offers no graph class: eager path
+    assert sim["uses_graphs"] is True  # simulated ACL graphs: captured decode steps, replayed
     assert sim["greedy"] == [c.token_ids for c in hf_cpu.generate(PROMPTS, GREEDY)]
     cpu_sampled = hf_cpu.generate(PROMPTS, SamplingConfig(n=2, max_tokens=8, temperature=1.0, seed=3))
     assert sim["sampled"] == [c.token_ids for c in cpu_sampled]

@@ -12,13 +12,7 @@ import pytest
 import roll_device as rd
 from roll_device.errors import ConfigError
 from roll_device.platforms.cpu import CpuPlatform
-from strategies.inference.vllm_args import (
-    NPU_GRAPH_BUDGET,
-    WORKER_EXTENSION,
-    _fit_budget,
-    build_engine_spec,
-    graphs_per_size,
-)
+from strategies.inference.vllm_args import WORKER_EXTENSION, build_engine_spec
 from tests.strategies.inference.conftest import rollout_config
 
 NOSET_NPU = "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES"
@@ -175,23 +169,6 @@ def test_reference_npu_experiment_would_pass_its_capture_sizes():
         "cudagraph_capture_sizes": [8, 16, 32, 64, 128],
     }
     assert spec.kwargs["kv_cache_memory_bytes"] == 16 << 30 and spec.kwargs["enforce_eager"] is False
-
-
-def test_graph_cost_per_capture_size():
-    assert [
-        graphs_per_size(m, 28)
-        for m in ("NONE", "FULL", "FULL_DECODE_ONLY", "PIECEWISE", "FULL_AND_PIECEWISE")
-    ] == [0, 1, 1, 29, 30]
-
-
-def test_derived_sizes_are_thinned_to_the_budget_keeping_the_largest():
-    sizes = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
-    kept = _fit_budget(sizes, per_size=301, budget=NPU_GRAPH_BUDGET, mode="PIECEWISE")
-    assert len(kept) == NPU_GRAPH_BUDGET // 301 == 5
-    assert kept[-1] == 1024 and kept[0] == 1 and kept == sorted(kept)
-    assert _fit_budget(sizes, per_size=1, budget=NPU_GRAPH_BUDGET, mode="FULL") == sizes
-    with pytest.raises(ConfigError, match="needs 2001 graphs for a single capture size"):
-        _fit_budget(sizes, per_size=2001, budget=NPU_GRAPH_BUDGET, mode="PIECEWISE")
 
 
 def test_npu_derivation_reads_the_layer_count(tmp_path):

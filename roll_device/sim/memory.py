@@ -1,0 +1,128 @@
+"""Device memory of the simulated NPU: live storages per device, graph memory pools, and a capacity.
+
+What a user of torch_npu's caching allocator observes, modelled without the caching:
+- `allocated`: bytes of the storages of live simulated tensors (views of one storage count once);
+- graph pools: storages allocated while a graph captures on its device come from that graph's pool.
+  A pool's footprint is the most it ever held at once, so graphs that share a pool (captured largest
+  first) share its memory; it stays reserved while a graph uses it, and after the last one is reset
+  until `empty_cache()`, as torch's allocator keeps a released pool's blocks until then;
+- `reserved` (and what `mem_get_info` reports as used): allocations outside pools plus every pool's
+  footprint. Memory freed outside pools returns at once (no cache, no fragmentation);
+- an allocation that would take `reserved` past the capacity (`ROLL_SIM_NPU_MEMORY_BYTES`, default
+  64 GiB) raises `torch.OutOfMemoryError` with torch_npu's wording, before any memory is taken.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import weakref
+
+from roll_device.sim import errors
+
+DEFAULT_MEMORY_BYTES = 64 << 30
+
+
+def total_memory() -> int:
+    return int(os.environ.get("ROLL_SIM_NPU_MEMORY_BYTES", DEFAULT_MEMORY_BYTES))
+
+
+class Pool:
+    """A graph memory pool on one device: what its graphs' captures allocated."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, index: int, handle: tuple[int, int] | None = None) -> None:
+        self.index = index
+        # As torch: a private pool's id sets the first value, a graph_pool_handle() the second.
+        self.id = handle or (next(Pool._ids), 0)
+        self.live = 0  # bytes of live storages allocated from it
+        self.peak = 0  # its footprint: the most it held at once (until empty_cache once unused)
+        self.users = 0  # graphs captured into it and not reset
+
+
+class MemoryLedger:
+    """Bytes held by live simulated storages and graph pools, per device index."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._live: dict[tuple[int, int], list] = {}  # (device, storage key) -> [nbytes, refs, pool]
+        self._outside: dict[int, int] = {}  # bytes of live storages outside any pool
+        self._pools: dict[tuple[int, int], Pool] = {}
+        self.allocated: dict[int, int] = {}
+        self.peak: dict[int, int] = {}
+
+    # ---- pools --------------------------------------------------------------------------------
+    def pool(self, index: int, handle: tuple[int, int] | None = None) -> Pool:
+        """The pool of `handle` on `index` (created on first use), or a new private pool."""
+        with self._lock:
+            pool = self._pools.get(handle) if handle else None
+            if pool is None:
+                pool = Pool(index, handle)
+                self._pools[pool.id] = pool
+            return pool
+
+    def empty_cache(self, index: int) -> None:
+        """Give back what pools no graph uses any more hold beyond their live storages."""
+        with self._lock:
+            for key, pool in list(self._pools.items()):
+                if pool.index == index and not pool.users:
+                    pool.peak = pool.live
+                    if not pool.live:
+                        del self._pools[key]
+
+    # ---- storages -----------------------------------------------------------------------------
+    def reserved(self, index: int) -> int:
+        with self._lock:
+            pools = sum(p.peak for p in self._pools.values() if p.index == index)
+            return self._outside.get(index, 0) + pools
+
+    def track(self, wrapper, key: tuple[int, int], nbytes: int, pool: Pool | None) -> None:
+        """Count the storage `key` while `wrapper` (or another tracked tensor on it) lives.
+        Raises `torch.OutOfMemoryError` when a new storage does not fit the device."""
+        index = key[0]
+        with self._lock:
+            entry = self._live.get(key)
+            if entry is None:
+                self._take(index, nbytes, pool)
+                entry = self._live[key] = [nbytes, 0, pool]
+            entry[1] += 1
+        weakref.finalize(wrapper, self._release, key)
+
+    def _take(self, index: int, nbytes: int, pool: Pool | None) -> None:
+        growth = nbytes if pool is None else max(pool.live + nbytes - pool.peak, 0)
+        reserved = self.reserved(index)
+        if growth and reserved + growth > total_memory():
+            raise errors.out_of_memory(index, nbytes, total_memory(), self.allocated.get(index, 0), reserved)
+        if pool is None:
+            self._outside[index] = self._outside.get(index, 0) + nbytes
+        else:
+            pool.live += nbytes
+            pool.peak = max(pool.peak, pool.live)
+        self.allocated[index] = self.allocated.get(index, 0) + nbytes
+        self.peak[index] = max(self.peak.get(index, 0), self.allocated[index])
+
+    def _release(self, key: tuple[int, int]) -> None:
+        with self._lock:
+            entry = self._live.get(key)
+            if entry is None:
+                return
+            entry[1] -= 1
+            if entry[1]:
+                return
+            del self._live[key]
+            nbytes, _, pool = entry
+            index = key[0]
+            self.allocated[index] -= nbytes
+            if pool is None:
+                self._outside[index] -= nbytes
+            else:
+                pool.live -= nbytes
+
+    def reset_peak(self, index: int) -> None:
+        with self._lock:
+            self.peak[index] = self.allocated.get(index, 0)
+
+
+LEDGER = MemoryLedger()
