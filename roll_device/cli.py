@@ -34,7 +34,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from roll_device.doctor.command import doctor_command
+    from roll_device.pipeline.doctor_command import doctor_command
 
     return doctor_command(args.overrides)
 

@@ -6,7 +6,8 @@ experiment uses can do here, and the known-bad combinations, each named with its
 - capabilities.py: what one platform offers here (graphs, IPC, backend, visible devices, count,
   free memory);
 - checks.py: `Problem` values from the facts and each role's request (`RoleRequest`);
-- report.py: the printed report; command.py: the `doctor` command;
+- report.py: the printed report (the `doctor` command itself is roll_device/pipeline/doctor_command.py,
+  above the pipeline whose role settings it reads);
 - preflight.py: the same checks as one small Ray task on every node of a plan, before workers start.
 """
 

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 from roll_device.errors import ConfigError
 
-# Graphs one capture size costs per vLLM graph mode: a full graph is one; piecewise splits the
-# model at each attention layer (layers + 1 pieces); FULL_AND_PIECEWISE captures both.
-_PER_SIZE = {"NONE": 0, "FULL": 1, "FULL_DECODE_ONLY": 1}
-
 
 def graphs_per_size(mode: str, num_layers: int) -> int:
-    """Device graphs one capture size costs in vLLM graph mode `mode`."""
-    if mode in _PER_SIZE:
-        return _PER_SIZE[mode]
-    return {"PIECEWISE": num_layers + 1, "FULL_AND_PIECEWISE": num_layers + 2}[mode]
+    """Device graphs one capture size costs in vLLM graph mode `mode`: a full graph is one;
+    piecewise splits the model at each attention layer (layers + 1 pieces); FULL_AND_PIECEWISE
+    captures both."""
+    return {
+        "NONE": 0,
+        "FULL": 1,
+        "FULL_DECODE_ONLY": 1,
+        "PIECEWISE": num_layers + 1,
+        "FULL_AND_PIECEWISE": num_layers + 2,
+    }[mode]
 
 
 def fit_capture_sizes(

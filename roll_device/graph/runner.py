@@ -6,8 +6,8 @@ computes the step's output from them without host synchronization (static shapes
 state only), so that it can be captured. `prepare()` allocates every bucket and, where graphs are
 used, warms each step up on a side stream and captures it, largest bucket first, all graphs
 sharing one memory pool and every warm-up one side stream (a caching allocator keeps freed blocks
-per stream: a new stream per bucket would reserve fresh warm-up memory for each); each graph's output is held as a weak reference so that the next
-(smaller) capture can reuse its blocks. `run(inputs)` copies a batch of `n` rows into the
+per stream: a new stream per bucket would reserve fresh warm-up memory for each); each graph's
+output is held as a weak reference so that the next (smaller) capture can reuse its blocks. `run(inputs)` copies a batch of `n` rows into the
 smallest bucket that holds it, replays that bucket's graph (or runs the step eagerly when graphs
 are off), and returns the first `n` rows of the output.
 

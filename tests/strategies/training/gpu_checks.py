@@ -120,12 +120,12 @@ def device_state_bytes(trainer, platform) -> int:
     """Bytes of the distinct device storages behind the model's parameters (a DTensor's local
     shard) and the optimizer's parameters and state."""
     tensors = list(trainer.model.parameters()) + _optimized(trainer)
-    inner = [
-        getattr(o, "optimizer", o)
-        for o in getattr(trainer.optimizer, "chained_optimizers", [trainer.optimizer])
-    ]
     tensors += [
-        v for o in inner for entry in o.state.values() for v in entry.values() if isinstance(v, torch.Tensor)
+        v
+        for o in _inner_optimizers(trainer)
+        for entry in o.state.values()
+        for v in entry.values()
+        if isinstance(v, torch.Tensor)
     ]
     storages = {}
     for tensor in tensors:
@@ -169,7 +169,11 @@ def _plain_model(model_path: str, device: torch.device):
     return AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device).eval()
 
 
-def _optimized(trainer) -> list[torch.Tensor]:
+def _inner_optimizers(trainer) -> list[torch.optim.Optimizer]:
+    """The torch optimizers behind the trainer's (Megatron chains and wraps them; FSDP's is one)."""
     optimizer = trainer.optimizer
-    inner = [getattr(o, "optimizer", o) for o in getattr(optimizer, "chained_optimizers", [optimizer])]
-    return [p for o in inner for group in o.param_groups for p in group["params"]]
+    return [getattr(o, "optimizer", o) for o in getattr(optimizer, "chained_optimizers", [optimizer])]
+
+
+def _optimized(trainer) -> list[torch.Tensor]:
+    return [p for o in _inner_optimizers(trainer) for group in o.param_groups for p in group["params"]]

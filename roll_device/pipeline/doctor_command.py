@@ -4,7 +4,8 @@ table for each device kind the experiment's roles use, and every known-bad combi
 It checks this machine: roles resolve (`auto` included) and are planned as `run` would plan them
 here (`cluster=sim`: on the simulated nodes the config declares). Exit 0 when the experiment can
 run here; otherwise a `DoctorError` with one line per problem (the CLI exits 2). On a remote
-cluster `run` repeats the same checks on every node before any worker starts (preflight.py).
+cluster `run` repeats the same checks on every node before any worker starts
+(roll_device/doctor/preflight.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from roll_device.doctor.checks import Problem, role_problems, stack_problems
 from roll_device.doctor.facts import declared_packages, gather_facts
 from roll_device.doctor.report import format_capabilities, format_versions, problems_message
 from roll_device.errors import PlanError, RollDeviceError
+from roll_device.pipeline.role_settings import role_requests
+from roll_device.pipeline.validate import validate
 from roll_device.platforms import current_platform
 
 PLAN = "plan"  # the role of a problem with the plan itself
@@ -39,8 +42,6 @@ def inventory_here(cluster_cfg: DictConfig) -> Inventory:
 
 def doctor_command(overrides: list[str]) -> int:
     from roll_device.cluster.commands import plan_from_config
-    from roll_device.pipeline.role_settings import role_requests
-    from roll_device.pipeline.validate import validate
 
     cfg = compose(overrides)
     validate(cfg)
