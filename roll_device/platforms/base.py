@@ -4,6 +4,9 @@ Identity members are class attributes, readable without the device or its packag
 operations go through the kind's torch device module (`torch.cuda`, `torch.npu`, `torch.cpu`),
 fetched lazily; a member the module or the kind cannot serve raises `NotImplementedError` that
 names the platform and the member. There is no `__getattr__` fall-through.
+
+Members beyond devices, memory counters, streams and graphs live in focused mixins composed here:
+`profiling.py`, `device_facts.py`, `memory_extras.py`, `determinism.py`, `process_env.py`.
 """
 
 from __future__ import annotations
@@ -15,9 +18,14 @@ from typing import Any, ClassVar, NoReturn
 import torch
 
 from roll_device.packages import Package
+from roll_device.platforms.determinism import Determinism
+from roll_device.platforms.device_facts import DeviceFacts
+from roll_device.platforms.memory_extras import MemoryExtras
+from roll_device.platforms.process_env import ProcessEnv
+from roll_device.platforms.profiling import Profiling
 
 
-class Platform:
+class Platform(Profiling, DeviceFacts, MemoryExtras, Determinism, ProcessEnv):
     """A device kind as the framework sees it. Subclasses set the identity and may override ops."""
 
     kind: ClassVar[str]
@@ -74,9 +82,13 @@ class Platform:
         raise NotImplementedError(f"platform '{self.name}' does not support {member}{detail}")
 
     def _call(self, member: str, *args: Any, **kwargs: Any) -> Any:
-        fn = getattr(self.device_module(), member, None)
+        return self._call_as(member, member, *args, **kwargs)
+
+    def _call_as(self, member: str, torch_name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call `torch.<device>.<torch_name>` for the platform member `member`."""
+        fn = getattr(self.device_module(), torch_name, None)
         if fn is None:
-            self._unsupported(member, f"torch.{self.device_type} has no '{member}'")
+            self._unsupported(member, f"torch.{self.device_type} has no '{torch_name}'")
         return fn(*args, **kwargs)
 
     # ---- Ray ------------------------------------------------------------------------------

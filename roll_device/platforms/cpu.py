@@ -1,12 +1,14 @@
 """The CPU as a device kind: gloo collectives, no graphs, no IPC (shared memory instead).
 
 Memory members report the process (resident set size now and at its peak) and the machine
-(available and total RAM), since the CPU has no device allocator of its own.
+(available and total RAM), since the CPU has no device allocator of its own. Profiling ranges are
+no-ops; device facts describe the host processor.
 """
 
 from __future__ import annotations
 
 import os
+import platform as host
 import resource
 
 import torch
@@ -55,6 +57,27 @@ class CpuPlatform(Platform):
     def max_memory_allocated(self) -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
+    def max_memory_reserved(self) -> int:
+        return self.max_memory_allocated()
+
+    def memory_stats(self) -> dict[str, int]:
+        current, peak = self.memory_allocated(), self.max_memory_allocated()
+        return {
+            "allocated_bytes.all.current": current,
+            "allocated_bytes.all.peak": peak,
+            "reserved_bytes.all.current": current,
+            "reserved_bytes.all.peak": peak,
+        }
+
+    def set_memory_fraction(self, fraction: float) -> None:
+        self._unsupported("set_memory_fraction", "host memory has no per-process cap here (use cgroups)")
+
+    def ipc_collect(self) -> None:
+        """No device IPC handles on the CPU: nothing to collect."""
+
+    def clear_library_workspaces(self) -> None:
+        """CPU math libraries keep no device workspaces: nothing to release."""
+
     def reset_peak_memory_stats(self) -> None:
         self._unsupported("reset_peak_memory_stats", "the OS keeps one peak per process")
 
@@ -65,6 +88,24 @@ class CpuPlatform(Platform):
                 key, value = line.split(":", 1)
                 info[key] = int(value.split()[0]) * 1024
         return info["MemAvailable"], info["MemTotal"]
+
+    def device_name(self, index: int | None = None) -> str:
+        return host.processor() or host.machine()
+
+    def device_arch(self, index: int | None = None) -> str:
+        return host.machine()
+
+    def device_uuid(self, index: int | None = None) -> str:
+        self._unsupported("device_uuid", "the host processor has no device UUID")
+
+    def total_memory(self, index: int | None = None) -> int:
+        return self.mem_get_info()[1]
+
+    def get_rng_state_all(self) -> list[torch.Tensor]:
+        return [torch.get_rng_state()]
+
+    def set_rng_state_all(self, states: list[torch.Tensor]) -> None:
+        torch.set_rng_state(states[0])
 
     def manual_seed(self, seed: int) -> None:
         torch.manual_seed(seed)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from roll_device.platforms.base import Platform
+from roll_device.platforms.profiling import NvtxMarker
 
 
 class CudaPlatform(Platform):
@@ -20,6 +21,14 @@ class CudaPlatform(Platform):
     allocator_conf_env = "PYTORCH_CUDA_ALLOC_CONF"
     install_hint = "install a torch build for this kind's GPUs (docs/install.md)"
     torch_build = "cuda"  # the `torch.version` attribute set by a build for this kind (CUDA vs ROCm)
+    range_marker = NvtxMarker()
+    profiler_activity_name = "CUDA"
+    supports_capture_range = True
+    # cuMem-based NCCL buffers break sleep/wake memory release (NVIDIA/nccl#1234, as ROLL sets it);
+    # without record_stream, tensors freed by collectives return to the pool at once.
+    collective_tuning_env = {"NCCL_CUMEM_ENABLE": "0", "TORCH_NCCL_AVOID_RECORD_STREAMS": "1"}
+    training_env_vars = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    deterministic_env_vars = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
     @classmethod
     def is_available(cls) -> bool:
@@ -27,3 +36,7 @@ class CudaPlatform(Platform):
             return getattr(torch.version, cls.torch_build, None) is not None and torch.cuda.is_available()
         except Exception:  # noqa: BLE001 - a broken driver must not break detection
             return False
+
+    def _set_library_determinism(self, enabled: bool) -> None:
+        torch.backends.cudnn.deterministic = enabled
+        torch.backends.cudnn.benchmark = not enabled

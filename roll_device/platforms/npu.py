@@ -16,6 +16,8 @@ from types import ModuleType
 from roll_device.errors import MissingPackageError
 from roll_device.packages import Package
 from roll_device.platforms.base import Platform
+from roll_device.platforms.device_facts import physical_device_id
+from roll_device.platforms.profiling import MstxMarker
 
 INSTALL_HINT = (
     "install torch_npu matching your torch and CANN toolkit (see docs/install.md), "
@@ -43,6 +45,15 @@ class NpuPlatform(Platform):
     torch_companion = Package("torch_npu", "torch-npu", matches=("torch", 2))
     toolkit_name = "CANN"
     install_hint = INSTALL_HINT
+    range_marker = MstxMarker()
+    profiler_package = "torch_npu.profiler"
+    profiler_activity_name = "NPU"
+    # HCCL's link-setup and per-operation timeouts (seconds); its default 120 s connect timeout is
+    # shorter than a large model's first weight sync.
+    collective_timeout_envs = ("HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT")
+    training_env_vars = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}  # read by MindSpeed as by Megatron
+    # Deterministic HCCL reductions, and the matmul switch verl sets for Ascend determinism.
+    deterministic_env_vars = {"HCCL_DETERMINISTIC": "true", "CLOSE_MATMUL_K_SHIFT": "1"}
 
     @classmethod
     def is_available(cls) -> bool:
@@ -95,3 +106,29 @@ class NpuPlatform(Platform):
     def rollout_env(self, graph_mode: bool) -> dict[str, str]:
         # Task queue level 1 is what ACL graph capture supports; level 2 is faster when eager.
         return {"TASK_QUEUE_ENABLE": "1" if graph_mode else "2", "VLLM_ASCEND_ENABLE_NZ": "0"}
+
+    def profiler_module(self) -> ModuleType:
+        if self.simulated:  # the simulation runs CPU kernels: torch's own profiler sees them
+            import torch
+
+            return torch.profiler
+        return super().profiler_module()
+
+    def profiler_activity(self):
+        return self.profiler_module().ProfilerActivity.CPU if self.simulated else super().profiler_activity()
+
+    def device_capability(self, index: int | None = None) -> tuple[int, int]:
+        self._unsupported("device_capability", "Ascend devices have no compute capability: use device_arch()")
+
+    def device_arch(self, index: int | None = None) -> str:
+        """The SoC name (`Ascend910B2`): what Ascend kernels are built for."""
+        return self.device_name(index)
+
+    def device_uuid(self, index: int | None = None) -> str:
+        """`NPU-<physical id>`: torch_npu reports no hardware UUID; the physical id names the device
+        on its node (as verl and vLLM-Ascend name it)."""
+        return f"NPU-{physical_device_id(self.visible_devices_env, self._index(index))}"
+
+    def clear_library_workspaces(self) -> None:
+        """Operator workspaces live in torch_npu's workspace allocator, which `empty_cache` empties."""
+        self.empty_cache()

@@ -1,5 +1,7 @@
 """AMD GPUs through torch's ROCm build: torch calls them `cuda`, RCCL answers to `nccl`,
-HIP graphs stand behind `torch.cuda.CUDAGraph`, Ray rewrites `HIP_VISIBLE_DEVICES`."""
+HIP graphs stand behind `torch.cuda.CUDAGraph`, Ray rewrites `HIP_VISIBLE_DEVICES`.
+NVTX calls reach roctx; `ROCR_VISIBLE_DEVICES` narrows visibility before HIP does, so a pinned
+process must not carry it."""
 
 from __future__ import annotations
 
@@ -13,3 +15,9 @@ class RocmPlatform(CudaPlatform):
     ray_accelerator_type_prefixes = ("AMD-",)
     allocator_conf_env = "PYTORCH_HIP_ALLOC_CONF"
     torch_build = "hip"
+    extra_visible_devices_envs = ("ROCR_VISIBLE_DEVICES",)
+    extra_ray_noset_envs = ("RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES",)
+
+    def device_arch(self, index: int | None = None) -> str:
+        """The GFX target (`gfx942` on an MI300X), without feature suffixes."""
+        return str(self.device_properties(index).gcnArchName).split(":")[0]

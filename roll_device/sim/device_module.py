@@ -1,18 +1,26 @@
-"""The `torch.npu`-like module of the simulated NPU: devices, synchronize, memory, RNG, streams and
-events, and ACL graphs (`NPUGraph`, `graph`, `graph_pool_handle`).
+"""The `torch.npu`-like module of the simulated NPU: devices and their facts, synchronize, memory
+(with `memory` for allocator settings), RNG, streams and events, mstx markers, and ACL graphs
+(`NPUGraph`, `graph`, `graph_pool_handle`).
 
 It stands where torch_npu's `torch.npu` would, with its names and signatures, so that the NPU
 platform class runs unmodified. The models behind it live beside it: `devices.py`, `memory.py`,
-`streams.py`, `graphs.py`, and `errors.py` for the errors a device raises.
+`streams.py`, `graphs.py`, `markers.py`, `allocator.py`, and `errors.py` for the errors a device
+raises. Device facts name the simulation: `get_device_name()` is `ROLL_SIM_NPU_NAME` (default
+`Ascend910B2`) followed by " (simulated)".
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+
 import torch
 
+from roll_device.sim import allocator as memory
 from roll_device.sim import errors, graphs, streams
 from roll_device.sim.devices import current_index, device_count, device_index, set_current_index
 from roll_device.sim.graphs import NPUGraph, graph, graph_pool_handle, is_current_stream_capturing
+from roll_device.sim.markers import mstx
 from roll_device.sim.memory import LEDGER, total_memory
 from roll_device.sim.streams import Event, Stream
 
@@ -25,20 +33,30 @@ __all__ = [
     "default_stream",
     "device_count",
     "empty_cache",
+    "get_device_name",
+    "get_device_properties",
     "get_rng_state",
+    "get_rng_state_all",
     "graph",
     "graph_pool_handle",
     "is_available",
+    "ipc_collect",
     "is_current_stream_capturing",
     "manual_seed",
     "manual_seed_all",
     "max_memory_allocated",
+    "max_memory_reserved",
     "mem_get_info",
+    "memory",
     "memory_allocated",
     "memory_reserved",
+    "memory_stats",
+    "mstx",
     "reset_peak_memory_stats",
     "set_device",
+    "set_per_process_memory_fraction",
     "set_rng_state",
+    "set_rng_state_all",
     "stream",
     "synchronize",
 ]
@@ -68,6 +86,23 @@ def set_device(device) -> None:
     set_current_index(device_index(device))
 
 
+@dataclass(frozen=True)
+class NPUDeviceProperties:
+    """The fields of torch_npu's device properties that callers read."""
+
+    name: str
+    total_memory: int
+
+
+def get_device_name(device=None) -> str:
+    device_index(device)
+    return f"{os.environ.get('ROLL_SIM_NPU_NAME', 'Ascend910B2')} (simulated)"
+
+
+def get_device_properties(device=None) -> NPUDeviceProperties:
+    return NPUDeviceProperties(name=get_device_name(device), total_memory=total_memory())
+
+
 def synchronize(device=None) -> None:
     """Wait for the device: refused while a graph captures there (work is otherwise synchronous)."""
     if graphs.capture_for(device_index(device)) is not None:
@@ -89,6 +124,24 @@ def memory_reserved(device=None) -> int:
 
 def max_memory_allocated(device=None) -> int:
     return LEDGER.peak.get(device_index(device), 0)
+
+
+def max_memory_reserved(device=None) -> int:
+    return LEDGER.peak_reserved.get(device_index(device), 0)
+
+
+def memory_stats(device=None) -> dict[str, int]:
+    return LEDGER.stats(device_index(device))
+
+
+def set_per_process_memory_fraction(fraction: float, device=None) -> None:
+    if not 0.0 <= fraction <= 1.0:
+        raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+    LEDGER.fraction[device_index(device)] = fraction
+
+
+def ipc_collect() -> None:
+    """The simulated NPU shares no memory between processes: nothing to collect."""
 
 
 def reset_peak_memory_stats(device=None) -> None:
@@ -114,6 +167,15 @@ def get_rng_state(device=None) -> torch.Tensor:
 
 def set_rng_state(state: torch.Tensor, device=None) -> None:
     torch.set_rng_state(state)
+
+
+def get_rng_state_all() -> list[torch.Tensor]:
+    """One state per device: every simulated device draws from the one CPU generator."""
+    return [torch.get_rng_state() for _ in range(device_count())]
+
+
+def set_rng_state_all(states: list[torch.Tensor]) -> None:
+    set_rng_state(states[current_index()])
 
 
 def current_stream(device=None) -> Stream:

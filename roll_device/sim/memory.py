@@ -9,7 +9,9 @@ What a user of torch_npu's caching allocator observes, modelled without the cach
 - `reserved` (and what `mem_get_info` reports as used): allocations outside pools plus every pool's
   footprint. Memory freed outside pools returns at once (no cache, no fragmentation);
 - an allocation that would take `reserved` past the capacity (`ROLL_SIM_NPU_MEMORY_BYTES`, default
-  64 GiB) raises `torch.OutOfMemoryError` with torch_npu's wording, before any memory is taken.
+  64 GiB, times the process's fraction from `set_per_process_memory_fraction`) raises
+  `torch.OutOfMemoryError` with torch_npu's wording, before any memory is taken;
+- `memory_stats()` reports these counters under torch's names, current and peak.
 """
 
 from __future__ import annotations
@@ -52,6 +54,22 @@ class MemoryLedger:
         self._pools: dict[tuple[int, int], Pool] = {}
         self.allocated: dict[int, int] = {}
         self.peak: dict[int, int] = {}
+        self.peak_reserved: dict[int, int] = {}
+        self.fraction: dict[int, float] = {}
+
+    def capacity(self, index: int) -> int:
+        """Bytes this process may reserve on device `index`."""
+        return int(total_memory() * self.fraction.get(index, 1.0))
+
+    def stats(self, index: int) -> dict[str, int]:
+        """The counters under the names of torch's `memory_stats()`."""
+        with self._lock:
+            return {
+                "allocated_bytes.all.current": self.allocated.get(index, 0),
+                "allocated_bytes.all.peak": self.peak.get(index, 0),
+                "reserved_bytes.all.current": self.reserved(index),
+                "reserved_bytes.all.peak": self.peak_reserved.get(index, 0),
+            }
 
     # ---- pools --------------------------------------------------------------------------------
     def pool(self, index: int, handle: tuple[int, int] | None = None) -> Pool:
@@ -93,8 +111,8 @@ class MemoryLedger:
     def _take(self, index: int, nbytes: int, pool: Pool | None) -> None:
         growth = nbytes if pool is None else max(pool.live + nbytes - pool.peak, 0)
         reserved = self.reserved(index)
-        if growth and reserved + growth > total_memory():
-            raise errors.out_of_memory(index, nbytes, total_memory(), self.allocated.get(index, 0), reserved)
+        if growth and reserved + growth > self.capacity(index):
+            raise errors.out_of_memory(index, nbytes, self.capacity(index), self.allocated.get(index, 0), reserved)
         if pool is None:
             self._outside[index] = self._outside.get(index, 0) + nbytes
         else:
@@ -102,6 +120,7 @@ class MemoryLedger:
             pool.peak = max(pool.peak, pool.live)
         self.allocated[index] = self.allocated.get(index, 0) + nbytes
         self.peak[index] = max(self.peak.get(index, 0), self.allocated[index])
+        self.peak_reserved[index] = max(self.peak_reserved.get(index, 0), reserved + growth)
 
     def _release(self, key: tuple[int, int]) -> None:
         with self._lock:
@@ -123,6 +142,7 @@ class MemoryLedger:
     def reset_peak(self, index: int) -> None:
         with self._lock:
             self.peak[index] = self.allocated.get(index, 0)
+            self.peak_reserved[index] = self.reserved(index)
 
 
 LEDGER = MemoryLedger()

@@ -1,0 +1,76 @@
+"""Memory members of `Platform` beyond the basic counters: reserved peak, the allocator's stats,
+a per-process fraction, IPC collection, memory history and snapshots, allocator settings changed
+in the running process, library workspaces, and pinned host memory.
+
+Caching-allocator internals (`memory._record_memory_history`, `_dump_snapshot`,
+`_set_allocator_settings`) are reached under the same names in `torch.cuda.memory` and torch_npu's
+`torch.npu.memory`; a module without one makes the member raise `NotImplementedError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+class MemoryExtras:
+    """Mixed into `Platform`; the CPU overrides what a host process can answer."""
+
+    def _memory_call(self, member: str, torch_name: str, *args: Any, **kwargs: Any) -> Any:
+        """Call `torch.<device>.memory.<torch_name>` for the platform member `member`."""
+        fn = getattr(getattr(self.device_module(), "memory", None), torch_name, None)
+        if fn is None:
+            self._unsupported(member, f"torch.{self.device_type}.memory has no '{torch_name}'")
+        return fn(*args, **kwargs)
+
+    def max_memory_reserved(self) -> int:
+        return int(self._call("max_memory_reserved"))
+
+    def memory_stats(self) -> dict[str, Any]:
+        """The allocator's counters under torch's names (`allocated_bytes.all.current`, ...)."""
+        return dict(self._call("memory_stats"))
+
+    def set_memory_fraction(self, fraction: float) -> None:
+        """Cap this process's allocations on the current device at `fraction` of its memory."""
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"platform '{self.name}': memory fraction {fraction} is not in (0, 1]")
+        self._call_as("set_memory_fraction", "set_per_process_memory_fraction", fraction)
+
+    def ipc_collect(self) -> None:
+        """Free memory that other processes opened through IPC handles and have released."""
+        self._call("ipc_collect")
+
+    def record_memory_history(self, enabled: bool = True, max_entries: int = 100_000) -> None:
+        """Start (or stop) recording allocations with stack traces, for `dump_memory_snapshot`."""
+        self._memory_call("record_memory_history", "_record_memory_history", "all" if enabled else None, max_entries=max_entries)
+
+    def dump_memory_snapshot(self, path: str) -> None:
+        """Write the recorded allocation history to `path` (pickle for pytorch.org/memory_viz)."""
+        self._memory_call("dump_memory_snapshot", "_dump_snapshot", path)
+
+    def set_allocator_settings(self, settings: str) -> None:
+        """Change the caching allocator's settings in this process (`"expandable_segments:False"`)."""
+        self._memory_call("set_allocator_settings", "_set_allocator_settings", settings)
+
+    def set_expandable_segments(self, enabled: bool) -> None:
+        """Turn expandable segments on or off in this process (off around sleep and IPC sharing)."""
+        self.set_allocator_settings(f"expandable_segments:{enabled}")
+
+    def clear_library_workspaces(self) -> None:
+        """Release the workspaces math libraries keep (cuBLAS / hipBLAS) before sleeping."""
+        clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+        if clear is None:
+            self._unsupported("clear_library_workspaces", "this torch build has no cuBLAS workspaces")
+        clear()
+
+    @property
+    def supports_pinned_memory(self) -> bool:
+        """Whether host memory can be page-locked for this kind's devices here (real and present)."""
+        return self.device_type != "cpu" and not self.simulated and self.is_available()
+
+    def pin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` in page-locked host memory where `supports_pinned_memory`; else unchanged."""
+        if not self.supports_pinned_memory or tensor.is_pinned():
+            return tensor
+        return tensor.pin_memory()
