@@ -55,13 +55,15 @@ class CpuPlatform(Platform):
         return self.memory_allocated()
 
     def max_memory_allocated(self) -> int:
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        # The kernel updates the peak lazily: it can trail the resident set just read.
+        return max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, self.memory_allocated())
 
     def max_memory_reserved(self) -> int:
         return self.max_memory_allocated()
 
     def memory_stats(self) -> dict[str, int]:
-        current, peak = self.memory_allocated(), self.max_memory_allocated()
+        current = self.memory_allocated()
+        peak = max(self.max_memory_allocated(), current)
         return {
             "allocated_bytes.all.current": current,
             "allocated_bytes.all.peak": peak,

@@ -39,4 +39,5 @@ class CudaPlatform(Platform):
 
     def _set_library_determinism(self, enabled: bool) -> None:
         torch.backends.cudnn.deterministic = enabled
-        torch.backends.cudnn.benchmark = not enabled
+        if enabled:  # autotuning picks kernels by timing: off while determinism is asked for
+            torch.backends.cudnn.benchmark = False

@@ -1,0 +1,111 @@
+"""The new platform members on the simulated NPU, run in a process of their own (ROLL_DEVICE=npu-sim).
+
+Every result here comes from the simulation: CPU compute behind tensors that report `npu:N`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from tests.isolated import error_of
+
+
+def _sim_platform():
+    os.environ["ROLL_DEVICE"] = "npu-sim"
+    import roll_device as rd
+
+    return rd.current_platform()
+
+
+def profiling() -> dict:
+    from roll_device.sim.markers import RECORDED
+
+    p = _sim_platform()
+    with p.range("step"):
+        p.range_push("forward")
+        p.mark("loss")
+        p.range_pop()
+    with p.profile() as prof:
+        torch.ones(4, device=p.device()).sum()
+    return {
+        "recorded": [list(r) for r in RECORDED],
+        "activity": str(p.profiler_activity()),
+        "profiled_ops": sorted({e.name for e in prof.events() if e.name.startswith("aten::")}),
+        "profiler_start": error_of(p.profiler_start),
+    }
+
+
+def device_facts() -> dict:
+    p = _sim_platform()
+    p.set_device(1)
+    return {
+        "name": p.device_name(),
+        "arch": p.device_arch(0),
+        "total": p.total_memory(),
+        "properties_name": p.device_properties().name,
+        "uuid": p.device_uuid(),
+        "capability": error_of(p.device_capability),
+        "on_device": p.is_device_tensor(torch.ones(1, device=p.device())),
+        "cpu_on_device": p.is_device_tensor(torch.ones(1)),
+    }
+
+
+def memory() -> dict:
+    p = _sim_platform()
+    p.reset_peak_memory_stats()
+    x = torch.empty(1 << 20, dtype=torch.uint8, device=p.device())
+    stats = p.memory_stats()
+    peak_reserved = p.max_memory_reserved()
+    del x
+    out = {
+        "allocated": stats["allocated_bytes.all.current"],
+        "reserved_peak": stats["reserved_bytes.all.peak"],
+        "max_reserved": peak_reserved,
+        "reserved_after_free": p.memory_reserved(),
+    }
+    p.set_memory_fraction(0.5)
+    half = p.total_memory() // 2
+    out["over_fraction"] = error_of(lambda: torch.empty(half + (1 << 20), dtype=torch.uint8, device=p.device()))
+    out["under_fraction"] = error_of(lambda: torch.empty(1 << 20, dtype=torch.uint8, device=p.device()))
+    p.set_memory_fraction(1.0)
+    p.ipc_collect()
+    p.clear_library_workspaces()
+    p.set_expandable_segments(False)
+    from roll_device.sim.allocator import current_settings
+
+    out["settings"] = current_settings()
+    out["bad_setting"] = error_of(lambda: p.set_allocator_settings("no_such_key:1"))
+    out["history"] = error_of(p.record_memory_history)
+    out["snapshot"] = error_of(lambda: p.dump_memory_snapshot("snapshot.pickle"))
+    t = torch.ones(2)
+    out["pinned"] = p.supports_pinned_memory
+    out["pin_is_identity"] = p.pin_memory(t) is t
+    return out
+
+
+def rng_and_determinism() -> dict:
+    p = _sim_platform()
+    p.manual_seed(3)
+    states = p.get_rng_state_all()
+    a = torch.rand(3, device=p.device()).cpu()
+    p.set_rng_state_all(states)
+    b = torch.rand(3, device=p.device()).cpu()
+    try:
+        p.set_deterministic(True)
+        enabled = torch.are_deterministic_algorithms_enabled()
+        env = {k: os.environ.get(k) for k in p.deterministic_env()}
+    finally:
+        p.set_deterministic(False)
+    return {"states": len(states), "same": torch.equal(a, b), "enabled": enabled, "env": env}
+
+
+def process_env() -> dict:
+    p = _sim_platform()
+    return {
+        "collective": p.collective_env(timeout_s=1200),
+        "rank": p.rank_env(5),
+        "training": p.training_env(),
+        "ray_ids_outside_ray": p.ray_device_ids(),
+    }

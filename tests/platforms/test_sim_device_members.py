@@ -1,0 +1,53 @@
+"""The new platform members on the simulated NPU (ROLL_DEVICE=npu-sim, each check in its own
+process): what torch_npu answers, modelled by the simulation. All results are simulated."""
+
+from tests.isolated import run_isolated
+
+CHECKS = "tests.platforms.sim_member_checks"
+
+
+def test_ranges_reach_mstx_and_the_profiler_sees_the_host_kernels():
+    r = run_isolated(f"{CHECKS}:profiling")
+    assert r["recorded"] == [
+        ["range_start", "step", 1],
+        ["range_start", "forward", 2],
+        ["mark", "loss", 0],
+        ["range_end", "", 2],
+        ["range_end", "", 1],
+    ]
+    assert r["activity"] == "ProfilerActivity.CPU" and "aten::sum" in r["profiled_ops"]
+    assert r["profiler_start"].startswith("NotImplementedError: platform 'npu (simulated)' does not support profiler_start")
+
+
+def test_device_facts_name_the_simulation():
+    r = run_isolated(f"{CHECKS}:device_facts", env={"ASCEND_RT_VISIBLE_DEVICES": "4,5,6,7"})
+    assert r["name"] == r["arch"] == r["properties_name"] == "Ascend910B2 (simulated)"
+    assert r["total"] == 64 << 30
+    assert r["uuid"] == "NPU-5", "the physical id of visible device 1"
+    assert "does not support device_capability: Ascend devices have no compute capability" in r["capability"]
+    assert r["on_device"] and not r["cpu_on_device"]
+
+
+def test_memory_extras_follow_the_ledger_and_the_fraction():
+    r = run_isolated(f"{CHECKS}:memory", env={"ROLL_SIM_NPU_MEMORY_BYTES": str(64 << 20)})
+    assert r["allocated"] == 1 << 20 and r["reserved_peak"] == r["max_reserved"] >= 1 << 20
+    assert r["reserved_after_free"] == 0
+    assert r["over_fraction"].startswith("OutOfMemoryError: NPU out of memory") and r["under_fraction"] == ""
+    assert r["settings"] == {"expandable_segments": "False"}
+    assert "unrecognized allocator setting 'no_such_key:1'" in r["bad_setting"]
+    assert "does not support record_memory_history: torch.npu.memory has no '_record_memory_history'" in r["history"]
+    assert "does not support dump_memory_snapshot" in r["snapshot"]
+    assert not r["pinned"] and r["pin_is_identity"]
+
+
+def test_rng_of_all_devices_and_determinism():
+    r = run_isolated(f"{CHECKS}:rng_and_determinism", env={"ROLL_SIM_NPU_COUNT": "4"})
+    assert r["states"] == 4 and r["same"] and r["enabled"]
+    assert r["env"] == {"HCCL_DETERMINISTIC": "true", "CLOSE_MATMUL_K_SHIFT": "1"}
+
+
+def test_process_env_is_the_npu_kind():
+    r = run_isolated(f"{CHECKS}:process_env")
+    assert r["collective"] == {"HCCL_CONNECT_TIMEOUT": "1200", "HCCL_EXEC_TIMEOUT": "1200"}
+    assert r["rank"] == {"ASCEND_RT_VISIBLE_DEVICES": "5", "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "1"}
+    assert r["training"] == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} and r["ray_ids_outside_ray"] == []
