@@ -39,9 +39,21 @@ NOT_SERVED = None
 # at a position; device-module attributes not listed fall to `attribute_need`.
 RULES: list[tuple[str, str, str | None]] = [
     # profiling
-    (DM + r"nvtx\.(?:range_push|range_start)\b|\bmstx\.range_start\b|\bmark_start_range\(", "nvtx/mstx range start", "range_push"),
-    (DM + r"nvtx\.(?:range_pop|range_end)\b|\bmstx\.range_end\b|\bmark_end_range\(", "nvtx/mstx range end", "range_pop"),
-    (DM + r"nvtx\.range\b|\bmstx\.mstx_range\b|\bmark_annotate\(|\bnvtx\.annotate\b", "nvtx.range / mstx_range", "range"),
+    (
+        DM + r"nvtx\.(?:range_push|range_start)\b|\bmstx\.range_start\b|\bmark_start_range\(",
+        "nvtx/mstx range start",
+        "range_push",
+    ),
+    (
+        DM + r"nvtx\.(?:range_pop|range_end)\b|\bmstx\.range_end\b|\bmark_end_range\(",
+        "nvtx/mstx range end",
+        "range_pop",
+    ),
+    (
+        DM + r"nvtx\.range\b|\bmstx\.mstx_range\b|\bmark_annotate\(|\bnvtx\.annotate\b",
+        "nvtx.range / mstx_range",
+        "range",
+    ),
     (DM + r"nvtx\.mark\b|\bmstx\.mark\b", "nvtx.mark / mstx.mark", "mark"),
     (DM + r"profiler\.start\b|cudaProfilerStart", "torch.cuda.profiler.start", "profiler_start"),
     (DM + r"profiler\.stop\b|cudaProfilerStop", "torch.cuda.profiler.stop", "profiler_stop"),
@@ -50,42 +62,104 @@ RULES: list[tuple[str, str, str | None]] = [
     # device facts
     (DM + r"get_device_name\b", "torch.cuda.get_device_name", "device_name"),
     (DM + r"get_device_properties\b", "torch.cuda.get_device_properties", "device_properties"),
-    (DM + r"get_device_capability\b|\bget_device_capability\(", "torch.cuda.get_device_capability", "device_capability"),
+    (
+        DM + r"get_device_capability\b|\bget_device_capability\(",
+        "torch.cuda.get_device_capability",
+        "device_capability",
+    ),
     (DM + r"get_device_uuid\b|\bget_device_uuid\(", "device UUID (vLLM / NVML)", "device_uuid"),
     (r"\.is_(?:cuda|npu)\b(?!\()", "tensor.is_cuda", "is_device_tensor"),
     # devices and identity
-    (DM + r"(?:device_type|device_name)\b|\bget_device_name\(\)|[\"'](?:cuda|npu)(?::\d+)?[\"']", '"cuda" / get_device_name()', "device_type"),
+    (
+        DM + r"(?:device_type|device_name)\b|\bget_device_name\(\)|[\"'](?:cuda|npu)(?::\d+)?[\"']",
+        '"cuda" / get_device_name()',
+        "device_type",
+    ),
     (r"\.(?:cuda|npu)\((?!\))?", ".cuda() / .npu()", "device"),
     (DM + r"current_device\b|\bget_device_id\(\)", "torch.cuda.current_device", "current_device"),
     (DM + r"is_available\b|\bis_torch_npu_available\(", "torch.cuda.is_available", "is_available"),
-    (DM + r"is_(?:cuda|npu|rocm|xpu|tpu)\b|\bis_(?:cuda|npu)_available\b|\btorch\.version\.(?:cuda|hip)\b", "is_npu_available / is_cuda()", "kind"),
-    (r"\bimport torch_npu\b|\btorch_npu\.contrib\b|\btorch_npu\.__version__\b", "import torch_npu", "device_module"),
-    (r"\btorch_npu\.npu_\w+|\btorch_npu\.(?!npu\b|profiler\b|contrib\b)\w+", "torch_npu fused kernels", NOT_SERVED),
-    (r"[\"'](?:nccl|hccl)[\"']|\bget_nccl_backend\(\)|" + DM + r"communication_backend\b", '"nccl" / get_nccl_backend()', "dist_backend"),
-    (r"\bnum_gpus\b|\bget_resource_name\(\)|" + DM + r"ray_device_key\b", "num_gpus / ray device key", "ray_actor_options"),
+    (
+        DM + r"is_(?:cuda|npu|rocm|xpu|tpu)\b|\bis_(?:cuda|npu)_available\b|\btorch\.version\.(?:cuda|hip)\b",
+        "is_npu_available / is_cuda()",
+        "kind",
+    ),
+    (
+        r"\bimport torch_npu\b|\btorch_npu\.contrib\b|\btorch_npu\.__version__\b",
+        "import torch_npu",
+        "device_module",
+    ),
+    (
+        r"\btorch_npu\.npu_\w+|\btorch_npu\.(?!npu\b|profiler\b|contrib\b)\w+",
+        "torch_npu fused kernels",
+        NOT_SERVED,
+    ),
+    (
+        r"[\"'](?:nccl|hccl)[\"']|\bget_nccl_backend\(\)|" + DM + r"communication_backend\b",
+        '"nccl" / get_nccl_backend()',
+        "dist_backend",
+    ),
+    (
+        r"\bnum_gpus\b|\bget_resource_name\(\)|" + DM + r"ray_device_key\b",
+        "num_gpus / ray device key",
+        "ray_actor_options",
+    ),
     (r"\bray\.get_gpu_ids\(\)|\bget_accelerator_ids\(\)", "ray get_accelerator_ids()", "ray_device_ids"),
     # process environment
     (r"RAY_EXPERIMENTAL_NOSET_\w+", "RAY_EXPERIMENTAL_NOSET_*", "ray_noset_env"),
     (r"\bROCR_VISIBLE_DEVICES\b", "ROCR_VISIBLE_DEVICES", "pin_devices"),
-    (r"\b(?:CUDA|HIP|ASCEND_RT)_VISIBLE_DEVICES\b|\bget_visible_devices_keyword\(\)|" + DM + r"(?:device_control_env_var|get_visible_gpus)\b", "CUDA_VISIBLE_DEVICES", "visible_devices_env"),
-    (DM + r"(?:update_env_vars_for_visible_devices|get_vllm_run_time_env_vars)\b", "visible-device pin of one rank", "rank_env"),
+    (
+        r"\b(?:CUDA|HIP|ASCEND_RT)_VISIBLE_DEVICES\b|\bget_visible_devices_keyword\(\)|"
+        + DM
+        + r"(?:device_control_env_var|get_visible_gpus)\b",
+        "CUDA_VISIBLE_DEVICES",
+        "visible_devices_env",
+    ),
+    (
+        DM + r"(?:update_env_vars_for_visible_devices|get_vllm_run_time_env_vars)\b",
+        "visible-device pin of one rank",
+        "rank_env",
+    ),
     (r"\bNCCL_DEBUG\w*", "NCCL_DEBUG", NOT_SERVED),
-    (r"\b(?:TORCH_)?NCCL_DETERMINISTIC\b|\bHCCL_DETERMINISTIC\b|\bCLOSE_MATMUL_K_SHIFT\b|\bCUBLAS_WORKSPACE_CONFIG\b", "CUBLAS_WORKSPACE_CONFIG / HCCL_DETERMINISTIC", "deterministic_env"),
-    (r"\btorch\.backends\.cudnn\.\w+|\buse_deterministic_algorithms\b", "torch.backends.cudnn.deterministic", "set_deterministic"),
-    (r"\b(?:TORCH_)?NCCL_\w+|\bHCCL_\w+|" + DM + r"(?:get_custom_env_vars|additional_env_vars)\b", "NCCL_* / HCCL_* variables", "collective_env"),
+    (
+        r"\b(?:TORCH_)?NCCL_DETERMINISTIC\b|\bHCCL_DETERMINISTIC\b|\bCLOSE_MATMUL_K_SHIFT\b|\bCUBLAS_WORKSPACE_CONFIG\b",
+        "CUBLAS_WORKSPACE_CONFIG / HCCL_DETERMINISTIC",
+        "deterministic_env",
+    ),
+    (
+        r"\btorch\.backends\.cudnn\.\w+|\buse_deterministic_algorithms\b",
+        "torch.backends.cudnn.deterministic",
+        "set_deterministic",
+    ),
+    (
+        r"\b(?:TORCH_)?NCCL_\w+|\bHCCL_\w+|" + DM + r"(?:get_custom_env_vars|additional_env_vars)\b",
+        "NCCL_* / HCCL_* variables",
+        "collective_env",
+    ),
     (r"\bCUDA_DEVICE_MAX_CONNECTIONS\b", "CUDA_DEVICE_MAX_CONNECTIONS", "training_env"),
     (r"\bPYTORCH_(?:CUDA|HIP|NPU)_ALLOC_CONF\b", "PYTORCH_CUDA_ALLOC_CONF", "allocator_env"),
     (r"\bTASK_QUEUE_ENABLE\b|\bVLLM_ASCEND_ENABLE_NZ\b", "TASK_QUEUE_ENABLE", "rollout_env"),
     # memory
     (DM + r"(?:device_memory_used|mem_get_info)\b", "torch.cuda.mem_get_info", "mem_get_info"),
-    (DM + r"(?:reset_max_memory_allocated|reset_max_memory_cached|reset_peak_memory_stats)\b", "reset_peak_memory_stats", "reset_peak_memory_stats"),
+    (
+        DM + r"(?:reset_max_memory_allocated|reset_max_memory_cached|reset_peak_memory_stats)\b",
+        "reset_peak_memory_stats",
+        "reset_peak_memory_stats",
+    ),
     (DM + r"set_per_process_memory_fraction\b", "set_per_process_memory_fraction", "set_memory_fraction"),
     (DM + r"_record_memory_history\b", "memory._record_memory_history", "record_memory_history"),
     (DM + r"_dump_snapshot\b", "memory._dump_snapshot", "dump_memory_snapshot"),
     (DM + r"_?set_allocator_settings\b", "memory._set_allocator_settings", "set_allocator_settings"),
     (r"\bset_expandable_segments\(", "expandable segments on/off", "set_expandable_segments"),
-    (DM + r"clear_cublas_workspaces\b|_cuda_clearCublasWorkspaces", "clear cuBLAS workspaces", "clear_library_workspaces"),
-    (DM + r"cudart\(\)\.cudaHost(?:Register|Unregister)\b|\bcudaHost(?:Register|Unregister)\b", "cudaHostRegister", "pin_memory"),
+    (
+        DM + r"clear_cublas_workspaces\b|_cuda_clearCublasWorkspaces",
+        "clear cuBLAS workspaces",
+        "clear_library_workspaces",
+    ),
+    (
+        DM + r"cudart\(\)\.cudaHost(?:Register|Unregister)\b|\bcudaHost(?:Register|Unregister)\b",
+        "cudaHostRegister",
+        "pin_memory",
+    ),
     # randomness, streams, graphs
     (DM + r"manual_seed(?:_all)?\b", "torch.cuda.manual_seed_all", "manual_seed"),
     (DM + r"get_rng_state_all\b", "torch.cuda.get_rng_state_all", "get_rng_state_all"),
@@ -112,8 +186,10 @@ def source_files(mirror: Path, package: str) -> list[tuple[str, str]]:
     ).stdout.split()
     names = [n for n in names if n.endswith(".py") and not SKIP.search(n)]
     blob = subprocess.run(
-        [*git, "cat-file", "--batch"], input="".join(f"HEAD:{n}\n" for n in names).encode(),
-        check=True, capture_output=True,
+        [*git, "cat-file", "--batch"],
+        input="".join(f"HEAD:{n}\n" for n in names).encode(),
+        check=True,
+        capture_output=True,
     ).stdout
     files, pos = [], 0
     for name in names:
@@ -126,7 +202,7 @@ def source_files(mirror: Path, package: str) -> list[tuple[str, str]]:
 
 def uses(text: str, members: set[str]) -> list[tuple[str, str | None]]:
     """(need, member) of every device use in `text`, non-overlapping, earliest and longest first."""
-    text = re.sub(r"^\s*#.*$", "", text, flags=re.M)  # comments are not call sites
+    text = re.sub(r"^\s*#.*$", "", text, flags=re.MULTILINE)  # comments are not call sites
     found = []
     for order, (pattern, use, member) in enumerate(COMPILED):
         for m in pattern.finditer(text):
@@ -161,9 +237,11 @@ def render(result: dict) -> str:
     ok = sum(sum(c.values()) for n, c in sites.items() if served[n])
     needs_ok = sum(1 for n in sites if served[n])
     lines = [
-        f"Measured by `benchmarks/device_needs.py` over {', '.join(FRAMEWORKS)}: **{total} call sites, "
-        f"{len(sites)} distinct needs; a platform member serves {ok} call sites ({100 * ok / total:.1f}%) "
-        f"and {needs_ok} needs ({100 * needs_ok / len(sites):.1f}%)**.",
+        (
+            f"Measured by `benchmarks/device_needs.py` over {', '.join(FRAMEWORKS)}: **{total} call sites, "
+            f"{len(sites)} distinct needs; a platform member serves {ok} call sites ({100 * ok / total:.1f}%) "
+            f"and {needs_ok} needs ({100 * needs_ok / len(sites):.1f}%)**."
+        ),
         "",
         "| Framework use | Platform member | " + " | ".join(f"{f} sites" for f in FRAMEWORKS) + " |",
         "|---|---|" + "---|" * len(FRAMEWORKS),

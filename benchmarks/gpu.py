@@ -399,12 +399,10 @@ def main() -> None:
         raise SystemExit(
             f"benchmarks/gpu.py needs a CUDA or ROCm GPU; this process's platform is {platform.name}"
         )
-    facts = platform.device_module()
-    props = facts.get_device_properties(0)
     results = {
         "when": datetime.date.today().isoformat(),
-        "device": props.name,
-        "memory_gib": props.total_memory / 2**30,
+        "device": platform.device_name(0),
+        "memory_gib": platform.total_memory(0) / 2**30,
         "torch": torch.__version__,
         "cuda": torch.version.cuda or torch.version.hip,
         "rounds": args.rounds,

@@ -81,7 +81,8 @@ def worker_env(plan: Plan, role: str, rank: int) -> dict[str, str]:
     )
     env = spec.to_env()
     if not placement.simulated:
-        env.update(get_platform(placement.kind).allocator_env())
+        platform = get_platform(placement.kind)
+        env.update({**platform.allocator_env(), **platform.collective_env()})
     return env
 
 
@@ -104,18 +105,11 @@ class RoleWorker:
     """Base class of role workers; see the module docstring."""
 
     def __init__(self) -> None:
-        import ray
-
         self.spec = WorkerSpec.from_env()
         self.role, self.rank, self.world_size = self.spec.role, self.spec.rank, self.spec.world_size
         self.kind, self.simulated = self.spec.kind, self.spec.simulated
         identity = get_platform(self.kind)
-        ids = (
-            ray.get_runtime_context().get_accelerator_ids().get(identity.ray_resource, [])
-            if identity.ray_resource
-            else []
-        )
-        self.accelerator_ids = [str(i) for i in ids]
+        self.accelerator_ids = identity.ray_device_ids()
         self.visible_devices_env = identity.visible_devices_env
         visible = os.environ.get(self.visible_devices_env) if self.visible_devices_env else None
         self.local_device_index = local_device_index(

@@ -30,8 +30,7 @@ PAGE = 4096
 def host_buffer(nbytes: int, platform: Platform) -> torch.Tensor:
     """A uint8 host buffer, pinned when `platform` is a real accelerator that is present here
     (fast, asynchronous copies to and from it); plain host memory otherwise (CPU, simulations)."""
-    pin = platform.device_type != "cpu" and not platform.simulated and platform.is_available()
-    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
+    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=platform.supports_pinned_memory)
 
 
 def storage_users(tensor: torch.Tensor) -> int:

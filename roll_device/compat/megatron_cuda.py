@@ -59,7 +59,7 @@ class DeviceArgumentRedirect(TorchFunctionMode):
             kwargs = {**kwargs, "device": self.platform.device(index)}
         if func is torch.Tensor.type and len(args) == 1 and not kwargs:
             tensor = args[0]
-            if tensor.device.type == self.platform.device_type:
+            if self.platform.is_device_tensor(tensor):
                 return "torch.cuda." + tensor.type().rsplit(".", 1)[-1]
         return func(*args, **kwargs)
 

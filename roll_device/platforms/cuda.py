@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 
 from roll_device.platforms.base import Platform
@@ -26,9 +28,12 @@ class CudaPlatform(Platform):
     supports_capture_range = True
     # cuMem-based NCCL buffers break sleep/wake memory release (NVIDIA/nccl#1234, as ROLL sets it);
     # without record_stream, tensors freed by collectives return to the pool at once.
-    collective_tuning_env = {"NCCL_CUMEM_ENABLE": "0", "TORCH_NCCL_AVOID_RECORD_STREAMS": "1"}
-    training_env_vars = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
-    deterministic_env_vars = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    collective_tuning_env: ClassVar[dict[str, str]] = {
+        "NCCL_CUMEM_ENABLE": "0",
+        "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
+    }
+    training_env_vars: ClassVar[dict[str, str]] = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    deterministic_env_vars: ClassVar[dict[str, str]] = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
     @classmethod
     def is_available(cls) -> bool:

@@ -43,7 +43,12 @@ class MemoryExtras:
 
     def record_memory_history(self, enabled: bool = True, max_entries: int = 100_000) -> None:
         """Start (or stop) recording allocations with stack traces, for `dump_memory_snapshot`."""
-        self._memory_call("record_memory_history", "_record_memory_history", "all" if enabled else None, max_entries=max_entries)
+        self._memory_call(
+            "record_memory_history",
+            "_record_memory_history",
+            "all" if enabled else None,
+            max_entries=max_entries,
+        )
 
     def dump_memory_snapshot(self, path: str) -> None:
         """Write the recorded allocation history to `path` (pickle for pytorch.org/memory_viz)."""

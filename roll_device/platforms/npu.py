@@ -12,6 +12,7 @@ import os
 import platform as host
 from pathlib import Path
 from types import ModuleType
+from typing import ClassVar
 
 from roll_device.errors import MissingPackageError
 from roll_device.packages import Package
@@ -51,9 +52,14 @@ class NpuPlatform(Platform):
     # HCCL's link-setup and per-operation timeouts (seconds); its default 120 s connect timeout is
     # shorter than a large model's first weight sync.
     collective_timeout_envs = ("HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT")
-    training_env_vars = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}  # read by MindSpeed as by Megatron
+    training_env_vars: ClassVar[dict[str, str]] = {
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1"
+    }  # read by MindSpeed as by Megatron
     # Deterministic HCCL reductions, and the matmul switch verl sets for Ascend determinism.
-    deterministic_env_vars = {"HCCL_DETERMINISTIC": "true", "CLOSE_MATMUL_K_SHIFT": "1"}
+    deterministic_env_vars: ClassVar[dict[str, str]] = {
+        "HCCL_DETERMINISTIC": "true",
+        "CLOSE_MATMUL_K_SHIFT": "1",
+    }
 
     @classmethod
     def is_available(cls) -> bool:

@@ -23,7 +23,9 @@ def _set_allocator_settings(settings: str) -> None:
     for pair in filter(None, (p.strip() for p in settings.split(","))):
         key, sep, value = pair.partition(":")
         if not sep or key.strip() not in KNOWN_KEYS:
-            raise RuntimeError(f"[simulated NPU] unrecognized allocator setting '{pair}' (keys: {KNOWN_KEYS})")
+            raise RuntimeError(
+                f"[simulated NPU] unrecognized allocator setting '{pair}' (keys: {KNOWN_KEYS})"
+            )
         _settings[key.strip()] = value.strip()
 
 

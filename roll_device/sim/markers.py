@@ -15,7 +15,7 @@ _ids = itertools.count(1)
 _lock = threading.Lock()
 
 
-class mstx:  # noqa: N801 - torch_npu's name
+class mstx:  # torch_npu's name
     """Markers: `mark`, `range_start` / `range_end`."""
 
     @staticmethod

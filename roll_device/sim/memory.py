@@ -112,7 +112,9 @@ class MemoryLedger:
         growth = nbytes if pool is None else max(pool.live + nbytes - pool.peak, 0)
         reserved = self.reserved(index)
         if growth and reserved + growth > self.capacity(index):
-            raise errors.out_of_memory(index, nbytes, self.capacity(index), self.allocated.get(index, 0), reserved)
+            raise errors.out_of_memory(
+                index, nbytes, self.capacity(index), self.allocated.get(index, 0), reserved
+            )
         if pool is None:
             self._outside[index] = self._outside.get(index, 0) + nbytes
         else:

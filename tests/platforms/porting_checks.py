@@ -15,7 +15,7 @@ PORTING = Path(__file__).resolve().parents[2] / "docs" / "porting.md"
 def example_source() -> str:
     """The code block that follows `<!-- example:after -->` in docs/porting.md."""
     after = PORTING.read_text().split("<!-- example:after -->", 1)[1]
-    return re.search(r"```python\n(.*?)```", after, re.S).group(1)
+    return re.search(r"```python\n(.*?)```", after, re.DOTALL).group(1)
 
 
 def run_example() -> dict:

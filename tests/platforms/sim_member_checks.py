@@ -67,7 +67,9 @@ def memory() -> dict:
     }
     p.set_memory_fraction(0.5)
     half = p.total_memory() // 2
-    out["over_fraction"] = error_of(lambda: torch.empty(half + (1 << 20), dtype=torch.uint8, device=p.device()))
+    out["over_fraction"] = error_of(
+        lambda: torch.empty(half + (1 << 20), dtype=torch.uint8, device=p.device())
+    )
     out["under_fraction"] = error_of(lambda: torch.empty(1 << 20, dtype=torch.uint8, device=p.device()))
     p.set_memory_fraction(1.0)
     p.ipc_collect()

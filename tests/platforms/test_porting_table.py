@@ -17,7 +17,9 @@ CLASSES = [CudaPlatform, RocmPlatform, NpuPlatform, CpuPlatform]
 
 
 def table_members() -> list[str]:
-    table = PORTING.read_text().split("<!-- device-needs:begin -->", 1)[1].split("<!-- device-needs:end -->")[0]
+    table = (
+        PORTING.read_text().split("<!-- device-needs:begin -->", 1)[1].split("<!-- device-needs:end -->")[0]
+    )
     rows = [line.split("|") for line in table.splitlines() if line.startswith("| ") and "`" in line]
     return [m for row in rows for m in re.findall(r"`(\w+)`", row[2])]
 
@@ -25,7 +27,9 @@ def table_members() -> list[str]:
 def test_the_table_names_the_members_it_measured():
     members = table_members()
     assert len(members) >= 50 and len(set(members)) == len(members)
-    assert {"range_push", "device_uuid", "collective_env", "ray_device_ids", "set_deterministic"} <= set(members)
+    assert {"range_push", "device_uuid", "collective_env", "ray_device_ids", "set_deterministic"} <= set(
+        members
+    )
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.kind)
@@ -43,4 +47,8 @@ def test_worked_example_runs_on_the_simulated_npu():
     r = run_isolated("tests.platforms.porting_checks:run_example", env={"ROLL_DEVICE": "npu-sim"})
     assert r["platform"] == "npu (simulated)" and math.isfinite(r["loss"])
     assert r["printed"].startswith("Ascend910B2 (simulated) ")
-    assert r["env"] == {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "HCCL_CONNECT_TIMEOUT": "1800", "HCCL_EXEC_TIMEOUT": "1800"}
+    assert r["env"] == {
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1",
+        "HCCL_CONNECT_TIMEOUT": "1800",
+        "HCCL_EXEC_TIMEOUT": "1800",
+    }

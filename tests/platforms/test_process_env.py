@@ -65,4 +65,6 @@ def test_profiler_identity_by_kind():
     assert rd.get_platform("cuda").profiler_activity_name == "CUDA"
     assert rd.get_platform("npu").profiler_package == "torch_npu.profiler"
     assert rd.get_platform("npu").profiler_activity_name == "NPU"
-    assert rd.get_platform("cuda").supports_capture_range and not rd.get_platform("npu").supports_capture_range
+    assert (
+        rd.get_platform("cuda").supports_capture_range and not rd.get_platform("npu").supports_capture_range
+    )

@@ -16,7 +16,9 @@ def test_ranges_reach_mstx_and_the_profiler_sees_the_host_kernels():
         ["range_end", "", 1],
     ]
     assert r["activity"] == "ProfilerActivity.CPU" and "aten::sum" in r["profiled_ops"]
-    assert r["profiler_start"].startswith("NotImplementedError: platform 'npu (simulated)' does not support profiler_start")
+    assert r["profiler_start"].startswith(
+        "NotImplementedError: platform 'npu (simulated)' does not support profiler_start"
+    )
 
 
 def test_device_facts_name_the_simulation():
@@ -35,7 +37,10 @@ def test_memory_extras_follow_the_ledger_and_the_fraction():
     assert r["over_fraction"].startswith("OutOfMemoryError: NPU out of memory") and r["under_fraction"] == ""
     assert r["settings"] == {"expandable_segments": "False"}
     assert "unrecognized allocator setting 'no_such_key:1'" in r["bad_setting"]
-    assert "does not support record_memory_history: torch.npu.memory has no '_record_memory_history'" in r["history"]
+    assert (
+        "does not support record_memory_history: torch.npu.memory has no '_record_memory_history'"
+        in r["history"]
+    )
     assert "does not support dump_memory_snapshot" in r["snapshot"]
     assert not r["pinned"] and r["pin_is_identity"]
 
@@ -49,5 +54,8 @@ def test_rng_of_all_devices_and_determinism():
 def test_process_env_is_the_npu_kind():
     r = run_isolated(f"{CHECKS}:process_env")
     assert r["collective"] == {"HCCL_CONNECT_TIMEOUT": "1200", "HCCL_EXEC_TIMEOUT": "1200"}
-    assert r["rank"] == {"ASCEND_RT_VISIBLE_DEVICES": "5", "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "1"}
+    assert r["rank"] == {
+        "ASCEND_RT_VISIBLE_DEVICES": "5",
+        "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "1",
+    }
     assert r["training"] == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} and r["ray_ids_outside_ray"] == []
