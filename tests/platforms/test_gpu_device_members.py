@@ -1,0 +1,89 @@
+"""Profiling, device facts, memory extras, RNG of all devices and determinism on a real CUDA or
+ROCm GPU; skipped cleanly without one (run where one is visible, as test_gpu_operations.py)."""
+
+import pickle
+
+import pytest
+import torch
+
+import roll_device as rd
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU"),
+]
+
+
+@pytest.fixture
+def gpu():
+    p = rd.current_platform()
+    p.set_device(0)
+    return p
+
+
+def test_ranges_marks_capture_range_and_profiler(gpu):
+    with gpu.range("step"):
+        gpu.range_push("forward")
+        gpu.mark("loss")
+        gpu.range_pop()
+    gpu.profiler_start()
+    gpu.profiler_stop()
+    assert gpu.profiler_activity() == torch.profiler.ProfilerActivity.CUDA
+    x = torch.ones(256, 256, device=gpu.device())
+    with gpu.profile() as prof:
+        (x @ x).sum().item()
+    assert any(e.device_type == torch.autograd.DeviceType.CUDA for e in prof.events())
+
+
+def test_device_facts_agree_with_torch(gpu):
+    props = torch.cuda.get_device_properties(0)
+    assert gpu.device_name() == torch.cuda.get_device_name(0) == props.name
+    assert gpu.total_memory() == props.total_memory > 0
+    assert gpu.device_capability() == torch.cuda.get_device_capability(0)
+    arch = gpu.device_arch()
+    assert arch.startswith("gfx") if gpu.kind == "rocm" else arch == "sm_{}{}".format(*gpu.device_capability())
+    uuid = gpu.device_uuid()
+    assert uuid.startswith("GPU-") and len(uuid) > 20 and uuid == gpu.device_uuid(0)
+    assert gpu.is_device_tensor(torch.ones(1, device=gpu.device())) and not gpu.is_device_tensor(torch.ones(1))
+
+
+def test_memory_extras(gpu, tmp_path):
+    gpu.record_memory_history(True)
+    x = torch.empty(1 << 22, device=gpu.device())
+    stats = gpu.memory_stats()
+    assert stats["allocated_bytes.all.current"] >= x.numel() * 4
+    assert gpu.max_memory_reserved() >= gpu.memory_reserved() >= x.numel() * 4
+    snapshot = tmp_path / "snapshot.pickle"
+    gpu.dump_memory_snapshot(str(snapshot))
+    gpu.record_memory_history(False)
+    assert "segments" in pickle.loads(snapshot.read_bytes())
+    gpu.set_memory_fraction(0.95)
+    gpu.set_memory_fraction(1.0)
+    gpu.set_expandable_segments(True)
+    y = torch.empty(1 << 20, device=gpu.device())
+    gpu.set_expandable_segments(False)
+    (y[:256].view(16, 16) @ y[:256].view(16, 16)).sum().item()  # makes a cuBLAS workspace
+    gpu.clear_library_workspaces()
+    gpu.ipc_collect()
+    assert gpu.supports_pinned_memory
+    pinned = gpu.pin_memory(torch.ones(1024))
+    assert pinned.is_pinned() and gpu.pin_memory(pinned) is pinned
+    del x, y
+
+
+def test_rng_state_of_all_devices_roundtrip(gpu):
+    states = gpu.get_rng_state_all()
+    assert len(states) == gpu.device_count()
+    a = torch.rand(4, device=gpu.device())
+    gpu.set_rng_state_all(states)
+    assert torch.equal(a, torch.rand(4, device=gpu.device()))
+
+
+def test_determinism_switches(gpu):
+    try:
+        gpu.set_deterministic(True)
+        assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
+        assert not torch.backends.cudnn.benchmark
+    finally:
+        gpu.set_deterministic(False)
+    assert not torch.backends.cudnn.deterministic
