@@ -18,14 +18,20 @@ Usage: python benchmarks/device_needs.py [--mirrors /work/.mirror] [--no-write]
 from __future__ import annotations
 
 import argparse
+import io
 import re
 import subprocess
+import sys
+import tokenize
 from collections import Counter, defaultdict
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
 from benchmarks.doc_sections import replace_section
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "porting.md"
+DOC = ROOT / "docs" / "porting.md"
 FRAMEWORKS = {  # name: (mirror directory under --mirrors, runtime package)
     "ROLL": ("alibaba+ROLL", "roll/"),
     "verl": ("volcengine+verl", "verl/"),
@@ -200,9 +206,27 @@ def source_files(mirror: Path, package: str) -> list[tuple[str, str]]:
     return files
 
 
+def code_only(text: str) -> str:
+    """`text` with comments and triple-quoted strings (docstrings) blanked: they are not call sites."""
+    lines = text.splitlines(keepends=True)
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
+    except (tokenize.TokenError, SyntaxError):  # not Python 3: drop whole-line comments only
+        return re.sub(r"^\s*#.*$", "", text, flags=re.MULTILINE)
+    for tok in reversed(tokens):
+        prose = tok.type == tokenize.COMMENT or (
+            tok.type == tokenize.STRING and tok.string.endswith(('"""', "'''"))
+        )
+        if prose:
+            (row, col), (end_row, end_col) = tok.start, tok.end
+            head, tail = lines[row - 1][:col], lines[end_row - 1][end_col:]
+            lines[row - 1 : end_row] = [head + "\n" * (end_row - row) + tail]
+    return "".join(lines)
+
+
 def uses(text: str, members: set[str]) -> list[tuple[str, str | None]]:
     """(need, member) of every device use in `text`, non-overlapping, earliest and longest first."""
-    text = re.sub(r"^\s*#.*$", "", text, flags=re.MULTILINE)  # comments are not call sites
+    text = code_only(text)
     found = []
     for order, (pattern, use, member) in enumerate(COMPILED):
         for m in pattern.finditer(text):

@@ -62,13 +62,11 @@ class Profiling:
     # Whether `torch.<device>.profiler.start/stop` open a capture range (cudaProfilerStart).
     supports_capture_range: ClassVar[bool] = False
 
-    _open_ranges = threading.local()
+    _open_ranges = threading.local()  # per thread: platform name -> tokens of its open ranges
 
     def _range_stack(self) -> list:
-        stack = getattr(self._open_ranges, "stack", None)
-        if stack is None:
-            stack = self._open_ranges.stack = []
-        return stack
+        stacks = self._open_ranges.__dict__.setdefault("stacks", {})
+        return stacks.setdefault(self.name, [])
 
     def range_push(self, message: str) -> None:
         """Open a named range on this thread (a no-op where the kind has no marker API)."""

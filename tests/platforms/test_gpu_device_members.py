@@ -41,10 +41,14 @@ def test_device_facts_agree_with_torch(gpu):
     assert gpu.total_memory() == props.total_memory > 0
     assert gpu.device_capability() == torch.cuda.get_device_capability(0)
     arch = gpu.device_arch()
-    assert arch.startswith("gfx") if gpu.kind == "rocm" else arch == "sm_{}{}".format(*gpu.device_capability())
+    assert (
+        arch.startswith("gfx") if gpu.kind == "rocm" else arch == "sm_{}{}".format(*gpu.device_capability())
+    )
     uuid = gpu.device_uuid()
     assert uuid.startswith("GPU-") and len(uuid) > 20 and uuid == gpu.device_uuid(0)
-    assert gpu.is_device_tensor(torch.ones(1, device=gpu.device())) and not gpu.is_device_tensor(torch.ones(1))
+    assert gpu.is_device_tensor(torch.ones(1, device=gpu.device())) and not gpu.is_device_tensor(
+        torch.ones(1)
+    )
 
 
 def test_memory_extras(gpu, tmp_path):
