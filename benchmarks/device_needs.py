@@ -12,7 +12,7 @@ below, or an attribute with the name of a `Platform` member), or, where none doe
 Coverage = served call sites / all call sites, and served needs / all distinct needs. The table
 and the numbers are written into docs/porting.md (section `device-needs`).
 
-Usage: python benchmarks/device_needs.py [--mirrors /work/.mirror] [--no-write]
+Usage: python benchmarks/device_needs.py [--mirrors /work/.mirror] [--platform-root DIR] [--no-write]
 """
 
 from __future__ import annotations
@@ -236,7 +236,10 @@ def uses(text: str, members: set[str]) -> list[tuple[str, str | None]]:
         if start < end:
             continue
         end = stop
-        taken.append(attribute_need(matched, members) if member == "attribute" else (member or use, member))
+        if member == "attribute":
+            taken.append(attribute_need(matched, members))
+        else:  # a rule's member serves only where the Platform being measured has it
+            taken.append((member or use, member if member in members else NOT_SERVED))
     return taken
 
 
@@ -280,15 +283,38 @@ def render(result: dict) -> str:
     return "\n".join(lines)
 
 
+MEMBERS_CODE = (
+    "from roll_device.platforms import Platform\n"
+    "names = set(dir(Platform))\n"
+    "for cls in Platform.__mro__:\n"
+    "    names |= set(getattr(cls, '__annotations__', {}))\n"
+    "print(' '.join(sorted(n for n in names if not n.startswith('_'))))\n"
+)
+
+
+def platform_members(source_root: Path) -> set[str]:
+    """The public members (class attributes and annotated identity included) of the `Platform`
+    in the checkout at `source_root`: this one, or another to measure it before a change."""
+    out = subprocess.run(
+        [sys.executable, "-c", MEMBERS_CODE],
+        cwd=source_root,
+        env={"PYTHONPATH": str(source_root)},
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return set(out.stdout.split())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mirrors", type=Path, default=Path("/work/.mirror"))
+    parser.add_argument(
+        "--platform-root", type=Path, default=ROOT, help="checkout whose Platform is measured"
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/porting.md alone")
     args = parser.parse_args()
-    from roll_device.platforms import Platform
-
-    members = {name for name in dir(Platform) if not name.startswith("_")}
-    body = render(count(args.mirrors, members))
+    body = render(count(args.mirrors, platform_members(args.platform_root)))
     print(body)
     if not args.no_write:
         replace_section(DOC, "device-needs", body)
