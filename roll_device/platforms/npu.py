@@ -136,5 +136,7 @@ class NpuPlatform(Platform):
         return f"NPU-{physical_device_id(self.visible_devices_env, self._index(index))}"
 
     def clear_library_workspaces(self) -> None:
-        """Operator workspaces live in torch_npu's workspace allocator, which `empty_cache` empties."""
+        """torch_npu offers no Python call that frees its operator workspaces alone (its workspace
+        allocator empties itself when an allocation fails); `empty_cache` frees the caching
+        allocator's unused blocks, the closest it offers."""
         self.empty_cache()
