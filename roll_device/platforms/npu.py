@@ -132,7 +132,7 @@ class NpuPlatform(Platform):
 
     def device_uuid(self, index: int | None = None) -> str:
         """`NPU-<physical id>`: torch_npu reports no hardware UUID; the physical id names the device
-        on its node (as verl and vLLM-Ascend name it)."""
+        on its node (as verl names it)."""
         return f"NPU-{physical_device_id(self.visible_devices_env, self._index(index))}"
 
     def clear_library_workspaces(self) -> None:
