@@ -34,6 +34,7 @@ def profiling() -> dict:
         "activity": str(p.profiler_activity()),
         "profiled_ops": sorted({e.name for e in prof.events() if e.name.startswith("aten::")}),
         "profiler_start": error_of(p.profiler_start),
+        "profiler_stop": error_of(p.profiler_stop),
     }
 
 
@@ -105,7 +106,11 @@ def rng_and_determinism() -> dict:
 
 def process_env() -> dict:
     p = _sim_platform()
+    env = {"ASCEND_RT_VISIBLE_DEVICES": "0,1"}
+    p.pin_devices(env, [6, 7])
     return {
+        "pinned": env,
+        "noset": p.ray_noset_env(),
         "collective": p.collective_env(timeout_s=1200),
         "rank": p.rank_env(5),
         "training": p.training_env(),

@@ -16,9 +16,10 @@ def test_ranges_reach_mstx_and_the_profiler_sees_the_host_kernels():
         ["range_end", "", 1],
     ]
     assert r["activity"] == "ProfilerActivity.CPU" and "aten::sum" in r["profiled_ops"]
-    assert r["profiler_start"].startswith(
-        "NotImplementedError: platform 'npu (simulated)' does not support profiler_start"
-    )
+    for member in ("profiler_start", "profiler_stop"):
+        assert r[member].startswith(
+            f"NotImplementedError: platform 'npu (simulated)' does not support {member}"
+        )
 
 
 def test_device_facts_name_the_simulation():
@@ -59,3 +60,5 @@ def test_process_env_is_the_npu_kind():
         "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "1",
     }
     assert r["training"] == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} and r["ray_ids_outside_ray"] == []
+    assert r["noset"] == {"RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES": "1"}
+    assert r["pinned"] == {"ASCEND_RT_VISIBLE_DEVICES": "6,7", **r["noset"]}
