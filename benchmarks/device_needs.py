@@ -83,6 +83,7 @@ RULES: list[tuple[str, str, str | None]] = [
     ),
     (r"\.(?:cuda|npu)\((?!\))?", ".cuda() / .npu()", "device"),
     (DM + r"current_device\b|\bget_device_id\(\)", "torch.cuda.current_device", "current_device"),
+    (DM + r"init\b", "torch.cuda.init", "init"),
     (DM + r"is_available\b|\bis_torch_npu_available\(", "torch.cuda.is_available", "is_available"),
     (
         DM + r"is_(?:cuda|npu|rocm|xpu|tpu)\b|\bis_(?:cuda|npu)_available\b|\btorch\.version\.(?:cuda|hip)\b",

@@ -109,6 +109,10 @@ class Platform(Profiling, DeviceFacts, MemoryExtras, Determinism, ProcessEnv):
     def device_count(self) -> int:
         return int(self._call("device_count"))
 
+    def init(self) -> None:
+        """Initialise the device runtime now instead of at its first use (before forking workers)."""
+        self._call("init")
+
     def set_device(self, index: int) -> None:
         count = self.device_count()
         if not 0 <= index < count:

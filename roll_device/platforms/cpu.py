@@ -37,6 +37,9 @@ class CpuPlatform(Platform):
     def current_device(self) -> int:
         return 0
 
+    def init(self) -> None:
+        """The CPU needs no runtime initialisation."""
+
     def set_device(self, index: int) -> None:
         if index != 0:
             raise ValueError(f"platform 'cpu': device index {index} out of range: the CPU is device 0")

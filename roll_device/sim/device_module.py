@@ -39,6 +39,7 @@ __all__ = [
     "get_rng_state_all",
     "graph",
     "graph_pool_handle",
+    "init",
     "ipc_collect",
     "is_available",
     "is_current_stream_capturing",
@@ -76,6 +77,10 @@ def _is_in_bad_fork() -> bool:
 
 def _lazy_init() -> None:
     """Nothing to initialize: the simulation is ready once installed."""
+
+
+def init() -> None:
+    """As torch_npu's `init`: the simulation is ready once installed."""
 
 
 def current_device() -> int:

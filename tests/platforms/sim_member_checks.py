@@ -40,6 +40,7 @@ def profiling() -> dict:
 
 def device_facts() -> dict:
     p = _sim_platform()
+    p.init()
     p.set_device(1)
     return {
         "name": p.device_name(),

@@ -15,6 +15,10 @@ def cpu():
     return rd.get_platform("cpu")
 
 
+def test_init_is_a_no_op(cpu):
+    cpu.init()
+
+
 def test_ranges_and_marks_are_no_ops_that_still_pair(cpu):
     cpu.range_push("step")
     cpu.mark("half way")

@@ -17,6 +17,7 @@ pytestmark = [
 @pytest.fixture
 def gpu():
     p = rd.current_platform()
+    p.init()
     p.set_device(0)
     return p
 
