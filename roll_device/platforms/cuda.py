@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from roll_device.platforms.base import Platform
+from roll_device.platforms.engines import VLLM, VLLM_FOR_DEVICES, RolloutEngine
 
 
 class CudaPlatform(Platform):
@@ -19,7 +20,16 @@ class CudaPlatform(Platform):
     supports_ipc = True
     allocator_conf_env = "PYTORCH_CUDA_ALLOC_CONF"
     install_hint = "install a torch build for this kind's GPUs (docs/install.md)"
+    rollout_engines = {VLLM: RolloutEngine(packages=(VLLM_FOR_DEVICES,), default_graph_mode="FULL_AND_PIECEWISE")}
     torch_build = "cuda"  # the `torch.version` attribute set by a build for this kind (CUDA vs ROCm)
+
+    @classmethod
+    def unavailable_hint(cls) -> str:
+        build = f"cuda={torch.version.cuda}, hip={getattr(torch.version, 'hip', None)}"
+        return (
+            f"no {cls.kind} device is visible to this torch ({build}): install a torch build for "
+            f"{cls.kind} (docs/install.md) or choose another kind"
+        )
 
     @classmethod
     def is_available(cls) -> bool:

@@ -62,7 +62,8 @@ def test_allocator_env(kind, env):
 
 def test_npu_rollout_env_follows_graph_mode():
     npu = rd.get_platform("npu")
-    assert npu.rollout_env(graph_mode=True) == {"TASK_QUEUE_ENABLE": "1", "VLLM_ASCEND_ENABLE_NZ": "0"}
+    assert npu.rollout_env(graph_mode=True) == {"TASK_QUEUE_ENABLE": "1"}
+    assert npu.rollout_engine("vllm").env == {"VLLM_ASCEND_ENABLE_NZ": "0"}, "vLLM-Ascend's, under vLLM's key"
     assert npu.rollout_env(graph_mode=False)["TASK_QUEUE_ENABLE"] == "2"
     assert rd.get_platform("cpu").rollout_env(graph_mode=False) == {}
 

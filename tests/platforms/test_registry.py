@@ -40,7 +40,7 @@ def test_unknown_roll_device_lists_valid_kinds(monkeypatch):
 
 
 def test_get_platform_unknown_kind():
-    with pytest.raises(UnknownDeviceError, match="valid kinds are npu, cuda, rocm, cpu, npu-sim"):
+    with pytest.raises(UnknownDeviceError, match=r"valid kinds are npu, cuda, rocm, cpu \(ROLL_DEVICE also takes auto, npu-sim\)"):
         rd.get_platform("gpu")
 
 

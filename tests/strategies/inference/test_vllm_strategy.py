@@ -7,7 +7,8 @@ import torch
 import roll_device as rd
 from roll_device.comm import weights_hash
 from roll_device.errors import ConfigError, MissingPackageError
-from strategies.base import SamplingConfig, registered
+from strategies.base import SamplingConfig
+from strategies.registry import registered
 from strategies.inference.vllm import VllmStrategy
 from tests.strategies.inference.conftest import rollout_config, teacher_forced_logprobs
 
