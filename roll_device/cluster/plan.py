@@ -34,8 +34,8 @@ from typing import Any
 from roll_device.cluster.inventory import Inventory, NodeInfo, format_table
 from roll_device.errors import ConfigError, PlanError
 from roll_device.platforms import HOST_KIND, get_platform, known_kinds
+from roll_device.platforms.registry import AUTO
 
-AUTO = "auto"
 DEFAULT_CPU_PER_WORKER = 0.25
 RAY_RESOURCE_STEP = 1e-4  # Ray keeps resource amounts to 4 decimal places
 

