@@ -43,7 +43,7 @@ class CpuPlatform(Platform):
 
     def set_device(self, index: int) -> None:
         if index != 0:
-            raise ValueError(f"platform 'cpu': device index {index} out of range: the CPU is device 0")
+            raise ValueError(f"platform '{self.name}': device index {index} out of range: the CPU is device 0")
 
     def synchronize(self) -> None:
         """CPU ops complete before they return: nothing to wait for."""
