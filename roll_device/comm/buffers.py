@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from roll_device.errors import WeightSyncError
-from roll_device.platforms import Platform
+from roll_device.platforms import HOST_KIND, Platform, get_platform
 
 SHM_DIR = Path("/dev/shm")
 PAGE = 4096
@@ -30,7 +30,8 @@ PAGE = 4096
 def host_buffer(nbytes: int, platform: Platform) -> torch.Tensor:
     """A uint8 host buffer, pinned when `platform` is a real accelerator that is present here
     (fast, asynchronous copies to and from it); plain host memory otherwise (CPU, simulations)."""
-    pin = platform.device_type != "cpu" and not platform.simulated and platform.is_available()
+    host = get_platform(HOST_KIND).device_type
+    pin = platform.device_type != host and not platform.simulated and platform.is_available()
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
 
 
