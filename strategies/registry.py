@@ -35,7 +35,9 @@ def strategy_class(role_type: str, name: str, kind: str) -> type:
     cls = STRATEGIES.get((role_type, name))
     if cls is None:
         names = sorted(n for (r, n) in STRATEGIES if r == role_type)
-        raise ConfigError(f"unknown {role_type} strategy '{name}': choose one of {', '.join(names) or 'none'}")
+        raise ConfigError(
+            f"unknown {role_type} strategy '{name}': choose one of {', '.join(names) or 'none'}"
+        )
     if not cls.serves(get_platform(kind)):
         raise ConfigError(
             f"{role_type} strategy '{name}' does not run on device kind '{kind}': "

@@ -122,7 +122,8 @@ class RoleWorker:
         )
         computes_on = get_platform(os.environ[ENV_VAR])
         if computes_on.simulated and visible is not None:
-            os.environ.update(computes_on.simulated_devices_env(len([v for v in visible.split(",") if v.strip()])))
+            shown = len([v for v in visible.split(",") if v.strip()])
+            os.environ.update(computes_on.simulated_devices_env(shown))
         self.platform = rd.current_platform()
         self.platform.set_device(self.local_device_index if self.platform.kind == self.kind else 0)
         self.device = self.platform.device()

@@ -39,7 +39,8 @@ class SlotSender:
         self.control, self.setup, self.platform = control, setup, platform
         self.slots: list[ShmSlot | IpcSlot] = []
         self.handed: list[int] = []  # times each slot was handed out
-        self.released: dict[int, list[int]] = {r: [] for r in receiver_ranks(setup)}  # as each receiver last said
+        # slot releases per receiver, as each receiver last said
+        self.released: dict[int, list[int]] = {r: [] for r in receiver_ranks(setup)}
         self._to_unlink: list[tuple[int, int]] = []  # (slot, the bucket that announced it)
         self._next: tuple[int, tuple | None] | None = None
 
@@ -54,7 +55,8 @@ class SlotSender:
         self.control.put(SLOTS_KEY, [slot.descriptor() for slot in self.slots])
         try:
             self.control.wait(
-                [_attached_key(r) for r in receiver_ranks(self.setup)], "every rollout worker to map the slots"
+                [_attached_key(r) for r in receiver_ranks(self.setup)],
+                "every rollout worker to map the slots",
             )
         finally:  # mapped by everyone, or given up on: the names go either way
             for slot in self.slots:

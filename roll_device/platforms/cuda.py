@@ -22,7 +22,9 @@ class CudaPlatform(Platform):
     supports_ipc = True
     allocator_conf_env = "PYTORCH_CUDA_ALLOC_CONF"
     install_hint = "install a torch build for this kind's GPUs (docs/install.md)"
-    rollout_engines = MappingProxyType({VLLM: RolloutEngine(packages=(VLLM_FOR_DEVICES,), default_graph_mode="FULL_AND_PIECEWISE")})
+    rollout_engines = MappingProxyType(
+        {VLLM: RolloutEngine(packages=(VLLM_FOR_DEVICES,), default_graph_mode="FULL_AND_PIECEWISE")}
+    )
     torch_build = "cuda"  # the `torch.version` attribute set by a build for this kind (CUDA vs ROCm)
 
     @classmethod

@@ -138,7 +138,11 @@ def current_platform() -> Platform:
             log.warning(
                 "roll-device: %s is now %r, but this process resolved its platform (%s) with %r at %s; "
                 "that platform stays",
-                ENV_VAR, requested, _current["platform"].name, _current["requested"], _current["site"],
+                ENV_VAR,
+                requested,
+                _current["platform"].name,
+                _current["requested"],
+                _current["site"],
             )
         return _current["platform"]
 

@@ -62,7 +62,9 @@ def roll_device(tmp_path: Path, *args: str, timeout: int) -> subprocess.Complete
     }
     env.pop("ROLL_DEVICE", None)
     command = [sys.executable, "-m", "roll_device.cli", *args]
-    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def test_plan_places_roles_on_the_plugin_kind(tmp_path):
