@@ -68,7 +68,7 @@ def start_hf(platform, model_path: str, dtype: str, use_graphs: bool):
     from omegaconf import OmegaConf
 
     from roll_device.config import compose
-    from strategies.base import strategy_class
+    from strategies.registry import strategy_class
 
     overrides = [f"max_batch_size={max(BATCHES)}", f"use_graphs={str(use_graphs).lower()}", f"dtype={dtype}"]
     cfg = compose(["rollout=hf", *(f"rollout.{o}" for o in overrides)])

@@ -111,7 +111,7 @@ def start(name: str, platform, model_path: str, *overrides: str):
     from omegaconf import OmegaConf
 
     from roll_device.config import compose
-    from strategies.base import strategy_class
+    from strategies.registry import strategy_class
 
     cfg = compose([f"rollout={name}", *(f"rollout.{o}" for o in overrides)])
     strategy = strategy_class("inference", name, platform.kind)(platform)

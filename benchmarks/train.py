@@ -70,7 +70,7 @@ def measure(rank: int, name: str, overrides: dict, model_path: str, rows: int, l
     """Runs in each rank: initialize the trainer, then time `warmup + steps` train steps."""
 
     import roll_device as rd
-    from strategies.base import strategy_class
+    from strategies.registry import strategy_class
     from strategies.training.losses import grpo_policy_loss
 
     platform = rd.current_platform()

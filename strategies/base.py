@@ -1,6 +1,9 @@
 """Device-neutral interfaces of the backends: `InferenceStrategy` (rollout engines) and
-`TrainStrategy` (trainers), the data they exchange, and the registry that picks a class from
+`TrainStrategy` (trainers), and the data they exchange. strategies/registry.py picks a class from
 (role type, strategy name, device kind).
+
+Each strategy class declares the kinds it serves by capability (`serves(platform)`; the default:
+any kind with a torch device), so that a plugin kind is served without being named.
 
 Each strategy class also declares, without importing anything, what it needs on a kind
 (`requirements(kind)`: packages, graph modes, sleep levels) and what a role's settings ask of it
@@ -19,9 +22,9 @@ from typing import Any
 
 import torch
 
-from roll_device.errors import ConfigError
 from roll_device.packages import Package
 from roll_device.platforms.base import Platform
+from roll_device.platforms.engines import NO_GRAPHS
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
 
@@ -75,7 +78,8 @@ class TrainBatch:
 
 
 LossFn = Callable[[torch.Tensor, TrainBatch], tuple[torch.Tensor, dict[str, float]]]
-NO_GRAPHS = "NONE"
+INFERENCE = "inference"  # role types: what a strategy does for its role
+TRAIN = "train"
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,12 @@ class SettingsNeed:
 
 
 class Strategy:
-    """What every strategy class declares; subclasses override both for what they use."""
+    """What every strategy class declares; subclasses override what they use."""
+
+    @classmethod
+    def serves(cls, platform: Platform) -> bool:
+        """Whether this strategy runs on `platform`'s kind: by default any kind with a torch device."""
+        return bool(platform.device_type)
 
     @classmethod
     def requirements(cls, kind: str) -> Requirements:
@@ -189,56 +198,3 @@ class TrainStrategy(Strategy, abc.ABC):
 
     def shutdown(self) -> None:
         """Free resources; the default has nothing to free."""
-
-
-_REGISTRY: dict[tuple[str, str, str], type] = {}
-ROLE_TYPES = ("inference", "train")
-
-
-def register_strategy(role_type: str, name: str, kinds: Iterable[str]):
-    """Class decorator: register a strategy for `role_type` under `name` on each device kind."""
-    if role_type not in ROLE_TYPES:
-        raise ValueError(f"role_type must be one of {ROLE_TYPES}, got '{role_type}'")
-
-    def decorate(cls):
-        for kind in kinds:
-            _REGISTRY[(role_type, name, kind)] = cls
-        return cls
-
-    return decorate
-
-
-def _import_builtin() -> None:
-    import strategies.inference
-    import strategies.training  # noqa: F401
-
-
-def strategy_class(role_type: str, name: str, kind: str) -> type:
-    """The strategy class for (role type, name, device kind), or a ConfigError listing options."""
-    _import_builtin()
-    cls = _REGISTRY.get((role_type, name, kind))
-    if cls is None:
-        names = sorted({n for (r, n, _k) in _REGISTRY if r == role_type})
-        kinds = sorted({k for (r, n, k) in _REGISTRY if r == role_type and n == name})
-        if name not in names:
-            raise ConfigError(
-                f"unknown {role_type} strategy '{name}': choose one of {', '.join(names) or 'none'}"
-            )
-        raise ConfigError(
-            f"{role_type} strategy '{name}' does not run on device kind '{kind}': "
-            f"it supports {', '.join(kinds)}"
-        )
-    return cls
-
-
-def registered() -> dict[tuple[str, str, str], type]:
-    _import_builtin()
-    return dict(_REGISTRY)
-
-
-def declared_packages() -> list[Package]:
-    """Every package any registered strategy declares on any kind, once each, in registry order."""
-    found: dict[Package, None] = {}
-    for (_role_type, _name, kind), cls in registered().items():
-        found.update(dict.fromkeys(cls.requirements(kind).packages))
-    return list(found)

@@ -1,4 +1,7 @@
-"""The device-neutral rule: vendor names appear only in platforms/, sim/ and compat/."""
+"""The device-neutral rule: vendor names appear only in platforms/, sim/ and compat/, and nothing
+above them keeps a table of vendors: no concrete platform class or module, no list of the
+built-in kinds, no kind name of a vendor as a key. Above the platform layer a kind is a string
+from the registry and its facts are members of its `Platform`."""
 
 import re
 from pathlib import Path
@@ -6,6 +9,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ALLOWED = ("roll_device/platforms/", "roll_device/sim/", "roll_device/compat/")
 FORBIDDEN = re.compile(r"""torch\.cuda|\.cuda\(|["']cuda["']|["']nccl["']|torch\.npu|["']hccl["']""")
+VENDOR_TABLES = re.compile(
+    r"""\b(Cpu|Cuda|Rocm|Npu)Platform\b|roll_device\.platforms\.(cpu|cuda|rocm|npu)\b"""
+    r"""|\b(BUILTIN|DETECTION_ORDER)\b|["'](rocm|npu|npu-sim)["']"""
+)
 
 
 def leaks(root: Path = ROOT) -> list[str]:
@@ -16,7 +23,7 @@ def leaks(root: Path = ROOT) -> list[str]:
             if rel.startswith(ALLOWED):
                 continue
             for number, line in enumerate(path.read_text().splitlines(), 1):
-                if FORBIDDEN.search(line):
+                if FORBIDDEN.search(line) or VENDOR_TABLES.search(line):
                     found.append(f"{rel}:{number}: {line.strip()}")
     return found
 
@@ -36,3 +43,16 @@ def test_rule_catches_a_leak(tmp_path):
         "roll_device/pipeline/bad.py",
         "strategies/bad.py",
     ]
+
+
+def test_rule_catches_a_class_keyed_vendor_table(tmp_path):
+    (tmp_path / "strategies").mkdir()
+    (tmp_path / "roll_device").mkdir()
+    (tmp_path / "strategies" / "profiles.py").write_text(
+        "from roll_device.platforms.npu import NpuPlatform\n"
+        "PROFILES = {NpuPlatform.kind: 1}\n"
+        "OTHER = {'rocm': 2}\n"
+        "from roll_device.platforms.registry import DETECTION_ORDER as KINDS\n"
+        "from roll_device.platforms import HOST_KIND, get_platform\n"
+    )
+    assert [line.split(":")[1] for line in leaks(tmp_path)] == ["1", "2", "3", "4"]

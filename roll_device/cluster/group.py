@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from roll_device.cluster.placement import worker_request
+from roll_device.cluster.placement import reserve, worker_request
 from roll_device.cluster.plan import Plan
 from roll_device.cluster.worker import RoleWorker, worker_env
 from roll_device.errors import ConfigError, RollDeviceError
@@ -36,7 +36,7 @@ def actor_options(plan: Plan, role: str, rank: int, extra: dict[str, Any] | None
     runtime_env["env_vars"] = {**(runtime_env.get("env_vars") or {}), **worker_env(plan, role, rank)}
     return {
         **worker_request(plan, role, rank),
-        "scheduling_strategy": plan.reserve().scheduling_strategy(plan, role, rank),
+        "scheduling_strategy": reserve(plan).scheduling_strategy(plan, role, rank),
         "runtime_env": runtime_env,
         **extra,
     }
@@ -122,7 +122,7 @@ class WorkerGroup:
         return tuple(self.call_rank0("get_master_addr_port"))
 
     def kill(self) -> None:
-        """End the workers (the plan's placement groups stay; `plan.release()` frees them)."""
+        """End the workers (the plan's placement groups stay; `placement.release(plan)` frees them)."""
         import ray
 
         for worker in self.workers:

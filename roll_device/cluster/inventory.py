@@ -8,7 +8,8 @@ key (NVIDIA and AMD GPUs are both `GPU`), the node's accelerator type (resource
 prefixes (the first in detection order).
 
 Nodes of the simulated cluster carry the label `roll-device/simulated=true`: their accelerators
-are declared, not real.
+are declared, not real. The host kind (`HOST_KIND`, the CPU) has no Ray resource of its own: every
+node has CPUs.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import socket
 from dataclasses import dataclass, field, replace
 
 from roll_device.platforms import current_platform, get_platform, known_kinds
-from roll_device.platforms.registry import SIMULATED_NPU
 
 SIMULATED_LABEL = "roll-device/simulated"
 ACCELERATOR_TYPE_RESOURCE = "accelerator_type:"
@@ -27,20 +27,10 @@ HEAD_RESOURCE = "node:__internal_head__"
 CPU_RESOURCE = "CPU"
 
 
-def cpu_kind() -> str:
-    """The kind of the platform that has no Ray resource of its own (the CPU)."""
-    return next(k for k in device_kinds() if get_platform(k).ray_resource is None)
-
-
-def device_kinds() -> list[str]:
-    """Every kind a role may name (the simulated NPU is a way to run `npu`, not a kind)."""
-    return [k for k in known_kinds() if k != SIMULATED_NPU]
-
-
 def kinds_by_resource() -> dict[str, list[str]]:
     """Ray resource key -> the kinds that count it, in detection order."""
     found: dict[str, list[str]] = {}
-    for kind in device_kinds():
+    for kind in known_kinds():
         resource = get_platform(kind).ray_resource
         if resource is not None:
             found.setdefault(resource, []).append(kind)
@@ -86,7 +76,7 @@ class Inventory:
 
     def accelerator_kinds(self) -> list[str]:
         """Kinds with at least one device, in detection order."""
-        return [k for k in device_kinds() if self.total(k) > 0]
+        return [k for k in known_kinds() if self.total(k) > 0]
 
     def node(self, node_id: str) -> NodeInfo:
         return next(n for n in self.nodes if n.node_id == node_id)
@@ -169,10 +159,10 @@ def read_inventory() -> Inventory:
 
 def machine_inventory(num_cpus: float | None = None) -> Inventory:
     """This machine as a one-node inventory, without Ray: its CPUs (or `num_cpus`) and the devices
-    of every accelerator kind usable here (the simulated NPU when this process runs on it)."""
+    of every accelerator kind usable here (a simulation when this process runs on it)."""
     current = current_platform()
     devices = {}
-    for kind in device_kinds():
+    for kind in known_kinds():
         platform = current if current.kind == kind else get_platform(kind)
         if platform.ray_resource is not None and (platform.simulated or platform.is_available()):
             devices[kind] = platform.device_count()

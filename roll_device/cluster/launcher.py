@@ -1,7 +1,8 @@
 """`start_cluster(cluster_cfg)`: connect this process to the Ray cluster the config names.
 
 - `local` (default): a new embedded Ray instance with this machine's resources (`num_cpus` to cap
-  them), never one found on the machine. Inside a Ray job (`RAY_ADDRESS` set, as `submit` does)
+  them, `resources` to declare devices Ray does not detect, such as a plugin kind's), never one
+  found on the machine. Inside a Ray job (`RAY_ADDRESS` set, as `submit` does)
   it joins the job's cluster instead.
 - `sim`: a simulated multi-node cluster on this machine (`sim_nodes.py`): the head and each entry
   of `nodes`, then `ray.init` on it.
@@ -97,6 +98,7 @@ def start_cluster(cluster_cfg: Mapping) -> ClusterHandle:
             ray.init(
                 address="local",
                 num_cpus=setting(cluster_cfg, "num_cpus"),
+                resources=setting(cluster_cfg, "resources"),
                 include_dashboard=include_dashboard,
             )
         return _owned(ClusterHandle(name, ray.get_runtime_context().gcs_address))

@@ -6,6 +6,8 @@ node-id label selector and STRICT_PACK. A worker requests its share of its slot'
 `platform.ray_actor_options(share)` (`num_gpus` for GPU kinds, `resources` for the others) and no
 CPU, or `num_cpus = cpu_per_worker * share` for a CPU worker. Colocated roles share a bundle
 through these fractions.
+
+`reserve(plan)` creates the groups once (kept on the plan) and `release(plan)` removes them.
 """
 
 from __future__ import annotations
@@ -13,17 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from roll_device.cluster.inventory import CPU_RESOURCE, cpu_kind
+from roll_device.cluster.inventory import CPU_RESOURCE
 from roll_device.cluster.plan import Plan, round_down
 from roll_device.errors import PlanError
-from roll_device.platforms import get_platform
+from roll_device.platforms import HOST_KIND, get_platform
 
 NODE_ID_LABEL = "ray.io/node-id"
 
 
 def bundle(plan: Plan, kind: str) -> dict[str, float]:
     """The bundle of one device slot of `kind`."""
-    if kind == cpu_kind():
+    if kind == HOST_KIND:
         return {CPU_RESOURCE: plan.cpu_per_worker}
     return {get_platform(kind).ray_resource: 1.0}
 
@@ -32,7 +34,7 @@ def worker_request(plan: Plan, role: str, rank: int) -> dict[str, Any]:
     """The resource part of a worker's Ray options: its share of its slot."""
     placement = plan.roles[role]
     share = placement.shares[rank]
-    if placement.kind == cpu_kind():
+    if placement.kind == HOST_KIND:
         return {"num_cpus": round_down(plan.cpu_per_worker * share)}
     return {"num_cpus": 0, **get_platform(placement.kind).ray_actor_options(share)}
 
@@ -62,8 +64,22 @@ class Reservation:
         self.groups = {}
 
 
-def reserve(plan: Plan, timeout_s: float) -> Reservation:
-    """Create and wait for the plan's placement groups; a PlanError if Ray cannot grant them."""
+def reserve(plan: Plan, timeout_s: float = 120.0) -> Reservation:
+    """The plan's placement groups, created once (kept as `plan.reservation`); a PlanError if Ray
+    cannot grant them within `timeout_s`."""
+    if plan.reservation is None:
+        plan.reservation = _create_groups(plan, timeout_s)
+    return plan.reservation
+
+
+def release(plan: Plan) -> None:
+    """Remove the plan's placement groups (workers in them should be gone first)."""
+    if plan.reservation is not None:
+        plan.reservation.release()
+        plan.reservation = None
+
+
+def _create_groups(plan: Plan, timeout_s: float) -> Reservation:
     import ray
     from ray.util.placement_group import placement_group, remove_placement_group
 

@@ -20,7 +20,8 @@ indices of the placement group for that (kind, node). Ray picks the physical dev
 bundle when the group is reserved; workers report it (`RoleWorker.info()`).
 
 Whatever does not fit raises `PlanError` naming the role, the kind, the count wanted and the
-count available; bad values raise `ConfigError`. Nothing here talks to Ray (see placement.py).
+count available; bad values raise `ConfigError`. Nothing here talks to Ray: placement.py reserves
+a plan's devices (`reserve(plan)`) and releases them (`release(plan)`).
 """
 
 from __future__ import annotations
@@ -30,12 +31,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from roll_device.cluster.inventory import Inventory, NodeInfo, cpu_kind, device_kinds, format_table
+from roll_device.cluster.inventory import Inventory, NodeInfo, format_table
 from roll_device.errors import ConfigError, PlanError
-from roll_device.platforms import get_platform
-from roll_device.platforms.registry import SIMULATED_NPU
+from roll_device.platforms import HOST_KIND, get_platform, known_kinds
+from roll_device.platforms.registry import AUTO
 
-AUTO = "auto"
 DEFAULT_CPU_PER_WORKER = 0.25
 RAY_RESOURCE_STEP = 1e-4  # Ray keeps resource amounts to 4 decimal places
 
@@ -76,7 +76,8 @@ class RolePlan:
 
 @dataclass
 class Plan:
-    """Every role's placement on one cluster, plus the Ray reservation once `reserve()` ran."""
+    """Every role's placement on one cluster, plus the Ray reservation once placement.py's
+    `reserve(plan)` ran."""
 
     roles: dict[str, RolePlan]
     inventory: Inventory
@@ -97,20 +98,6 @@ class Plan:
         sync between them can stay on the device."""
         a, b = self.roles[role_a], self.roles[role_b]
         return a.kind == b.kind and (set(a.slots) <= set(b.slots) or set(b.slots) <= set(a.slots))
-
-    def reserve(self, timeout_s: float = 120.0):
-        """Create the placement groups (once); a `PlanError` if Ray cannot grant them in time."""
-        from roll_device.cluster.placement import reserve
-
-        if self.reservation is None:
-            self.reservation = reserve(self, timeout_s)
-        return self.reservation
-
-    def release(self) -> None:
-        """Remove the placement groups (workers in them should be gone first)."""
-        if self.reservation is not None:
-            self.reservation.release()
-            self.reservation = None
 
     def format(self) -> str:
         """The device map: one row per role and node."""
@@ -139,10 +126,11 @@ def _simulated_note(role: RolePlan) -> str:
 
 def compute_kind(kind: str, simulated: bool) -> str:
     """The platform (`ROLL_DEVICE` value) a worker of `kind` computes with: the kind itself on a
-    real node; on a simulated node the simulated NPU for the NPU kind, the CPU for any other."""
+    real node; on a simulated node the kind's simulation where its platform has one (the
+    simulated NPU for `npu`), else the host."""
     if not simulated:
         return kind
-    return SIMULATED_NPU if get_platform(SIMULATED_NPU).kind == kind else cpu_kind()
+    return get_platform(kind).simulated_kind or HOST_KIND
 
 
 @dataclass(frozen=True)
@@ -191,7 +179,7 @@ def build_plan(
     roles = {}
     for name, spec in specs.items():
         kind = kinds[name]
-        simulated = kind != cpu_kind() and any(inventory.node(s.node_id).simulated for s in slots[name])
+        simulated = kind != HOST_KIND and any(inventory.node(s.node_id).simulated for s in slots[name])
         roles[name] = RolePlan(
             role=name,
             kind=kind,
@@ -219,7 +207,7 @@ def parse_roles(roles_cfg: Mapping) -> dict[str, RoleSpec]:
     cycles): a ConfigError before any cluster is touched."""
     if not roles_cfg:
         raise ConfigError("no roles configured: `roles` needs at least one role")
-    valid = device_kinds()
+    valid = known_kinds()
     specs = {}
     for name, cfg in roles_cfg.items():
         if cfg is None:  # a role switched off with `roles.<role>=null`
@@ -260,7 +248,7 @@ def _kind(device: str, inventory: Inventory) -> str:
     if device != AUTO:
         return device
     kinds = inventory.accelerator_kinds()
-    return max(kinds, key=inventory.total) if kinds else cpu_kind()
+    return max(kinds, key=inventory.total) if kinds else HOST_KIND
 
 
 def _colocated_kind(spec: RoleSpec, owner: RoleSpec, owner_kind: str) -> str:
@@ -285,7 +273,7 @@ class _Placer:
         self.placed: dict[str, int] = {}
 
     def capacity(self, node: NodeInfo, kind: str) -> int:
-        if kind == cpu_kind():
+        if kind == HOST_KIND:
             return math.floor(node.cpus / self.cpu_per_worker + 1e-9)
         return node.count(kind)
 
@@ -299,7 +287,7 @@ class _Placer:
         if available < spec.num_devices:
             raise PlanError(self._not_enough(spec, kind, available))
         # Fewest nodes first; CPU roles keep off accelerator nodes while they can.
-        order = sorted(nodes, key=lambda n: (kind == cpu_kind() and bool(n.devices), -self.free(n, kind)))
+        order = sorted(nodes, key=lambda n: (kind == HOST_KIND and bool(n.devices), -self.free(n, kind)))
         slots: list[Slot] = []
         for node in order:
             key = (kind, node.node_id)
@@ -314,13 +302,13 @@ class _Placer:
         total = sum(self.capacity(n, kind) for n in inventory.nodes)
         wants = f"role '{spec.role}' wants {spec.num_devices} {kind} device(s)"
         if total == 0:
-            present = inventory.accelerator_kinds() + [cpu_kind()]
+            present = inventory.accelerator_kinds() + [HOST_KIND]
             return (
                 f"{wants}, but no node of this cluster has {kind} devices (available: 0; cluster: "
                 f"{inventory.describe()}): set roles.{spec.role}.device to one of "
                 f"{', '.join(present)}, or add {kind} nodes"
             )
-        unit = f" ({self.cpu_per_worker:g} CPU per worker slot)" if kind == cpu_kind() else ""
+        unit = f" ({self.cpu_per_worker:g} CPU per worker slot)" if kind == HOST_KIND else ""
         taken = [f"{n} for {r}" for r, n in self.placed.items() if self.kinds[r] == kind]
         after = f" after {', '.join(taken)} planned for other roles" if taken else ""
         return (

@@ -8,8 +8,8 @@ A `WorkerGroup` starts each worker with its identity in environment variables
    visible-devices variable Ray set (`CUDA_VISIBLE_DEVICES`, `ASCEND_RT_VISIBLE_DEVICES`, ...);
 2. maps the id to a local device index: its position in the visible list, or the id itself when
    Ray was told not to narrow the list (`RAY_EXPERIMENTAL_NOSET_*`);
-3. binds `rd.current_platform()` (its kind; on a simulated NPU node the simulated NPU, told how
-   many devices are visible; on a simulated GPU node the CPU) and sets the device.
+3. binds `rd.current_platform()` (its kind; on a simulated node the kind's simulation, told how
+   many devices are visible, or the host for a kind without one) and sets the device.
 
 Subclasses call `super().__init__()` first, then use `self.platform`, `self.device`, `self.rank`,
 `self.world_size`, `self.role`. `info()` reports where the worker is and what it is bound to.
@@ -26,10 +26,9 @@ import roll_device as rd
 from roll_device.cluster.plan import Plan, compute_kind
 from roll_device.errors import ConfigError, DeviceUnavailableError
 from roll_device.platforms import get_platform
-from roll_device.platforms.registry import ENV_VAR, SIMULATED_NPU
+from roll_device.platforms.registry import ENV_VAR
 
 ENV_PREFIX = "ROLL_DEVICE_WORKER_"
-SIM_NPU_COUNT_ENV = "ROLL_SIM_NPU_COUNT"  # how many devices the simulated NPU shows
 
 
 @dataclass(frozen=True)
@@ -115,8 +114,10 @@ class RoleWorker:
         self.local_device_index = local_device_index(
             self.accelerator_ids[0] if self.accelerator_ids else None, visible, self.visible_devices_env
         )
-        if os.environ.get(ENV_VAR) == SIMULATED_NPU and visible is not None:
-            os.environ[SIM_NPU_COUNT_ENV] = str(len([v for v in visible.split(",") if v.strip()]))
+        computes_on = get_platform(os.environ[ENV_VAR])
+        if computes_on.simulated and visible is not None:
+            shown = len([v for v in visible.split(",") if v.strip()])
+            os.environ.update(computes_on.simulated_devices_env(shown))
         self.platform = rd.current_platform()
         self.platform.set_device(self.local_device_index if self.platform.kind == self.kind else 0)
         self.device = self.platform.device()

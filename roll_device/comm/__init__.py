@@ -11,7 +11,8 @@ from roll_device.comm.control import Endpoint
 from roll_device.comm.hashing import weights_hash
 from roll_device.comm.messages import SyncStats
 from roll_device.comm.options import WeightSyncOptions
-from roll_device.comm.planner import PATHS, SyncPlan, choose_path, plan_sync
+from roll_device.comm.paths import PATHS
+from roll_device.comm.planner import SyncPlan, choose_path, plan_sync
 from roll_device.comm.receiver import WeightReceiver
 from roll_device.comm.sender import WeightSender
 

@@ -15,24 +15,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from roll_device.comm.paths import AUTO, check_path
 from roll_device.errors import ConfigError
 
-PATH_CHOICES = ("auto", "colocated", "collective", "bridge")
 MIN_BUCKET_BYTES = 4096
 
 
 @dataclass(frozen=True)
 class WeightSyncOptions:
-    path: str = "auto"
+    path: str = AUTO
     bucket_bytes: int = 64 << 20
     verify: bool = False
     timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
-        if self.path not in PATH_CHOICES:
-            raise ConfigError(
-                f"weight_sync.path='{self.path}' is not a path: choose one of {', '.join(PATH_CHOICES)}"
-            )
+        check_path(self.path)
         if isinstance(self.bucket_bytes, bool) or not isinstance(self.bucket_bytes, int):
             raise ConfigError(f"weight_sync.bucket_bytes must be a whole number, got {self.bucket_bytes!r}")
         if self.bucket_bytes < MIN_BUCKET_BYTES:

@@ -21,11 +21,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from roll_device.comm.paths import AUTO, BRIDGE, COLLECTIVE, COLOCATED, check_path
 from roll_device.errors import ConfigError
-from roll_device.platforms import Platform, get_platform
-
-PATHS = ("colocated", "collective", "bridge")
-HOST = "cpu"  # the kind whose backend (gloo) moves host memory between nodes
+from roll_device.platforms import HOST_KIND, Platform, get_platform
 
 
 @dataclass(frozen=True)
@@ -64,7 +62,7 @@ def plan_sync(
     *,
     colocated: bool,
     same_node: bool,
-    forced: str = "auto",
+    forced: str = AUTO,
 ) -> SyncPlan:
     """The plan for syncing from a trainer on `src` to rollout workers on `dst` (kinds or platforms).
 
@@ -74,17 +72,16 @@ def plan_sync(
     src_p, dst_p = _platform(src), _platform(dst)
     same_kind = src_p.kind == dst_p.kind
     pair = f"{src_p.name} trainer -> {dst_p.name} rollout"
-    if forced not in ("auto", *PATHS):
-        raise ConfigError(f"weight_sync.path='{forced}' is not a path: choose auto, {', '.join(PATHS)}")
+    check_path(forced)
     if colocated and not same_node:
         raise ConfigError(f"{pair}: colocated roles share devices, so they must be on one node")
     if colocated and not same_kind:
         raise ConfigError(
             f"{pair}: roles on two kinds cannot share devices: drop colocate_with or use one kind"
         )
-    path = forced if forced != "auto" else _auto_path(src_p, same_kind, colocated, same_node)
+    path = forced if forced != AUTO else _auto_path(src_p, same_kind, colocated, same_node)
     ends = {"src_kind": src_p.kind, "dst_kind": dst_p.kind, "simulated": src_p.simulated or dst_p.simulated}
-    if path == "colocated":
+    if path == COLOCATED:
         if not same_node:
             raise ConfigError(
                 f"weight_sync.path=colocated for {pair} on different nodes: IPC handles and shared "
@@ -98,7 +95,7 @@ def plan_sync(
         transport = "ipc" if src_p.supports_ipc and not src_p.simulated else "shm"
         staging = "device" if transport == "ipc" else "host"
         return SyncPlan(path, transport, None, staging, **ends)
-    if path == "collective":
+    if path == COLLECTIVE:
         if not same_kind:
             raise ConfigError(
                 f"weight_sync.path=collective for {pair}: one collective backend cannot join two "
@@ -107,17 +104,17 @@ def plan_sync(
         return SyncPlan(path, "broadcast", src_p.dist_backend, "device", **ends)
     if same_node:
         return SyncPlan(path, "shm", None, "host", **ends)
-    return SyncPlan(path, "broadcast", get_platform(HOST).dist_backend, "host", **ends)
+    return SyncPlan(path, "broadcast", get_platform(HOST_KIND).dist_backend, "host", **ends)
 
 
 def _auto_path(src: Platform, same_kind: bool, colocated: bool, same_node: bool) -> str:
     if colocated:
-        return "colocated"
+        return COLOCATED
     if not same_kind:
-        return "bridge"
-    if src.device_type == get_platform(HOST).device_type and same_node:
-        return "bridge"
-    return "collective"
+        return BRIDGE
+    if src.device_type == get_platform(HOST_KIND).device_type and same_node:
+        return BRIDGE
+    return COLLECTIVE
 
 
 def choose_path(
@@ -125,7 +122,7 @@ def choose_path(
     dst_kind: str | Platform,
     colocated: bool,
     same_node: bool,
-    forced: str = "auto",
+    forced: str = AUTO,
 ) -> str:
     """The path name (`colocated`, `collective` or `bridge`) `plan_sync` picks for these roles."""
     return plan_sync(src_kind, dst_kind, colocated=colocated, same_node=same_node, forced=forced).path

@@ -29,13 +29,14 @@ from dataclasses import dataclass
 
 import torch
 
+from roll_device.comm.broadcast_transport import BroadcastReceiver
 from roll_device.comm.buckets import checksum, entry_bytes, unpack
 from roll_device.comm.control import Control, Endpoint, done_key
 from roll_device.comm.messages import BucketHeader, SyncStats
-from roll_device.comm.planner import HOST
-from roll_device.comm.transports import SETUP_KEY, Setup, receiver_transport
+from roll_device.comm.slot_transport import SlotReceiver
+from roll_device.comm.transport import SETUP_KEY, ReceiverTransport, Setup
 from roll_device.errors import WeightSyncError
-from roll_device.platforms import Platform, get_platform
+from roll_device.platforms import HOST_KIND, Platform, get_platform
 
 Apply = Callable[[Iterable[tuple[str, torch.Tensor]]], object]
 
@@ -60,10 +61,10 @@ class WeightReceiver:
         self.endpoint, self.rank, self.platform = endpoint, rank, platform
         self.timeout_s = timeout_s
         self.device = device if device is not None else platform.device()
-        self._host_type = get_platform(HOST).device_type
+        self._host_type = get_platform(HOST_KIND).device_type
         self.version: int | None = None
         self.control: Control | None = None
-        self.transport = None
+        self.transport: ReceiverTransport | None = None
         self._seq = 0
 
     def connect(self) -> None:
@@ -80,7 +81,8 @@ class WeightReceiver:
                 f"on {self.platform.name}"
             )
         self.plan = setup.plan
-        self.transport = receiver_transport(self.control, setup, self.platform, self.rank)
+        transport = BroadcastReceiver if setup.plan.transport == "broadcast" else SlotReceiver
+        self.transport = transport(self.control, setup, self.platform, self.rank)
         self.transport.connect()
 
     def receive(self, apply: Apply) -> SyncStats:

@@ -22,12 +22,14 @@ from collections.abc import Iterable
 
 import torch
 
+from roll_device.comm.broadcast_transport import BroadcastSender
 from roll_device.comm.buckets import BucketWriter, Entry, bucket_size, checksum, pack
 from roll_device.comm.control import Control, Endpoint, bucket_key, done_key
 from roll_device.comm.messages import BucketHeader, SyncStats
 from roll_device.comm.options import WeightSyncOptions
 from roll_device.comm.planner import SyncPlan
-from roll_device.comm.transports import SETUP_KEY, Setup, sender_transport
+from roll_device.comm.slot_transport import SlotSender
+from roll_device.comm.transport import SETUP_KEY, SenderTransport, Setup
 from roll_device.errors import WeightSyncError
 from roll_device.platforms import Platform
 
@@ -53,7 +55,8 @@ class WeightSender:
         self.control = Control.serve(host, self.options.timeout_s)
         self.setup = Setup(plan, receivers, self.options.bucket_bytes)
         self.control.put(SETUP_KEY, self.setup)
-        self.transport = sender_transport(self.control, self.setup, platform)
+        transport = BroadcastSender if plan.transport == "broadcast" else SlotSender
+        self.transport: SenderTransport = transport(self.control, self.setup, platform)
         self.version: int | None = None
         self._seq = 0
 

@@ -20,7 +20,8 @@ from roll_device.doctor.capabilities import Capabilities
 from roll_device.doctor.facts import TORCH, TORCHVISION, StackFacts
 from roll_device.errors import ConfigError
 from roll_device.packages import Package, local_label, release_parts
-from strategies.base import NO_GRAPHS, Requirements, strategy_class
+from strategies.base import NO_GRAPHS, Requirements
+from strategies.registry import strategy_class
 
 STACK = "stack"  # the role of a problem that concerns the node's installed software
 INSTALL_DOCS = "docs/install.md"

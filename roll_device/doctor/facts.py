@@ -39,15 +39,14 @@ def installed_version(distribution: str) -> str | None:
 
 def platform_classes() -> list[type]:
     """The platform class of every kind a role may name."""
-    from roll_device.cluster.inventory import device_kinds
-    from roll_device.platforms import get_platform
+    from roll_device.platforms import get_platform, known_kinds
 
-    return [type(get_platform(kind)) for kind in device_kinds()]
+    return [type(get_platform(kind)) for kind in known_kinds()]
 
 
 def declared_packages() -> list[Package]:
     """Every package a platform (torch companion) or a strategy declares."""
-    from strategies.base import declared_packages as strategy_packages
+    from strategies.registry import declared_packages as strategy_packages
 
     companions = [cls.torch_companion for cls in platform_classes() if cls.torch_companion is not None]
     return list(dict.fromkeys(companions + strategy_packages()))

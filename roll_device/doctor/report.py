@@ -8,7 +8,7 @@ from roll_device.doctor.capabilities import Capabilities
 from roll_device.doctor.checks import RoleRequest, offered_graph_modes
 from roll_device.doctor.facts import StackFacts
 from roll_device.errors import ConfigError
-from strategies.base import strategy_class
+from strategies.registry import strategy_class
 
 NOT_INSTALLED = "not installed"
 GIB = float(1 << 30)

@@ -16,6 +16,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from roll_device.cluster import plan_from_config, start_cluster
+from roll_device.cluster.placement import release
 from roll_device.doctor.preflight import preflight
 from roll_device.errors import ConfigError
 from roll_device.pipeline.loop import GrpoStep
@@ -169,7 +170,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_step: Callable | None = No
             print(f"mean reward: step 1 {first:.3f} -> step {records[-1]['step']} {last:.3f}; plot: {png}")
         finally:
             roles.shutdown()
-            plan.release()
+            release(plan)
     print(f"run directory: {run_dir} (metrics.jsonl, metrics.png, checkpoints/)")
     return run_dir
 

@@ -13,10 +13,12 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from roll_device.cluster import Plan
+from roll_device.comm.paths import COLOCATED
 from roll_device.doctor.checks import RoleRequest
 from roll_device.pipeline.validate import ROLE_TYPES
+from strategies.base import INFERENCE, TRAIN
 
-SETTINGS_SECTION = {"inference": "rollout", "train": "trainer"}
+SETTINGS_SECTION = {INFERENCE: "rollout", TRAIN: "trainer"}
 STRATEGY_TYPES = tuple(SETTINGS_SECTION)  # role types whose strategy comes from strategies/
 
 
@@ -36,7 +38,7 @@ def rollout_colocated(cfg: DictConfig, plan: Plan) -> bool:
     from roll_device.comm import WeightSyncOptions
     from roll_device.pipeline.roles import sync_plan
 
-    return sync_plan(plan, WeightSyncOptions.from_config(cfg.weight_sync).path).path == "colocated"
+    return sync_plan(plan, WeightSyncOptions.from_config(cfg.weight_sync).path).path == COLOCATED
 
 
 def role_requests(cfg: DictConfig, plan: Plan) -> list[RoleRequest]:

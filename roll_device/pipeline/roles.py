@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 from roll_device.cluster import Plan, WorkerGroup, shard
 from roll_device.cluster.plan import compute_kind
 from roll_device.comm import SyncPlan, WeightSyncOptions, plan_sync
+from roll_device.comm.paths import COLOCATED
 from roll_device.errors import RollDeviceError
 from roll_device.pipeline.role_settings import strategy_settings
 from roll_device.pipeline.workers import RewardWorker, RolloutWorker, TrainWorker
@@ -122,7 +123,7 @@ def start_roles(cfg: DictConfig, plan: Plan, model_path: str) -> RoleGroups:
         groups["reference"] = WorkerGroup(plan, "reference", TrainWorker)
     options = WeightSyncOptions.from_config(cfg.weight_sync)
     roles = RoleGroups(groups, sync_plan(plan, options.path), options)
-    colocated = roles.sync.path == "colocated"
+    colocated = roles.sync.path == COLOCATED
     trainer_cfg = strategy_settings(cfg, "actor_train", colocated)
     rollout_cfg = strategy_settings(cfg, "actor_infer", colocated)
     setups = {

@@ -8,9 +8,11 @@ from omegaconf import DictConfig
 from roll_device.cluster.plan import parse_roles
 from roll_device.errors import ConfigError
 from roll_device.pipeline.tasks import get_task
-from strategies.base import registered
+from strategies.base import INFERENCE, TRAIN
+from strategies.registry import STRATEGIES
 
-ROLE_TYPES = {"actor_infer": "inference", "actor_train": "train", "reference": "train", "reward": "reward"}
+REWARD = "reward"  # the role type of reward workers (the pipeline's own, no strategy registry)
+ROLE_TYPES = {"actor_infer": INFERENCE, "actor_train": TRAIN, "reference": TRAIN, "reward": REWARD}
 REWARD_STRATEGIES = ("rule",)
 
 
@@ -32,10 +34,10 @@ def _check_roles(cfg: DictConfig) -> None:
         if role not in roles:
             raise ConfigError(f"roles.{role} is missing: the GRPO pipeline needs it")
     parse_roles(cfg.roles)  # kinds, device counts, colocation targets
-    names = {(role_type, name) for (role_type, name, _kind) in registered()}
+    names = set(STRATEGIES)
     for role, spec in roles.items():
         role_type = ROLE_TYPES[role]
-        if role_type == "reward":
+        if role_type == REWARD:
             if spec.strategy not in REWARD_STRATEGIES:
                 raise ConfigError(
                     f"roles.reward.strategy='{spec.strategy}' is unknown: choose {', '.join(REWARD_STRATEGIES)}"

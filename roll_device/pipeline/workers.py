@@ -17,7 +17,8 @@ import torch.distributed as dist
 from roll_device.cluster import RoleWorker
 from roll_device.comm import Endpoint, SyncPlan, WeightReceiver, WeightSender, WeightSyncOptions, weights_hash
 from roll_device.pipeline.tasks import get_task
-from strategies.base import Completion, SamplingConfig, TrainBatch, strategy_class
+from strategies.base import INFERENCE, TRAIN, Completion, SamplingConfig, TrainBatch
+from strategies.registry import strategy_class
 from strategies.training.losses import grpo_policy_loss
 
 
@@ -32,7 +33,7 @@ class TrainWorker(RoleWorker):
                 self.platform.dist_backend, init_method=f"tcp://{addr}:{port}",
                 rank=self.rank, world_size=self.world_size,
             )
-        self.strategy = strategy_class("train", strategy, self.platform.kind)(self.platform)
+        self.strategy = strategy_class(TRAIN, strategy, self.platform.kind)(self.platform)
         self.strategy.initialize(model_path, config)
         self.sender: WeightSender | None = None
         return self.strategy.data_parallel_rank
@@ -82,7 +83,7 @@ class RolloutWorker(RoleWorker):
     """One inference engine."""
 
     def setup(self, model_path: str, strategy: str, config: dict) -> None:
-        self.strategy = strategy_class("inference", strategy, self.platform.kind)(self.platform)
+        self.strategy = strategy_class(INFERENCE, strategy, self.platform.kind)(self.platform)
         self.strategy.initialize(model_path, config)
         self.receiver: WeightReceiver | None = None
 

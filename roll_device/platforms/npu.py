@@ -11,14 +11,15 @@ import importlib.util
 import os
 import platform as host
 from pathlib import Path
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 from typing import ClassVar
 
-from roll_device.errors import MissingPackageError
 from roll_device.packages import Package
 from roll_device.platforms.base import Platform
 from roll_device.platforms.device_facts import physical_device_id
+from roll_device.platforms.engines import VLLM, VLLM_FOR_DEVICES, RolloutEngine
 from roll_device.platforms.profiling import MstxMarker
+from roll_device.sim.devices import COUNT_ENV as SIM_COUNT_ENV
 
 INSTALL_HINT = (
     "install torch_npu matching your torch and CANN toolkit (see docs/install.md), "
@@ -28,6 +29,21 @@ INSTALL_HINT = (
 TOOLKIT_HOME_ENVS = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH")
 TOOLKIT_DEFAULT_HOMES = ("/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann")
 TOOLKIT_INFO_FILE = "ascend_toolkit_install.info"  # in <home>/<arch>-linux/, a `version=` line
+SIMULATED_NPU = "npu-sim"  # the `ROLL_DEVICE` value of the simulated NPU (roll_device/sim)
+# vLLM-Ascend, vLLM's NPU platform plugin, is released for one vLLM release (major.minor.micro).
+VLLM_ASCEND = Package("vllm_ascend", "vllm-ascend", matches=("vllm", 3))
+# vLLM-Ascend for RL: ACL graphs of decode steps only, capture sizes derived within the graph
+# budget, sleep level 1 (level 2 discards weights a sync must refill), NZ weight layout off, RL mode,
+# and the visible devices left to the engine.
+VLLM_ON_NPU = RolloutEngine(
+    packages=(VLLM_FOR_DEVICES, VLLM_ASCEND),
+    default_graph_mode="FULL_DECODE_ONLY",
+    derive_capture_sizes=True,
+    sleep_levels=(1,),
+    env={"VLLM_ASCEND_ENABLE_NZ": "0"},
+    args={"additional_config": {"rl_config": {"enabled": True}}},
+    keep_visible_devices=True,
+)
 
 
 class NpuPlatform(Platform):
@@ -60,6 +76,14 @@ class NpuPlatform(Platform):
         "HCCL_DETERMINISTIC": "true",
         "CLOSE_MATMUL_K_SHIFT": "1",
     }
+    launch_blocking_env = "ASCEND_LAUNCH_BLOCKING"  # incompatible with ACL graph mode
+    rollout_engines = MappingProxyType({VLLM: VLLM_ON_NPU})
+    simulated_kind = SIMULATED_NPU
+    simulated_count_env = SIM_COUNT_ENV
+
+    @classmethod
+    def unavailable_hint(cls) -> str:
+        return f"no usable Ascend NPU: {INSTALL_HINT}"
 
     @classmethod
     def is_available(cls) -> bool:
@@ -68,11 +92,11 @@ class NpuPlatform(Platform):
         if sim.is_installed():
             return True
         try:
-            if importlib.util.find_spec("torch_npu") is None:
+            if importlib.util.find_spec(cls.required_package) is None:
                 return False
             import torch
 
-            importlib.import_module("torch_npu")
+            importlib.import_module(cls.required_package)
             return bool(torch.npu.is_available()) and torch.npu.device_count() > 0
         except Exception:  # noqa: BLE001 - broken torch_npu, missing CANN libraries, a CPU-only head
             return False
@@ -98,20 +122,14 @@ class NpuPlatform(Platform):
 
             sim.install()
         else:
-            try:
-                importlib.import_module("torch_npu")
-            except Exception as exc:
-                raise MissingPackageError(
-                    f"platform 'npu' needs the package torch_npu, which could not be imported "
-                    f"({type(exc).__name__}: {exc}): {INSTALL_HINT}"
-                ) from exc
+            self.import_required_package()
         import torch
 
         return torch.npu
 
     def rollout_env(self, graph_mode: bool) -> dict[str, str]:
         # Task queue level 1 is what ACL graph capture supports; level 2 is faster when eager.
-        return {"TASK_QUEUE_ENABLE": "1" if graph_mode else "2", "VLLM_ASCEND_ENABLE_NZ": "0"}
+        return {"TASK_QUEUE_ENABLE": "1" if graph_mode else "2"}
 
     def profiler_module(self) -> ModuleType:
         if self.simulated:  # the simulation runs CPU kernels: torch's own profiler sees them

@@ -9,12 +9,13 @@ import torch
 
 DEVICE_TYPE = "npu"
 DEFAULT_COUNT = 8
+COUNT_ENV = "ROLL_SIM_NPU_COUNT"
 
 _current = {"index": 0}
 
 
 def device_count() -> int:
-    return int(os.environ.get("ROLL_SIM_NPU_COUNT", DEFAULT_COUNT))
+    return int(os.environ.get(COUNT_ENV, DEFAULT_COUNT))
 
 
 def current_index() -> int:
@@ -37,7 +38,7 @@ def device_index(device=None) -> int:
         index = device.index if device.index is not None else current_index()
     if not 0 <= index < device_count():
         raise RuntimeError(
-            f"simulated npu:{index} does not exist: ROLL_SIM_NPU_COUNT={device_count()} "
+            f"simulated npu:{index} does not exist: {COUNT_ENV}={device_count()} "
             "(raise it, or pick an index below it)"
         )
     return index

@@ -26,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from roll_device.errors import ConfigError
 from roll_device.graph import DecodeGraphRunner, check_capture_sizes, default_capture_sizes, fit_capture_sizes
-from roll_device.platforms.registry import BUILTIN
+from roll_device.platforms import get_platform
 from strategies.base import (
     NO_GRAPHS,
     Completion,
@@ -35,7 +35,6 @@ from strategies.base import (
     Requirements,
     SamplingConfig,
     SettingsNeed,
-    register_strategy,
 )
 from strategies.inference.hf_cache import SharedKVStore, set_length
 from strategies.inference.hf_sampling import sample
@@ -98,7 +97,6 @@ def parse_config(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@register_strategy("inference", "hf", kinds=list(BUILTIN))
 class HfStrategy(InferenceStrategy):
     """transformers + static KV cache + decode graphs behind the rollout interface."""
 
@@ -106,7 +104,7 @@ class HfStrategy(InferenceStrategy):
 
     @classmethod
     def requirements(cls, kind: str) -> Requirements:
-        graphs = BUILTIN[kind].graph_class_name is not None
+        graphs = get_platform(kind).graph_class_name is not None
         return Requirements(graph_modes=(NO_GRAPHS, DECODE_GRAPHS) if graphs else (NO_GRAPHS,))
 
     @classmethod

@@ -18,30 +18,30 @@ import os
 from typing import Any
 
 from roll_device.errors import ConfigError, MissingPackageError
+from roll_device.platforms import Platform, get_platform
+from roll_device.platforms.engines import VLLM
 from strategies.base import (
+    NO_GRAPHS,
     Completion,
     InferenceStrategy,
     NamedTensors,
     Requirements,
     SamplingConfig,
     SettingsNeed,
-    register_strategy,
 )
 from strategies.inference.requests import check_request
 from strategies.inference.vllm_args import (
     GRAPH_MODES,
-    PROFILES,
     EngineSpec,
     build_engine_spec,
+    engine_of,
     graph_mode_and_sleep_level,
-    profile_of,
 )
 from strategies.inference.weights import check_update, pack, unpack, weight_buckets
 
 log = logging.getLogger(__name__)
 
 
-@register_strategy("inference", "vllm", kinds=list(PROFILES))
 class VllmStrategy(InferenceStrategy):
     """vLLM behind the device-neutral rollout interface."""
 
@@ -49,10 +49,15 @@ class VllmStrategy(InferenceStrategy):
     spec: EngineSpec | None = None
 
     @classmethod
+    def serves(cls, platform: Platform) -> bool:
+        """Kinds whose platform hosts vLLM (names its packages there)."""
+        return VLLM in platform.rollout_engines
+
+    @classmethod
     def requirements(cls, kind: str) -> Requirements:
-        profile = profile_of(kind)
-        modes = GRAPH_MODES if profile.graphs else ("NONE",)
-        return Requirements(packages=profile.packages, graph_modes=modes, sleep_levels=profile.sleep_levels)
+        engine = engine_of(get_platform(kind))
+        modes = GRAPH_MODES if engine.graphs else (NO_GRAPHS,)
+        return Requirements(packages=engine.packages, graph_modes=modes, sleep_levels=engine.sleep_levels)
 
     @classmethod
     def settings_need(cls, kind: str, settings: dict[str, Any]) -> SettingsNeed:

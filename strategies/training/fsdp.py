@@ -19,8 +19,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from roll_device.errors import ConfigError
-from roll_device.platforms.registry import DETECTION_ORDER as BUILTIN_KINDS
-from strategies.base import LossFn, TrainBatch, TrainStrategy, register_strategy
+from roll_device.platforms import Platform
+from strategies.base import LossFn, TrainBatch, TrainStrategy
 from strategies.training.batches import align_to_tokens, micro_batches, shifted_labels, validate
 from strategies.training.common import (
     StepAccounting,
@@ -51,9 +51,13 @@ def _takes_cpu_data(device: torch.device) -> bool:
     return torch._has_compatible_shallow_copy_type(probe, probe.to(device))
 
 
-@register_strategy("train", "fsdp", kinds=BUILTIN_KINDS)
 class FsdpTrainStrategy(TrainStrategy):
     """FSDP2 (`torch.distributed.fsdp.fully_shard`) on any platform with a collective backend."""
+
+    @classmethod
+    def serves(cls, platform: Platform) -> bool:
+        """Any kind with a torch device and a torch.distributed backend."""
+        return super().serves(platform) and bool(platform.dist_backend)
 
     def initialize(self, model_path: str, config: dict[str, Any]) -> None:
         from torch.distributed.device_mesh import init_device_mesh

@@ -21,7 +21,8 @@ import torch.distributed as dist
 
 from roll_device.compat import megatron as megatron_compat
 from roll_device.errors import ConfigError
-from strategies.base import LossFn, Requirements, TrainBatch, TrainStrategy, register_strategy
+from roll_device.platforms import Platform
+from strategies.base import LossFn, Requirements, TrainBatch, TrainStrategy
 from strategies.training import megatron_model, megatron_weights
 from strategies.training.batches import align_to_tokens, micro_batches, shifted_labels, validate
 from strategies.training.common import (
@@ -109,9 +110,13 @@ def _leave_parallel_state() -> None:
         parallel_state.destroy_model_parallel()
 
 
-@register_strategy("train", "megatron", kinds=megatron_compat.KINDS)
 class MegatronTrainStrategy(TrainStrategy):
     """Megatron-core GPT training, tensor x data parallel."""
+
+    @classmethod
+    def serves(cls, platform: Platform) -> bool:
+        """The kinds roll_device/compat adapts megatron-core to."""
+        return platform.kind in megatron_compat.KINDS
 
     @classmethod
     def requirements(cls, kind: str) -> Requirements:

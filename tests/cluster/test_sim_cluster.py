@@ -14,6 +14,7 @@ from roll_device.cluster import (
     start_cluster,
 )
 from roll_device.cluster.commands import plan_command
+from roll_device.cluster.placement import release
 from roll_device.config import compose
 from roll_device.errors import ConfigError, PlanError
 from tests.cluster.role_workers import ProbeWorker
@@ -50,7 +51,7 @@ def placed(cluster):
     yield plan, groups
     for group in groups.values():
         group.kill()
-    plan.release()
+    release(plan)
 
 
 def test_inventory_reads_declared_accelerators(cluster):

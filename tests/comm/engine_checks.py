@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import roll_device as rd
 from roll_device.comm import WeightReceiver, weights_hash
-from strategies.base import SamplingConfig, strategy_class
+from strategies.base import SamplingConfig
+from strategies.registry import strategy_class
 from tests.comm.sync_checks import PROMPT
 from tests.strategies.inference.conftest import rollout_config
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from omegaconf import OmegaConf
 
 from roll_device.cluster import WorkerGroup, plan_from_config, start_cluster
+from roll_device.cluster.placement import release
 from roll_device.comm import WeightSyncOptions
 from roll_device.config import compose
 from roll_device.models.tiny import make_tiny_model
@@ -83,4 +84,4 @@ def test_simulated_npu_trainer_to_vllm_on_a_simulated_gpu_node(tiny_model_path, 
             infer.call_all("shutdown")
             train.kill()
             infer.kill()
-            plan.release()
+            release(plan)

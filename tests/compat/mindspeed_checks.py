@@ -15,7 +15,7 @@ STANDIN = str(Path(__file__).parent / "standin")
 def _npu_trainer():
     os.environ["ROLL_DEVICE"] = "npu-sim"
     import roll_device as rd
-    from strategies.base import strategy_class
+    from strategies.registry import strategy_class
 
     platform = rd.current_platform()
     return strategy_class("train", "megatron", platform.kind)(platform)

@@ -4,7 +4,7 @@ combination is seen on this CPU machine."""
 
 import pytest
 
-import strategies.base as strategy_registry
+import strategies.registry as strategy_registry
 from roll_device.doctor.capabilities import Capabilities
 from roll_device.doctor.checks import RoleRequest, role_problems, stack_problems
 from roll_device.doctor.facts import StackFacts, declared_packages
@@ -170,7 +170,7 @@ def test_a_sleep_level_the_strategy_lacks(monkeypatch):
         def settings_need(cls, kind, settings):
             return SettingsNeed(sleep_level=2)
 
-    monkeypatch.setitem(strategy_registry._REGISTRY, ("inference", "standin-sleeper", "cpu"), StandinSleeper)
+    monkeypatch.setitem(strategy_registry.STRATEGIES, ("inference", "standin-sleeper"), StandinSleeper)
     sleeper = request("cpu", strategy="standin-sleeper", settings={})
     found = lines(role_problems(sleeper, standin_caps("cpu", count=1), standin_facts(**GOOD_CPU_STACK)))
     assert found == [

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import roll_device as rd
-from roll_device.errors import DeviceUnavailableError, MissingPackageError, UnknownDeviceError
+from roll_device.errors import ConfigError, DeviceUnavailableError, MissingPackageError, UnknownDeviceError
 from roll_device.platforms import registry
 from roll_device.platforms.cuda import CudaPlatform
 from roll_device.platforms.rocm import RocmPlatform
@@ -40,7 +40,7 @@ def test_unknown_roll_device_lists_valid_kinds(monkeypatch):
 
 
 def test_get_platform_unknown_kind():
-    with pytest.raises(UnknownDeviceError, match="valid kinds are npu, cuda, rocm, cpu, npu-sim"):
+    with pytest.raises(UnknownDeviceError, match=r"valid kinds are npu, cuda, rocm, cpu \(ROLL_DEVICE also takes auto, npu-sim\)"):
         rd.get_platform("gpu")
 
 
@@ -114,14 +114,12 @@ class FakeAccelPlatform(CpuPlatform):
 '''
 
 
-def _install_plugin(tmp_path, monkeypatch, body, module):
+def _install_plugin(tmp_path, monkeypatch, body, module, cls="FakeAccelPlatform"):
     (tmp_path / f"{module}.py").write_text(body)
-    dist = tmp_path / "fakeaccel_plugin-0.1.dist-info"
+    dist = tmp_path / f"{module}-0.1.dist-info"
     dist.mkdir()
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: fakeaccel-plugin\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text(
-        f"[roll_device.platforms]\nfakeaccel = {module}:FakeAccelPlatform\n"
-    )
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[roll_device.platforms]\n{module} = {module}:{cls}\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     registry.reset_for_tests()
 
@@ -137,3 +135,50 @@ def test_broken_plugin_is_skipped_with_a_warning(tmp_path, monkeypatch, caplog):
     _install_plugin(tmp_path, monkeypatch, "raise ImportError('plugin needs libfoo')\n", "fakeaccel_plugin_broken")
     assert rd.current_platform().kind in ("cpu", "cuda", "rocm")
     assert "fakeaccel" in caplog.text and "libfoo" in caplog.text
+
+
+OTHER_PLUGIN = PLUGIN.replace("FakeAccelPlatform", "OtherAccelPlatform").replace('"fakeaccel"', '"otheraccel"')
+
+
+def test_two_plugins_with_devices_are_an_error_naming_both(tmp_path, monkeypatch):
+    _install_plugin(tmp_path, monkeypatch, PLUGIN, "fakeaccel_a")
+    _install_plugin(tmp_path, monkeypatch, OTHER_PLUGIN, "otheraccel_b", cls="OtherAccelPlatform")
+    with pytest.raises(ConfigError) as err:
+        rd.current_platform()
+    assert str(err.value) in (
+        f"platform plugins for kinds {a}, {b} all report usable devices here: choose one with "
+        f"ROLL_DEVICE={a} or ROLL_DEVICE={b}"
+        for a, b in (("fakeaccel", "otheraccel"), ("otheraccel", "fakeaccel"))
+    )
+    monkeypatch.setenv("ROLL_DEVICE", "otheraccel")
+    assert rd.current_platform().kind == "otheraccel", "ROLL_DEVICE settles it"
+
+
+def test_two_plugins_of_one_kind_are_an_error(tmp_path, monkeypatch):
+    _install_plugin(tmp_path, monkeypatch, PLUGIN, "fakeaccel_a")
+    _install_plugin(tmp_path, monkeypatch, PLUGIN, "fakeaccel_b")
+    with pytest.raises(ConfigError, match="platform plugins 'fakeaccel_.:FakeAccelPlatform' and "
+                       "'fakeaccel_.:FakeAccelPlatform' both register device kind 'fakeaccel': uninstall one"):
+        rd.known_kinds()
+
+
+def test_where_the_platform_was_resolved_is_remembered(monkeypatch, caplog):
+    assert registry.resolved_at() is None
+    first = rd.current_platform()
+    assert registry.resolved_at().startswith(f"{__file__}:")
+    assert registry.resolved_at().endswith("in test_where_the_platform_was_resolved_is_remembered")
+    monkeypatch.setenv("ROLL_DEVICE", "npu-sim")
+    assert rd.current_platform() is first
+    assert "ROLL_DEVICE is now 'npu-sim'" in caplog.text and registry.resolved_at() in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("kind", "hint"),
+    [
+        ("npu", "no usable Ascend NPU: install torch_npu"),
+        ("cuda", "no cuda device is visible to this torch"),
+        ("rocm", "no rocm device is visible to this torch"),
+    ],
+)
+def test_each_platform_class_gives_its_own_unavailable_hint(kind, hint):
+    assert type(rd.get_platform(kind)).unavailable_hint().startswith(hint)

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 import roll_device as rd
 from roll_device.config import compose
-from strategies.base import strategy_class
+from strategies.registry import strategy_class
 
 
 def rollout_config(name: str, *overrides: str) -> dict:

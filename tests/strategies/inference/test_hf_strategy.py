@@ -9,9 +9,10 @@ import roll_device as rd
 from roll_device.comm import weights_hash
 from roll_device.errors import ConfigError
 from roll_device.platforms.cpu import CpuPlatform
-from strategies.base import SamplingConfig, registered, strategy_class
+from strategies.base import SamplingConfig
 from strategies.inference.hf import HfStrategy, parse_config
 from strategies.inference.hf_cache import SharedKVStore
+from strategies.registry import registered, strategy_class
 from tests.strategies.inference.conftest import rollout_config, start, teacher_forced_logprobs
 
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14]]

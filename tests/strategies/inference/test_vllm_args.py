@@ -6,6 +6,7 @@ started for real in test_vllm_strategy.py.
 """
 
 import json
+from types import MappingProxyType
 
 import pytest
 
@@ -256,6 +257,8 @@ def test_unreadable_model_config_for_piecewise_budget(tmp_path):
 def test_kind_without_a_profile():
     class OtherPlatform(CpuPlatform):
         kind = "other"
+        # hosts no rollout engine (a CPU subclass would inherit vllm-cpu)
+        rollout_engines = MappingProxyType({})
 
     with pytest.raises(ConfigError, match="no engine profile for device kind 'other'"):
         build_engine_spec(OtherPlatform(), "/m", rollout_config("vllm"), environ={})

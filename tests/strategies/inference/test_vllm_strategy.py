@@ -7,8 +7,9 @@ import torch
 import roll_device as rd
 from roll_device.comm import weights_hash
 from roll_device.errors import ConfigError, MissingPackageError
-from strategies.base import SamplingConfig, registered
+from strategies.base import SamplingConfig
 from strategies.inference.vllm import VllmStrategy
+from strategies.registry import registered
 from tests.strategies.inference.conftest import rollout_config, teacher_forced_logprobs
 
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14]]

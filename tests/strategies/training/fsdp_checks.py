@@ -8,7 +8,7 @@ import torch
 import torch.distributed as dist
 
 import roll_device as rd
-from strategies.base import strategy_class
+from strategies.registry import strategy_class
 from strategies.training.fsdp import token_logprobs
 from strategies.training.losses import grpo_policy_loss, masked_mean, nll_loss
 from tests.isolated import error_of

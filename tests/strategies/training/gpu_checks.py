@@ -16,7 +16,8 @@ import torch
 import torch.distributed as dist
 
 import roll_device as rd
-from strategies.base import TrainBatch, strategy_class
+from strategies.base import TrainBatch
+from strategies.registry import strategy_class
 from strategies.training.losses import masked_mean, nll_loss
 from tests.strategies.training.data import make_batch
 from tests.strategies.training.fsdp_checks import CONFIG, max_diff, plain_logprobs, reference_step

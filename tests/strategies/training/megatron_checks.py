@@ -6,7 +6,7 @@ import torch
 import torch.distributed as dist
 
 import roll_device as rd
-from strategies.base import strategy_class
+from strategies.registry import strategy_class
 from strategies.training.losses import grpo_policy_loss, nll_loss
 from tests.isolated import error_of
 from tests.strategies.training.data import concat, make_batch

@@ -8,7 +8,7 @@ import pytest
 
 import roll_device as rd
 from roll_device.errors import ConfigError
-from strategies.base import strategy_class
+from strategies.registry import strategy_class
 from strategies.training.fsdp import FsdpTrainStrategy
 from strategies.training.local_ranks import run_ranks
 from tests.isolated import run_isolated

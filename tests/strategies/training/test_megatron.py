@@ -10,7 +10,7 @@ import pytest
 
 import roll_device as rd
 from roll_device.errors import ConfigError
-from strategies.base import strategy_class
+from strategies.registry import strategy_class
 from strategies.training.local_ranks import run_ranks
 from strategies.training.megatron import MegatronTrainStrategy
 from tests.isolated import run_isolated

@@ -1,0 +1,18 @@
+"""The weight-sync path names (`weight_sync.path`), defined here once and imported elsewhere."""
+
+from __future__ import annotations
+
+from roll_device.errors import ConfigError
+
+AUTO = "auto"  # chosen from the two roles' kinds and placement (planner.py)
+COLOCATED = "colocated"
+COLLECTIVE = "collective"
+BRIDGE = "bridge"
+PATHS = (COLOCATED, COLLECTIVE, BRIDGE)
+PATH_CHOICES = (AUTO, *PATHS)
+
+
+def check_path(path: str) -> None:
+    """A ConfigError unless `path` is one of `PATH_CHOICES`."""
+    if path not in PATH_CHOICES:
+        raise ConfigError(f"weight_sync.path='{path}' is not a path: choose one of {', '.join(PATH_CHOICES)}")

@@ -1,0 +1,196 @@
+"""The slot transports (`shm`, `ipc`): buckets pass through slots every receiver has mapped.
+
+The sender packs into a slot every receiver has mapped and
+publishes the header; receivers read the slot in place. The sender runs at most `AHEAD` buckets
+ahead of the slowest receiver (it waits for bucket i-4 to be read before it packs bucket i), and
+reuses a slot once every receiver has released it, i.e. once no tensor it handed out still uses
+that slot's memory (each acknowledgement carries the receiver's releases). While a consumer
+keeps tensors, the sender makes another slot (announced in the header that uses it), so that a
+consumer that gathers tensors before it loads them never sees them overwritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from roll_device.comm.buffers import IpcSlot, ShmSlot, storage_users
+from roll_device.comm.control import Control, ack_key, bucket_key
+from roll_device.comm.messages import BucketHeader
+from roll_device.comm.transport import AHEAD, Setup, receiver_ranks
+from roll_device.errors import WeightSyncError
+from roll_device.platforms import Platform
+
+SLOTS = 2  # slots a slot sender makes when it connects (more as needed)
+SLOTS_KEY = "setup/slots"
+
+
+def _attached_key(rank: int) -> str:
+    return f"setup/attached/{rank}"
+
+
+def _slot_class(setup: Setup) -> type[ShmSlot | IpcSlot]:
+    return IpcSlot if setup.plan.transport == "ipc" else ShmSlot
+
+
+class SlotSender:
+    def __init__(self, control: Control, setup: Setup, platform: Platform) -> None:
+        self.control, self.setup, self.platform = control, setup, platform
+        self.slots: list[ShmSlot | IpcSlot] = []
+        self.handed: list[int] = []  # times each slot was handed out
+        # slot releases per receiver, as each receiver last said
+        self.released: dict[int, list[int]] = {r: [] for r in receiver_ranks(setup)}
+        self._to_unlink: list[tuple[int, int]] = []  # (slot, the bucket that announced it)
+        self._next: tuple[int, tuple | None] | None = None
+
+    def _new_slot(self, nbytes: int) -> int:
+        self.slots.append(_slot_class(self.setup).create(nbytes, self.platform))
+        self.handed.append(0)
+        return len(self.slots) - 1
+
+    def connect(self) -> None:
+        for _ in range(SLOTS):
+            self._new_slot(self.setup.capacity)
+        self.control.put(SLOTS_KEY, [slot.descriptor() for slot in self.slots])
+        try:
+            self.control.wait(
+                [_attached_key(r) for r in receiver_ranks(self.setup)],
+                "every rollout worker to map the slots",
+            )
+        finally:  # mapped by everyone, or given up on: the names go either way
+            for slot in self.slots:
+                slot.unlink()
+
+    def sends_in_place(self, part: torch.Tensor) -> bool:
+        """Bytes travel only through slots."""
+        return False
+
+    def buffer(self, seq: int, index: int, nbytes: int) -> torch.Tensor:
+        """A slot of at least `nbytes` that every receiver has released (a new one of that size if
+        none)."""
+        if index >= AHEAD:
+            read = index - AHEAD
+            ranks = list(receiver_ranks(self.setup))
+            acks = self.control.get_many(
+                [ack_key(seq, read, r) for r in ranks], f"every rollout worker to read bucket {read}"
+            )
+            self.learn(dict(zip(ranks, acks)))
+            self._unlink_announced(up_to=read)
+        number = self._free_slot(nbytes)
+        descriptor = None
+        if number is None:
+            number = self._new_slot(nbytes)
+            descriptor = self.slots[number].descriptor()
+            self._to_unlink.append((number, index))
+        self.handed[number] += 1
+        self._next = (number, descriptor)
+        return self.slots[number].tensor
+
+    def learn(self, released: dict[int, list[int] | None]) -> None:
+        """Take each receiver's count of releases per slot (from an acknowledgement or its status)."""
+        for rank, counts in released.items():
+            if counts is not None:
+                self.released[rank] = counts
+
+    def _free_slot(self, nbytes: int) -> int | None:
+        """The smallest slot of at least `nbytes` that every receiver has released."""
+
+        def released(rank: int, number: int) -> int:
+            counts = self.released[rank]
+            return counts[number] if number < len(counts) else 0
+
+        free = [
+            number
+            for number, slot in enumerate(self.slots)
+            if slot.tensor.numel() >= nbytes
+            and all(released(r, number) == self.handed[number] for r in self.released)
+        ]
+        return min(free, key=lambda number: self.slots[number].tensor.numel(), default=None)
+
+    def _unlink_announced(self, up_to: int) -> None:
+        """Unlink new slots whose announcing bucket every receiver has read (so has mapped)."""
+        for number, bucket in [entry for entry in self._to_unlink if entry[1] <= up_to]:
+            self.slots[number].unlink()
+            self._to_unlink.remove((number, bucket))
+
+    def send(self, seq: int, header: BucketHeader, data: list[torch.Tensor]) -> None:
+        (header.slot, header.new_slot), self._next = self._next, None
+        if self.setup.plan.staging == "device":
+            self.platform.synchronize()  # the packing copies must land before a receiver reads
+        self.control.post(bucket_key(seq, header.index), header)
+
+    def cancel(self) -> None:
+        """The slot handed out last will not be sent: take it back."""
+        if self._next is not None:
+            self.handed[self._next[0]] -= 1
+            self._next = None
+
+    def finish(self, seq: int, released: dict[int, list[int] | None]) -> None:
+        """Every receiver is done (so has mapped every slot) and said what it released."""
+        self.learn(released)
+        for slot in self.slots:
+            slot.unlink()
+        self._to_unlink = []
+
+    def used_keys(self, seq: int, buckets: int) -> list[str]:
+        return [ack_key(seq, i, r) for i in range(buckets) for r in receiver_ranks(self.setup)]
+
+    def close(self) -> None:
+        for slot in self.slots:
+            slot.unlink()
+        self.slots = []
+
+
+class SlotReceiver:
+    def __init__(self, control: Control, setup: Setup, platform: Platform, rank: int) -> None:
+        self.control, self.setup, self.platform, self.rank = control, setup, platform, rank
+        self.slots: list[ShmSlot | IpcSlot] = []
+        self._idle: list[int] = []  # users of each slot's memory when no tensor of ours holds it
+        self._released: list[int] = []
+        self._held: set[int] = set()
+
+    def _attach(self, descriptor) -> None:
+        slot = _slot_class(self.setup).attach(descriptor, self.platform)
+        self.slots.append(slot)
+        self._idle.append(storage_users(slot.tensor))
+        self._released.append(0)
+
+    def connect(self) -> None:
+        for descriptor in self.control.get(SLOTS_KEY, "the sender's slots"):
+            self._attach(descriptor)
+        self.control.put(_attached_key(self.rank), True)
+
+    def buckets(self, seq: int) -> Iterator[tuple[BucketHeader, torch.Tensor | None]]:
+        index = 0
+        while True:
+            header = self.control.get(bucket_key(seq, index), f"bucket {index} of sync {seq}")
+            if header.error is not None:
+                yield header, None
+                return
+            if header.new_slot is not None:
+                if header.slot != len(self.slots):
+                    raise WeightSyncError(
+                        f"slot {header.slot} announced out of order (have {len(self.slots)})"
+                    )
+                self._attach(header.new_slot)
+            self._held.add(header.slot)
+            yield header, self.slots[header.slot].tensor[: header.nbytes]
+            if self.setup.plan.staging == "device":
+                self.platform.synchronize()  # copies out of the slot are done before it is released
+            self.control.post(ack_key(seq, index, self.rank), self.released())
+            if header.final:
+                return
+            index += 1
+
+    def released(self) -> list[int]:
+        """How often each slot was released: slots no tensor of this process uses any more are
+        released now."""
+        for number in sorted(self._held):
+            if storage_users(self.slots[number].tensor) == self._idle[number]:
+                self._held.discard(number)
+                self._released[number] += 1
+        return list(self._released)
+
+    def close(self) -> None:
+        self.slots = []

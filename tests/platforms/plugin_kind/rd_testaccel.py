@@ -1,0 +1,41 @@
+"""A plugin platform for a device kind roll-device has never heard of: `testaccel`, a CPU-backed
+test device with its own Ray resource (`TESTACCEL`), two devices per node.
+
+It is installed by test_plugin_kind.py as a package of its own (this module plus a dist-info with
+an entry point in the group `roll_device.platforms`) and is the worked example of
+docs/platforms.md, "Adding a device kind". Each device a worker binds is logged to the file named
+by `RD_TESTACCEL_LOG`, so that a test can see that workers computed on this platform.
+"""
+
+from __future__ import annotations
+
+import os
+from types import MappingProxyType
+
+from roll_device.platforms.cpu import CpuPlatform
+
+DEVICES = 2
+LOG_ENV = "RD_TESTACCEL_LOG"
+
+
+class TestAccelPlatform(CpuPlatform):
+    """Identity of its own; computes with the CPU's torch device, gloo collectives, no graphs."""
+
+    kind = "testaccel"
+    ray_resource = "TESTACCEL"  # nodes declare it: ray start --resources='{"TESTACCEL": 2}'
+    rollout_engines = MappingProxyType({})  # hosts no engine of its own (the HF strategy needs none)
+    install_hint = "install rd-testaccel"
+
+    @classmethod
+    def is_available(cls) -> bool:
+        return True
+
+    def device_count(self) -> int:
+        return DEVICES
+
+    def set_device(self, index: int) -> None:
+        if not 0 <= index < DEVICES:
+            raise ValueError(f"platform '{self.name}': device index {index} out of range: {DEVICES} devices")
+        if os.environ.get(LOG_ENV):
+            with open(os.environ[LOG_ENV], "a") as log:
+                log.write(f"{os.getpid()} {self.kind} {index}\n")

@@ -1,0 +1,79 @@
+"""No import circles in the cluster layer or the strategies: every import there, at module top or
+inside a function, points one way (plan -> placement never; the strategy packages -> base, and
+strategies/registry.py -> both)."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKED = ("roll_device.cluster", "strategies")
+
+
+def module_names(root: Path) -> dict[str, Path]:
+    found = {}
+    for top in ("roll_device", "strategies"):
+        for path in (root / top).rglob("*.py"):
+            name = ".".join(path.relative_to(root).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def imports(root: Path) -> dict[str, set[str]]:
+    """Module -> the project modules it imports anywhere in its text."""
+    modules = module_names(root)
+    graph = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            graph[name].update(t for t in targets if t in modules and t != name)
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while not group or group[-1] != node:
+                group.append(stack.pop())
+                on_stack.discard(group[-1])
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in graph:
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circles_in_the_cluster_layer_or_the_strategies():
+    found = [group for group in circles(imports(ROOT)) if any(m.startswith(CHECKED) for m in group)]
+    assert found == [], "import circles: " + "; ".join(" <-> ".join(group) for group in found)
+
+
+def test_the_check_finds_a_circle(tmp_path):
+    (tmp_path / "roll_device" / "cluster").mkdir(parents=True)
+    (tmp_path / "strategies").mkdir()
+    (tmp_path / "roll_device" / "cluster" / "plan.py").write_text(
+        "def reserve():\n    from roll_device.cluster.placement import reserve\n"
+    )
+    (tmp_path / "roll_device" / "cluster" / "placement.py").write_text(
+        "from roll_device.cluster.plan import Plan\n"
+    )
+    assert circles(imports(tmp_path)) == [["roll_device.cluster.placement", "roll_device.cluster.plan"]]
