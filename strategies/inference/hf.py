@@ -105,7 +105,7 @@ def parse_config(config: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"rollout.use_graphs must be null, true or false, got {use_graphs!r}")
     max_len = _positive(config, "max_model_len")
     prefill_graphs = config.get("prefill_graphs", False)
-    if prefill_graphs not in (True, False):
+    if not isinstance(prefill_graphs, bool):
         raise ConfigError(f"rollout.prefill_graphs must be true or false, got {prefill_graphs!r}")
     prefill_sizes = config.get("prefill_capture_sizes")
     if prefill_sizes is not None and not prefill_graphs:
@@ -117,7 +117,13 @@ def parse_config(config: dict[str, Any]) -> dict[str, Any]:
     prefill_sizes = (
         default_prefill_sizes(max_tokens)
         if prefill_sizes is None
-        else check_capture_sizes(list(prefill_sizes), max_tokens, "rollout.prefill_capture_sizes", False)
+        else check_capture_sizes(
+            list(prefill_sizes),
+            max_tokens,
+            "rollout.prefill_capture_sizes",
+            reach_max=False,
+            limit="max_batch_size x max_model_len =",
+        )
     )
     return {
         "max_model_len": max_len,
