@@ -37,8 +37,7 @@ def check_capture_sizes(
             raise ConfigError(f"{key} must hold positive integers, got {size!r} in {sizes}")
         if size > max_batch:
             raise ConfigError(
-                f"{key} has {size}, larger than {limit} {max_batch}: "
-                "drop it or raise the batch limit"
+                f"{key} has {size}, larger than {limit} {max_batch}: drop it or raise the batch limit"
             )
     if len(set(sizes)) != len(sizes):
         raise ConfigError(f"{key} lists a size twice: {sizes}")

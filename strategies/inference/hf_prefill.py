@@ -128,7 +128,15 @@ class PackedPrefill:
 
     def _attend(self, inputs, module, query, key, value, attention_mask, scaling=None, **_):
         output = self.runner.boundary(
-            self._attention, module, query, key, value, attention_mask, inputs["kv_rows"], inputs["kv_cols"], scaling
+            self._attention,
+            module,
+            query,
+            key,
+            value,
+            attention_mask,
+            inputs["kv_rows"],
+            inputs["kv_cols"],
+            scaling,
         )
         return output, None
 

@@ -7,7 +7,6 @@ import torch
 
 import roll_device as rd
 from roll_device.errors import ConfigError
-from roll_device.graph import PrefillGraphRunner
 from roll_device.graph.prefill import compiled
 from tests.graph.prefill_toy import WIDTH, ToyPrefill, padded
 from tests.isolated import run_isolated
@@ -31,7 +30,9 @@ def test_cpu_runs_eager_through_buckets_padding_and_slicing(cpu_toy):
 
 
 def test_inputs_not_padded_to_the_bucket_are_refused(cpu_toy):
-    with pytest.raises(ValueError, match=r"input 'x' has shape \(6, 4\), bucket 8 holds \(8, 4\): pad the batch"):
+    with pytest.raises(
+        ValueError, match=r"input 'x' has shape \(6, 4\), bucket 8 holds \(8, 4\): pad the batch"
+    ):
         cpu_toy.runner.run(8, {"x": torch.zeros(6, WIDTH), "last": torch.zeros(3, dtype=torch.long)}, 1)
     with pytest.raises(ValueError, match="do not match the forward's inputs"):
         cpu_toy.runner.run(8, {"x": torch.zeros(8, WIDTH)}, 1)

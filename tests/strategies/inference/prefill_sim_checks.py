@@ -15,12 +15,12 @@ def hf_prefill_graphs(model_path: str) -> dict:
     import roll_device as rd
     from roll_device.platforms.npu import NpuPlatform
     from strategies.base import SamplingConfig
+    from strategies.inference.hf import HfStrategy
     from tests.isolated import error_of
     from tests.strategies.inference.sim_checks import _start
     from tests.strategies.inference.test_hf_graphs_on_device import (
         test_greedy_with_prefill_graphs_equals_eager_prefill as greedy_prefill_graphs_equal_eager,
     )
-    from strategies.inference.hf import HfStrategy
 
     platform = rd.current_platform()
     out = {"platform": platform.name}

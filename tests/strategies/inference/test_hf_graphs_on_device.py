@@ -52,6 +52,16 @@ def mixed_prompts(rows: int, longest: int) -> list[list[int]]:
     return [[3 + (7 * i + 3 * j) % 40 for j in range(1 + (5 * i + 2) % longest)] for i in range(rows)]
 
 
+def counted(run, sizes: list[int]):
+    """`run` of a prefill runner, appending each call's bucket to `sizes`."""
+
+    def wrapper(size, inputs, rows):
+        sizes.append(size)
+        return run(size, inputs, rows)
+
+    return wrapper
+
+
 def test_greedy_with_prefill_graphs_equals_eager_prefill(tiny_model_path):
     platform = rd.current_platform()
     if not platform.supports_graphs:
@@ -70,8 +80,7 @@ def test_greedy_with_prefill_graphs_equals_eager_prefill(tiny_model_path):
                 assert runner.capture_order == PREFILL_SIZES[::-1]
                 layers = strategy.model.config.num_hidden_layers
                 assert [runner.pieces(size) for size in PREFILL_SIZES] == [layers + 1] * len(PREFILL_SIZES)
-                run = runner.run
-                runner.run = lambda size, inputs, rows: packed_runs.append(size) or run(size, inputs, rows)
+                runner.run = counted(runner.run, packed_runs)
             outputs[prefill_graphs] = {
                 batch: [c.token_ids for c in strategy.generate(mixed_prompts(*batch), sampling)]
                 for batch in PREFILL_BATCHES

@@ -29,14 +29,19 @@ def test_prefill_graphs_are_refused_where_the_platform_has_none(tiny_model_path)
         (["prefill_graphs=1"], "rollout.prefill_graphs must be true or false, got 1"),
         (
             ["prefill_capture_sizes=[16]"],
-            "rollout.prefill_capture_sizes is set but rollout.prefill_graphs is false: set prefill_graphs "
-            "to true or prefill_capture_sizes to null",
+            (
+                "rollout.prefill_capture_sizes is set but rollout.prefill_graphs is false: set "
+                "prefill_graphs to true or prefill_capture_sizes to null"
+            ),
         ),
         (
             ["prefill_graphs=true", "max_batch_size=2", "max_model_len=8", "prefill_capture_sizes=[8,32]"],
             "rollout.prefill_capture_sizes has 32, larger than max_batch_size x max_model_len = 16: drop it",
         ),
-        (["prefill_graphs=true", "prefill_capture_sizes=[16,16]"], "rollout.prefill_capture_sizes lists a size twice"),
+        (
+            ["prefill_graphs=true", "prefill_capture_sizes=[16,16]"],
+            "rollout.prefill_capture_sizes lists a size twice",
+        ),
     ],
 )
 def test_bad_prefill_settings(overrides, message):
@@ -47,7 +52,9 @@ def test_bad_prefill_settings(overrides, message):
 def test_prefill_sizes_default_to_powers_of_two_up_to_1024_tokens():
     assert default_prefill_sizes(100_000) == [16, 32, 64, 128, 256, 512, 1024]
     assert default_prefill_sizes(200) == [16, 32, 64, 128, 200]
-    settings = parse_config(rollout_config("hf", "prefill_graphs=true", "max_batch_size=2", "max_model_len=20"))
+    settings = parse_config(
+        rollout_config("hf", "prefill_graphs=true", "max_batch_size=2", "max_model_len=20")
+    )
     assert settings["prefill_capture_sizes"] == [16, 32, 40]
 
 
@@ -60,7 +67,9 @@ def test_graph_modes_the_planner_sees():
         "FULL_AND_PIECEWISE",
     }
     modes = {
-        (use, prefill): HfStrategy.settings_need("npu", {"use_graphs": use, "prefill_graphs": prefill}).graph_mode
+        (use, prefill): HfStrategy.settings_need(
+            "npu", {"use_graphs": use, "prefill_graphs": prefill}
+        ).graph_mode
         for use in (None, True, False)
         for prefill in (True, False)
     }
