@@ -155,6 +155,11 @@ class HfStrategy(InferenceStrategy):
         """Graphs only when asked for (`use_graphs: true`, `prefill_graphs: true`); null decode
         graphs take them where they exist."""
         asked = (settings.get("use_graphs") is True, settings.get("prefill_graphs") is True)
+        if asked[1] and PREFILL_GRAPHS not in cls.requirements(kind).graph_modes:
+            raise ConfigError(
+                f"rollout.prefill_graphs=true but kind '{kind}' has no device graphs: "
+                "set rollout.prefill_graphs to false"
+            )
         return SettingsNeed(graph_mode=GRAPH_MODES[asked])
 
     def initialize(self, model_path: str, config: dict[str, Any]) -> None:

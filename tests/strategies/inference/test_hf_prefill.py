@@ -60,6 +60,11 @@ def test_prefill_sizes_default_to_powers_of_two_up_to_1024_tokens():
 
 def test_graph_modes_the_planner_sees():
     assert HfStrategy.requirements("cpu").graph_modes == (NO_GRAPHS,)
+    with pytest.raises(
+        ConfigError,
+        match=r"^rollout.prefill_graphs=true but kind 'cpu' has no device graphs: set rollout.prefill_graphs to false$",
+    ):
+        HfStrategy.settings_need("cpu", {"prefill_graphs": True})
     assert set(HfStrategy.requirements("npu").graph_modes) == {
         "NONE",
         "FULL_DECODE_ONLY",
