@@ -71,8 +71,12 @@ DECODE_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, 
 DECODE_GRAPHS = "FULL_DECODE_ONLY"
 PREFILL_GRAPHS = "PIECEWISE"
 BOTH_GRAPHS = "FULL_AND_PIECEWISE"
-GRAPH_MODES = {(False, False): NO_GRAPHS, (True, False): DECODE_GRAPHS, (False, True): PREFILL_GRAPHS}
-GRAPH_MODES[True, True] = BOTH_GRAPHS
+GRAPH_MODES = {  # (decode graphs, prefill graphs) asked for -> the mode
+    (False, False): NO_GRAPHS,
+    (True, False): DECODE_GRAPHS,
+    (False, True): PREFILL_GRAPHS,
+    (True, True): BOTH_GRAPHS,
+}
 
 
 def _positive(config: dict[str, Any], key: str) -> int:
@@ -180,11 +184,11 @@ class HfStrategy(InferenceStrategy):
             dtype=dtype if dtype == "auto" else DTYPES[dtype],
             attn_implementation=PIECEWISE_ATTENTION if self.settings["prefill_graphs"] else "sdpa",
         )
-        self.model = model.to(self.platform.device()).eval()
         if self.settings["prefill_graphs"]:
             self.settings["prefill_capture_sizes"] = self._budgeted_prefill(
-                config.get("prefill_capture_sizes") is not None
+                model.config.num_hidden_layers, config.get("prefill_capture_sizes") is not None
             )
+        self.model = model.to(self.platform.device()).eval()
         self.vocab_size = int(self.model.config.vocab_size)
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = set() if eos is None else ({eos} if isinstance(eos, int) else set(eos))
@@ -199,7 +203,7 @@ class HfStrategy(InferenceStrategy):
         sizes = settings["capture_sizes"]
         return fit_capture_sizes(sizes, 1, budget, explicit=explicit, key="rollout.capture_sizes")
 
-    def _budgeted_prefill(self, explicit: bool) -> list[int]:
+    def _budgeted_prefill(self, num_layers: int, explicit: bool) -> list[int]:
         """The prefill capture sizes within what the decode graphs leave of the graph budget, by the
         same rule: a piecewise prefill costs layers + 1 graphs per size."""
         budget = self.platform.graph_budget
@@ -207,7 +211,7 @@ class HfStrategy(InferenceStrategy):
             budget -= len(self.settings["capture_sizes"])
         return fit_capture_sizes(
             self.settings["prefill_capture_sizes"],
-            graphs_per_size(PREFILL_GRAPHS, self.model.config.num_hidden_layers),
+            graphs_per_size(PREFILL_GRAPHS, num_layers),
             budget,
             explicit=explicit,
             key="rollout.prefill_capture_sizes",
