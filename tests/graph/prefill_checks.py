@@ -23,6 +23,7 @@ def piecewise_capture() -> dict:
     runner.prepare()
     out = {
         "platform": platform.name,
+        "compile_backend": platform.compile_backend,
         "capture_order": runner.capture_order,
         "pieces": [runner.pieces(size) for size in (4, 8, 16)],
         "graph_count": runner.graph_count,

@@ -49,6 +49,11 @@ def test_graphs_asked_for_where_the_platform_has_none():
         ToyPrefill(torch.device("cpu")).build(rd.get_platform("cpu"), [4])
 
 
+def test_compile_backend_by_kind():
+    backends = {kind: rd.get_platform(kind).compile_backend for kind in ("cuda", "rocm", "npu", "cpu")}
+    assert backends == {"cuda": "inductor", "rocm": "inductor", "npu": "eager", "cpu": "inductor"}
+
+
 def test_the_eager_backend_leaves_the_forward_as_written():
     def forward(size, inputs):
         return inputs
@@ -81,7 +86,7 @@ def sim():
 
 
 def test_each_bucket_is_captured_as_pieces_split_at_attention(sim):
-    assert sim["platform"] == "npu (simulated)"
+    assert sim["platform"] == "npu (simulated)" and sim["compile_backend"] == "eager"
     assert sim["capture_order"] == [16, 8, 4]  # largest first, one shared pool
     assert sim["pieces"] == [3, 3, 3]  # two attentions: three captured pieces per bucket
     assert sim["graph_count"] == 9 and sim["released_graphs"] == 0
