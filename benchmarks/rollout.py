@@ -4,7 +4,11 @@
    and per-request sampling settings (the strategy's overhead; its ratio must be >= 0.98);
 2. the HF strategy with decode graphs against eager at batch 1, 4 and 16 (graphs where the
    platform has them; eager only elsewhere, said so in the results);
-3. the HF strategy against the vLLM strategy at the same batches, so users know when to use which.
+3. the HF strategy's prefill: prompt tokens per second of a prefill alone (`max_tokens=1`) eager
+   and with piecewise prefill graphs (`prefill_graphs: true`), and generated tokens per second with
+   decode and prefill graphs together (graph platforms only; on the simulated NPU the numbers are
+   simulations and say nothing about a device, which the results say);
+4. the HF strategy against the vLLM strategy at the same batches, so users know when to use which.
 
 Results replace the rollout section of docs/benchmarks.md and a plot is written to
 docs/rollout_benchmark.png. The last line printed is `vllm_strategy_vs_raw=<ratio>`.
@@ -90,20 +94,25 @@ def strategy_vs_raw(strategy, batch: list[list[int]], max_tokens: int, rounds: i
     return {"raw": max(raw_runs), "strategy": max(wrapped_runs), "ratio": median}
 
 
-def per_batch(strategy, vocab: int, prompt_length: int, max_tokens: int, rounds: int) -> dict[int, float]:
+def per_batch(
+    strategy, vocab: int, prompt_length: int, max_tokens: int, rounds: int, prefill: bool = False
+) -> dict[int, float]:
+    """Best generated tokens/s per batch; with `prefill`, prompt tokens/s of calls that generate
+    one token each (the prefill and one sampling step)."""
     from strategies.base import SamplingConfig
 
-    sampling = SamplingConfig(n=1, max_tokens=max_tokens, temperature=1.0, seed=SEED)
+    sampling = SamplingConfig(n=1, max_tokens=1 if prefill else max_tokens, temperature=1.0, seed=SEED)
     result = {}
     for batch in BATCHES:
         rows = prompts(batch, prompt_length, vocab)
         strategy.generate(rows, sampling)  # warm-up
 
         def call(rows=rows) -> int:
-            return sum(len(c.token_ids) for c in strategy.generate(rows, sampling))
+            completions = strategy.generate(rows, sampling)
+            return sum(map(len, rows)) if prefill else sum(len(c.token_ids) for c in completions)
 
         result[batch] = max(tokens_per_second(call) for _ in range(rounds))
-        say(f"  batch {batch}: {result[batch]:,.0f} tok/s")
+        say(f"  batch {batch}: {result[batch]:,.0f} {'prompt ' if prefill else ''}tok/s")
     return result
 
 
@@ -122,6 +131,50 @@ def start(name: str, platform, model_path: str, *overrides: str):
 def write_results(results: dict) -> None:
     replace_section(DOC, "rollout", render(results))
     plot(results)
+
+
+def render_prefill(r: dict) -> list[str]:
+    """The prefill section: eager against piecewise prefill graphs, or why it is absent."""
+    both = r["hf_prefill_graphs"]
+    if not both:
+        return [
+            (
+                f"**Prefill graphs**: not measured: no device graphs on `{r['device']}` "
+                "(`rollout.prefill_graphs: true` is refused there). Run the script on a GPU or NPU."
+            ),
+            "",
+        ]
+    lines = [
+        (
+            f"**Prefill graphs** (`rollout.prefill_graphs: true`; {r['prompt_length']}-token prompts, so "
+            f"batch b prefills {r['prompt_length']} b tokens in one token-count bucket): prompt tokens/s "
+            "of a prefill alone (one generated token) with the eager prefill and with prefill graphs, and "
+            "generated tokens/s with decode and prefill graphs against decode graphs only."
+        ),
+        "",
+        (
+            "| batch | prefill eager tok/s | prefill graphs tok/s | prefill graphs / eager "
+            "| decode+prefill graphs tok/s | / decode graphs only |"
+        ),
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for b in BATCHES:
+        eager, graphs = r["hf_graphs_prefill"][b], both["prefill"][b]
+        decode_only = r["hf_graphs"][b]
+        lines.append(
+            f"| {b} | {eager:,.0f} | {graphs:,.0f} | {graphs / eager:.2f} | {both['generate'][b]:,.0f} "
+            f"| {both['generate'][b] / decode_only:.2f} |"
+        )
+    lines.append("")
+    if r["simulated"]:
+        lines += [
+            (
+                f"`{r['device']}` is a SIMULATION (CPU compute behind `npu` tensors; replay reruns "
+                "recorded ops): these timings say nothing about a device."
+            ),
+            "",
+        ]
+    return lines
 
 
 def render(r: dict) -> str:
@@ -161,6 +214,7 @@ def render(r: dict) -> str:
             "pad and slice code); run the script on a GPU or NPU for the graphs column."
         )
         lines.append("")
+    lines += render_prefill(r)
     lines += [
         (
             "When to use which: the vLLM strategy (paged KV cache, continuous batching, its own graphs) "
@@ -231,15 +285,33 @@ def measure_vllm(platform, model: str, args) -> dict:
         vllm.shutdown()
 
 
-def measure_hf(platform, model: str, args, use_graphs: bool) -> dict:
+HF_PARTS = {  # part: (decode graphs, prefill graphs)
+    "hf-eager": (False, False),
+    "hf-graphs": (True, False),
+    "hf-prefill-graphs": (True, True),
+}
+
+
+def measure_hf(platform, model: str, args, part: str) -> dict:
+    """Generated tokens/s per batch, and (graph parts) prompt tokens/s of a prefill alone."""
     from roll_device.models.tiny import vocabulary
 
-    say(f"HF strategy, {'decode graphs' if use_graphs else 'eager'}")
+    use_graphs, prefill_graphs = HF_PARTS[part]
+    say(f"HF strategy, {part}")
     hf = start(
-        "hf", platform, model, f"max_batch_size={max(BATCHES)}", f"use_graphs={str(use_graphs).lower()}"
+        "hf",
+        platform,
+        model,
+        f"max_batch_size={max(BATCHES)}",
+        f"use_graphs={str(use_graphs).lower()}",
+        f"prefill_graphs={str(prefill_graphs).lower()}",
     )
+    measure = (len(vocabulary()), args.prompt_length, args.max_tokens, args.rounds)
     try:
-        return per_batch(hf, len(vocabulary()), args.prompt_length, args.max_tokens, args.rounds)
+        result = {"generate": per_batch(hf, *measure)}
+        if use_graphs:
+            result["prefill"] = per_batch(hf, *measure, prefill=True)
+        return result
     finally:
         hf.shutdown()
 
@@ -259,6 +331,11 @@ def run_part(part: str, model: str, argv: list[str]) -> dict:
     return json.loads(lines[-1][len(RESULT) :])
 
 
+def by_batch(values: dict) -> dict[int, float]:
+    """A part's per-batch numbers with the batch keys JSON turned into strings made ints again."""
+    return {int(b): v for b, v in values.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5, help="rounds per batch size (best is kept)")
@@ -270,7 +347,7 @@ def main() -> None:
     parser.add_argument("--raw-batch", type=int, default=64)
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--part", choices=["vllm", "hf-eager", "hf-graphs"], help=argparse.SUPPRESS)
+    parser.add_argument("--part", choices=["vllm", *HF_PARTS], help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -281,7 +358,7 @@ def main() -> None:
         if args.part == "vllm":
             result = measure_vllm(platform, args.model, args)
         else:
-            result = measure_hf(platform, args.model, args, use_graphs=args.part == "hf-graphs")
+            result = measure_hf(platform, args.model, args, args.part)
         print(RESULT + json.dumps(result), flush=True)
         return
 
@@ -301,6 +378,7 @@ def main() -> None:
     results = {
         "when": datetime.date.today().isoformat(),
         "device": platform.name,
+        "simulated": platform.simulated,
         "host": f"{host.machine()}, {os.cpu_count()} CPU cores",
         "layers": args.layers,
         "hidden": args.hidden,
@@ -314,12 +392,16 @@ def main() -> None:
     vllm = run_part("vllm", model, argv)
     results["vs_raw"] = vllm["vs_raw"]
     results["vllm"] = {int(b): v for b, v in vllm["vllm"].items()}
-    results["hf_eager"] = {int(b): v for b, v in run_part("hf-eager", model, argv).items()}
-    results["hf_graphs"] = None
+    results["hf_eager"] = by_batch(run_part("hf-eager", model, argv)["generate"])
+    results["hf_graphs"] = results["hf_prefill_graphs"] = None
     if platform.supports_graphs:
-        results["hf_graphs"] = {int(b): v for b, v in run_part("hf-graphs", model, argv).items()}
+        decode_graphs = run_part("hf-graphs", model, argv)
+        results["hf_graphs"] = by_batch(decode_graphs["generate"])
+        results["hf_graphs_prefill"] = by_batch(decode_graphs["prefill"])
+        both = run_part("hf-prefill-graphs", model, argv)
+        results["hf_prefill_graphs"] = {key: by_batch(both[key]) for key in ("generate", "prefill")}
     else:
-        say(f"no device graphs on {platform.name}: HF graphs not measured")
+        say(f"no device graphs on {platform.name}: HF decode and prefill graphs not measured")
     results["load_after"] = os.getloadavg()[0]
     write_results(results)
     say(f"wrote {DOC.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")

@@ -20,11 +20,15 @@ def default_capture_sizes(max_batch: int) -> list[int]:
 
 
 def check_capture_sizes(
-    sizes: Iterable, max_batch: int, key: str = "capture_sizes", reach_max: bool = True
+    sizes: Iterable,
+    max_batch: int,
+    key: str = "capture_sizes",
+    reach_max: bool = True,
+    limit: str = "the largest batch",
 ) -> list[int]:
     """`sizes` validated against `max_batch` and sorted ascending. With `reach_max` the largest
     must be `max_batch`, so that every batch up to it has a bucket. Raises `ConfigError` naming
-    `key` and the fix."""
+    `key` and the fix; `limit` says what `max_batch` is."""
     sizes = list(sizes)
     if not sizes:
         raise ConfigError(f"{key} is empty: give at least one batch size, or null for the default")
@@ -33,8 +37,7 @@ def check_capture_sizes(
             raise ConfigError(f"{key} must hold positive integers, got {size!r} in {sizes}")
         if size > max_batch:
             raise ConfigError(
-                f"{key} has {size}, larger than the largest batch {max_batch}: "
-                "drop it or raise the batch limit"
+                f"{key} has {size}, larger than {limit} {max_batch}: drop it or raise the batch limit"
             )
     if len(set(sizes)) != len(sizes):
         raise ConfigError(f"{key} lists a size twice: {sizes}")

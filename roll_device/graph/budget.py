@@ -26,29 +26,37 @@ def graphs_per_size(mode: str, num_layers: int) -> int:
 
 
 def fit_capture_sizes(
-    sizes: list[int], per_size: int, budget: int | None, *, explicit: bool, key: str, mode: str | None = None
+    sizes: list[int],
+    per_size: int,
+    budget: int | None,
+    *,
+    explicit: bool,
+    key: str,
+    mode: str | None = None,
+    fewer_graphs: str = "use graph_mode=FULL_DECODE_ONLY",
 ) -> list[int]:
     """`sizes` (ascending) within `budget` graphs at `per_size` graphs a size.
 
     Derived sizes are thinned: at most budget // per_size, spread evenly, always keeping the
     largest. Sizes the user listed (`explicit`) are never changed: over the budget they raise
-    `ConfigError` naming `key`, the count and the fix. `mode`: the vLLM graph mode, if any."""
+    `ConfigError` naming `key`, the count and the fix. `mode`: the vLLM graph mode, if any;
+    `fewer_graphs`: the setting that costs fewer graphs per size, offered in the errors."""
     if budget is None:
         return sizes
     room = budget // per_size
     if room < 1:
         raise ConfigError(
-            f"graph_mode={mode} needs {per_size} graphs for a single capture size, over the device's "
-            f"budget of {budget}: use graph_mode=FULL_DECODE_ONLY"
+            f"{f'graph_mode={mode}' if mode else key} needs {per_size} graphs for a single capture size, "
+            f"over the device's budget of {budget}: {fewer_graphs}"
         )
     if len(sizes) <= room:
         return sizes
     if explicit:
         with_mode = f" with graph_mode={mode}" if mode else ""
-        fewer_graphs = " or use graph_mode=FULL_DECODE_ONLY" if per_size > 1 else ""
+        alternative = f" or {fewer_graphs}" if per_size > 1 else ""
         raise ConfigError(
             f"{key} {sizes}{with_mode} need {per_size * len(sizes)} graphs ({per_size} per size), over "
-            f"the device's budget of {budget}: list at most {room} sizes{fewer_graphs}"
+            f"the device's budget of {budget}: list at most {room} sizes{alternative}"
         )
     rest = sizes[:-1]
     step = len(rest) / (room - 1) if room > 1 else 0

@@ -46,6 +46,10 @@ class Platform(Profiling, DeviceFacts, MemoryExtras, Determinism, ProcessEnv):
     # Device graphs a process may hold at once on one device (None: no limit known); see
     # roll_device/graph/budget.py, which sizes capture sizes to it.
     graph_budget: ClassVar[int | None] = None
+    # The torch.compile backend for the pieces of a piecewise-captured forward (roll_device/graph/
+    # prefill.py): a kernel compiler where torch has one for the kind; "eager" where the port of
+    # the field uses dynamo's eager backend (the NPU: SGLang's Ascend piecewise graphs).
+    compile_backend: ClassVar[str] = "inductor"
     supports_ipc: ClassVar[bool] = False
     allocator_conf_env: ClassVar[str | None] = None
     required_package: ClassVar[str | None] = None

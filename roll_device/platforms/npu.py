@@ -57,6 +57,7 @@ class NpuPlatform(Platform):
     graph_class_name = "NPUGraph"
     # vLLM-Ascend's limit: every ACL graph takes at least one of the device's ~2,048 streams, less a reserve.
     graph_budget = 1800
+    compile_backend = "eager"  # as SGLang's NPU piecewise graphs: no inductor kernels for Ascend
     allocator_conf_env = "PYTORCH_NPU_ALLOC_CONF"
     required_package = "torch_npu"
     torch_companion = Package("torch_npu", "torch-npu", matches=("torch", 2))

@@ -1,9 +1,12 @@
 """`HfStrategy`: rollout with a transformers causal LM on any platform, with a static KV cache,
-batched sampling and per-token logprobs, and the decode step captured as a device graph per
-batch-size bucket where the platform has graphs (`roll_device.graph.DecodeGraphRunner`).
+batched sampling and per-token logprobs, the decode step captured as a device graph per
+batch-size bucket where the platform has graphs (`roll_device.graph.DecodeGraphRunner`), and, with
+`prefill_graphs: true`, the prefill captured per token-count bucket in pieces split at attention
+(`hf_prefill.PackedPrefill`, `roll_device.graph.PrefillGraphRunner`).
 
 One batch (up to `max_batch_size` rows; `n` samples per prompt are rows of their own) runs as:
-prefill, eager, of the left-padded prompts into the first rows of the shared KV store; then one
+prefill of the prompts into the first rows of the shared KV store, left-padded (eager, or packed
+and replayed piecewise when prefill graphs are on and the batch fits a bucket); then one
 decode step per token through the runner, which pads the batch to the smallest captured bucket,
 replays that bucket's graph (or runs it eagerly) and returns the raw log-probabilities of the
 next token; sampling happens outside the graph. Attention masks are built here (4-D, boolean)
@@ -25,7 +28,13 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from roll_device.errors import ConfigError
-from roll_device.graph import DecodeGraphRunner, check_capture_sizes, default_capture_sizes, fit_capture_sizes
+from roll_device.graph import (
+    DecodeGraphRunner,
+    check_capture_sizes,
+    default_capture_sizes,
+    fit_capture_sizes,
+    graphs_per_size,
+)
 from roll_device.platforms import get_platform
 from strategies.base import (
     NO_GRAPHS,
@@ -36,7 +45,8 @@ from strategies.base import (
     SamplingConfig,
     SettingsNeed,
 )
-from strategies.inference.hf_cache import SharedKVStore, set_length
+from strategies.inference.hf_cache import MASK_KEY, SharedKVStore, set_length
+from strategies.inference.hf_prefill import PIECEWISE_ATTENTION, PackedPrefill, default_prefill_sizes
 from strategies.inference.hf_sampling import sample
 from strategies.inference.requests import check_request
 from strategies.inference.vllm_args import LOGPROBS_MODES
@@ -48,14 +58,24 @@ CONFIG_KEYS = {
     "max_batch_size",
     "use_graphs",
     "capture_sizes",
+    "prefill_graphs",
+    "prefill_capture_sizes",
     "dtype",
     "update_bucket_bytes",
     "logprobs_mode",
 }
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-MASK_KEY = "full_attention"
 DECODE_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-DECODE_GRAPHS = "FULL_DECODE_ONLY"  # one captured graph per decode batch size, prefill eager
+# vLLM's names for what is captured: decode graphs, piecewise prefill graphs, both.
+DECODE_GRAPHS = "FULL_DECODE_ONLY"
+PREFILL_GRAPHS = "PIECEWISE"
+BOTH_GRAPHS = "FULL_AND_PIECEWISE"
+GRAPH_MODES = {  # (decode graphs, prefill graphs) asked for -> the mode
+    (False, False): NO_GRAPHS,
+    (True, False): DECODE_GRAPHS,
+    (False, True): PREFILL_GRAPHS,
+    (True, True): BOTH_GRAPHS,
+}
 
 
 def _positive(config: dict[str, Any], key: str) -> int:
@@ -86,13 +106,37 @@ def parse_config(config: dict[str, Any]) -> dict[str, Any]:
     use_graphs = config.get("use_graphs")
     if use_graphs not in (None, True, False):
         raise ConfigError(f"rollout.use_graphs must be null, true or false, got {use_graphs!r}")
+    max_len = _positive(config, "max_model_len")
+    prefill_graphs = config.get("prefill_graphs", False)
+    if not isinstance(prefill_graphs, bool):
+        raise ConfigError(f"rollout.prefill_graphs must be true or false, got {prefill_graphs!r}")
+    prefill_sizes = config.get("prefill_capture_sizes")
+    if prefill_sizes is not None and not prefill_graphs:
+        raise ConfigError(
+            "rollout.prefill_capture_sizes is set but rollout.prefill_graphs is false: set "
+            "prefill_graphs to true or prefill_capture_sizes to null"
+        )
+    max_tokens = max_batch * max_len  # the most tokens one prefill holds
+    prefill_sizes = (
+        default_prefill_sizes(max_tokens)
+        if prefill_sizes is None
+        else check_capture_sizes(
+            list(prefill_sizes),
+            max_tokens,
+            "rollout.prefill_capture_sizes",
+            reach_max=False,
+            limit="max_batch_size x max_model_len =",
+        )
+    )
     return {
-        "max_model_len": _positive(config, "max_model_len"),
+        "max_model_len": max_len,
         "max_batch_size": max_batch,
         "capture_sizes": sizes,
         "dtype": dtype,
         "logprobs_mode": mode,
         "use_graphs": use_graphs,
+        "prefill_graphs": prefill_graphs,
+        "prefill_capture_sizes": prefill_sizes,
         "update_bucket_bytes": _positive(config, "update_bucket_bytes"),
     }
 
@@ -101,19 +145,32 @@ class HfStrategy(InferenceStrategy):
     """transformers + static KV cache + decode graphs behind the rollout interface."""
 
     model: Any = None
+    packed_prefill: PackedPrefill | None = None
 
     @classmethod
     def requirements(cls, kind: str) -> Requirements:
         graphs = get_platform(kind).graph_class_name is not None
-        return Requirements(graph_modes=(NO_GRAPHS, DECODE_GRAPHS) if graphs else (NO_GRAPHS,))
+        return Requirements(graph_modes=tuple(GRAPH_MODES.values()) if graphs else (NO_GRAPHS,))
 
     @classmethod
     def settings_need(cls, kind: str, settings: dict[str, Any]) -> SettingsNeed:
-        """Graphs only when asked for (`use_graphs: true`); null takes them where they exist."""
-        return SettingsNeed(graph_mode=DECODE_GRAPHS if settings.get("use_graphs") is True else NO_GRAPHS)
+        """Graphs only when asked for (`use_graphs: true`, `prefill_graphs: true`); null decode
+        graphs take them where they exist."""
+        asked = (settings.get("use_graphs") is True, settings.get("prefill_graphs") is True)
+        if asked[1] and PREFILL_GRAPHS not in cls.requirements(kind).graph_modes:
+            raise ConfigError(
+                f"rollout.prefill_graphs=true but kind '{kind}' has no device graphs: "
+                "set rollout.prefill_graphs to false"
+            )
+        return SettingsNeed(graph_mode=GRAPH_MODES[asked])
 
     def initialize(self, model_path: str, config: dict[str, Any]) -> None:
         self.settings = parse_config(config)
+        if self.settings["prefill_graphs"] and not self.platform.supports_graphs:
+            raise ConfigError(
+                f"rollout.prefill_graphs=true but platform '{self.platform.name}' has no device graphs: "
+                "set rollout.prefill_graphs to false"
+            )
         self.settings["capture_sizes"] = self._budgeted(
             self.settings, config.get("capture_sizes") is not None
         )
@@ -121,8 +178,14 @@ class HfStrategy(InferenceStrategy):
 
         dtype = self.settings["dtype"]
         model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=dtype if dtype == "auto" else DTYPES[dtype], attn_implementation="sdpa"
+            model_path,
+            dtype=dtype if dtype == "auto" else DTYPES[dtype],
+            attn_implementation=PIECEWISE_ATTENTION if self.settings["prefill_graphs"] else "sdpa",
         )
+        if self.settings["prefill_graphs"]:
+            self.settings["prefill_capture_sizes"] = self._budgeted_prefill(
+                model.config.num_hidden_layers, config.get("prefill_capture_sizes") is not None
+            )
         self.model = model.to(self.platform.device()).eval()
         self.vocab_size = int(self.model.config.vocab_size)
         eos = self.model.generation_config.eos_token_id
@@ -138,6 +201,21 @@ class HfStrategy(InferenceStrategy):
         sizes = settings["capture_sizes"]
         return fit_capture_sizes(sizes, 1, budget, explicit=explicit, key="rollout.capture_sizes")
 
+    def _budgeted_prefill(self, num_layers: int, explicit: bool) -> list[int]:
+        """The prefill capture sizes within what the decode graphs leave of the graph budget, by the
+        same rule: a piecewise prefill costs layers + 1 graphs per size."""
+        budget = self.platform.graph_budget
+        if budget is not None and self.settings["use_graphs"] is not False:
+            budget -= len(self.settings["capture_sizes"])
+        return fit_capture_sizes(
+            self.settings["prefill_capture_sizes"],
+            graphs_per_size(PREFILL_GRAPHS, num_layers),
+            budget,
+            explicit=explicit,
+            key="rollout.prefill_capture_sizes",
+            fewer_graphs="set rollout.prefill_graphs=false",
+        )
+
     # ---- decode machinery ---------------------------------------------------------------------
     def _start_decoding(self) -> None:
         s = self.settings
@@ -149,8 +227,15 @@ class HfStrategy(InferenceStrategy):
         self.runner = DecodeGraphRunner(
             self.platform, s["capture_sizes"], self._make_inputs, self._decode_step, s["use_graphs"]
         )
+        self.packed_prefill = (
+            PackedPrefill(self.model, self.store, self.platform, s["prefill_capture_sizes"], self.pad_id)
+            if s["prefill_graphs"]
+            else None
+        )
         with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION):
             self.runner.prepare()
+            if self.packed_prefill is not None:
+                self.packed_prefill.runner.prepare()
 
     def _make_inputs(self, size: int) -> dict[str, torch.Tensor]:
         device = self.platform.device()
@@ -174,17 +259,32 @@ class HfStrategy(InferenceStrategy):
         return out.logits[:, -1, :].float().log_softmax(dim=-1)
 
     def _prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """Left-padded prefill of `prompts` into the store; returns the first raw logprobs, the
+        """Prefill of `prompts` into the store, left-padded; returns the first raw logprobs, the
         decode mask (rows, 1, 1, max_len) and the padded prompt length."""
         device = self.platform.device()
-        n, width, max_len = len(prompts), max(len(p) for p in prompts), self.store.max_len
+        width, max_len = max(len(p) for p in prompts), self.store.max_len
+        pads = torch.tensor([width - len(p) for p in prompts], device=device)
+        key = torch.arange(max_len, device=device)
+        real = key[None, :] >= pads[:, None]  # (n, max_len): not a left pad
+        size = self.packed_prefill.bucket(prompts) if self.packed_prefill is not None else None
+        if size is None:
+            logprobs = self._padded_prefill(prompts, width, pads, real)
+        else:
+            logprobs = self.packed_prefill(prompts, width, size)
+        decode_mask = (real & (key[None, :] < width))[:, None, None, :]
+        return logprobs, decode_mask, width
+
+    def _padded_prefill(
+        self, prompts: list[list[int]], width: int, pads: torch.Tensor, real: torch.Tensor
+    ) -> torch.Tensor:
+        """The eager prefill: prompts left-padded to `width` in one forward of (rows, width)."""
+        device = self.platform.device()
+        n, max_len = len(prompts), self.store.max_len
         tokens = torch.full((n, width), self.pad_id, dtype=torch.long)
         for row, prompt in enumerate(prompts):
             tokens[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-        pads = torch.tensor([width - len(p) for p in prompts], device=device)
         query = torch.arange(width, device=device)
         key = torch.arange(max_len, device=device)
-        real = key[None, :] >= pads[:, None]  # (n, max_len): not a left pad
         allowed = (key[None, None, :] <= query[None, :, None]) & real[:, None, :]
         allowed |= key[None, None, :] == query[None, :, None]  # pad queries attend to themselves
         out = self.model(
@@ -195,8 +295,7 @@ class HfStrategy(InferenceStrategy):
             use_cache=True,
             logits_to_keep=1,
         )
-        decode_mask = (real & (key[None, :] < width))[:, None, None, :]
-        return out.logits[:, -1, :].float().log_softmax(dim=-1), decode_mask, width
+        return out.logits[:, -1, :].float().log_softmax(dim=-1)
 
     @contextlib.contextmanager
     def _seeded(self, seed: int | None):
@@ -285,7 +384,7 @@ class HfStrategy(InferenceStrategy):
     def offload(self) -> None:
         """Drop graphs and the KV store, move the weights to the CPU."""
         self._require_started("offload")
-        self.runner.release()
+        self._release_graphs()
         self.bucket_caches.clear()
         self.store = None
         self.model.to("cpu")
@@ -301,11 +400,17 @@ class HfStrategy(InferenceStrategy):
     def shutdown(self) -> None:
         if self.model is None:
             return
-        self.runner.release()
+        self._release_graphs()
         self.bucket_caches.clear()
         self.store = None
         self.model = None
         self.platform.empty_cache()
+
+    def _release_graphs(self) -> None:
+        self.runner.release()
+        if self.packed_prefill is not None:
+            self.packed_prefill.runner.release()
+            self.packed_prefill = None
 
     def _require_started(self, member: str) -> None:
         if self.model is None:

@@ -1,11 +1,13 @@
-"""Real device graphs (CUDA, ROCm, or NPU graphs): capture, shared pool, replay equal to eager.
-Skipped cleanly where this process's platform has no graphs (this project's CPU CI)."""
+"""Real device graphs (CUDA, ROCm, or NPU graphs): capture, shared pool, replay equal to eager, and
+a prefill captured in pieces split at attention. Skipped cleanly where this process's platform has
+no graphs (this project's CPU CI)."""
 
 import pytest
 import torch
 
 import roll_device as rd
 from roll_device.graph import DecodeGraphRunner
+from tests.graph.prefill_toy import WIDTH, ToyPrefill, padded
 
 pytestmark = pytest.mark.gpu
 
@@ -69,3 +71,27 @@ def test_buckets_share_one_memory_pool(platform):
     every_bucket = reserved_by_capture([1, 2, 4, 8, 16])
     assert largest_alone > 0
     assert every_bucket < 1.5 * largest_alone, (every_bucket, largest_alone)
+
+
+def test_piecewise_prefill_replay_equals_eager(platform):
+    """A prefill-like forward captured per token-count bucket in pieces split at its two eager
+    "attentions": three graphs per bucket, replay (attention run between the pieces) equal to the
+    forward computed directly, for batches padded into each bucket."""
+    device = platform.device()
+    toy = ToyPrefill(device)
+    runner = toy.build(platform, [4, 8, 16])
+    runner.prepare()
+    assert runner.capture_order == [16, 8, 4]
+    assert [runner.pieces(size) for size in (4, 8, 16)] == [3, 3, 3] and runner.graph_count == 9
+    for tokens, last in ((3, [2]), (8, [1, 7]), (11, [0, 5, 10]), (16, [15])):
+        x = torch.randn(tokens, WIDTH, device=device)
+        index = torch.tensor(last, device=device)
+        size = runner.bucket(tokens)
+        calls = toy.attention_calls
+        got = runner.run(size, padded(size, x, index), len(last)).clone()
+        platform.synchronize()
+        assert torch.allclose(got, toy.reference(x, index), atol=1e-6), tokens
+        assert toy.attention_calls - calls == 2  # the attentions ran eagerly between the pieces
+    assert runner.bucket(17) is None
+    runner.release()
+    assert runner.graph_count == 0
