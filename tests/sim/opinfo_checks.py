@@ -1,0 +1,279 @@
+"""PyTorch's OpInfo database run on the simulated NPU and on the CPU, compared (in a process of its own).
+
+For each OpInfo op that the CPU supports in float32, the first samples of the OpInfo's own sample
+inputs run on the CPU and, moved to `npu:0`, on the simulated NPU: the function variant (forward),
+the in-place variant where the op has one, and the backward where the OpInfo supports autograd
+(gradients of every differentiable output against fixed cotangents). Each simulated result must
+report `npu:0` and its own metadata (shape, strides, storage offset, dtype, layout, conj and neg
+bits) must equal the CPU result's before any data is moved back; then the values must agree within
+1e-5. Where the CPU raises, the simulated NPU must raise the same exception type. Random ops are
+compared too: both runs start from the same seed and the simulated NPU draws from the CPU generator.
+
+Every op left out is listed in `SKIPPED` with the reason. Every result here is a SIMULATION: CPU
+kernels behind tensors that report `npu:0`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+
+import torch
+from torch.utils._pytree import tree_flatten, tree_map
+
+DTYPE = torch.float32
+TOLERANCE = 1e-5
+SEED = 1234
+
+# op name (with its variant after a dot) -> why it is not compared. The one place skips are listed.
+SKIPPED: dict[str, str] = {}
+# ops whose results are compared by metadata only, with the reason
+METADATA_ONLY: dict[str, str] = {
+    name: "its result is uninitialized memory: only its metadata is defined"
+    for name in ("empty", "empty_like", "empty_permuted", "empty_strided", "new_empty", "new_empty_strided")
+}
+
+
+def conformance(samples: str = "2", only: str = "") -> dict:
+    """Compare the first `samples` samples of each op (of `only`, comma-separated names, if given)."""
+    os.environ["ROLL_DEVICE"] = "npu-sim"
+    import roll_device as rd
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    rd.current_platform()
+    wanted = set(filter(None, only.split(",")))
+    report = {"forward": {}, "inplace": {}, "backward": {}, "skipped": {}, "cpu_unsupported": []}
+    verbose = bool(os.environ.get("ROLL_SIM_OPINFO_VERBOSE"))
+    for op in op_db:
+        name = op_name(op)
+        if wanted and name not in wanted and op.name not in wanted:
+            continue
+        if name in SKIPPED:
+            report["skipped"][name] = SKIPPED[name]
+            continue
+        if DTYPE not in op.supported_dtypes("cpu"):
+            report["cpu_unsupported"].append(name)
+            continue
+        if verbose:
+            print(name, file=sys.stderr, flush=True)
+        for mode, outcome in compare_op(op, int(samples)).items():
+            report[mode][name] = outcome
+    return report
+
+
+def op_name(op) -> str:
+    return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+def compare_op(op, count: int) -> dict[str, str]:
+    """{"forward" / "inplace" / "backward": "" when the NPU agrees, else what differed}."""
+    outcome: dict[str, str] = {}
+    checks = {"forward": _forward}
+    if op.inplace_variant is not None:
+        checks["inplace"] = _inplace
+    if op.supports_autograd:
+        checks["backward"] = _backward
+    for i, (cpu, npu) in enumerate(itertools.islice(_sample_pairs(op), count)):
+        for mode, check in checks.items():
+            if outcome.get(mode):
+                continue  # the first difference is the one reported
+            if isinstance(npu, _Raised):
+                outcome[mode] = f"sample {i}: npu failed to make it: {_describe(npu)}"
+                continue
+            try:
+                problem = _compare(_parts(cpu), _parts(npu), what="input") or check(op, cpu, npu)
+            except Exception as exc:  # noqa: BLE001 (a failure of the harness on one op is reported)
+                problem = f"check failed: {type(exc).__name__}: {_line(exc)}"
+            outcome[mode] = f"sample {i}: {problem}" if problem else ""
+    return outcome
+
+
+def _sample_pairs(op):
+    """The op's samples made on the CPU and, from the same seed, on `npu:0` (the simulated NPU
+    draws from the CPU generator, so both hold the same values; `_compare` checks that they do).
+    A sample the simulated NPU fails to make is a `_Raised`."""
+    grad = op.supports_autograd
+    torch.manual_seed(SEED)
+    on_cpu = op.sample_inputs("cpu", DTYPE, requires_grad=grad)
+    torch.manual_seed(SEED)
+    on_npu = op.sample_inputs("npu", DTYPE, requires_grad=grad)
+    while True:
+        state = torch.get_rng_state()
+        cpu = next(on_cpu, None)
+        torch.set_rng_state(state)
+        try:
+            npu = next(on_npu, None)
+        except Exception as exc:  # noqa: BLE001 (reported as the op's failure)
+            npu = _Raised(exc)
+        if cpu is None or npu is None:
+            return
+        yield cpu, npu
+
+
+# ---- the three checks: each returns "" when the simulated NPU agrees, else what differed ----------
+def _forward(op, cpu, npu) -> str:
+    return _compare(_run(op, cpu), _run(op, npu), values=op_name(op) not in METADATA_ONLY)
+
+
+def _inplace(op, cpu, npu) -> str:
+    cpu, npu = _detached(cpu), _detached(npu)
+    values = op_name(op) not in METADATA_ONLY
+    return _compare(_run(op.inplace_variant, cpu), _run(op.inplace_variant, npu), values=values) or _compare(
+        cpu.input, npu.input, what="input after the in-place op", values=values
+    )
+
+
+def _backward(op, cpu, npu) -> str:
+    return _compare(_gradients(op, cpu), _gradients(op, npu), what="gradient")
+
+
+# ---- running and comparing -----------------------------------------------------------------------
+class _Raised:
+    """What a run raised, compared by exception type."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.type, self.text = type(exc).__name__, _line(exc)
+
+
+def _run(function, sample):
+    torch.manual_seed(SEED)
+    try:
+        return function(sample.input, *sample.args, **sample.kwargs)
+    except Exception as exc:  # noqa: BLE001 (both devices must raise alike)
+        return _Raised(exc)
+
+
+def _gradients(op, sample):
+    out = _run(op, sample)
+    if isinstance(out, _Raised):
+        return out
+    outputs = [t for t in tree_flatten(sample.output_process_fn_grad(out))[0] if _differentiable(t)]
+    inputs = [t for t in tree_flatten((sample.input, sample.args, sample.kwargs))[0] if _needs_grad(t)]
+    if not outputs or not inputs:
+        return None
+    cotangents = [_cotangent(t) for t in outputs]
+    try:
+        return torch.autograd.grad(outputs, inputs, cotangents, allow_unused=True)
+    except Exception as exc:  # noqa: BLE001 (both devices must raise alike)
+        return _Raised(exc)
+
+
+def _differentiable(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.requires_grad and (t.is_floating_point() or t.is_complex())
+
+
+def _needs_grad(t) -> bool:
+    return isinstance(t, torch.Tensor) and t.requires_grad
+
+
+def _cotangent(t: torch.Tensor) -> torch.Tensor:
+    """A fixed, non-constant cotangent of `t`'s shape and dtype, made on the CPU (same on both runs)."""
+    n = t.numel()
+    values = torch.linspace(-1.0, 1.0, n, dtype=torch.float64).sin() if n else torch.zeros(0, dtype=torch.float64)
+    values = values.reshape(t.shape)
+    if t.is_complex():
+        values = torch.complex(values, values.flip(tuple(range(values.dim()))))
+    return values.to(dtype=t.dtype, device=t.device)
+
+
+def _compare(cpu, npu, what: str = "output", values: bool = True) -> str:
+    if isinstance(cpu, _Raised) or isinstance(npu, _Raised):
+        if isinstance(cpu, _Raised) and isinstance(npu, _Raised) and cpu.type == npu.type:
+            return ""
+        return f"cpu gave {_describe(cpu)}, npu gave {_describe(npu)}"
+    cpu_leaves, cpu_spec = tree_flatten(cpu)
+    npu_leaves, npu_spec = tree_flatten(npu)
+    if cpu_spec != npu_spec:
+        return f"result structure differs: cpu {cpu_spec}, npu {npu_spec}"
+    for k, (c, n) in enumerate(zip(cpu_leaves, npu_leaves)):
+        problem = _compare_leaf(c, n, on_npu=what != "input", values=values)
+        if problem:
+            return f"{what} {k}: {problem}"
+    return ""
+
+
+def _compare_leaf(cpu, npu, on_npu: bool, values: bool) -> str:
+    if not isinstance(cpu, torch.Tensor):
+        if not on_npu:  # an input other than a tensor: a device name, an option, a module
+            return ""
+        if isinstance(npu, torch.Tensor):
+            return f"npu gave a tensor where cpu gave {type(cpu).__name__}"
+        return _compare_values(cpu, npu)
+    if not isinstance(npu, torch.Tensor):
+        return f"npu gave {type(npu).__name__} where cpu gave a tensor"
+    if on_npu and npu.device.type != "npu":
+        return f"npu result on {npu.device}"
+    for field in ("shape", "dtype", "layout", "is_conj", "is_neg", "requires_grad"):
+        problem = _differs(field, cpu, npu)
+        if problem:
+            return problem
+    if cpu.layout == torch.strided:
+        for field in ("stride", "storage_offset"):
+            problem = _differs(field, cpu, npu)
+            if problem:
+                return problem
+    return _compare_values(cpu.detach(), npu.detach().cpu()) if values else ""
+
+
+def _differs(field: str, cpu, npu) -> str:
+    c, n = getattr(cpu, field), getattr(npu, field)
+    c, n = (c(), n()) if callable(c) else (c, n)
+    return f"{field}: cpu {c}, npu {n}" if c != n else ""
+
+
+def _compare_values(cpu, npu) -> str:
+    try:
+        if isinstance(cpu, torch.Tensor) and cpu.layout != torch.strided:
+            cpu, npu = cpu.to_dense(), npu.to_dense()
+        torch.testing.assert_close(
+            npu, cpu, rtol=TOLERANCE, atol=TOLERANCE, equal_nan=True, check_device=False, check_stride=False
+        )
+    except (AssertionError, TypeError, ValueError, RuntimeError) as exc:
+        if not isinstance(cpu, torch.Tensor) and cpu == npu:
+            return ""
+        return f"values differ: {_line(exc)}"
+    return ""
+
+
+# ---- samples ---------------------------------------------------------------------------------------
+def _parts(sample) -> tuple:
+    return sample.input, sample.args, sample.kwargs
+
+
+def _detached(sample):
+    """A copy of the sample without autograd, its input cloned (for an in-place variant)."""
+    from torch.testing._internal.opinfo.core import SampleInput
+
+    def detach(x):
+        return x.detach() if isinstance(x, torch.Tensor) else x
+
+    return SampleInput(
+        tree_map(lambda x: detach(x).clone() if isinstance(x, torch.Tensor) else x, sample.input),
+        args=tree_map(detach, sample.args),
+        kwargs=tree_map(detach, sample.kwargs),
+    )
+
+
+def _describe(result) -> str:
+    if isinstance(result, _Raised):
+        return f"{result.type}: {result.text}"
+    return "a result"
+
+
+def _line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:200] if text else ""
+
+
+if __name__ == "__main__":
+    import json
+
+    result = conformance(*sys.argv[1:])
+    for mode in ("forward", "inplace", "backward"):
+        outcomes = result[mode]
+        bad = {k: v for k, v in outcomes.items() if v}
+        print(f"{mode}: {len(outcomes) - len(bad)}/{len(outcomes)} agree")
+        for k, v in bad.items():
+            print(f"  {k}: {v}")
+    print(json.dumps({"skipped": result["skipped"], "cpu_unsupported": result["cpu_unsupported"]}))
