@@ -83,13 +83,15 @@ def _track(wrapper: SimNpuTensor, elem: torch.Tensor, index: int) -> None:
         key = (index, -id(elem))
     else:
         storage = elem.untyped_storage()
-        nbytes = storage.nbytes()
-        try:
-            key = (index, storage.data_ptr())
-        except RuntimeError:  # a wrapper tensor (an async collective's result) owns no storage
-            key = (index, -id(elem))
+        nbytes, key = storage.nbytes(), _storage_key(storage, index)
     capture = graphs.capture_for(index)
     LEDGER.track(wrapper, key, nbytes, capture.pool if capture else None)
+
+
+def _storage_key(storage: torch.UntypedStorage, index: int) -> tuple[int, int]:
+    """The ledger's key of a storage: the storage itself, which keeps its identity when resized in
+    place (its data pointer does not) and is shared by every view of it."""
+    return (index, storage._cdata)
 
 
 def _sparse_parts(elem: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -110,9 +112,13 @@ def _metadata(t: torch.Tensor) -> tuple:
 def _resync(wrapper: SimNpuTensor) -> None:
     """Give `wrapper` its data's shape, strides and offset again after an op changed them in place
     (`resize_`, `unsqueeze_`, `t_`, an `out=` result resized by the kernel, as `arange` and `eye`
-    do); the same storage, so not counted as new memory."""
-    if _metadata(wrapper) != _metadata(wrapper.elem):
-        wrapper.data = SimNpuTensor(wrapper.elem, wrapper.device.index, tracked=False)
+    do), and count a storage that grew or shrank with it."""
+    if _metadata(wrapper) == _metadata(wrapper.elem):
+        return
+    wrapper.data = SimNpuTensor(wrapper.elem, wrapper.device.index, tracked=False)
+    if wrapper.layout == torch.strided:
+        storage = wrapper.elem.untyped_storage()
+        LEDGER.resize(_storage_key(storage, wrapper.device.index), storage.nbytes())
 
 
 def _refuse_in_capture(tensor: SimNpuTensor, error, what: str) -> None:

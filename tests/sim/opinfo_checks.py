@@ -54,6 +54,7 @@ def conformance(samples: str = "2", only: str = "") -> dict:
     rd.current_platform()
     wanted = set(filter(None, only.split(",")))
     report = {"forward": {}, "inplace": {}, "backward": {}, "cpu_unsupported": []}
+    report["cpu_never_ran"] = {"forward": [], "inplace": [], "backward": []}  # both devices raised
     report["narrowed_unknown"] = sorted(set(NARROWED) - {op_name(op) for op in op_db})
     for op in op_db:
         name = op_name(op)
@@ -63,8 +64,10 @@ def conformance(samples: str = "2", only: str = "") -> dict:
             report["cpu_unsupported"].append(name)
             continue
         print(name, file=sys.stderr, flush=True)  # names the op if one ever takes the process down
-        for mode, outcome in compare_op(op, int(samples)).items():
-            report[mode][name] = outcome
+        for mode, (problem, ran) in compare_op(op, int(samples)).items():
+            report[mode][name] = problem
+            if not ran:
+                report["cpu_never_ran"][mode].append(name)
     return report
 
 
@@ -72,28 +75,33 @@ def op_name(op) -> str:
     return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
 
 
-def compare_op(op, count: int) -> dict[str, str]:
-    """{"forward" / "inplace" / "backward": "" when the NPU agrees, else what differed}."""
-    outcome: dict[str, str] = {}
+def compare_op(op, count: int) -> dict[str, tuple[str, bool]]:
+    """{check: (what differed, "" when the NPU agrees; whether the CPU ran any sample)} for the
+    checks "forward", "inplace" (where the op has an in-place variant), "backward" (with autograd)."""
     checks = {"forward": _forward}
     if op.inplace_variant is not None:
         checks["inplace"] = _inplace
     if op.supports_autograd:
         checks["backward"] = _backward
+    outcome = dict.fromkeys(checks, ("", False))
     narrowed = NARROWED.get(op_name(op), {})
     for i, (cpu, npu) in enumerate(itertools.islice(_sample_pairs(op), count)):
         for mode, check in checks.items():
-            if outcome.get(mode):
+            problem, ran = outcome[mode]
+            if problem:
                 continue  # the first difference is the one reported
             if isinstance(npu, _Raised):
-                outcome[mode] = f"sample {i}: npu failed to make it: {_describe(npu)}"
+                outcome[mode] = (f"sample {i}: npu failed to make it: {_describe(npu)}", ran)
                 continue
             try:
                 ignore = narrowed.get(mode, ("", ""))[0]
-                problem = _compare(_parts(cpu), _parts(npu), what="input") or check(op, cpu, npu, ignore)
+                problem = _compare(_parts(cpu), _parts(npu), what="input")
+                if not problem:
+                    problem, ran_now = check(op, cpu, npu, ignore)
+                    ran = ran or ran_now
             except Exception as exc:  # noqa: BLE001 (a failure of the harness on one op is reported)
                 problem = f"check failed: {type(exc).__name__}: {_line(exc)}"
-            outcome[mode] = f"sample {i}: {problem}" if problem else ""
+            outcome[mode] = (f"sample {i}: {problem}" if problem else "", ran)
     return outcome
 
 
@@ -120,19 +128,28 @@ def _sample_pairs(op):
 
 
 # ---- the three checks: each returns "" when the simulated NPU agrees, else what differed ----------
-def _forward(op, cpu, npu, ignore: str) -> str:
-    return _compare(_run(op, cpu), _run(op, npu), ignore=ignore)
+def _forward(op, cpu, npu, ignore: str) -> tuple[str, bool]:
+    expected = _run(op, cpu)
+    return _compare(expected, _run(op, npu), ignore=ignore), _ran(expected)
 
 
-def _inplace(op, cpu, npu, ignore: str) -> str:
+def _inplace(op, cpu, npu, ignore: str) -> tuple[str, bool]:
     cpu, npu = _detached(cpu), _detached(npu)
-    return _compare(_run(op.inplace_variant, cpu), _run(op.inplace_variant, npu), ignore=ignore) or _compare(
+    expected = _run(op.inplace_variant, cpu)
+    problem = _compare(expected, _run(op.inplace_variant, npu), ignore=ignore) or _compare(
         cpu.input, npu.input, what="input after the in-place op", ignore=ignore
     )
+    return problem, _ran(expected)
 
 
-def _backward(op, cpu, npu, ignore: str) -> str:
-    return _compare(_gradients(op, cpu), _gradients(op, npu), what="gradient", ignore=ignore)
+def _backward(op, cpu, npu, ignore: str) -> tuple[str, bool]:
+    expected = _gradients(op, cpu)
+    return _compare(expected, _gradients(op, npu), what="gradient", ignore=ignore), _ran(expected)
+
+
+def _ran(result) -> bool:
+    """Whether the CPU gave a result (not an error, not "no gradient to take")."""
+    return result is not None and not isinstance(result, _Raised)
 
 
 # ---- running and comparing -----------------------------------------------------------------------
@@ -286,3 +303,5 @@ if __name__ == "__main__":
         for k, v in bad.items():
             print(f"  {k}: {v}")
     print("not in float32 on the CPU:", " ".join(result["cpu_unsupported"]))
+    for mode, names in result["cpu_never_ran"].items():
+        print(f"{mode}, no sample ran on the CPU (nor on the NPU):", " ".join(names))

@@ -138,6 +138,12 @@ def metadata_after_ops() -> dict:
     p = _sim_platform()
     dev = p.device()
     out = {"arange": list(torch.arange(5, device=dev).shape), "eye": list(torch.eye(2, 3, device=dev).shape)}
+    base = p.memory_allocated()
+    grown = torch.arange(1000, dtype=torch.float32, device=dev)  # an out= result resized by its kernel
+    out["arange_bytes"] = p.memory_allocated() - base
+    grown.resize_(2000)
+    out["resized_bytes"] = p.memory_allocated() - base
+    del grown
     x = torch.zeros(2, 3, device=dev)
     out["unsqueeze_"] = list(x.unsqueeze_(0).shape)
     out["t_"] = list(torch.zeros(2, 3, device=dev).t_().stride())
