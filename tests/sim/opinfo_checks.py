@@ -33,13 +33,22 @@ UNINITIALIZED = "its result is uninitialized memory: only the result's metadata 
 NARROWED: dict[str, dict[str, tuple[str, str]]] = {
     **{
         name: {"forward": ("values", UNINITIALIZED), "inplace": ("values", UNINITIALIZED)}
-        for name in ("empty", "empty_like", "empty_permuted", "empty_strided", "new_empty", "new_empty_strided")
+        for name in (
+            "empty",
+            "empty_like",
+            "empty_permuted",
+            "empty_strided",
+            "new_empty",
+            "new_empty_strided",
+        )
     },
     "ormqr": {
         "backward": (
             "stride",
-            "torch's ormqr backward formula takes an out-of-place path for any tensor subclass (and under "
-            "a dispatch mode on the CPU too), which gives the gradient row-major strides; values agree",
+            (
+                "torch's ormqr backward formula takes an out-of-place path for any tensor subclass (and "
+                "under a dispatch mode on the CPU too), which gives the gradient row-major strides; values agree"
+            ),
         )
     },
 }
@@ -48,8 +57,9 @@ NARROWED: dict[str, dict[str, tuple[str, str]]] = {
 def conformance(samples: str = "2", only: str = "") -> dict:
     """Compare the first `samples` samples of each op (of `only`, comma-separated names, if given)."""
     os.environ["ROLL_DEVICE"] = "npu-sim"
-    import roll_device as rd
     from torch.testing._internal.common_methods_invocations import op_db
+
+    import roll_device as rd
 
     rd.current_platform()
     wanted = set(filter(None, only.split(",")))
@@ -108,7 +118,9 @@ def compare_op(op, count: int) -> dict[str, tuple[str, bool]]:
 def _sample_pairs(op):
     """The op's samples made on the CPU and, from the same seed, on `npu:0` (the simulated NPU
     draws from the CPU generator, so both hold the same values; `_compare` checks that they do).
-    A sample the simulated NPU fails to make is a `_Raised`."""
+    A sample the simulated NPU fails to make is a `_Raised`. Where the sample function makes fewer
+    samples on `npu` (masked cumsum/cumprod drop masks whose type is not exactly `torch.Tensor`, as a
+    wrapper subclass's is not), the CPU sample moved to `npu:0` stands in."""
     grad = op.supports_autograd
     torch.manual_seed(SEED)
     on_cpu = op.sample_inputs("cpu", DTYPE, requires_grad=grad)
@@ -117,14 +129,14 @@ def _sample_pairs(op):
     while True:
         state = torch.get_rng_state()
         cpu = next(on_cpu, None)
+        if cpu is None:
+            return
         torch.set_rng_state(state)
         try:
             npu = next(on_npu, None)
         except Exception as exc:  # noqa: BLE001 (reported as the op's failure)
             npu = _Raised(exc)
-        if cpu is None or npu is None:
-            return
-        yield cpu, npu
+        yield cpu, _moved_to_npu(cpu) if npu is None else npu
 
 
 # ---- the three checks: each returns "" when the simulated NPU agrees, else what differed ----------
@@ -194,7 +206,9 @@ def _needs_grad(t) -> bool:
 def _cotangent(t: torch.Tensor) -> torch.Tensor:
     """A fixed, non-constant cotangent of `t`'s shape and dtype, made on the CPU (same on both runs)."""
     n = t.numel()
-    values = torch.linspace(-1.0, 1.0, n, dtype=torch.float64).sin() if n else torch.zeros(0, dtype=torch.float64)
+    values = (
+        torch.linspace(-1.0, 1.0, n, dtype=torch.float64).sin() if n else torch.zeros(0, dtype=torch.float64)
+    )
     values = values.reshape(t.shape)
     if t.is_complex():
         values = torch.complex(values, values.flip(tuple(range(values.dim()))))
@@ -202,7 +216,7 @@ def _cotangent(t: torch.Tensor) -> torch.Tensor:
 
 
 def _compare(cpu, npu, what: str = "output", ignore: str = "") -> str:
-    """"" when `npu` (the simulated run's result) matches `cpu`, else the first difference; `ignore`
+    """ "" when `npu` (the simulated run's result) matches `cpu`, else the first difference; `ignore`
     names what is not compared ("values" or "stride", from `NARROWED`)."""
     if isinstance(cpu, _Raised) or isinstance(npu, _Raised):
         if isinstance(cpu, _Raised) and isinstance(npu, _Raised) and cpu.type == npu.type:
@@ -267,17 +281,32 @@ def _parts(sample) -> tuple:
     return sample.input, sample.args, sample.kwargs
 
 
+def _moved_to_npu(sample):
+    """The sample with its tensors copied to `npu:0` as leaves (autograd flag kept)."""
+
+    def move(x):
+        return x.detach().to("npu:0").requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
+
+    return _mapped(sample, move, move)
+
+
 def _detached(sample):
     """A copy of the sample without autograd, its input cloned (for an in-place variant)."""
-    from torch.testing._internal.opinfo.core import SampleInput
 
     def detach(x):
         return x.detach() if isinstance(x, torch.Tensor) else x
 
+    return _mapped(sample, lambda x: detach(x).clone() if isinstance(x, torch.Tensor) else x, detach)
+
+
+def _mapped(sample, on_input, on_args):
+    from torch.testing._internal.opinfo.core import SampleInput
+
     return SampleInput(
-        tree_map(lambda x: detach(x).clone() if isinstance(x, torch.Tensor) else x, sample.input),
-        args=tree_map(detach, sample.args),
-        kwargs=tree_map(detach, sample.kwargs),
+        tree_map(on_input, sample.input),
+        args=tree_map(on_args, sample.args),
+        kwargs=tree_map(on_args, sample.kwargs),
+        output_process_fn_grad=sample.output_process_fn_grad,
     )
 
 
@@ -293,8 +322,6 @@ def _line(exc: BaseException) -> str:
 
 
 if __name__ == "__main__":
-    import json
-
     result = conformance(*sys.argv[1:])
     for mode in ("forward", "inplace", "backward"):
         outcomes = result[mode]

@@ -157,5 +157,10 @@ def metadata_after_ops() -> dict:
     out["to_cpu"] = str(torch.ones(2, device=dev).to("cpu").device)
     coo = torch.eye(3, device=dev).to_sparse()
     csr = torch.eye(3, device=dev).to_sparse_csr()
-    out["sparse"] = [str(coo.layout), str(coo.device), str(csr.layout), (csr @ torch.ones(3, device=dev)).cpu().tolist()]
+    out["sparse"] = [
+        str(coo.layout),
+        str(coo.device),
+        str(csr.layout),
+        (csr @ torch.ones(3, device=dev)).cpu().tolist(),
+    ]
     return out
