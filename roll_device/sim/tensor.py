@@ -6,6 +6,11 @@ storage is counted against its device's memory (and refused past the capacity, `
 a graph captures on the current stream, the op is recorded for replay (`graphs.py`), and an op that
 needs the host (`.item()`, `.tolist()`, a blocking copy to the host, printing) fails as torch_npu
 fails (`errors.py`). No NPU kernel is modelled: the numerics are the CPU's.
+
+A wrapper reports what its data reports (shape, strides, offset, dtype, layout, conj/neg bits),
+after every op: an op that changes its data's metadata in place (`resize_`, `t_`, an `out=` result
+resized by its kernel) is followed by the wrapper (`_resync`). Sparse layouts are wrapped too.
+`tests/sim/test_opinfo_conformance.py` holds it to the CPU over PyTorch's OpInfo database.
 """
 
 from __future__ import annotations
