@@ -139,7 +139,7 @@ def _sample_pairs(op):
         yield cpu, _moved_to_npu(cpu) if npu is None else npu
 
 
-# ---- the three checks: each returns "" when the simulated NPU agrees, else what differed ----------
+# ---- the three checks: each gives (what differed, "" when the NPU agrees; whether the CPU ran) ---
 def _forward(op, cpu, npu, ignore: str) -> tuple[str, bool]:
     expected = _run(op, cpu)
     return _compare(expected, _run(op, npu), ignore=ignore), _ran(expected)
