@@ -1,17 +1,18 @@
 """PyTorch's OpInfo database run on the simulated NPU and on the CPU, compared (in a process of its own).
 
 For each OpInfo op that the CPU supports in float32, the first samples of the OpInfo's own sample
-inputs run on the CPU and, moved to `npu:0`, on the simulated NPU: the function variant (forward),
-the in-place variant where the op has one, and the backward where the OpInfo supports autograd
-(gradients of every differentiable output against fixed cotangents). Each simulated result must
+inputs, made on each device from the same seed, run on the CPU and on the simulated NPU (`npu:0`):
+the function variant (forward), the in-place variant where the op has one, the `out=` variant where
+it has one (into empty tensors the kernel resizes), and the backward where the OpInfo supports
+autograd (gradients of every differentiable output against fixed cotangents). Each simulated result must
 report `npu:0` and its own metadata (shape, strides, storage offset, dtype, layout, conj and neg
 bits) must equal the CPU result's before any data is moved back; then the values must agree within
 1e-5. Where the CPU raises, the simulated NPU must raise the same exception type. Random ops are
 compared too: both runs start from the same seed and the simulated NPU draws from the CPU generator.
 
 No op is left out; where a comparison is narrowed (uninitialized results, one gradient's strides),
-`NARROWED` says what and why. Every result here is a SIMULATION: CPU
-kernels behind tensors that report `npu:0`.
+`NARROWED` says what and why. Every result here is a SIMULATION: CPU kernels behind tensors that
+report `npu:0`.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ from torch.utils._pytree import tree_flatten, tree_map
 DTYPE = torch.float32
 TOLERANCE = 1e-5
 SEED = 1234
+MODES = ("forward", "inplace", "out", "backward")
 
 UNINITIALIZED = "its result is uninitialized memory: only the result's metadata is defined"
 # The one place where a comparison is narrowed: op name (variant after a dot) -> check -> (what is
 # not compared, why). No op is left out whole.
 NARROWED: dict[str, dict[str, tuple[str, str]]] = {
     **{
-        name: {"forward": ("values", UNINITIALIZED), "inplace": ("values", UNINITIALIZED)}
+        name: dict.fromkeys(("forward", "inplace", "out"), ("values", UNINITIALIZED))
         for name in (
             "empty",
             "empty_like",
@@ -63,8 +65,9 @@ def conformance(samples: str = "2", only: str = "") -> dict:
 
     rd.current_platform()
     wanted = set(filter(None, only.split(",")))
-    report = {"forward": {}, "inplace": {}, "backward": {}, "cpu_unsupported": []}
-    report["cpu_never_ran"] = {"forward": [], "inplace": [], "backward": []}  # both devices raised
+    report = {mode: {} for mode in MODES}
+    report["cpu_unsupported"] = []
+    report["cpu_never_ran"] = {mode: [] for mode in MODES}  # both devices raised
     report["narrowed_unknown"] = sorted(set(NARROWED) - {op_name(op) for op in op_db})
     for op in op_db:
         name = op_name(op)
@@ -87,10 +90,13 @@ def op_name(op) -> str:
 
 def compare_op(op, count: int) -> dict[str, tuple[str, bool]]:
     """{check: (what differed, "" when the NPU agrees; whether the CPU ran any sample)} for the
-    checks "forward", "inplace" (where the op has an in-place variant), "backward" (with autograd)."""
+    checks "forward", "inplace" (where the op has an in-place variant), "out" (where it takes `out=`),
+    "backward" (with autograd)."""
     checks = {"forward": _forward}
     if op.inplace_variant is not None:
         checks["inplace"] = _inplace
+    if op.supports_out:
+        checks["out"] = _out
     if op.supports_autograd:
         checks["backward"] = _backward
     outcome = dict.fromkeys(checks, ("", False))
@@ -152,6 +158,25 @@ def _inplace(op, cpu, npu, ignore: str) -> tuple[str, bool]:
         cpu.input, npu.input, what="input after the in-place op", ignore=ignore
     )
     return problem, _ran(expected)
+
+
+def _out(op, cpu, npu, ignore: str) -> tuple[str, bool]:
+    """The op with `out=`: empty tensors the kernel resizes, like the ones `arange` makes itself."""
+    result = _run(op, _detached(cpu))
+    leaves = tree_flatten(result)[0] if _ran(result) else []
+    if not leaves or not all(isinstance(t, torch.Tensor) for t in leaves):
+        return "", False
+
+    def outs(device):
+        empty = [torch.empty(0, dtype=t.dtype, device=device) for t in leaves]
+        return empty[0] if isinstance(result, torch.Tensor) else tuple(empty)
+
+    cpu_out, npu_out = outs("cpu"), outs("npu:0")
+    expected = _run(lambda *a, **k: op(*a, out=cpu_out, **k), _detached(cpu))
+    problem = _compare(
+        expected, _run(lambda *a, **k: op(*a, out=npu_out, **k), _detached(npu)), ignore=ignore
+    )
+    return problem or _compare(cpu_out, npu_out, what="out", ignore=ignore), _ran(expected)
 
 
 def _backward(op, cpu, npu, ignore: str) -> tuple[str, bool]:
@@ -291,12 +316,13 @@ def _moved_to_npu(sample):
 
 
 def _detached(sample):
-    """A copy of the sample without autograd, its input cloned (for an in-place variant)."""
+    """A copy of the sample without autograd, every tensor cloned (for a variant that writes into
+    its input, its `out=` or an argument, as batch norm's running statistics)."""
 
-    def detach(x):
-        return x.detach() if isinstance(x, torch.Tensor) else x
+    def copy(x):
+        return x.detach().clone() if isinstance(x, torch.Tensor) else x
 
-    return _mapped(sample, lambda x: detach(x).clone() if isinstance(x, torch.Tensor) else x, detach)
+    return _mapped(sample, copy, copy)
 
 
 def _mapped(sample, on_input, on_args):
@@ -323,7 +349,7 @@ def _line(exc: BaseException) -> str:
 
 if __name__ == "__main__":
     result = conformance(*sys.argv[1:])
-    for mode in ("forward", "inplace", "backward"):
+    for mode in MODES:
         outcomes = result[mode]
         bad = {k: v for k, v in outcomes.items() if v}
         print(f"{mode}: {len(outcomes) - len(bad)}/{len(outcomes)} agree")
