@@ -124,6 +124,19 @@ class MemoryLedger:
         self.peak[index] = max(self.peak.get(index, 0), self.allocated[index])
         self.peak_reserved[index] = max(self.peak_reserved.get(index, 0), reserved + growth)
 
+    def resize(self, key: tuple[int, int], nbytes: int) -> None:
+        """A live storage grew or shrank in place (`resize_`, an `out=` result resized by its kernel)."""
+        with self._lock:
+            entry = self._live.get(key)
+            if entry is None or entry[0] == nbytes:
+                return
+            old, _, pool = entry
+            if nbytes > old:
+                self._take(key[0], nbytes - old, pool)
+            else:
+                self._give(key[0], old - nbytes, pool)
+            entry[0] = nbytes
+
     def _release(self, key: tuple[int, int]) -> None:
         with self._lock:
             entry = self._live.get(key)
@@ -134,12 +147,14 @@ class MemoryLedger:
                 return
             del self._live[key]
             nbytes, _, pool = entry
-            index = key[0]
-            self.allocated[index] -= nbytes
-            if pool is None:
-                self._outside[index] -= nbytes
-            else:
-                pool.live -= nbytes
+            self._give(key[0], nbytes, pool)
+
+    def _give(self, index: int, nbytes: int, pool: Pool | None) -> None:
+        self.allocated[index] -= nbytes
+        if pool is None:
+            self._outside[index] -= nbytes
+        else:
+            pool.live -= nbytes
 
     def reset_peak(self, index: int) -> None:
         with self._lock:

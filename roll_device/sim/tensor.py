@@ -6,6 +6,11 @@ storage is counted against its device's memory (and refused past the capacity, `
 a graph captures on the current stream, the op is recorded for replay (`graphs.py`), and an op that
 needs the host (`.item()`, `.tolist()`, a blocking copy to the host, printing) fails as torch_npu
 fails (`errors.py`). No NPU kernel is modelled: the numerics are the CPU's.
+
+A wrapper reports what its data reports (shape, strides, offset, dtype, layout, conj/neg bits),
+after every op: an op that changes its data's metadata in place (`resize_`, `t_`, an `out=` result
+resized by its kernel) is followed by the wrapper (`_resync`). Sparse layouts are wrapped too.
+`tests/sim/test_opinfo_conformance.py` holds it to the CPU over PyTorch's OpInfo database.
 """
 
 from __future__ import annotations
@@ -27,16 +32,21 @@ class SimNpuTensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, elem: torch.Tensor, index: int, tracked: bool = True):
+        strided = elem.layout == torch.strided
         wrapper = torch.Tensor._make_wrapper_subclass(
             cls,
             elem.size(),
-            strides=elem.stride(),
-            storage_offset=elem.storage_offset(),
+            strides=elem.stride() if strided else None,
+            storage_offset=elem.storage_offset() if strided else None,
             dtype=elem.dtype,
             layout=elem.layout,
             device=torch.device(DEVICE_TYPE, index),
             requires_grad=elem.requires_grad,
+            # A wrapper cannot hold a compressed sparse layout (CSR, CSC, BSR, BSC) itself: asked
+            # for its layout (`prim::layout`), it answers with the wrapped data's.
+            dispatch_layout=elem.layout not in _OWN_LAYOUTS,
         )
+        _copy_math_bits(wrapper, elem)
         wrapper.elem = elem
         if tracked:
             _track(wrapper, elem, index)
@@ -65,14 +75,55 @@ class SimNpuTensor(torch.Tensor):
         return (_rebuild, (self.elem.detach().clone(), self.device.index or 0))
 
 
+def _copy_math_bits(wrapper: SimNpuTensor, elem: torch.Tensor) -> None:
+    """The conjugate and negative bits of the wrapped data: composite ops read them on the wrapper
+    (`resolve_conj` before an FFT, for one), and the Conjugate/Negative fallbacks act on them."""
+    torch._C._set_conj(wrapper, elem.is_conj())
+    torch._C._set_neg(wrapper, elem.is_neg())
+
+
 def _track(wrapper: SimNpuTensor, elem: torch.Tensor, index: int) -> None:
-    storage = elem.untyped_storage()
-    try:
-        key = (index, storage.data_ptr())
-    except RuntimeError:  # a wrapper tensor (an async collective's result) owns no storage
+    if elem.layout != torch.strided:  # sparse: the memory of its indices and values
+        nbytes = sum(part.untyped_storage().nbytes() for part in _sparse_parts(elem))
         key = (index, -id(elem))
+    else:
+        storage = elem.untyped_storage()
+        nbytes, key = storage.nbytes(), _storage_key(storage, index)
     capture = graphs.capture_for(index)
-    LEDGER.track(wrapper, key, storage.nbytes(), capture.pool if capture else None)
+    LEDGER.track(wrapper, key, nbytes, capture.pool if capture else None)
+
+
+def _storage_key(storage: torch.UntypedStorage, index: int) -> tuple[int, int]:
+    """The ledger's key of a storage: the storage itself, which keeps its identity when resized in
+    place (its data pointer does not) and is shared by every view of it."""
+    return (index, storage._cdata)
+
+
+def _sparse_parts(elem: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    if elem.layout == torch.sparse_coo:
+        return elem._indices(), elem._values()
+    if elem.layout in (torch.sparse_csr, torch.sparse_bsr):
+        return elem.crow_indices(), elem.col_indices(), elem.values()
+    return elem.ccol_indices(), elem.row_indices(), elem.values()
+
+
+def _metadata(t: torch.Tensor) -> tuple:
+    """What a wrapper reports about itself and must share with the data it wraps."""
+    if t.layout != torch.strided:
+        return t.shape, t.is_conj(), t.is_neg()
+    return t.shape, t.stride(), t.storage_offset(), t.is_conj(), t.is_neg()
+
+
+def _resync(wrapper: SimNpuTensor) -> None:
+    """Give `wrapper` its data's shape, strides and offset again after an op changed them in place
+    (`resize_`, `unsqueeze_`, `t_`, an `out=` result resized by the kernel, as `arange` and `eye`
+    do), and count a storage that grew or shrank with it."""
+    if _metadata(wrapper) == _metadata(wrapper.elem):
+        return
+    wrapper.data = SimNpuTensor(wrapper.elem, wrapper.device.index, tracked=False)
+    if wrapper.layout == torch.strided:
+        storage = wrapper.elem.untyped_storage()
+        LEDGER.resize(_storage_key(storage, wrapper.device.index), storage.nbytes())
 
 
 def _refuse_in_capture(tensor: SimNpuTensor, error, what: str) -> None:
@@ -106,7 +157,11 @@ def run_on_cpu(func, args, kwargs):
     if func in _RETURNS_CPU or _to_host(kwargs):
         return out
     if func in _SETS_STORAGE:  # a view of memory set from a data pointer (a weak reference)
-        return _point_at(args[0], out, index)
+        return _point_at(args[0], out)
+    if func._schema.is_mutable:
+        for tensor in passed.values():
+            if isinstance(tensor, SimNpuTensor):
+                _resync(tensor)
 
     def rewrap(t):
         if isinstance(t, torch.Tensor):
@@ -116,10 +171,10 @@ def run_on_cpu(func, args, kwargs):
     return tree_map(rewrap, out)
 
 
-def _point_at(wrapper: SimNpuTensor, elem: torch.Tensor, index: int) -> SimNpuTensor:
+def _point_at(wrapper: SimNpuTensor, elem: torch.Tensor) -> SimNpuTensor:
     """Make `wrapper` a view of `elem` in place (shape included), not counted as new memory."""
-    wrapper.data = SimNpuTensor(elem, index, tracked=False)
     wrapper.elem = elem
+    _resync(wrapper)
     return wrapper
 
 
@@ -127,6 +182,7 @@ def _rebuild(elem: torch.Tensor, index: int) -> SimNpuTensor:
     return SimNpuTensor(elem, index)
 
 
+_OWN_LAYOUTS = (torch.strided, torch.sparse_coo)
 _RETURNS_CPU = {aten._local_scalar_dense.default}
 _SETS_STORAGE = {aten.set_.source_Storage, aten.set_.source_Storage_storage_offset}
 # Ops whose result is a host value read from device memory: a stream synchronization.

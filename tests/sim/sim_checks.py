@@ -131,3 +131,36 @@ def hccl_allreduce() -> dict:
     for proc in procs:
         proc.join(timeout=60)
     return {"ranks": results, "exitcodes": [proc.exitcode for proc in procs]}
+
+
+def metadata_after_ops() -> dict:
+    """The faults the OpInfo comparison found, one line each: what a simulated tensor reports."""
+    p = _sim_platform()
+    dev = p.device()
+    out = {"arange": list(torch.arange(5, device=dev).shape), "eye": list(torch.eye(2, 3, device=dev).shape)}
+    base = p.memory_allocated()
+    grown = torch.arange(1000, dtype=torch.float32, device=dev)  # an out= result resized by its kernel
+    out["arange_bytes"] = p.memory_allocated() - base
+    grown.resize_(2000)
+    out["resized_bytes"] = p.memory_allocated() - base
+    del grown
+    x = torch.zeros(2, 3, device=dev)
+    out["unsqueeze_"] = list(x.unsqueeze_(0).shape)
+    out["t_"] = list(torch.zeros(2, 3, device=dev).t_().stride())
+    out["resize_"] = list(torch.zeros(4, device=dev).resize_(2, 5).shape)
+    out["matmul_1d"] = list(torch.matmul(torch.ones(3, device=dev), torch.ones(3, 4, device=dev)).shape)
+    c = torch.randn(4, dtype=torch.complex64, device=dev)
+    out["conj"] = c.conj().is_conj()
+    w = torch.randn(8, device=dev, requires_grad=True)
+    torch.fft.hfft(w.to(torch.complex64)).sum().backward()
+    out["hfft_grad"] = list(w.grad.shape)
+    out["to_cpu"] = str(torch.ones(2, device=dev).to("cpu").device)
+    coo = torch.eye(3, device=dev).to_sparse()
+    csr = torch.eye(3, device=dev).to_sparse_csr()
+    out["sparse"] = [
+        str(coo.layout),
+        str(coo.device),
+        str(csr.layout),
+        (csr @ torch.ones(3, device=dev)).cpu().tolist(),
+    ]
+    return out

@@ -33,3 +33,14 @@ def test_two_process_hccl_allreduce():
     for rank, (got_rank, backend, device, reduced, gathered) in enumerate(r["ranks"]):
         assert got_rank == rank and backend == "hccl" and device == f"npu:{rank}"
         assert reduced == [3.0] * 4 and gathered == [3.0] * 8
+
+
+def test_metadata_follows_the_data_after_every_op():
+    r = run_isolated("tests.sim.sim_checks:metadata_after_ops")
+    assert r["arange"] == [5] and r["eye"] == [2, 3]
+    assert r["arange_bytes"] == 4000 and r["resized_bytes"] == 8000, "storage grown in place is counted"
+    assert r["unsqueeze_"] == [1, 2, 3] and r["t_"] == [1, 3] and r["resize_"] == [2, 5]
+    assert r["matmul_1d"] == [4]
+    assert r["conj"] is True and r["hfft_grad"] == [8]
+    assert r["to_cpu"] == "cpu"
+    assert r["sparse"] == ["torch.sparse_coo", "npu:0", "torch.sparse_csr", [1.0, 1.0, 1.0]]
