@@ -19,6 +19,7 @@ from roll_device.cluster import Plan, WorkerGroup, shard
 from roll_device.cluster.plan import compute_kind
 from roll_device.comm import SyncPlan, WeightSyncOptions, plan_sync
 from roll_device.errors import RollDeviceError
+from roll_device.pipeline.inputs import RewardSettings
 from roll_device.pipeline.role_settings import strategy_settings
 from roll_device.pipeline.workers import RewardWorker, RolloutWorker, TrainWorker
 from roll_device.platforms import get_platform
@@ -111,7 +112,7 @@ class RoleGroups:
             group.kill()
 
 
-def start_roles(cfg: DictConfig, plan: Plan, model_path: str) -> RoleGroups:
+def start_roles(cfg: DictConfig, plan: Plan, model_path: str, reward: RewardSettings) -> RoleGroups:
     """Start and set up every planned role; connect the weight sync."""
     groups = {
         "actor_train": WorkerGroup(plan, "actor_train", TrainWorker),
@@ -129,7 +130,9 @@ def start_roles(cfg: DictConfig, plan: Plan, model_path: str) -> RoleGroups:
         "actor_infer": groups["actor_infer"].async_call_all(
             "setup", model_path, cfg.roles.actor_infer.strategy, rollout_cfg
         ),
-        "reward": groups["reward"].async_call_all("setup", model_path, cfg.data.task),
+        "reward": groups["reward"].async_call_all(
+            "setup", model_path, reward.function, reward.task, reward.name
+        ),
     }
     for role in ("actor_train", "reference"):
         if role in groups:

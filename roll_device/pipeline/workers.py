@@ -3,7 +3,8 @@
 - `TrainWorker` (`actor_train`, `reference`): a train strategy on its platform; the ranks of a
   group form one torch.distributed world over the platform's backend. Rank 0 also sends weights.
 - `RolloutWorker` (`actor_infer`): an inference strategy; receives weights into its engine.
-- `RewardWorker` (`reward`): decodes responses and scores them with the task's rule.
+- `RewardWorker` (`reward`): decodes responses and scores them with the run's reward
+  (`roll_device.pipeline.rewards`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch.distributed as dist
 
 from roll_device.cluster import RoleWorker
 from roll_device.comm import Endpoint, SyncPlan, WeightReceiver, WeightSender, WeightSyncOptions, weights_hash
-from roll_device.pipeline.tasks import get_task
+from roll_device.pipeline.rewards import resolve_reward, score_sample
 from strategies.base import Completion, SamplingConfig, TrainBatch, strategy_class
 from strategies.training.losses import grpo_policy_loss
 
@@ -29,8 +30,10 @@ class TrainWorker(RoleWorker):
         if self.world_size > 1:
             addr, port = master
             dist.init_process_group(
-                self.platform.dist_backend, init_method=f"tcp://{addr}:{port}",
-                rank=self.rank, world_size=self.world_size,
+                self.platform.dist_backend,
+                init_method=f"tcp://{addr}:{port}",
+                rank=self.rank,
+                world_size=self.world_size,
             )
         self.strategy = strategy_class("train", strategy, self.platform.kind)(self.platform)
         self.strategy.initialize(model_path, config)
@@ -57,7 +60,9 @@ class TrainWorker(RoleWorker):
     def open_sender(self, plan: SyncPlan, receivers: int, options: WeightSyncOptions) -> Endpoint | None:
         if self.rank != 0:
             return None
-        self.sender = WeightSender(plan, self.platform, receivers, options, host=ray.util.get_node_ip_address())
+        self.sender = WeightSender(
+            plan, self.platform, receivers, options, host=ray.util.get_node_ip_address()
+        )
         return self.sender.endpoint
 
     def connect_sender(self) -> None:
@@ -113,16 +118,18 @@ class RolloutWorker(RoleWorker):
 
 
 class RewardWorker(RoleWorker):
-    """Rule rewards on the CPU: decode each response, score it against its prompt."""
+    """Rewards on the CPU: decode each response, score it against its prompt and answer."""
 
-    def setup(self, model_path: str, task: str) -> None:
+    def setup(self, model_path: str, function: str | None, task: str, name: str) -> None:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.task = get_task(task)
+        self.reward, self.name = resolve_reward(function, task), name
 
-    def score(self, items: list[tuple[str, list[int]]]) -> list[float]:
+    def score(self, items: list[tuple[str, list[int], str | None]]) -> list[float]:
         return [
-            self.task.reward(prompt, self.tokenizer.decode(ids, skip_special_tokens=True))
-            for prompt, ids in items
+            score_sample(
+                self.name, self.reward, prompt, self.tokenizer.decode(ids, skip_special_tokens=True), answer
+            )
+            for prompt, ids, answer in items
         ]
