@@ -25,6 +25,7 @@ from roll_device.pipeline.evaluation import evaluate
 from roll_device.pipeline.inputs import RunInputs, load_inputs
 from roll_device.pipeline.loop import GrpoStep
 from roll_device.pipeline.metrics import PASS_KEY, MetricsLog
+from roll_device.pipeline.output import LOG_DIR, quiet_driver, summarise_worker_logs
 from roll_device.pipeline.rewards import RewardFunctionError
 from roll_device.pipeline.role_settings import role_requests
 from roll_device.pipeline.roles import RoleGroups, WorkerLostError, start_roles
@@ -165,6 +166,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_step: Callable | None = No
     """Run `cfg` with outputs in `run_dir`; returns the run directory."""
     from transformers import AutoTokenizer
 
+    quiet_driver()
     validate(cfg)
     _drop_unused_reference(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -184,7 +186,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_step: Callable | None = No
             f"preflight: {nodes} node(s) ready for their roles ({time.perf_counter() - checking:.1f}s)",
             flush=True,
         )
-        roles = start_roles(cfg, plan, path, inputs.reward)
+        roles = start_roles(cfg, plan, path, inputs.reward, log_dir=run_dir / LOG_DIR)
         try:
             print(
                 f"workers ready in {time.perf_counter() - started:.1f}s; weight sync: {roles.sync.describe()}",
@@ -204,6 +206,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_step: Callable | None = No
         finally:
             roles.shutdown()
             plan.release()
+            print(summarise_worker_logs(run_dir / LOG_DIR), flush=True)
     print(f"run directory: {run_dir} (metrics.jsonl, metrics.png, checkpoints/)")
     return run_dir
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -112,8 +113,11 @@ class RoleGroups:
             group.kill()
 
 
-def start_roles(cfg: DictConfig, plan: Plan, model_path: str, reward: RewardSettings) -> RoleGroups:
-    """Start and set up every planned role; connect the weight sync."""
+def start_roles(
+    cfg: DictConfig, plan: Plan, model_path: str, reward: RewardSettings, log_dir: Path | None = None
+) -> RoleGroups:
+    """Start and set up every planned role (their output in `log_dir` when given); connect the
+    weight sync."""
     groups = {
         "actor_train": WorkerGroup(plan, "actor_train", TrainWorker),
         "actor_infer": WorkerGroup(plan, "actor_infer", RolloutWorker),
@@ -123,6 +127,8 @@ def start_roles(cfg: DictConfig, plan: Plan, model_path: str, reward: RewardSett
         groups["reference"] = WorkerGroup(plan, "reference", TrainWorker)
     options = WeightSyncOptions.from_config(cfg.weight_sync)
     roles = RoleGroups(groups, sync_plan(plan, options.path), options)
+    if log_dir is not None:
+        roles.wait({role: group.async_call_all("capture_output", str(log_dir)) for role, group in groups.items()})
     colocated = roles.sync.path == "colocated"
     trainer_cfg = strategy_settings(cfg, "actor_train", colocated)
     rollout_cfg = strategy_settings(cfg, "actor_infer", colocated)

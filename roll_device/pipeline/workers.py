@@ -5,11 +5,15 @@
 - `RolloutWorker` (`actor_infer`): an inference strategy; receives weights into its engine.
 - `RewardWorker` (`reward`): decodes responses and scores them with the run's reward
   (`roll_device.pipeline.rewards`).
+
+Each writes its output to the run directory's `logs/<role>_<rank>.log` once `capture_output`
+is called (`roll_device.pipeline.output`).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 
 import ray
 import torch
@@ -17,12 +21,18 @@ import torch.distributed as dist
 
 from roll_device.cluster import RoleWorker
 from roll_device.comm import Endpoint, SyncPlan, WeightReceiver, WeightSender, WeightSyncOptions, weights_hash
+from roll_device.pipeline.output import capture_output
 from roll_device.pipeline.rewards import resolve_reward, score_sample
 from strategies.base import Completion, SamplingConfig, TrainBatch, strategy_class
 from strategies.training.losses import grpo_policy_loss
 
 
-class TrainWorker(RoleWorker):
+class PipelineWorker(RoleWorker):
+    def capture_output(self, log_dir: str) -> None:
+        capture_output(Path(log_dir) / f"{self.role}_{self.rank}.log")
+
+
+class TrainWorker(PipelineWorker):
     """One rank of a train strategy."""
 
     def setup(self, model_path: str, strategy: str, config: dict, master: tuple[str, int]) -> int:
@@ -79,7 +89,7 @@ class TrainWorker(RoleWorker):
             self.sender = None
 
 
-class RolloutWorker(RoleWorker):
+class RolloutWorker(PipelineWorker):
     """One inference engine."""
 
     def setup(self, model_path: str, strategy: str, config: dict) -> None:
@@ -113,7 +123,7 @@ class RolloutWorker(RoleWorker):
         self.strategy.shutdown()
 
 
-class RewardWorker(RoleWorker):
+class RewardWorker(PipelineWorker):
     """Rewards on the CPU: decode each response, score it against its prompt and answer."""
 
     def setup(self, model_path: str, function: str | None, task: str, name: str) -> None:
