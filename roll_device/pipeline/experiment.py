@@ -64,7 +64,7 @@ class Run:
         self.step = GrpoStep(cfg, roles, inputs)
         self.state = PipelineState()
         self.saved_step = 0
-        self.last_step = last_step(cfg, inputs)
+        self.last_step = inputs.last_step
 
     def restore(self) -> None:
         latest = self.checkpoints.latest()
@@ -146,20 +146,6 @@ class Run:
         """The reward function's one-line report (not Ray's wrapped traceback) and how to resume."""
         cause = getattr(error, "cause", None) or error
         return RewardFunctionError(f"{str(cause).splitlines()[0]}; {self.keep_finished_steps()}")
-
-
-def last_step(cfg: DictConfig, inputs: RunInputs) -> int:
-    """`max_steps`, or fewer when `data.epochs` runs out first (said once)."""
-    available = inputs.source.steps_available(cfg.data.prompts_per_step)
-    if available is None or available >= cfg.max_steps:
-        return cfg.max_steps
-    print(f"data: {cfg.data.epochs} epoch(s) of the data last {available} steps: the run ends there")
-    if available < 1:
-        raise ConfigError(
-            f"data.epochs={cfg.data.epochs} gives less than one step of data.prompts_per_step="
-            f"{cfg.data.prompts_per_step} prompts: raise data.epochs or lower data.prompts_per_step"
-        )
-    return available
 
 
 def run_experiment(cfg: DictConfig, run_dir: Path, on_step: Callable | None = None) -> Path:

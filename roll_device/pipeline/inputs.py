@@ -63,6 +63,21 @@ class RunInputs:
     reward: RewardSettings
     evaluation: EvalSettings
     eval_samples: list
+    last_step: int  # max_steps, or fewer when data.epochs runs out first
+
+
+def last_step(cfg: DictConfig, source: PromptSource) -> int:
+    """`max_steps`, or fewer when `data.epochs` runs out first (said once)."""
+    available = source.steps_available(cfg.data.prompts_per_step)
+    if available is None or available >= cfg.max_steps:
+        return cfg.max_steps
+    if available < 1:
+        raise ConfigError(
+            f"data.epochs={cfg.data.epochs} gives less than one step of data.prompts_per_step="
+            f"{cfg.data.prompts_per_step} prompts: raise data.epochs or lower data.prompts_per_step"
+        )
+    print(f"data: {cfg.data.epochs} epoch(s) of the data last {available} steps: the run ends there")
+    return available
 
 
 def load_inputs(cfg: DictConfig, tokenizer, model_path: str) -> RunInputs:
@@ -83,4 +98,5 @@ def load_inputs(cfg: DictConfig, tokenizer, model_path: str) -> RunInputs:
                 f"(one per actor_infer worker), the data gives {len(eval_samples)}: set data.eval_size "
                 "(or eval.size for a toy task), or eval.every_n_steps=0"
             )
-    return RunInputs(source, encoder, RewardSettings.from_config(cfg), evaluation, eval_samples)
+    reward = RewardSettings.from_config(cfg)
+    return RunInputs(source, encoder, reward, evaluation, eval_samples, last_step(cfg, source))

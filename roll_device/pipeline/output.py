@@ -29,8 +29,9 @@ KNOWN_NOISE = (  # start-up notices every CPU run prints; nothing to act on
 SHOWN_WARNINGS = 5
 RAY_NOTICES = {
     "ray._private.worker": lambda record: record.levelno <= logging.INFO,
-    "ray._private.authentication.authentication_token_setup": lambda record: "Token authentication"
-    in record.getMessage(),
+    "ray._private.authentication.authentication_token_setup": lambda record: (
+        "Token authentication" in record.getMessage()
+    ),
 }
 
 

@@ -26,13 +26,25 @@ def arithmetic(tmp_path):
     "overrides, message",
     [
         (["data.path=/no/such.jsonl", "reward.function=math"], "data.path=/no/such.jsonl does not exist"),
-        (["data.path={rows}"], "data.path={rows} needs a reward that compares with its answers: set reward.function"),
-        (["reward.function=math"], "reward.function=math compares responses with reference answers: set data.path"),
+        (
+            ["data.path={rows}"],
+            "data.path={rows} needs a reward that compares with its answers: set reward.function",
+        ),
+        (
+            ["reward.function=math"],
+            "reward.function=math compares responses with reference answers: set data.path",
+        ),
         (["reward.function=no_module.score"], "cannot import module 'no_module'"),
-        (["data.path={rows}", "reward.function=exact", "data.prompt_key=problem"], "has no key 'problem' (data.prompt_key)"),
+        (
+            ["data.path={rows}", "reward.function=exact", "data.prompt_key=problem"],
+            "has no key 'problem' (data.prompt_key)",
+        ),
         (["data.path={empty}", "reward.function=exact"], "data.path={empty} holds no records"),
         (["eval.every_n_steps=-1"], "eval.every_n_steps=-1: use 0 (off)"),
-        (["data.path={rows}", "reward.function=exact", "eval.every_n_steps=2"], "needs at least 1 held-out prompts"),
+        (
+            ["data.path={rows}", "reward.function=exact", "eval.every_n_steps=2"],
+            "needs at least 1 held-out prompts",
+        ),
         (["model.path={tmp}"], "model.path={tmp} has no config.json"),
     ],
 )
@@ -49,8 +61,12 @@ def test_bad_inputs_fail_before_anything_starts(tmp_path, arithmetic, overrides,
 @pytest.mark.slow  # a whole run: about 40 s on an idle 2-core machine
 def test_a_raising_user_reward_ends_the_run_with_the_finished_step_saved(tmp_path):
     run_dir = tmp_path / "run"
-    overrides = ["max_steps=3", "save_every=0", "algorithm.kl_coef=0",
-                 "reward.function=tests.pipeline.user_rewards.failing_after_64_calls"]
+    overrides = [
+        "max_steps=3",
+        "save_every=0",
+        "algorithm.kl_coef=0",
+        "reward.function=tests.pipeline.user_rewards.failing_after_64_calls",
+    ]
     with pytest.raises(RewardFunctionError) as failed:
         run_experiment(_config(tmp_path, *overrides), run_dir)
     message = str(failed.value)

@@ -18,7 +18,9 @@ os.system("echo from a child process")
 
 def test_capture_sends_stdout_stderr_and_children_to_the_file(tmp_path):
     log = tmp_path / "logs" / "actor_infer_0.log"
-    done = subprocess.run([sys.executable, "-c", CAPTURE, str(log)], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", CAPTURE, str(log)], capture_output=True, text=True, check=True
+    )
     assert done.stdout == "before\n" and done.stderr == ""
     assert sorted(log.read_text().splitlines()) == ["from a child process", "to stderr", "to stdout"]
 

@@ -20,7 +20,10 @@ def test_raw_prompts_get_the_bos_token_and_chat_prompts_the_template():
     tokenizer = build_tokenizer()
     raw = PromptEncoder(tokenizer)
     assert not raw.chat, "the tiny tokenizer has no chat template"
-    assert raw.encode("ab=") == [tokenizer.bos_token_id, *tokenizer("ab=", add_special_tokens=False).input_ids]
+    assert raw.encode("ab=") == [
+        tokenizer.bos_token_id,
+        *tokenizer("ab=", add_special_tokens=False).input_ids,
+    ]
     tokenizer.chat_template = TEMPLATE
     chat = PromptEncoder(tokenizer)
     assert chat.render("1+1") == "<bos>u:1+1<eos><bos>a:"
@@ -48,7 +51,9 @@ def test_model_directories_are_checked(tmp_path, tiny_model_path):
     check_model_dir(_model_dir(tmp_path))
     with pytest.raises(ConfigError, match="model.path=/nowhere does not exist: give a local Hugging Face"):
         check_model_dir("/nowhere")
-    with pytest.raises(ConfigError, match="is a 'bert' model: the strategies run qwen2, qwen3, llama causal LMs"):
+    with pytest.raises(
+        ConfigError, match="is a 'bert' model: the strategies run qwen2, qwen3, llama causal LMs"
+    ):
         check_model_dir(_model_dir(tmp_path / "bert", "bert"))
     with pytest.raises(ConfigError, match="has no tokenizer"):
         check_model_dir(_model_dir(tmp_path / "t", tokenizer=False))

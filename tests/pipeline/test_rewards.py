@@ -37,7 +37,9 @@ def test_exact_reward_and_the_final_answer():
 
 
 def test_names_resolve_to_rewards():
-    assert resolve_reward("math", "digits") is math_reward and resolve_reward("exact", "digits") is exact_reward
+    assert (
+        resolve_reward("math", "digits") is math_reward and resolve_reward("exact", "digits") is exact_reward
+    )
     assert resolve_reward(None, "digits")("ab=", "12a4", None) == pytest.approx(0.75), "the toy task's rule"
     assert resolve_reward("tests.pipeline.user_rewards.length_reward", "digits")("p", "abc", None) == 3.0
     assert resolve_reward("tests.pipeline.user_rewards:length_reward", "digits")("p", "ab", None) == 2.0
@@ -47,8 +49,14 @@ def test_names_resolve_to_rewards():
     "name, message",
     [
         ("gsm8k", "reward.function='gsm8k' is neither math, exact nor a dotted path module.function"),
-        ("no_such_module.score", "reward.function='no_such_module.score': cannot import module 'no_such_module'"),
-        ("tests.pipeline.user_rewards.nothing", "module 'tests.pipeline.user_rewards' has no function 'nothing'"),
+        (
+            "no_such_module.score",
+            "reward.function='no_such_module.score': cannot import module 'no_such_module'",
+        ),
+        (
+            "tests.pipeline.user_rewards.nothing",
+            "module 'tests.pipeline.user_rewards' has no function 'nothing'",
+        ),
     ],
 )
 def test_bad_reward_names_are_refused(name, message):

@@ -140,7 +140,13 @@ def load_source(settings: DataSettings, fits: Callable[[Sample], bool] | None = 
     else:
         train, held_out = split(samples, settings)
     if fits is not None:
-        train, held_out = [s for s in train if fits(s)], [s for s in held_out if fits(s)]
+        kept = [s for s in train if fits(s)], [s for s in held_out if fits(s)]
+        dropped = len(train) + len(held_out) - len(kept[0]) - len(kept[1])
+        if dropped:
+            print(
+                f"data: left out {dropped} prompt(s) too long for rollout.max_model_len - algorithm.max_new_tokens"
+            )
+        train, held_out = kept
         if not train:
             raise ConfigError(
                 f"every prompt of data.path={settings.path} is too long for rollout.max_model_len with "

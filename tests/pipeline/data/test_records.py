@@ -17,10 +17,14 @@ def _save_like_datasets(folder, rows):
     """The layout `datasets.Dataset.save_to_disk` writes: Arrow stream files named in state.json."""
     folder.mkdir()
     table = pa.Table.from_pylist(rows)
-    with pa.OSFile(str(folder / "data-00000-of-00001.arrow"), "wb") as sink:
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-    (folder / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}))
+    with (
+        pa.OSFile(str(folder / "data-00000-of-00001.arrow"), "wb") as sink,
+        pa.ipc.new_stream(sink, table.schema) as writer,
+    ):
+        writer.write_table(table)
+    (folder / "state.json").write_text(
+        json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]})
+    )
     (folder / "dataset_info.json").write_text("{}")
 
 

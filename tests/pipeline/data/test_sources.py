@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from roll_device.errors import ConfigError
-from roll_device.pipeline.data import DataSettings, DatasetPrompts, TaskPrompts, load_source
+from roll_device.pipeline.data import DatasetPrompts, DataSettings, TaskPrompts, load_source
 from roll_device.pipeline.data.arithmetic import TEST_SIZE, make_arithmetic_dataset, problems
 from roll_device.pipeline.rewards import math_reward
 
@@ -30,7 +30,9 @@ def test_dataset_order_is_seeded_reshuffled_each_epoch_and_resumable(tmp_path):
     assert isinstance(source, DatasetPrompts) and len(source.train) == 8 and len(source.held_out) == 2
     assert not {s.prompt for s in source.held_out} & {s.prompt for s in source.train}, "held out"
     epoch0, epoch1 = source.batch(0, 8), source.batch(8, 8)
-    assert sorted(s.prompt for s in epoch0) == sorted(s.prompt for s in epoch1), "each epoch sees every record"
+    assert sorted(s.prompt for s in epoch0) == sorted(s.prompt for s in epoch1), (
+        "each epoch sees every record"
+    )
     assert [s.prompt for s in epoch0] != [s.prompt for s in epoch1], "reshuffled per epoch"
     assert source.batch(5, 6) == again.batch(5, 6), "a position alone gives the same prompts (resume)"
     assert [source.epoch(p) for p in (0, 7, 8, 17)] == [0, 0, 1, 2]
@@ -46,23 +48,32 @@ def test_unshuffled_epochs_and_their_step_count(tmp_path):
 
 def test_an_eval_file_and_a_count(tmp_path):
     train, test = _write(tmp_path / "t.jsonl", 5), _write(tmp_path / "e.jsonl", 4)
-    source = load_source(_settings(str(train), eval_path=str(test), prompt_key="q", answer_key="a", eval_size=3))
+    source = load_source(
+        _settings(str(train), eval_path=str(test), prompt_key="q", answer_key="a", eval_size=3)
+    )
     assert len(source.train) == 5 and [s.prompt for s in source.eval_samples(None)] == ["p0", "p1", "p2"]
     assert len(source.eval_samples(2)) == 2
 
 
 def test_too_long_prompts_are_dropped_and_none_left_is_refused(tmp_path):
     path = _write(tmp_path / "d.jsonl", 4)
-    source = load_source(_settings(str(path), prompt_key="q", answer_key="a"), fits=lambda s: s.prompt != "p2")
+    source = load_source(
+        _settings(str(path), prompt_key="q", answer_key="a"), fits=lambda s: s.prompt != "p2"
+    )
     assert [s.prompt for s in source.train] == ["p0", "p1", "p3"]
-    with pytest.raises(ConfigError, match="every prompt of data.path=.* is too long for rollout.max_model_len"):
+    with pytest.raises(
+        ConfigError, match="every prompt of data.path=.* is too long for rollout.max_model_len"
+    ):
         load_source(_settings(str(path), prompt_key="q", answer_key="a"), fits=lambda s: False)
 
 
 @pytest.mark.parametrize(
     "data, message",
     [
-        ({"prompt_key": "problem"}, "record 0 of {path} has no key 'problem' (data.prompt_key): its keys are a, q;"),
+        (
+            {"prompt_key": "problem"},
+            "record 0 of {path} has no key 'problem' (data.prompt_key): its keys are a, q;",
+        ),
         ({"prompt_key": "q", "answer_key": "solution"}, "has no key 'solution' (data.answer_key)"),
         ({"prompt_key": "q", "answer_key": "a", "eval_size": 3}, "holds out 3 of 3 records and leaves none"),
     ],
