@@ -12,7 +12,7 @@ from roll_device.pipeline.experiment import run_experiment
 
 
 @pytest.mark.slow
-def test_reward_and_eval_pass_at_1_rise_on_the_arithmetic_dataset(tmp_path, monkeypatch):
+def test_reward_and_eval_pass_at_1_rise_on_the_arithmetic_dataset(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("ROLL_DEVICE_HOME", str(tmp_path / "home"))
     cfg = compose(["experiment=arithmetic_math", f"model.tiny_dir={tmp_path / 'tiny'}", "save_every=0"])
     run_dir = run_experiment(cfg, tmp_path / "run")
@@ -26,3 +26,9 @@ def test_reward_and_eval_pass_at_1_rise_on_the_arithmetic_dataset(tmp_path, monk
     assert [r["step"] for r in evals] == list(range(0, cfg.max_steps + 1, cfg.eval.every_n_steps))
     assert all(r["eval_size"] == 20 for r in evals)
     assert max(r["eval_pass@1"] for r in evals[1:]) > evals[0]["eval_pass@1"], "held-out pass@1 rose"
+    shown = "".join(capfd.readouterr())
+    for noise in ("Triton", "FutureWarning", "NUMA", "Loading safetensors", "Token authentication"):
+        assert noise not in shown, f"worker or Ray noise reached the terminal: {noise}"
+    assert "Triton" in (run_dir / "logs" / "actor_infer_0.log").read_text(), (
+        "worker output is in the run directory"
+    )
