@@ -127,8 +127,12 @@ def start_roles(
         groups["reference"] = WorkerGroup(plan, "reference", TrainWorker)
     options = WeightSyncOptions.from_config(cfg.weight_sync)
     roles = RoleGroups(groups, sync_plan(plan, options.path), options)
-    if log_dir is not None:
-        roles.wait({role: group.async_call_all("capture_output", str(log_dir)) for role, group in groups.items()})
+    # each worker runs its calls in order: the capture comes first, and nothing waits for it here
+    capture = {
+        role: group.async_call_all("capture_output", str(log_dir))
+        for role, group in groups.items()
+        if log_dir is not None
+    }
     colocated = roles.sync.path == "colocated"
     trainer_cfg = strategy_settings(cfg, "actor_train", colocated)
     rollout_cfg = strategy_settings(cfg, "actor_infer", colocated)
@@ -147,6 +151,7 @@ def start_roles(
                 "setup", model_path, cfg.roles[role].strategy, trainer_cfg, master
             )
     done = roles.wait(setups)
+    roles.wait(capture)
     roles.dp_ranks = {role: done[role] for role in ("actor_train", "reference") if role in done}
     endpoint = roles.wait(
         {
