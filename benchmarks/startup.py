@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform as host
 import re
@@ -132,6 +133,8 @@ def time_job(model_dir: Path, run_dir: Path) -> tuple[float, dict[str, float]]:
         raise RuntimeError(f"the job failed ({child.returncode}):\n{out}")
     first_step = first_step if first_step is not None else time.perf_counter() - start
     timeline = {name: float(m.group(1)) for name, rx in TIMELINE.items() if (m := rx.search(out))}
+    timeline["first step"] = json.loads(metrics.read_text().splitlines()[0])["step_s"]
+    timeline["before the cluster"] = first_step - timeline.get("workers ready", 0.0) - timeline["first step"]
     return first_step, timeline
 
 
@@ -164,7 +167,13 @@ def main() -> None:
 
 def write_doc(job, timeline, best, total, ratio, rounds, load_before, load_after) -> None:
     rows = "\n".join(f"| {name} | {seconds:.1f} |" for name, seconds in best.items())
-    steps = ", ".join(f"{name} at {seconds:.1f} s" for name, seconds in timeline.items())
+    steps = (
+        f"driver start-up before the cluster (interpreter, imports, config, tokenizer, data) "
+        f"{timeline['before the cluster']:.1f} s; then, from the cluster's start: cluster ready at "
+        f"{timeline.get('cluster ready', 0):.1f} s, preflight done {timeline.get('preflight', 0):.1f} s later, "
+        f"workers ready at {timeline.get('workers ready', 0):.1f} s; the first step itself "
+        f"{timeline['first step']:.1f} s"
+    )
     body = f"""## Start-up of the default job (`benchmarks/startup.py`)
 
 Run {datetime.date.today()} on {host.machine()} with {os.cpu_count()} CPU cores; the default job
@@ -180,7 +189,7 @@ compares measurements taken side by side.
 |---|---:|
 {rows}
 
-The job's own timeline, from its start (after its imports): {steps}.
+The job's own timeline: {steps}.
 """
     replace_section(DOC, "startup", body)
 
