@@ -58,7 +58,6 @@ def test_bad_inputs_fail_before_anything_starts(tmp_path, arithmetic, overrides,
     assert not ray.is_initialized(), "no cluster was started"
 
 
-@pytest.mark.slow  # a whole run: about 40 s on an idle 2-core machine
 def test_a_raising_user_reward_ends_the_run_with_the_finished_step_saved(tmp_path):
     run_dir = tmp_path / "run"
     overrides = [
