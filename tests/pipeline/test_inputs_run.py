@@ -46,6 +46,10 @@ def arithmetic(tmp_path):
             "needs at least 1 held-out prompts",
         ),
         (["model.path={tmp}"], "model.path={tmp} has no config.json"),
+        (
+            ["data.path={rows}", "reward.function=exact", "data.epochs=1"],
+            "data.epochs=1 gives less than one step",
+        ),
     ],
 )
 def test_bad_inputs_fail_before_anything_starts(tmp_path, arithmetic, overrides, message):
