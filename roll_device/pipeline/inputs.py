@@ -2,9 +2,10 @@
 template switch), the reward it is scored with and its evaluation settings.
 
 `check_inputs(cfg)` refuses bad values (a missing path, an unknown reward, a reward that needs
-reference answers the data lacks, a model directory without a tokenizer) with one line before Ray
-starts; `load_inputs` then reads the data (refusing a missing key or an empty file) on the driver,
-also before Ray starts.
+reference answers the data lacks) with one line before Ray starts; `load_inputs` then reads the
+data (refusing a missing key or an empty file) on the driver, also before Ray starts. (The model
+directory is checked where a run loads it, `experiment.model_path`: `plan` and `doctor` check
+layouts whose model lives on the cluster.)
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from dataclasses import dataclass
 from omegaconf import DictConfig
 
 from roll_device.errors import ConfigError
-from roll_device.models.hf_dir import check_model_dir
 from roll_device.pipeline.data import DataSettings, PromptSource, load_source
 from roll_device.pipeline.evaluation import EvalSettings
 from roll_device.pipeline.prompts import PromptEncoder
@@ -52,8 +52,6 @@ def check_inputs(cfg: DictConfig) -> None:
     data = DataSettings.from_config(cfg)
     RewardSettings.from_config(cfg).check(data)
     EvalSettings.from_config(cfg)
-    if cfg.model.get("path"):
-        check_model_dir(cfg.model.path)
 
 
 @dataclass(frozen=True)
