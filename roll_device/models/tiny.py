@@ -56,14 +56,14 @@ def build_config(num_layers: int = 2, hidden_size: int = 128, max_positions: int
 def make_tiny_model(path: str | Path, seed: int = 0, num_layers: int = 2, hidden_size: int = 128) -> Path:
     """Write a freshly initialized tiny model and its tokenizer to `path`; reuse it if present
     with the same settings. Returns the path."""
-    import torch
-    from transformers import Qwen2ForCausalLM
-
     path = Path(path)
     settings = {"seed": seed, "num_layers": num_layers, "hidden_size": hidden_size}
     marker = path / MARKER
     if marker.exists() and json.loads(marker.read_text()) == settings:
-        return path
+        return path  # before the imports below: a run's start does not pay for the model's code
+    import torch
+    from transformers import Qwen2ForCausalLM
+
     path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(build_config(num_layers=num_layers, hidden_size=hidden_size))

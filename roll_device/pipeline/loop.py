@@ -1,68 +1,46 @@
 """One GRPO step, from prompts to synced weights, and the metrics it reports.
 
-prompts -> rollout (`actor_infer`, n samples each) -> rule rewards (`reward`) -> group-normalized
-advantages -> old logprobs (`actor_train`) and reference logprobs (`reference`, when KL is on) ->
+prompts (from the run's prompt source) -> rollout (`actor_infer`, n samples each) -> rewards
+(`reward`) -> group-normalized advantages -> old logprobs (`actor_train`) and reference logprobs (`reference`, when KL is on) ->
 clipped policy update (`actor_train`) -> weight sync to the rollout workers.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import torch
 from omegaconf import DictConfig
 
 from roll_device.cluster import shard
 from roll_device.pipeline.batching import build_batch
+from roll_device.pipeline.data import Sample
+from roll_device.pipeline.inputs import RunInputs
 from roll_device.pipeline.roles import RoleGroups
 from roll_device.pipeline.state import PipelineState
-from roll_device.pipeline.tasks import get_task
 from strategies.base import Completion, SamplingConfig
 from strategies.training.losses import group_normalized_advantages
 
 
-@dataclass
-class Tokens:
-    """The token ids the loop needs from the tokenizer."""
-
-    pad: int
-    eos: int
-    bos: int | None
-
-    @classmethod
-    def from_tokenizer(cls, tokenizer) -> Tokens:
-        eos = tokenizer.eos_token_id
-        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
-        return cls(pad=pad, eos=eos, bos=tokenizer.bos_token_id)
-
-
 class GrpoStep:
-    def __init__(self, cfg: DictConfig, roles: RoleGroups, tokenizer) -> None:
-        self.cfg, self.roles, self.tokenizer = cfg, roles, tokenizer
-        self.tokens = Tokens.from_tokenizer(tokenizer)
-        self.task = get_task(cfg.data.task)
+    def __init__(self, cfg: DictConfig, roles: RoleGroups, inputs: RunInputs) -> None:
+        self.cfg, self.roles = cfg, roles
+        self.source, self.encoder = inputs.source, inputs.encoder
+        self.tokens = inputs.encoder.tokens
         self.algo = cfg.algorithm
         self.use_reference = "reference" in roles.groups
 
-    def encode(self, text: str) -> list[int]:
-        ids = self.tokenizer(text, add_special_tokens=False).input_ids
-        return ([self.tokens.bos] if self.tokens.bos is not None else []) + ids
-
-    def prompts(self, state: PipelineState) -> list[str]:
-        return [
-            self.task.prompt(self.cfg.seed, state.data_position + i, self.cfg.data.prompt_length)
-            for i in range(self.cfg.data.prompts_per_step)
-        ]
-
-    def rollout(self, prompt_ids: list[list[int]], step: int) -> list[Completion]:
-        sampling = SamplingConfig(
+    def sampling(self, step: int) -> SamplingConfig:
+        return SamplingConfig(
             n=self.algo.samples_per_prompt,
             max_tokens=self.algo.max_new_tokens,
             temperature=self.algo.temperature,
             seed=self.cfg.seed * 1_000_003 + step,
-            stop_token_ids=[self.tokens.eos],
+            stop_token_ids=list(self.tokens.stop),
         )
+
+    def generate(self, prompt_ids: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
+        """Responses from the `actor_infer` workers, each prompt's index into `prompt_ids`."""
         shards = shard(prompt_ids, self.roles.groups["actor_infer"].world_size)
         completions, offset = [], 0
         for part, result in zip(shards, self.roles.scatter("actor_infer", "generate", shards, sampling)):
@@ -71,6 +49,14 @@ class GrpoStep:
             completions.extend(result)
             offset += len(part)
         return completions
+
+    def score(self, samples: list[Sample], completions: list[Completion]) -> list[float]:
+        """One reward per completion from the `reward` workers."""
+        items = [
+            (samples[c.prompt_index].prompt, c.token_ids, samples[c.prompt_index].answer) for c in completions
+        ]
+        scored = self.roles.scatter("reward", "score", shard(items, self.roles.groups["reward"].world_size))
+        return [r for part in scored for r in part]
 
     def logprobs(self, role: str, batch) -> torch.Tensor:
         return torch.cat(self.roles.data_parallel(role, "logprobs", batch))
@@ -84,13 +70,11 @@ class GrpoStep:
             timings[name] = now - since
             return now
 
-        texts = self.prompts(state)
-        prompt_ids = [self.encode(t) for t in texts]
-        completions = self.rollout(prompt_ids, state.step)
+        samples = self.source.batch(state.data_position, self.cfg.data.prompts_per_step)
+        prompt_ids = [self.encoder.encode(s.prompt) for s in samples]
+        completions = self.generate(prompt_ids, self.sampling(state.step))
         t = lap("rollout_s", start)
-        items = [(texts[c.prompt_index], c.token_ids) for c in completions]
-        scored = self.roles.scatter("reward", "score", shard(items, self.roles.groups["reward"].world_size))
-        rewards = torch.tensor([r for part in scored for r in part])
+        rewards = torch.tensor(self.score(samples, completions))
         t = lap("reward_s", t)
         advantages = group_normalized_advantages(rewards, self.algo.samples_per_prompt)
         batch, sampler_logprobs = build_batch(prompt_ids, completions, self.tokens.pad, advantages)
@@ -104,13 +88,15 @@ class GrpoStep:
             )[0]
         t = lap("train_s", t)
         state.step += 1
-        state.data_position += len(texts)
+        state.data_position += len(samples)
+        state.data_epoch = self.source.epoch(state.data_position)
         sync = self.roles.sync_weights(version=state.step)
         lap("sync_s", t)
         mask = batch.response_mask
         mismatch = ((sampler_logprobs - batch.old_logprobs).abs() * mask).sum() / mask.sum().clamp(min=1)
         return {
             "step": state.step,
+            "epoch": state.data_epoch,
             "reward_mean": rewards.mean().item(),
             "reward_std": rewards.std(unbiased=False).item(),
             "response_len": mask.sum(dim=1).mean().item(),

@@ -1,5 +1,8 @@
-"""Per-step metrics of a run: appended to `metrics.jsonl` and drawn as `metrics.png` (reward,
-KL to the reference, step time and its parts) in the run directory."""
+"""Per-step metrics of a run: appended to `metrics.jsonl` and drawn as `metrics.png` (reward and
+evaluation pass@1, KL to the reference, step time and its parts) in the run directory.
+
+Training steps and evaluations are lines of their own: an evaluation line has `eval_pass@1` and
+no `reward_mean` (see `roll_device.pipeline.evaluation`)."""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ import json
 from pathlib import Path
 
 PLOTTED_TIMES = ("rollout_s", "train_s", "sync_s")
+PASS_KEY = "eval_pass@1"
 
 
 class MetricsLog:
@@ -18,6 +22,26 @@ class MetricsLog:
         if not self.jsonl.exists():
             return []
         return [json.loads(line) for line in self.jsonl.read_text().splitlines() if line.strip()]
+
+    def steps(self) -> list[dict]:
+        """The training steps' records."""
+        return [r for r in self.read() if "reward_mean" in r]
+
+    def evaluations(self) -> list[dict]:
+        return [r for r in self.read() if PASS_KEY in r]
+
+    def summary(self) -> str:
+        steps, evals = self.steps(), self.evaluations()
+        text = (
+            f"mean reward: step {steps[0]['step']} {steps[0]['reward_mean']:.3f} -> "
+            f"step {steps[-1]['step']} {steps[-1]['reward_mean']:.3f}"
+        )
+        if evals:
+            text += (
+                f"; eval pass@1: step {evals[0]['step']} {evals[0][PASS_KEY]:.3f} -> "
+                f"step {evals[-1]['step']} {evals[-1][PASS_KEY]:.3f}"
+            )
+        return text
 
     def truncate_after(self, step: int) -> None:
         """Drop records past `step` (written after the checkpoint a resumed run starts from)."""
@@ -34,11 +58,16 @@ class MetricsLog:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        records = self.read()
+        records, evals = self.steps(), self.evaluations()
         steps = [r["step"] for r in records]
         fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-        axes[0].plot(steps, [r["reward_mean"] for r in records], marker="o")
-        axes[0].set(title="mean reward", xlabel="step")
+        axes[0].plot(steps, [r["reward_mean"] for r in records], marker="o", label="mean reward")
+        if evals:
+            axes[0].plot(
+                [r["step"] for r in evals], [r[PASS_KEY] for r in evals], marker="s", label="eval pass@1"
+            )
+            axes[0].legend()
+        axes[0].set(title="reward" + (" and eval pass@1" if evals else ""), xlabel="step")
         axes[1].plot(steps, [r.get("kl", 0.0) for r in records], marker="o", color="tab:purple")
         axes[1].set(title="KL to reference", xlabel="step")
         axes[2].plot(steps, [r["step_s"] for r in records], marker="o", color="black", label="step")

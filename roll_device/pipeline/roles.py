@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -20,6 +21,7 @@ from roll_device.cluster.plan import compute_kind
 from roll_device.comm import SyncPlan, WeightSyncOptions, plan_sync
 from roll_device.comm.paths import COLOCATED
 from roll_device.errors import RollDeviceError
+from roll_device.pipeline.inputs import RewardSettings
 from roll_device.pipeline.role_settings import strategy_settings
 from roll_device.pipeline.workers import RewardWorker, RolloutWorker, TrainWorker
 from roll_device.platforms import get_platform
@@ -112,8 +114,11 @@ class RoleGroups:
             group.kill()
 
 
-def start_roles(cfg: DictConfig, plan: Plan, model_path: str) -> RoleGroups:
-    """Start and set up every planned role; connect the weight sync."""
+def start_roles(
+    cfg: DictConfig, plan: Plan, model_path: str, reward: RewardSettings, log_dir: Path | None = None
+) -> RoleGroups:
+    """Start and set up every planned role (their output in `log_dir` when given); connect the
+    weight sync."""
     groups = {
         "actor_train": WorkerGroup(plan, "actor_train", TrainWorker),
         "actor_infer": WorkerGroup(plan, "actor_infer", RolloutWorker),
@@ -123,6 +128,12 @@ def start_roles(cfg: DictConfig, plan: Plan, model_path: str) -> RoleGroups:
         groups["reference"] = WorkerGroup(plan, "reference", TrainWorker)
     options = WeightSyncOptions.from_config(cfg.weight_sync)
     roles = RoleGroups(groups, sync_plan(plan, options.path), options)
+    # each worker runs its calls in order: the capture comes first, and nothing waits for it here
+    capture = {
+        role: group.async_call_all("capture_output", str(log_dir))
+        for role, group in groups.items()
+        if log_dir is not None
+    }
     colocated = roles.sync.path == COLOCATED
     trainer_cfg = strategy_settings(cfg, "actor_train", colocated)
     rollout_cfg = strategy_settings(cfg, "actor_infer", colocated)
@@ -130,7 +141,9 @@ def start_roles(cfg: DictConfig, plan: Plan, model_path: str) -> RoleGroups:
         "actor_infer": groups["actor_infer"].async_call_all(
             "setup", model_path, cfg.roles.actor_infer.strategy, rollout_cfg
         ),
-        "reward": groups["reward"].async_call_all("setup", model_path, cfg.data.task),
+        "reward": groups["reward"].async_call_all(
+            "setup", model_path, reward.function, reward.task, reward.name
+        ),
     }
     for role in ("actor_train", "reference"):
         if role in groups:
@@ -139,6 +152,7 @@ def start_roles(cfg: DictConfig, plan: Plan, model_path: str) -> RoleGroups:
                 "setup", model_path, cfg.roles[role].strategy, trainer_cfg, master
             )
     done = roles.wait(setups)
+    roles.wait(capture)
     roles.dp_ranks = {role: done[role] for role in ("actor_train", "reference") if role in done}
     endpoint = roles.wait(
         {

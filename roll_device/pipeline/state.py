@@ -1,5 +1,5 @@
 """Pipeline checkpoints: `checkpoints/step_<N>/` holds the policy (written by the train
-strategy) and `pipeline.json` (step, data position, RNG seed state). A checkpoint is written
+strategy) and `pipeline.json` (step, data position and epoch, RNG seed state). A checkpoint is written
 into a temporary folder and renamed into place, so a crash never leaves a half-written one;
 `latest` names the newest complete checkpoint."""
 
@@ -17,6 +17,7 @@ STATE_FILE = "pipeline.json"
 class PipelineState:
     step: int = 0  # optimizer steps completed
     data_position: int = 0  # prompts consumed
+    data_epoch: int = 0  # passes over a dataset completed (the position determines it)
     sampling_seed: int = 0  # seed of the next rollout
 
 

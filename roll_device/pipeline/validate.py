@@ -7,6 +7,7 @@ from omegaconf import DictConfig
 
 from roll_device.cluster.plan import parse_roles
 from roll_device.errors import ConfigError
+from roll_device.pipeline.inputs import check_inputs
 from roll_device.pipeline.tasks import get_task
 from strategies.base import INFERENCE, TRAIN
 from strategies.registry import STRATEGIES
@@ -19,6 +20,7 @@ REWARD_STRATEGIES = ("rule",)
 def validate(cfg: DictConfig) -> None:
     _check_roles(cfg)
     get_task(cfg.data.task)
+    check_inputs(cfg)  # data, reward, eval and model directory (roll_device/pipeline/inputs.py)
     _check_sizes(cfg)
 
 

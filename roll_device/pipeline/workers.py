@@ -3,12 +3,17 @@
 - `TrainWorker` (`actor_train`, `reference`): a train strategy on its platform; the ranks of a
   group form one torch.distributed world over the platform's backend. Rank 0 also sends weights.
 - `RolloutWorker` (`actor_infer`): an inference strategy; receives weights into its engine.
-- `RewardWorker` (`reward`): decodes responses and scores them with the task's rule.
+- `RewardWorker` (`reward`): decodes responses and scores them with the run's reward
+  (`roll_device.pipeline.rewards`).
+
+Each writes its output to the run directory's `logs/<role>_<rank>.log` once `capture_output`
+is called (`roll_device.pipeline.output`).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 
 import ray
 import torch
@@ -16,13 +21,19 @@ import torch.distributed as dist
 
 from roll_device.cluster import RoleWorker
 from roll_device.comm import Endpoint, SyncPlan, WeightReceiver, WeightSender, WeightSyncOptions, weights_hash
-from roll_device.pipeline.tasks import get_task
+from roll_device.pipeline.output import capture_output
+from roll_device.pipeline.rewards import resolve_reward, score_sample
 from strategies.base import INFERENCE, TRAIN, Completion, SamplingConfig, TrainBatch
 from strategies.registry import strategy_class
 from strategies.training.losses import grpo_policy_loss
 
 
-class TrainWorker(RoleWorker):
+class PipelineWorker(RoleWorker):
+    def capture_output(self, log_dir: str) -> None:
+        capture_output(Path(log_dir) / f"{self.role}_{self.rank}.log")
+
+
+class TrainWorker(PipelineWorker):
     """One rank of a train strategy."""
 
     def setup(self, model_path: str, strategy: str, config: dict, master: tuple[str, int]) -> int:
@@ -79,7 +90,7 @@ class TrainWorker(RoleWorker):
             self.sender = None
 
 
-class RolloutWorker(RoleWorker):
+class RolloutWorker(PipelineWorker):
     """One inference engine."""
 
     def setup(self, model_path: str, strategy: str, config: dict) -> None:
@@ -113,17 +124,19 @@ class RolloutWorker(RoleWorker):
         self.strategy.shutdown()
 
 
-class RewardWorker(RoleWorker):
-    """Rule rewards on the CPU: decode each response, score it against its prompt."""
+class RewardWorker(PipelineWorker):
+    """Rewards on the CPU: decode each response, score it against its prompt and answer."""
 
-    def setup(self, model_path: str, task: str) -> None:
+    def setup(self, model_path: str, function: str | None, task: str, name: str) -> None:
         from transformers import AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.task = get_task(task)
+        self.reward, self.name = resolve_reward(function, task), name
 
-    def score(self, items: list[tuple[str, list[int]]]) -> list[float]:
+    def score(self, items: list[tuple[str, list[int], str | None]]) -> list[float]:
         return [
-            self.task.reward(prompt, self.tokenizer.decode(ids, skip_special_tokens=True))
-            for prompt, ids in items
+            score_sample(
+                self.name, self.reward, prompt, self.tokenizer.decode(ids, skip_special_tokens=True), answer
+            )
+            for prompt, ids, answer in items
         ]

@@ -1,0 +1,34 @@
+"""Checks of a local Hugging Face model directory before any worker loads it: it exists, holds a
+`config.json` of a causal-LM family the strategies run (Qwen2 / Qwen2.5, Qwen3, Llama), and a
+tokenizer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from roll_device.errors import ConfigError
+
+SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama")  # Qwen2.5 checkpoints say "qwen2"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+
+
+def check_model_dir(path: str | Path) -> None:
+    path = Path(path).expanduser()
+    if not (path / "config.json").is_file():
+        what = "does not exist" if not path.exists() else "has no config.json"
+        raise ConfigError(
+            f"model.path={path} {what}: give a local Hugging Face model directory (config.json, "
+            "weights, tokenizer), or null for the tiny model"
+        )
+    model_type = json.loads((path / "config.json").read_text()).get("model_type")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ConfigError(
+            f"model.path={path} is a '{model_type}' model: the strategies run "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)} causal LMs"
+        )
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        raise ConfigError(
+            f"model.path={path} has no tokenizer ({' or '.join(TOKENIZER_FILES)}): save the tokenizer "
+            "beside the model (tokenizer.save_pretrained(path))"
+        )

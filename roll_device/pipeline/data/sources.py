@@ -1,0 +1,155 @@
+"""Prompt sources: where each step's prompts (and their reference answers) come from.
+
+A source maps a data position (prompts consumed so far) to prompts deterministically, so the
+position is all a checkpoint needs to continue the same stream. `TaskPrompts` generates a toy
+task's prompts; `DatasetPrompts` walks a file's records in a seeded order that is reshuffled
+every epoch (epoch e is position // records), holding out evaluation samples that training never
+sees.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from roll_device.errors import ConfigError
+from roll_device.pipeline.data.arithmetic import GENERATORS
+from roll_device.pipeline.data.records import read_records
+from roll_device.pipeline.data.settings import DataSettings
+from roll_device.pipeline.tasks import get_task
+
+TASK_EVAL_SIZE = 64  # evaluation prompts of a toy task when eval.size is null
+
+
+@dataclass(frozen=True)
+class Sample:
+    prompt: str
+    answer: str | None  # the reference answer; None for toy tasks (their rule needs none)
+
+
+class PromptSource(Protocol):
+    def batch(self, position: int, size: int) -> list[Sample]: ...
+
+    def epoch(self, position: int) -> int: ...
+
+    def eval_samples(self, count: int | None) -> list[Sample]: ...
+
+    def steps_available(self, prompts_per_step: int) -> int | None: ...
+
+
+class TaskPrompts:
+    """A toy task's endless stream; evaluation prompts come from negative indices (never trained)."""
+
+    def __init__(self, settings: DataSettings) -> None:
+        self.task, self.settings = get_task(settings.task), settings
+
+    def _sample(self, index: int) -> Sample:
+        return Sample(self.task.prompt(self.settings.seed, index, self.settings.prompt_length), None)
+
+    def batch(self, position: int, size: int) -> list[Sample]:
+        return [self._sample(position + i) for i in range(size)]
+
+    def epoch(self, position: int) -> int:
+        return 0
+
+    def eval_samples(self, count: int | None) -> list[Sample]:
+        return [self._sample(-1 - i) for i in range(count or TASK_EVAL_SIZE)]
+
+    def steps_available(self, prompts_per_step: int) -> int | None:
+        return None
+
+
+class DatasetPrompts:
+    """Records in a seeded order per epoch; `epochs` None cycles without end."""
+
+    def __init__(
+        self, train: list[Sample], held_out: list[Sample], seed: int, shuffle: bool, epochs: int | None
+    ):
+        self.train, self.held_out = train, held_out
+        self.seed, self.shuffle, self.epochs = seed, shuffle, epochs
+        self._orders: dict[int, list[int]] = {}
+
+    def order(self, epoch: int) -> list[int]:
+        if epoch not in self._orders:
+            order = list(range(len(self.train)))
+            if self.shuffle:
+                random.Random(f"data:{self.seed}:{epoch}").shuffle(order)
+            self._orders[epoch] = order
+        return self._orders[epoch]
+
+    def batch(self, position: int, size: int) -> list[Sample]:
+        n = len(self.train)
+        return [self.train[self.order(p // n)[p % n]] for p in range(position, position + size)]
+
+    def epoch(self, position: int) -> int:
+        return position // len(self.train)
+
+    def eval_samples(self, count: int | None) -> list[Sample]:
+        return self.held_out[:count]
+
+    def steps_available(self, prompts_per_step: int) -> int | None:
+        return None if self.epochs is None else self.epochs * len(self.train) // prompts_per_step
+
+
+def to_samples(rows: list[dict], settings: DataSettings, where: str) -> list[Sample]:
+    """Rows -> samples; a row without the prompt or answer key is a ConfigError naming it."""
+    samples = []
+    for index, row in enumerate(rows):
+        for key, name in ((settings.prompt_key, "prompt_key"), (settings.answer_key, "answer_key")):
+            if key not in row:
+                raise ConfigError(
+                    f"record {index} of {where} has no key '{key}' (data.{name}): its keys are "
+                    f"{', '.join(sorted(row))}; set data.{name} to one of them"
+                )
+        samples.append(Sample(str(row[settings.prompt_key]), str(row[settings.answer_key])))
+    return samples
+
+
+def _count(size: float, total: int) -> int:
+    return round(size * total) if size < 1 else int(size)
+
+
+def split(samples: list[Sample], settings: DataSettings) -> tuple[list[Sample], list[Sample]]:
+    """(training, held-out) by a seeded permutation of the records."""
+    order = list(range(len(samples)))
+    random.Random(f"split:{settings.seed}").shuffle(order)
+    count = _count(settings.eval_size, len(samples))
+    if count >= len(samples):
+        raise ConfigError(
+            f"data.eval_size={settings.eval_size} holds out {count} of {len(samples)} records and leaves "
+            "none to train on: make it smaller"
+        )
+    return [samples[i] for i in sorted(order[count:])], [samples[i] for i in sorted(order[:count])]
+
+
+def load_source(settings: DataSettings, fits: Callable[[Sample], bool] | None = None) -> PromptSource:
+    """The source `settings` name; dataset records for which `fits` is false (prompts too long for
+    the engine) are dropped, and a dataset left with none is a ConfigError."""
+    if settings.path is None:
+        return TaskPrompts(settings)
+    if settings.generate is not None:
+        GENERATORS[settings.generate](settings.path, settings.eval_path)
+    samples = to_samples(read_records(settings.path, settings.format), settings, settings.path)
+    if settings.eval_path is not None:
+        held_out = to_samples(read_records(settings.eval_path, settings.format), settings, settings.eval_path)
+        train = samples
+        if settings.eval_size:
+            held_out = held_out[: _count(settings.eval_size, len(held_out))]
+    else:
+        train, held_out = split(samples, settings)
+    if fits is not None:
+        kept = [s for s in train if fits(s)], [s for s in held_out if fits(s)]
+        dropped = len(train) + len(held_out) - len(kept[0]) - len(kept[1])
+        if dropped:
+            print(
+                f"data: left out {dropped} prompt(s) too long for rollout.max_model_len - algorithm.max_new_tokens"
+            )
+        train, held_out = kept
+        if not train:
+            raise ConfigError(
+                f"every prompt of data.path={settings.path} is too long for rollout.max_model_len with "
+                "algorithm.max_new_tokens: raise rollout.max_model_len or shorten the prompts"
+            )
+    return DatasetPrompts(train, held_out, settings.seed, settings.shuffle, settings.epochs)

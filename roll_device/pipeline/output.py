@@ -1,0 +1,88 @@
+"""Quiet output: the driver's terminal shows roll-device's own lines and the progress bar; each
+worker's stdout and stderr (engine start-up, Triton and NUMA notices, FutureWarnings, weight-loading
+bars) go to `<run dir>/logs/<role>_<rank>.log`, and the warnings in them that are not known
+start-up noise are summarised once at the end of the run.
+
+`capture_output(path)` runs in a worker: it points the process's file descriptors 1 and 2 at the
+file, so output from C extensions and child processes (a vLLM engine core) lands there too, and
+Ray's log monitor, which streams the worker's original log files to the driver, has nothing to
+stream. `quiet_driver()` drops Ray's start-up notices on the driver (the "started a local
+instance" line and the token-authentication notice) and the transformers progress bars.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+from pathlib import Path
+
+LOG_DIR = "logs"
+WARNING = re.compile(r"warn|error|exception|traceback", re.IGNORECASE)
+KNOWN_NOISE = (  # start-up notices every CPU run prints; nothing to act on
+    "Triton is installed, but doesn't include CPU backend",
+    "`torch.distributed.reduce_op` is deprecated",
+    "NUMA binding",
+    "Token authentication is enabled",
+)
+SHOWN_WARNINGS = 5
+RAY_NOTICES = {
+    "ray._private.worker": lambda record: record.levelno <= logging.INFO,
+    "ray._private.authentication.authentication_token_setup": lambda record: (
+        "Token authentication" in record.getMessage()
+    ),
+}
+
+
+def capture_output(path: str | Path) -> None:
+    """Send this process's stdout and stderr (file descriptors 1 and 2) to `path` (appended)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+class _DropNotices(logging.Filter):
+    def __init__(self, drop) -> None:
+        super().__init__()
+        self.drop = drop
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not self.drop(record)
+
+
+def quiet_driver() -> None:
+    """Drop Ray's start-up notices and the transformers progress bars in this process (once)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    for name, drop in RAY_NOTICES.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _DropNotices) for f in logger.filters):
+            logger.addFilter(_DropNotices(drop))
+
+
+def warnings_worth_reading(log_dir: Path) -> list[str]:
+    """Distinct warning or error lines of the worker logs, known noise left out, as `file: line`."""
+    found: dict[str, str] = {}
+    for log in sorted(Path(log_dir).glob("*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            text = line.strip()
+            if WARNING.search(text) and not any(noise in text for noise in KNOWN_NOISE):
+                found.setdefault(text, f"{log.stem}: {text[:200]}")
+    return list(found.values())
+
+
+def summarise_worker_logs(log_dir: Path) -> str:
+    """One line (plus up to SHOWN_WARNINGS lines) about the worker logs in `log_dir`."""
+    warnings = warnings_worth_reading(log_dir)
+    if not warnings:
+        return f"worker logs: {log_dir} (no warnings beyond known start-up notices)"
+    shown = "".join(f"\n  {w}" for w in warnings[:SHOWN_WARNINGS])
+    more = f"\n  ... and {len(warnings) - SHOWN_WARNINGS} more" if len(warnings) > SHOWN_WARNINGS else ""
+    return f"worker logs: {log_dir} ({len(warnings)} warning line(s) worth reading):{shown}{more}"

@@ -1,0 +1,83 @@
+"""Data, reward, eval and model inputs in whole runs: bad values refused before Ray starts, and a
+user reward function that raises ends the run cleanly with the finished step checkpointed."""
+
+import json
+
+import pytest
+import ray
+
+from roll_device.config import compose
+from roll_device.pipeline.experiment import run_experiment
+from roll_device.pipeline.rewards import RewardFunctionError
+
+
+def _config(tmp_path, *overrides):
+    return compose([f"model.tiny_dir={tmp_path / 'tiny'}", *overrides])
+
+
+@pytest.fixture
+def arithmetic(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps({"question": "what is 1+1?", "answer": "#### 2"}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["data.path=/no/such.jsonl", "reward.function=math"], "data.path=/no/such.jsonl does not exist"),
+        (
+            ["data.path={rows}"],
+            "data.path={rows} needs a reward that compares with its answers: set reward.function",
+        ),
+        (
+            ["reward.function=math"],
+            "reward.function=math compares responses with reference answers: set data.path",
+        ),
+        (["reward.function=no_module.score"], "cannot import module 'no_module'"),
+        (
+            ["data.path={rows}", "reward.function=exact", "data.prompt_key=problem"],
+            "has no key 'problem' (data.prompt_key)",
+        ),
+        (["data.path={empty}", "reward.function=exact"], "data.path={empty} holds no records"),
+        (["eval.every_n_steps=-1"], "eval.every_n_steps=-1: use 0 (off)"),
+        (
+            ["data.path={rows}", "reward.function=exact", "eval.every_n_steps=2"],
+            "needs at least 1 held-out prompts",
+        ),
+        (["model.path={tmp}"], "model.path={tmp} has no config.json"),
+        (
+            ["data.path={rows}", "reward.function=exact", "data.epochs=1"],
+            "data.epochs=1 gives less than one step",
+        ),
+    ],
+)
+def test_bad_inputs_fail_before_anything_starts(tmp_path, arithmetic, overrides, message):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    names = {"rows": arithmetic, "empty": empty, "tmp": tmp_path}
+    with pytest.raises(Exception) as err:
+        run_experiment(_config(tmp_path, *(o.format(**names) for o in overrides)), tmp_path / "run")
+    assert message.format(**names) in str(err.value) and "\n" not in str(err.value)
+    assert not ray.is_initialized(), "no cluster was started"
+
+
+def test_a_raising_user_reward_ends_the_run_with_the_finished_step_saved(tmp_path):
+    run_dir = tmp_path / "run"
+    overrides = [
+        "max_steps=3",
+        "save_every=0",
+        "algorithm.kl_coef=0",
+        "reward.function=tests.pipeline.user_rewards.failing_after_64_calls",
+    ]
+    with pytest.raises(RewardFunctionError) as failed:
+        run_experiment(_config(tmp_path, *overrides), run_dir)
+    message = str(failed.value)
+    assert message.startswith(
+        "reward.function='tests.pipeline.user_rewards.failing_after_64_calls' failed with ValueError: "
+        "the grader is out of service on the sample prompt='"
+    )
+    assert "the run stopped after step 1; the last checkpoint is step 1" in message
+    assert f"resume=true hydra.run.dir={run_dir}" in message and "\n" not in message
+    assert (run_dir / "checkpoints" / "step_1" / "pipeline.json").exists()
+    assert not ray.is_initialized(), "the run shut its cluster down"

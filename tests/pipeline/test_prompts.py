@@ -1,0 +1,59 @@
+"""Prompt encoding with and without a chat template, stop ids from generation_config.json, and
+the checks of a model directory."""
+
+import json
+
+import pytest
+
+from roll_device.errors import ConfigError
+from roll_device.models.hf_dir import check_model_dir
+from roll_device.models.tiny import build_tokenizer
+from roll_device.pipeline.prompts import PromptEncoder
+
+TEMPLATE = (
+    "{% for m in messages %}<bos>{{ m['role'][0] }}:{{ m['content'] }}<eos>{% endfor %}"
+    "{% if add_generation_prompt %}<bos>a:{% endif %}"
+)
+
+
+def test_raw_prompts_get_the_bos_token_and_chat_prompts_the_template():
+    tokenizer = build_tokenizer()
+    raw = PromptEncoder(tokenizer)
+    assert not raw.chat, "the tiny tokenizer has no chat template"
+    assert raw.encode("ab=") == [
+        tokenizer.bos_token_id,
+        *tokenizer("ab=", add_special_tokens=False).input_ids,
+    ]
+    tokenizer.chat_template = TEMPLATE
+    chat = PromptEncoder(tokenizer)
+    assert chat.render("1+1") == "<bos>u:1+1<eos><bos>a:"
+    assert tokenizer.decode(chat.encode("1+1")) == "<bos>u:1+1<eos><bos>a:"
+    assert PromptEncoder(tokenizer, use_chat_template=False).render("1+1") == "1+1", "the switch"
+
+
+def test_stop_ids_include_the_generation_configs_eos_ids(tmp_path):
+    tokenizer = build_tokenizer()
+    assert PromptEncoder(tokenizer).tokens.stop == (tokenizer.eos_token_id,)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 7]}))
+    assert PromptEncoder(tokenizer, model_path=str(tmp_path)).tokens.stop == (2, 7)
+
+
+def _model_dir(tmp_path, model_type="qwen3", tokenizer=True):
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": model_type}))
+    if tokenizer:
+        (tmp_path / "tokenizer.json").write_text("{}")
+    return tmp_path
+
+
+def test_model_directories_are_checked(tmp_path, tiny_model_path):
+    check_model_dir(tiny_model_path)
+    check_model_dir(_model_dir(tmp_path))
+    with pytest.raises(ConfigError, match="model.path=/nowhere does not exist: give a local Hugging Face"):
+        check_model_dir("/nowhere")
+    with pytest.raises(
+        ConfigError, match="is a 'bert' model: the strategies run qwen2, qwen3, llama causal LMs"
+    ):
+        check_model_dir(_model_dir(tmp_path / "bert", "bert"))
+    with pytest.raises(ConfigError, match="has no tokenizer"):
+        check_model_dir(_model_dir(tmp_path / "t", tokenizer=False))
