@@ -1,0 +1,44 @@
+"""Actors the Ray Compiled Graph and direct-transport tests start (imported by Ray's workers, so
+kept in a module). Each computes on its process's platform: the simulated NPU where the actor was
+started with ROLL_DEVICE=npu-sim, the CPU otherwise."""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed import distributed_c10d as c10d
+
+import roll_device as rd
+
+
+class GraphActor:
+    """Makes, passes on and checks tensors on its device; reports what its communicators carried."""
+
+    def __init__(self, register: bool = True) -> None:
+        self.platform = rd.current_platform()
+        self.registered = rd.register_ray_communicator() if register else None
+
+    def make(self, step: int, numel: int = 1024) -> torch.Tensor:
+        """A tensor on this actor's device whose values depend on `step`."""
+        return torch.arange(numel, dtype=torch.float32, device=self.platform.device()) + step
+
+    def check(self, tensor: torch.Tensor, step: int) -> tuple[str, float]:
+        """The device the tensor arrived on, and its largest difference from `make(step)`."""
+        expected = torch.arange(tensor.numel(), dtype=torch.float32) + step
+        return str(tensor.device), float((tensor.cpu() - expected).abs().max())
+
+    def to_device(self, tensor: torch.Tensor) -> torch.Tensor:
+        """A host-staged tensor moved onto this actor's device (a mixed graph's receiving end)."""
+        return tensor.to(self.platform.device())
+
+    def report(self, tensor: torch.Tensor) -> tuple[str, list[float]]:
+        return str(tensor.device), tensor.cpu().tolist()
+
+    def stats(self) -> list[dict]:
+        """What each Compiled Graph communicator in this process carried."""
+        from ray.experimental.channel import ChannelContext
+
+        return [c.stats() for c in ChannelContext.get_current().communicators.values()]
+
+    def process_groups(self) -> int:
+        """How many process groups this process holds."""
+        return len(c10d._world.pg_map)
