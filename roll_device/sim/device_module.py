@@ -70,7 +70,7 @@ def set_device(device) -> None:
     set_current_index(device_index(device))
 
 
-class device:  # noqa: N801 - torch_npu's name (torch.npu.device), as torch.cuda.device
+class device:
     """Make `device` current inside the block (None or -1: leave the current one), as torch_npu's
     `torch.npu.device` does; Ray's Compiled Graphs wrap every actor task in it."""
 

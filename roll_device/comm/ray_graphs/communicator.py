@@ -7,8 +7,9 @@ Ray makes one in each actor of a graph in two ways, and both work:
   `with_tensor_transport(transport="accelerator")` or a collective with no transport): Ray calls
   the class with `(world_size, comm_id, rank, actor_handles, stream, use_communication_streams)`;
 - made on the driver for given actors (`PlatformCommunicator.for_actors(actors)`, then
-  `with_tensor_transport(transport=communicator)`): Ray sends the instance to each actor and calls
-  `initialize(rank)` there.
+  `with_tensor_transport(transport=communicator)` or a collective's `transport=`): Ray sends the
+  instance to each actor and calls `initialize(rank)` there. Ray destroys only the communicators
+  it made, so the driver calls `close()` after the graph's teardown.
 
 Ranks follow the order of `actor_handles`. The group forms through `rendezvous.join_group` (Ray's
 key-value store names rank 0's store), never touches an actor's default group, and is destroyed by
@@ -208,6 +209,15 @@ class PlatformCommunicator(Communicator):
         self._control.close()
         self._control = None
 
+    def close(self) -> None:
+        """From the driver, after the graph's teardown: destroy this communicator in each of its
+        actors (Ray destroys the communicators it made itself, not one it was handed)."""
+        import ray
+
+        ray.get(
+            [actor.__ray_call__.remote(_destroy_in_actor, self._comm_id) for actor in self._actor_handles]
+        )
+
     def stats(self) -> dict:
         """What this communicator carried in this actor (tensors and bytes each way, collectives),
         its platform and whether it is still open."""
@@ -218,3 +228,11 @@ class PlatformCommunicator(Communicator):
             "platform": platform.name if platform is not None else None,
             "open": self._ops is not None and not self._destroyed,
         }
+
+
+def _destroy_in_actor(actor, comm_id: str) -> None:
+    from ray.experimental.channel import ChannelContext
+
+    for communicator in ChannelContext.get_current().communicators.values():
+        if isinstance(communicator, PlatformCommunicator) and communicator._comm_id == comm_id:
+            communicator.destroy()
