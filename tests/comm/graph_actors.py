@@ -9,6 +9,9 @@ from torch.distributed import distributed_c10d as c10d
 
 import roll_device as rd
 
+# Actor options for a simulated NPU: one of the NPUs the local Ray instance declares.
+SIM_NPU = {"resources": {"NPU": 1}, "num_cpus": 0, "runtime_env": {"env_vars": {"ROLL_DEVICE": "npu-sim"}}}
+
 
 class GraphActor:
     """Makes, passes on and checks tensors on its device; reports what its communicators carried."""
@@ -38,6 +41,12 @@ class GraphActor:
         from ray.experimental.channel import ChannelContext
 
         return [c.stats() for c in ChannelContext.get_current().communicators.values()]
+
+    def group_stats(self, name: str) -> dict:
+        """What this actor's member of the `ray.util.collective` group `name` sent and received."""
+        from ray.util.collective.collective import get_group_handle
+
+        return get_group_handle(name).stats()
 
     def process_groups(self) -> int:
         """How many process groups this process holds."""

@@ -9,6 +9,8 @@ fail. All results here are SIMULATED NPU results.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import ray
 from ray.dag import InputNode
@@ -16,23 +18,13 @@ from ray.experimental.collective import allreduce
 
 from roll_device.comm.ray_graphs import edge_transport
 from roll_device.comm.ray_graphs.communicator import PlatformCommunicator
-from tests.comm.graph_actors import GraphActor
+from tests.comm.graph_actors import SIM_NPU, GraphActor
 
-SIM_NPU = {"resources": {"NPU": 1}, "num_cpus": 0, "runtime_env": {"env_vars": {"ROLL_DEVICE": "npu-sim"}}}
 EXECUTIONS = 100
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    ray.init(address="local", num_cpus=4, resources={"NPU": 2}, include_dashboard=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def npu_actors(cluster):
+def npu_actors(ray_npus):
     actors = [ray.remote(GraphActor).options(**SIM_NPU).remote() for _ in range(2)]
     yield actors
     for actor in actors:
@@ -112,12 +104,16 @@ def test_edges_stage_in_host_memory_unless_one_backend_joins_both_ends():
     assert edge_transport("npu", "cuda") == edge_transport("cpu", "cpu") == host
 
 
-def test_teardown_leaves_no_actor_behind(cluster, npu_actors):
-    for actor in npu_actors:
-        ray.kill(actor)
+def test_teardown_leaves_no_actor_behind(ray_npus, npu_actors):
     from ray._private.state import actors as all_actors
 
-    alive = [a for a in all_actors().values() if a["State"] == "ALIVE"]
+    for actor in npu_actors:
+        ray.kill(actor)
+    deadline = time.monotonic() + 30  # ray.kill returns before the actor is gone
+    while (
+        alive := [a for a in all_actors().values() if a["State"] == "ALIVE"]
+    ) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert alive == []
 
 

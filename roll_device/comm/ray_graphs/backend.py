@@ -4,7 +4,7 @@ point-to-point and collective operations on one process group of it.
 `collective_platform(kind)` is the platform whose backend (`dist_backend`: hccl, nccl, gloo, a
 plugin's) will carry tensors, refused with a `MissingPackageError` that names the kind, the
 backend and what to install when torch.distributed cannot build that backend here. `GroupOps` runs
-send, receive, all-reduce, all-gather, reduce-scatter, broadcast and barrier on a group, with
+send, receive, all-reduce, all-gather, reduce-scatter, reduce, broadcast and barrier on a group, with
 Ray's reduce operations (by name: `ray.experimental.util.types.ReduceOp` and
 `ray.util.collective.types.ReduceOp` number them differently). Where a backend has no
 reduce-scatter (gloo), it is an all-reduce of which each rank keeps its part.
@@ -92,6 +92,13 @@ class GroupOps:
         reduced = send.clone()
         self.allreduce(reduced, op)
         recv.copy_(reduced.chunk(self.world_size)[self.rank])
+
+    def reduce(self, tensor: torch.Tensor, root: int, op: Enum) -> None:
+        """Reduce `tensor` across the group into rank `root`'s (others' are left as they are)."""
+        target = tensor if self.rank == root else tensor.clone()
+        dist.reduce(target, group=self.group, group_dst=root, op=torch_reduce_op(op))
+        if op.name == AVERAGE and self.rank == root:
+            tensor.div_(self.world_size)
 
     def broadcast(self, tensor: torch.Tensor, root: int) -> None:
         dist.broadcast(tensor, group=self.group, group_src=root)
