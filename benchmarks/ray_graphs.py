@@ -5,8 +5,7 @@ bare torch.distributed, on the same bytes, in one run (one local Ray instance, o
   N bytes to a consumer actor over the graph's edge, the consumer answers the driver): roll-device's
   communicator between two simulated-NPU actors (hccl, gloo underneath) vs Ray's own host path
   between two CPU actors (its shared-memory channel, `transport="shm"`: what Ray's
-  `CPUCommunicator` uses for point to point; handing Ray the `CPUCommunicator` itself as the edge's
-  transport hangs at teardown in Ray 2.60);
+  `CPUCommunicator` uses for point to point);
 - a weight-sync-sized bucket (64 MiB by default) handed from one simulated-NPU actor to another by
   Ray Direct Transport over the NPU backend vs a bare `torch.distributed` send/recv of the same
   bytes on the same process group between the same actors, both started by one Ray call per
@@ -52,6 +51,7 @@ SIM_NPU = {"resources": {"NPU": 1}, "num_cpus": 0, "runtime_env": {"env_vars": {
 CPU = {"num_cpus": 0}
 ROUND_TRIP_BYTES = (4 << 10, 1 << 20, 16 << 20)
 EXECUTIONS = 20  # graph executions per configuration and round
+CHANNEL_HEADROOM = 1 << 20  # bytes a shared-memory channel holds beyond the tensor (metadata)
 
 
 def say(message: str) -> None:
@@ -92,23 +92,26 @@ def _process_group(group_name: str):
     return get_group_handle(group_name)._ops.group
 
 
-def graph_seconds(sender, receiver, nbytes: int, transport) -> list[float]:
-    """Seconds per round trip of a compiled graph: the driver starts it, `sender` hands its tensor
-    of `nbytes` to `receiver` over an edge with `transport`, `receiver` answers."""
+def compile_round_trip(sender, receiver, transport):
+    """A graph the driver starts with a size: `sender` hands its tensor of that many bytes to
+    `receiver` over an edge with `transport`, `receiver` answers with the size it got."""
     with InputNode() as size:
         tensor = sender.give.bind(size).with_tensor_transport(transport=transport)
         dag = receiver.size.bind(tensor)
-    graph = dag.experimental_compile()
-    try:
-        assert ray.get(graph.execute(nbytes)) == nbytes  # warm-up: channels sized, groups formed
-        seconds = []
-        for _ in range(EXECUTIONS):
-            start = time.perf_counter()
-            ray.get(graph.execute(nbytes))
-            seconds.append(time.perf_counter() - start)
-    finally:
-        graph.teardown()
-    return seconds
+    # Channels sized for the largest tensor from the start (a shared-memory channel that grows
+    # costs a reallocation inside the measurement).
+    return dag.experimental_compile(_buffer_size_bytes=max(ROUND_TRIP_BYTES) + CHANNEL_HEADROOM)
+
+
+def round_trip_seconds(graph, nbytes: int) -> float:
+    """Median seconds per round trip of `graph` with tensors of `nbytes`, after one warm-up."""
+    assert ray.get(graph.execute(nbytes)) == nbytes
+    seconds = []
+    for _ in range(EXECUTIONS):
+        start = time.perf_counter()
+        ray.get(graph.execute(nbytes))
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
 
 
 def rdt_seconds(sender, receiver, nbytes: int, transport: str) -> float:
@@ -131,25 +134,34 @@ def run(rounds: int, bucket: int) -> dict:
     cpus = [endpoint.options(**CPU).remote(False) for _ in range(2)]
     for actor in npus + cpus:
         ray.get([actor.hold.remote(n) for n in (*ROUND_TRIP_BYTES, bucket)])
-    group = device_group(npus, "npu").name
     ours = PlatformCommunicator.for_actors(npus)
-    graphs = {n: {"ours": [], "ray_cpu": []} for n in ROUND_TRIP_BYTES}
+    # Each pair keeps one compiled graph for the whole phase; the two run on different actors, side
+    # by side. Ray 2.60's teardown of a CPU reader's graph hung here: the CPU pair is killed with it.
+    graphs = {"ray_cpu": compile_round_trip(*cpus, "shm"), "ours": compile_round_trip(*npus, ours)}
+    trips = {n: {key: [] for key in graphs} for n in ROUND_TRIP_BYTES}
+    try:
+        for r in range(rounds):
+            say(f"graph round {r + 1}/{rounds}")
+            for n in ROUND_TRIP_BYTES:
+                for key, graph in graphs.items():
+                    trips[n][key].append(round_trip_seconds(graph, n))
+    finally:
+        graphs["ray_cpu"].teardown(kill_actors=True)  # a CPU reader may never see its channel close
+        graphs["ours"].teardown()
+        ours.close()
+    group = device_group(npus, "npu").name
     transfers = {"rdt": [], "bare": []}
+    rdt_seconds(*npus, bucket, transport)  # the first transfer pays for setting up
     for r in range(rounds):
-        say(f"round {r + 1}/{rounds}")
-        for n in ROUND_TRIP_BYTES:
-            graphs[n]["ray_cpu"].append(statistics.median(graph_seconds(*cpus, n, "shm")))
-            graphs[n]["ours"].append(statistics.median(graph_seconds(*npus, n, ours)))
-        rdt_seconds(*npus, bucket, transport)  # the first transfer pays for setting up
+        say(f"transfer round {r + 1}/{rounds}")
         transfers["bare"].append(bare_seconds(*npus, group, bucket))
         transfers["rdt"].append(rdt_seconds(*npus, bucket, transport))
-    ours.close()
     median = statistics.median
     return {
         "transport": transport,
         "bucket": bucket,
         "rounds": rounds,
-        "graphs": {n: {k: median(v) for k, v in by.items()} for n, by in graphs.items()},
+        "graphs": {n: {k: median(v) for k, v in by.items()} for n, by in trips.items()},
         "rdt_s": median(transfers["rdt"]),
         "bare_s": median(transfers["bare"]),
         "rdt_vs_bare": median(b / r for b, r in zip(transfers["bare"], transfers["rdt"])),

@@ -83,7 +83,8 @@ def test_a_cpu_actor_feeds_npu_actors_through_host_staging(npu_actors):
             tensor = host.make.bind(step).with_tensor_transport(**edge_transport("cpu", "npu"))
             on_device = first.to_device.bind(tensor).with_tensor_transport(**edge_transport("npu", "npu"))
             dag = second.check.bind(on_device, step)
-        graph = dag.experimental_compile()
+        # The NPU edge sends and receives on the communicator's own side streams here.
+        graph = dag.experimental_compile(_overlap_gpu_communication=True)
         try:
             results = [ray.get(graph.execute(i)) for i in range(10)]
             received = _open_communicators([second])
