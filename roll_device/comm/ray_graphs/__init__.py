@@ -12,6 +12,6 @@
 Nothing here imports Ray until it is used. See docs/ray-graphs.md.
 """
 
-from roll_device.comm.ray_graphs.registration import edge_transport, register_on, register_ray_communicator
+from roll_device.comm.ray_graphs.registration import edge_transport, register_ray_communicator
 
-__all__ = ["edge_transport", "register_on", "register_ray_communicator"]
+__all__ = ["edge_transport", "register_ray_communicator"]

@@ -1,8 +1,7 @@
 """One call per process puts roll-device's communicator behind Ray's Compiled Graphs, and one
 choice per graph edge says how a tensor crosses it.
 
-- `register_ray_communicator(kind=None)`: in an actor (its `__init__`, or through
-  `register_on(actors)` from the driver), make `PlatformCommunicator` the communicator Ray creates
+- `register_ray_communicator(kind=None)`: in an actor (its `__init__`), make `PlatformCommunicator` the communicator Ray creates
   for `transport="accelerator"` edges and collectives, for the actor's kind. Ray keeps one
   accelerator context per process, keyed by the torch module of the kind's device type (`npu`,
   `cuda`), and maps a non-cuda module to the Ray resource of its upper-cased name (`npu` -> `NPU`),
@@ -45,17 +44,6 @@ def register_ray_communicator(kind: str | None = None) -> str:
     collective_platform(platform.kind)
     register_accelerator_context(platform.device_type, PlatformCommunicator)
     return platform.device_type
-
-
-def register_on(actors: list, kind: str | None = None) -> list[str]:
-    """Run `register_ray_communicator(kind)` in each of `actors` (from the driver); their results."""
-    import ray
-
-    return ray.get([actor.__ray_call__.remote(_register_in_actor, kind) for actor in actors])
-
-
-def _register_in_actor(self, kind: str | None) -> str:
-    return register_ray_communicator(kind)
 
 
 def edge_transport(src: str | Platform, dst: str | Platform, communicator: Any = None) -> dict[str, Any]:
