@@ -40,7 +40,8 @@ def test_npu_tensors_pass_actor_to_actor_through_the_communicator(npu_actors):
     with InputNode() as step:
         tensor = sender.make.bind(step).with_tensor_transport(**edge_transport("npu", "npu"))
         dag = receiver.check.bind(tensor, step)
-    graph = dag.experimental_compile()
+    # Sends and receives run on the communicator's own side streams (Platform.new_stream).
+    graph = dag.experimental_compile(_overlap_gpu_communication=True)
     try:
         results = [ray.get(graph.execute(i)) for i in range(EXECUTIONS)]
         sent, received = (_open_communicators([a]) for a in npu_actors)
@@ -83,8 +84,7 @@ def test_a_cpu_actor_feeds_npu_actors_through_host_staging(npu_actors):
             tensor = host.make.bind(step).with_tensor_transport(**edge_transport("cpu", "npu"))
             on_device = first.to_device.bind(tensor).with_tensor_transport(**edge_transport("npu", "npu"))
             dag = second.check.bind(on_device, step)
-        # The NPU edge sends and receives on the communicator's own side streams here.
-        graph = dag.experimental_compile(_overlap_gpu_communication=True)
+        graph = dag.experimental_compile()
         try:
             results = [ray.get(graph.execute(i)) for i in range(10)]
             received = _open_communicators([second])
