@@ -32,7 +32,6 @@ from roll_device.comm.ray_graphs.rendezvous import join_group
 from roll_device.errors import MissingPackageError
 from roll_device.platforms import current_platform
 
-TIMEOUT_S = 120.0
 KEY_PREFIX = "collective_group/"
 
 
@@ -48,7 +47,7 @@ class PlatformCollectiveGroup(BaseGroup):
     def __init__(self, world_size: int, rank: int, group_name: str) -> None:
         super().__init__(world_size, rank, group_name)
         platform = collective_platform()
-        self._control, group = join_group(KEY_PREFIX + group_name, rank, world_size, platform, TIMEOUT_S)
+        self._control, group = join_group(KEY_PREFIX + group_name, rank, world_size, platform)
         self._ops = GroupOps(group, rank, world_size)
         self._counts = {"sent": 0, "received": 0, "sent_bytes": 0, "received_bytes": 0}
         self.platform_name = platform.name

@@ -33,7 +33,6 @@ from roll_device.errors import CommunicatorError
 from roll_device.platforms import Platform
 
 TRANSPORT = "accelerator"  # what Ray calls a communicator that moves device tensors itself
-TIMEOUT_S = 120.0
 KEY_PREFIX = "graph_communicator/"
 
 
@@ -102,9 +101,7 @@ class PlatformCommunicator(Communicator):
     # ---- membership ------------------------------------------------------------------------
     def initialize(self, rank: int) -> None:
         self._platform = collective_platform()
-        self._control, group = join_group(
-            KEY_PREFIX + self._comm_id, rank, self._world_size, self._platform, TIMEOUT_S
-        )
+        self._control, group = join_group(KEY_PREFIX + self._comm_id, rank, self._world_size, self._platform)
         self._rank = rank
         self._ops = GroupOps(group, rank, self._world_size)
         if self._use_communication_streams:

@@ -21,10 +21,11 @@ from roll_device.platforms import Platform
 
 NAMESPACE = "roll_device"
 POLL_S = 0.02
+JOIN_TIMEOUT_S = 120.0  # how long a member waits for the others (and the group's store timeout)
 
 
 def join_group(
-    key: str, rank: int, world_size: int, platform: Platform, timeout_s: float
+    key: str, rank: int, world_size: int, platform: Platform, timeout_s: float = JOIN_TIMEOUT_S
 ) -> tuple[Control, dist.ProcessGroup]:
     """This actor's membership (as `rank`) of the `world_size` group called `key`; every member
     calls it. Returns the store connection (keep it while the group lives) and the group."""
