@@ -1,7 +1,5 @@
 """Worker processes shared by the weight-sync tests: one trainer end and two rollout ends each for
-the CPU (never simulated) and for scenarios that involve the simulated NPU; and a local Ray
-instance that declares two NPUs, with the NPU's direct transport registered before any actor
-starts (the Ray Compiled Graph and direct-transport tests)."""
+the CPU (never simulated) and for scenarios that involve the simulated NPU."""
 
 from __future__ import annotations
 
@@ -27,17 +25,3 @@ def cpu_workers():
 @pytest.fixture(scope="session")
 def sim_workers():
     yield from _pool(3)
-
-
-@pytest.fixture(scope="session")
-def ray_npus():
-    """A local Ray instance with two (simulated) NPUs; yields the NPU's direct-transport name."""
-    import ray
-
-    from roll_device.comm.ray_graphs.transport import register_direct_transport
-
-    ray.init(address="local", num_cpus=4, resources={"NPU": 2}, include_dashboard=False, log_to_driver=False)
-    try:
-        yield register_direct_transport("npu")
-    finally:
-        ray.shutdown()

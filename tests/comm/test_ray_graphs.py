@@ -1,14 +1,19 @@
-"""Ray Compiled Graphs with roll-device's communicator, on real Ray with simulated NPUs.
+"""Ray Compiled Graphs with roll-device's communicator, and Ray Direct Transport over the NPU's
+collective backend, on real Ray with simulated NPUs.
 
 One local Ray instance declares two NPUs it does not have; each NPU actor asks for one and runs
 with ROLL_DEVICE=npu-sim, so its tensors are `npu` tensors of the simulated NPU and its
 communicator runs the platform's `hccl` backend (gloo underneath). Every test checks values AND the
 communicator's own counts, so a tensor that slipped through Ray's host channels instead would
-fail. All results here are SIMULATED NPU results.
+fail. Direct transport (in a process of its own, `direct_transport_checks.py`): a producer's method
+returns an `npu` tensor with `tensor_transport=<the NPU's backend name>` and the consumer gets it
+over the collective group both joined, not from the object store; the group's counts prove it. All results here are SIMULATED
+NPU results.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -16,11 +21,36 @@ import ray
 from ray.dag import InputNode
 from ray.experimental.collective import allreduce
 
+from roll_device.cluster.sim_nodes import AUTH_MODE_ENV
 from roll_device.comm.ray_graphs import edge_transport
 from roll_device.comm.ray_graphs.communicator import PlatformCommunicator
+from tests.comm.direct_transport_checks import NUMEL, STEPS
 from tests.comm.graph_actors import SIM_NPU, GraphActor
+from tests.isolated import run_isolated
 
 EXECUTIONS = 100
+
+
+@pytest.fixture(scope="module")
+def ray_npus():
+    """A local Ray instance with two (simulated) NPUs, shut down with this module; this process is
+    left as found for the tests after it, which start clusters of their own."""
+    import torch
+
+    environ = dict(os.environ)
+    # Ray fixes its authentication mode once per process, at the first ray.init: a throwaway
+    # cluster without tokens, as the simulated clusters of later tests are (cluster/sim_nodes.py).
+    os.environ[AUTH_MODE_ENV] = "disabled"
+    ray.init(address="local", num_cpus=4, resources={"NPU": 2}, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+        # ray.init sets variables that `ray start` nodes started later would inherit; compiling a
+        # graph registers Ray's tensor serializer.
+        os.environ.clear()
+        os.environ.update(environ)
+        ray.util.serialization.deregister_serializer(torch.Tensor)
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +133,20 @@ def test_edges_stage_in_host_memory_unless_one_backend_joins_both_ends():
     host = {"transport": "shm", "device": "cpu"}
     assert edge_transport("cpu", "npu") == edge_transport("npu", "cpu") == host
     assert edge_transport("npu", "cuda") == edge_transport("cpu", "cpu") == host
+
+
+def test_a_method_returns_npu_tensors_to_another_actor_directly():
+    out = run_isolated("tests.comm.direct_transport_checks:npu_to_npu")
+    nbytes = STEPS * NUMEL * 4
+    assert (out["ray_has_it"], out["registered"]) == (False, True)  # a backend Ray lacks, now registered
+    assert out["results"] == [["npu:0", 0.0]] * STEPS
+    assert (out["sent"]["sent"], out["sent"]["sent_bytes"], out["sent"]["platform"]) == (
+        STEPS,
+        nbytes,
+        "npu (simulated)",
+    )
+    assert (out["received"]["received"], out["received"]["received_bytes"]) == (STEPS, nbytes)
+    assert out["groups_left"] == [0, 0]
 
 
 def test_teardown_leaves_no_actor_behind(ray_npus, npu_actors):
