@@ -19,7 +19,7 @@ import time
 import pytest
 import ray
 from ray.dag import InputNode
-from ray.experimental.collective import allreduce
+from ray.experimental.collective import allgather, allreduce, reducescatter
 
 from roll_device.cluster.sim_nodes import AUTH_MODE_ENV
 from roll_device.comm.ray_graphs import edge_transport
@@ -85,12 +85,18 @@ def test_npu_tensors_pass_actor_to_actor_through_the_communicator(npu_actors):
     assert _open_communicators(npu_actors) == []
 
 
-def test_allreduce_in_a_graph_across_two_npu_actors(npu_actors):
-    communicator = PlatformCommunicator.for_actors(npu_actors)
+def test_collectives_in_a_graph_across_two_npu_actors(npu_actors):
+    communicator = PlatformCommunicator.for_actors(npu_actors)  # ranks in this order
     with InputNode() as step:
-        parts = [actor.make.bind(step, 4) for actor in npu_actors]
-        reduced = allreduce.bind(parts, transport=communicator)
-        dag = ray.dag.MultiOutputNode([actor.report.bind(r) for actor, r in zip(npu_actors, reduced)])
+        parts = [actor.make.bind(step, 4) for actor in npu_actors]  # [step, step+1, step+2, step+3]
+        outputs = [
+            allreduce.bind(parts, transport=communicator),
+            allgather.bind(parts, transport=communicator),
+            reducescatter.bind(parts, transport=communicator),
+        ]
+        dag = ray.dag.MultiOutputNode(
+            [actor.report.bind(out) for per_actor in outputs for actor, out in zip(npu_actors, per_actor)]
+        )
     graph = dag.experimental_compile()
     try:
         results = [ray.get(graph.execute(i)) for i in (1, 5)]
@@ -98,11 +104,13 @@ def test_allreduce_in_a_graph_across_two_npu_actors(npu_actors):
     finally:
         graph.teardown()
         communicator.close()
-    assert results == [
-        [("npu:0", [2.0, 4.0, 6.0, 8.0])] * 2,
-        [("npu:0", [10.0, 12.0, 14.0, 16.0])] * 2,
-    ]
-    assert sorted((s["rank"], s["collectives"]) for s in stats) == [(0, 2), (1, 2)]
+    for result, step in zip(results, (1, 5)):
+        part = [float(step + i) for i in range(4)]
+        summed = [2 * v for v in part]
+        assert result == [
+            ("npu:0", values) for values in (summed, summed, part * 2, part * 2, summed[:2], summed[2:])
+        ]
+    assert sorted((s["rank"], s["collectives"]) for s in stats) == [(0, 6), (1, 6)]
     assert ray.get([a.process_groups.remote() for a in npu_actors]) == [0, 0]
 
 

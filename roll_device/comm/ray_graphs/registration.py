@@ -1,8 +1,9 @@
 """One call per process puts roll-device's communicator behind Ray's Compiled Graphs, and one
 choice per graph edge says how a tensor crosses it.
 
-- `register_ray_communicator(kind=None)`: in an actor (its `__init__`), make `PlatformCommunicator` the communicator Ray creates
-  for `transport="accelerator"` edges and collectives, for the actor's kind. Ray keeps one
+- `register_ray_communicator(kind=None)`: in an actor (its `__init__`), make `PlatformCommunicator`
+  the communicator Ray creates for `transport="accelerator"` edges and collectives, for the actor's
+  kind. Ray keeps one
   accelerator context per process, keyed by the torch module of the kind's device type (`npu`,
   `cuda`), and maps a non-cuda module to the Ray resource of its upper-cased name (`npu` -> `NPU`),
   which is the resource roll-device's NPU platform asks Ray for.
@@ -19,7 +20,8 @@ from typing import Any
 
 from roll_device.comm.planner import HOST
 from roll_device.comm.ray_graphs.backend import collective_platform, platform_for
-from roll_device.platforms import Platform
+from roll_device.errors import ConfigError
+from roll_device.platforms import Platform, get_platform
 
 HOST_STAGING = {"transport": "shm", "device": "cpu"}
 
@@ -32,11 +34,10 @@ def register_ray_communicator(kind: str | None = None) -> str:
     no collective backend here; refuses the host kind, whose tensors Ray moves itself."""
     from ray.experimental.channel.accelerator_context import register_accelerator_context
 
-    from roll_device.comm.ray_graphs.communicator import PlatformCommunicator
-    from roll_device.errors import ConfigError
+    from roll_device.comm.ray_graphs.communicator import PlatformCommunicator  # imports Ray
 
     platform = platform_for(kind)
-    if platform.device_type == _host().device_type:
+    if platform.device_type == get_platform(HOST).device_type:
         raise ConfigError(
             f"platform '{platform.name}' keeps tensors in host memory, which Ray's Compiled Graphs "
             "move through shared memory themselves: register the communicator in device actors only"
@@ -50,13 +51,7 @@ def edge_transport(src: str | Platform, dst: str | Platform, communicator: Any =
     """`with_tensor_transport(**edge_transport(src, dst, communicator))` for an edge from a `src`
     actor to a `dst` actor; `communicator`: a `PlatformCommunicator` (None: the registered one)."""
     src_p, dst_p = (p if isinstance(p, Platform) else platform_for(p) for p in (src, dst))
-    host = _host().device_type
+    host = get_platform(HOST).device_type
     if src_p.device_type == dst_p.device_type != host and src_p.dist_backend == dst_p.dist_backend:
         return {"transport": communicator if communicator is not None else "accelerator"}
     return dict(HOST_STAGING)
-
-
-def _host() -> Platform:
-    from roll_device.platforms import get_platform
-
-    return get_platform(HOST)
