@@ -18,7 +18,8 @@ STEPS = 3
 
 def npu_to_npu() -> dict:
     """An RDT call per step from a producer to a consumer, both on simulated NPUs: what arrived,
-    what the collective group counted, and what is left after the group is destroyed."""
+    what the collective group counted, what its collectives gave, and what is left after the group
+    is destroyed."""
     from ray.experimental.collective import destroy_collective_group
     from ray.experimental.rdt.util import DEFAULT_TRANSPORTS
     from ray.util.collective.backend_registry import BackendRegistry
@@ -38,6 +39,9 @@ def npu_to_npu() -> dict:
         sent, received = ray.get(
             [producer.group_stats.remote(group.name), consumer.group_stats.remote(group.name)]
         )
+        collectives = ray.get(
+            [a.group_collectives.remote(group.name, r) for r, a in enumerate((producer, consumer))]
+        )
         destroy_collective_group(group)
         groups_left = ray.get([producer.process_groups.remote(), consumer.process_groups.remote()])
         return {
@@ -48,6 +52,7 @@ def npu_to_npu() -> dict:
             "sent": sent,
             "received": received,
             "groups_left": groups_left,
+            "collectives": collectives,
         }
     finally:
         ray.shutdown()

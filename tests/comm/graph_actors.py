@@ -48,6 +48,30 @@ class GraphActor:
 
         return get_group_handle(name).stats()
 
+    def group_collectives(self, name: str, rank: int) -> dict:
+        """Each collective of `ray.util.collective` on the group `name`, with this rank's input
+        [rank, rank+1] on this actor's device; the values each gave (two ranks)."""
+        from ray.util import collective
+
+        def mine() -> torch.Tensor:
+            return torch.tensor([float(rank), float(rank + 1)], device=self.platform.device())
+
+        out = {}
+        reduced = mine()
+        collective.allreduce(reduced, name)
+        out["allreduce"] = reduced.cpu().tolist()
+        gathered = [torch.empty(2, device=self.platform.device()) for _ in range(2)]
+        collective.allgather(gathered, mine(), name)
+        out["allgather"] = [t.cpu().tolist() for t in gathered]
+        scattered = torch.empty(1, device=self.platform.device())
+        collective.reducescatter(scattered, [mine()[:1], mine()[1:]], name)
+        out["reducescatter"] = scattered.cpu().tolist()
+        broadcast = mine()
+        collective.broadcast(broadcast, 1, name)
+        out["broadcast"] = broadcast.cpu().tolist()
+        collective.barrier(name)
+        return out
+
     def process_groups(self) -> int:
         """How many process groups this process holds."""
         return len(c10d._world.pg_map)

@@ -155,6 +155,16 @@ def test_a_method_returns_npu_tensors_to_another_actor_directly():
     )
     assert (out["received"]["received"], out["received"]["received_bytes"]) == (STEPS, nbytes)
     assert out["groups_left"] == [0, 0]
+    # The ray.util.collective backend's collectives on the same group (rank r holds [r, r+1]).
+    assert out["collectives"] == [
+        {
+            "allreduce": [1.0, 3.0],
+            "allgather": [[0.0, 1.0], [1.0, 2.0]],
+            "reducescatter": [float(rank * 2 + 1)],
+            "broadcast": [1.0, 2.0],
+        }
+        for rank in range(2)
+    ]
 
 
 def test_teardown_leaves_no_actor_behind(ray_npus, npu_actors):
