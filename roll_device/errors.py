@@ -31,3 +31,8 @@ class PlanError(RollDeviceError, RuntimeError):
 class WeightSyncError(RollDeviceError, RuntimeError):
     """A weight sync that failed in flight: a checksum mismatch, a side that aborted or timed out.
     With verification on, the rollout keeps the weights it had."""
+
+
+class CommunicatorError(RollDeviceError, RuntimeError):
+    """A process group of Ray actors (a Compiled Graph communicator, a collective group, a direct
+    transport) that could not form, or an actor that is not part of it."""

@@ -16,11 +16,15 @@ What it does not model: NPU kernels and their numerics (ops run on CPU kernels),
 returns), and the allocator's caching and fragmentation. Every result obtained through it is a
 simulation and must be labelled so.
 
+Simulated tensors are a subclass of `torch.Tensor`; `ray_pickling.py` lets Ray's tensor hooks
+(Compiled Graph channels, Ray Direct Transport) catch them as they catch a real `npu` tensor.
+
 The rename is once per process and cannot be undone: tests that install it run in their own process.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 
 _lock = threading.Lock()
@@ -32,9 +36,11 @@ def is_installed() -> bool:
 
 
 def install() -> None:
-    """Install the simulated NPU in this process (idempotent)."""
+    """Install the simulated NPU in this process (idempotent; each call also lets Ray, if it was
+    imported since, see simulated tensors as device tensors)."""
     with _lock:
         if _installed["done"]:
+            _expose_to_ray()
             return
         import torch
 
@@ -56,6 +62,14 @@ def install() -> None:
         backend.register_kernels()
         backend.register_hccl()
         _installed["done"] = True
+        _expose_to_ray()
+
+
+def _expose_to_ray() -> None:
+    if "ray.cloudpickle" in sys.modules:
+        from roll_device.sim.ray_pickling import expose_to_ray
+
+        expose_to_ray()
 
 
 def _is_sim_module(module) -> bool:

@@ -1,6 +1,6 @@
-"""The `torch.npu`-like module of the simulated NPU: devices and their facts, synchronize, memory
-(with `memory` for allocator settings), RNG, streams and events, mstx markers, and ACL graphs
-(`NPUGraph`, `graph`, `graph_pool_handle`).
+"""The `torch.npu`-like module of the simulated NPU: devices (and the `device` context manager) and
+their facts, synchronize, memory (with `memory` for allocator settings), RNG, streams and events,
+mstx markers, and ACL graphs (`NPUGraph`, `graph`, `graph_pool_handle`).
 
 It stands where torch_npu's `torch.npu` would, with its names and signatures, so that the NPU
 platform class runs unmodified. The models behind it live beside it: `devices.py`, `memory.py`,
@@ -31,6 +31,7 @@ __all__ = [
     "current_device",
     "current_stream",
     "default_stream",
+    "device",
     "device_count",
     "empty_cache",
     "get_device_name",
@@ -106,6 +107,23 @@ def get_device_name(device=None) -> str:
 
 def get_device_properties(device=None) -> NPUDeviceProperties:
     return NPUDeviceProperties(name=get_device_name(device), total_memory=total_memory())
+
+
+class device:
+    """Make `device` current inside the block (None or -1: leave the current one), as torch_npu's
+    `torch.npu.device` does; Ray's Compiled Graphs wrap every actor task in it."""
+
+    def __init__(self, device) -> None:
+        self.index = None if device is None or device == -1 else device_index(device)
+
+    def __enter__(self) -> None:
+        self.previous = current_index()
+        if self.index is not None:
+            set_current_index(self.index)
+
+    def __exit__(self, *exc) -> bool:
+        set_current_index(self.previous)
+        return False
 
 
 def synchronize(device=None) -> None:
