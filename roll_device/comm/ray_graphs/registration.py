@@ -18,10 +18,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from roll_device.comm.planner import HOST
 from roll_device.comm.ray_graphs.backend import collective_platform, platform_for
 from roll_device.errors import ConfigError
-from roll_device.platforms import Platform, get_platform
+from roll_device.platforms import HOST_KIND, Platform, get_platform
 
 HOST_STAGING = {"transport": "shm", "device": "cpu"}
 
@@ -37,7 +36,7 @@ def register_ray_communicator(kind: str | None = None) -> str:
     from roll_device.comm.ray_graphs.communicator import PlatformCommunicator  # imports Ray
 
     platform = platform_for(kind)
-    if platform.device_type == get_platform(HOST).device_type:
+    if platform.device_type == get_platform(HOST_KIND).device_type:
         raise ConfigError(
             f"platform '{platform.name}' keeps tensors in host memory, which Ray's Compiled Graphs "
             "move through shared memory themselves: register the communicator in device actors only"
@@ -51,7 +50,7 @@ def edge_transport(src: str | Platform, dst: str | Platform, communicator: Any =
     """`with_tensor_transport(**edge_transport(src, dst, communicator))` for an edge from a `src`
     actor to a `dst` actor; `communicator`: a `PlatformCommunicator` (None: the registered one)."""
     src_p, dst_p = (p if isinstance(p, Platform) else platform_for(p) for p in (src, dst))
-    host = get_platform(HOST).device_type
+    host = get_platform(HOST_KIND).device_type
     if src_p.device_type == dst_p.device_type != host and src_p.dist_backend == dst_p.dist_backend:
         return {"transport": communicator if communicator is not None else "accelerator"}
     return dict(HOST_STAGING)
