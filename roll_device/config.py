@@ -38,4 +38,9 @@ def compose(overrides: list[str] | None = None) -> DictConfig:
         with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
             return hydra_compose(config_name=CONFIG_NAME, overrides=list(overrides or []))
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(f"bad configuration or override: {exc}") from exc
+        raise ConfigError(f"bad configuration or override: {one_line(str(exc))}") from exc
+
+
+def one_line(message: str) -> str:
+    """Hydra's and OmegaConf's multi-line reports as one line."""
+    return "; ".join(line.strip() for line in message.splitlines() if line.strip())

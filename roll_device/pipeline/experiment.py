@@ -2,9 +2,11 @@
 start the roles, run GRPO steps with a progress bar, checkpoint, and write metrics and a plot.
 
 `run_experiment(cfg, run_dir, on_step=None)`: `on_step(record, roles)` is called after each step
-(for custom logging or fault drills). A lost worker ends the run with a `WorkerLostError` that
-says which checkpoint to resume from; a rollout or reward worker lost after a completed step gets
-that step checkpointed first, so nothing is lost.
+(for custom logging or fault drills). Everything the config asks for is checked before Ray starts
+(validate.py), the model files and the checkpoint to resume from too; nothing in `run_dir` is
+written before that. A lost worker of any role ends the run with a `WorkerLostError`, Ctrl-C with
+a `RunInterruptedError`; both say which checkpoint to resume from and how. The last finished step
+is checkpointed first whenever the trainer still holds exactly it, so nothing is lost.
 """
 
 from __future__ import annotations
@@ -17,13 +19,13 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from roll_device.cluster import plan_from_config, start_cluster
 from roll_device.doctor.preflight import preflight
-from roll_device.errors import ConfigError
 from roll_device.pipeline.loop import GrpoStep
 from roll_device.pipeline.metrics import MetricsLog
 from roll_device.pipeline.role_settings import role_requests
-from roll_device.pipeline.roles import RoleGroups, WorkerLostError, start_roles
+from roll_device.pipeline.roles import RoleGroups, RunInterruptedError, WorkerLostError, start_roles
+from roll_device.pipeline.schema import check_model_files
 from roll_device.pipeline.state import Checkpoints, PipelineState
-from roll_device.pipeline.validate import validate
+from roll_device.pipeline.validate import check_model, validate
 
 POLICY_DIR = "policy"
 
@@ -58,19 +60,13 @@ class Run:
         self.state = PipelineState()
         self.saved_step = 0
 
-    def restore(self) -> None:
-        latest = self.checkpoints.latest()
-        if latest is None:
-            raise ConfigError(
-                f"resume=true but {self.checkpoints.root} holds no checkpoint: pass the run's "
-                "directory with hydra.run.dir=<dir> (the folder that has checkpoints/)"
-            )
-        path, self.state = latest
-        self.saved_step = self.state.step
+    def restore(self, path: Path, state: PipelineState) -> None:
+        self.state = state
+        self.saved_step = state.step
         self.roles.call("actor_train", "load", str(path / POLICY_DIR))
-        self.metrics.truncate_after(self.state.step)
-        self.roles.sync_weights(version=self.state.step)
-        print(f"resumed from {path} at step {self.state.step}")
+        self.metrics.truncate_after(state.step)
+        self.roles.sync_weights(version=state.step)
+        print(f"resumed from {path} at step {state.step}")
 
     def save(self) -> Path:
         staging = self.checkpoints.staging_dir(self.state.step)
@@ -89,7 +85,10 @@ class Run:
         try:
             while self.state.step < self.cfg.max_steps:
                 record = self.step.run(self.state)
-                self.metrics.append(record)
+                try:
+                    self.step.sync(record)
+                finally:  # a finished step is recorded once, even when its sync was cut short
+                    self.metrics.append(record)
                 bar.update(1)
                 bar.set_postfix(
                     reward=f"{record['reward_mean']:.3f}",
@@ -104,38 +103,65 @@ class Run:
         finally:
             bar.close()
 
-    def fail(self, error: WorkerLostError) -> WorkerLostError:
-        """Checkpoint what can be kept, and say how to resume."""
-        if error.role != "actor_train" and self.state.step > self.saved_step:
+    def keep_last_step(self, trainer_alive: bool) -> None:
+        """Checkpoint the last finished step if it is not saved and the trainer holds exactly it."""
+        if trainer_alive and not self.step.training and self.state.step > self.saved_step:
             try:
                 self.save()
-            except WorkerLostError:
+            except (WorkerLostError, KeyboardInterrupt):
                 pass
+
+    def resume_advice(self) -> str:
         latest = self.checkpoints.latest()
         where = (
             f"the last checkpoint is step {latest[1].step} in {latest[0]}"
             if latest
             else "no checkpoint was written yet"
         )
-        return WorkerLostError(
-            error.role,
-            error.cause,
-            advice=(
-                f"the run stopped after step {self.state.step}; {where}; continue with: roll-device run "
-                f"resume=true hydra.run.dir={self.run_dir} (and the same overrides)"
-            ),
+        again = "resume=true " if latest else ""
+        return (
+            f"the run stopped after step {self.state.step}; {where}; continue with: roll-device run "
+            f"{again}hydra.run.dir={self.run_dir} (and the same overrides)"
         )
+
+    def fail(self, error: WorkerLostError) -> WorkerLostError:
+        """Checkpoint what can be kept, and say how to resume."""
+        self.keep_last_step(trainer_alive=error.role != "actor_train")
+        return WorkerLostError(error.role, error.cause, advice=self.resume_advice())
+
+    def interrupt(self) -> RunInterruptedError:
+        self.keep_last_step(trainer_alive=True)
+        return RunInterruptedError(f"interrupted (Ctrl-C); {self.resume_advice()}")
+
+
+def resume_point(cfg: DictConfig, run_dir: Path) -> tuple[Path, PipelineState] | None:
+    """The checkpoint this run continues from (checked, nothing written), or None for a new run."""
+    return Checkpoints(run_dir).resume_point(cfg.resume) if cfg.resume else None
 
 
 def run_experiment(cfg: DictConfig, run_dir: Path, on_step: Callable | None = None) -> Path:
     """Run `cfg` with outputs in `run_dir`; returns the run directory."""
-    from transformers import AutoTokenizer
-
     validate(cfg)
+    check_model_files(cfg)
+    start = resume_point(cfg, run_dir)
     _drop_unused_reference(cfg)
+    path = model_path(cfg)
+    check_model(cfg, path)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    path = model_path(cfg)
+    try:
+        _run(cfg, run_dir, path, start, on_step)
+    except KeyboardInterrupt:
+        raise RunInterruptedError(
+            "interrupted (Ctrl-C) before the first step; nothing to resume: run the command again"
+        ) from None
+    print(f"run directory: {run_dir} (metrics.jsonl, metrics.png, checkpoints/)")
+    return run_dir
+
+
+def _run(cfg: DictConfig, run_dir: Path, path: str, start, on_step: Callable | None) -> None:
+    from transformers import AutoTokenizer
+
     tokenizer = AutoTokenizer.from_pretrained(path)
     started = time.perf_counter()
     with start_cluster(cfg.cluster):
@@ -157,12 +183,14 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_step: Callable | None = No
                 flush=True,
             )
             run = Run(cfg, run_dir, roles, tokenizer)
-            if cfg.resume:
-                run.restore()
             try:
+                if start is not None:
+                    run.restore(*start)
                 run.loop(on_step)
             except WorkerLostError as lost:
                 raise run.fail(lost) from lost
+            except KeyboardInterrupt:
+                raise run.interrupt() from None
             records = run.metrics.read()
             png = run.metrics.plot(f"{cfg.experiment.name}: GRPO on '{cfg.data.task}' ({plan_summary(plan)})")
             first, last = records[0]["reward_mean"], records[-1]["reward_mean"]
@@ -170,8 +198,6 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_step: Callable | None = No
         finally:
             roles.shutdown()
             plan.release()
-    print(f"run directory: {run_dir} (metrics.jsonl, metrics.png, checkpoints/)")
-    return run_dir
 
 
 def plan_summary(plan) -> str:
