@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from omegaconf import DictConfig, OmegaConf
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, TypeAdapter, ValidationError
@@ -214,26 +214,37 @@ def _one_line(error: dict, model: type[BaseModel] | None, section: str) -> str:
     return f"{key}={error['input']!r}: {message}" + (f" ({hint})" if hint else "")
 
 
-def _field(model: type[BaseModel] | None, loc: tuple) -> Any:
-    """The pydantic field at `loc` under `model` (through nested sections), or None."""
-    field = None
-    for part in loc:
-        if model is None or not isinstance(model, type) or not issubclass(model, BaseModel):
-            return None
-        field = model.model_fields.get(str(part))
+def _walk(model: type[BaseModel] | None, loc: tuple) -> tuple[Any, Any]:
+    """(the field at `loc` under `model` or None, the type found there), through nested
+    sections, dict values and the union members pydantic names in a location."""
+    current, field = model, None
+    for part in map(str, loc):
+        if get_origin(current) is dict:
+            current, field = get_args(current)[1], None
+            continue
+        models = _models_in(current)
+        named = [m for m in models if m.__name__ == part]
+        if named:
+            current = named[0]
+            continue
+        field = next((m.model_fields[part] for m in models if part in m.model_fields), None)
         if field is None:
-            return None
-        model = field.annotation
-    return field
+            return None, None
+        current = field.annotation
+    return field, current
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The sections an annotation holds (itself, or the members of an Optional or a Union)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for arg in get_args(annotation) for m in _models_in(arg)]
 
 
 def _keys_at(model: type[BaseModel] | None, loc: tuple) -> list[str]:
-    inner = model if not loc else getattr(_field(model, loc), "annotation", None)
-    if isinstance(inner, type) and issubclass(inner, BaseModel):
-        return list(inner.model_fields)
-    return []
+    return [key for m in _models_in(_walk(model, loc)[1]) for key in m.model_fields]
 
 
 def _description(model: type[BaseModel] | None, loc: tuple) -> str | None:
-    field = _field(model, loc)
+    field = _walk(model, loc)[0]
     return None if field is None else field.description
