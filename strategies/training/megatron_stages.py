@@ -13,6 +13,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from strategies.training.common import host_snapshot
+
 
 class PipelineStages:
     """This rank's place in its pipeline group (ranks with the same tensor- and data-parallel
@@ -49,7 +51,7 @@ class PipelineStages:
         at a time, so no rank holds more than one foreign tensor at once."""
         if self.size == 1:
             for name, tensor in local_export():
-                yield name, tensor.detach().cpu()
+                yield name, host_snapshot(tensor)
             return
         for stage, source in enumerate(self.global_ranks):
             mine = stage == self.rank
@@ -65,4 +67,4 @@ class PipelineStages:
                 else:
                     tensor = torch.empty(shape, dtype=dtype, device=self.device)
                 dist.broadcast(tensor, src=source, group=self.group)
-                yield name, tensor.cpu()
+                yield name, host_snapshot(tensor)
