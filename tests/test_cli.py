@@ -73,3 +73,63 @@ def test_the_main_job_as_the_readme_runs_it(tmp_path):
     rewards = [json.loads(line)["reward_mean"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(rewards) == 30
     assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.3
+
+
+def test_hydra_flags_pass_through_run(capsys):
+    from roll_device.cli import main
+
+    assert main(["run", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("roll-device run [overrides] [flags]") and "-m/--multirun" in out
+    assert "trainer: fsdp, megatron" in out, "Hydra lists the config groups"
+    assert main(["run", "--cfg", "job", "max_steps=7"]) == 0
+    assert "max_steps: 7" in capsys.readouterr().out
+    assert main(["run", "-c", "job", "--resolve", "trainer=megatron"]) == 0
+    assert "tensor_parallel: 1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "nosuchkey=1"], "roll-device run: error: bad configuration or override: Could not override 'nosuchkey'"),
+        (["run", "max_steps=abc"], "roll-device run: error: max_steps='abc': input should be a valid integer"),
+        (["plan", "nosuchkey=1"], "roll-device plan: error: bad configuration or override"),
+        (["plan", "trainer.lr=abc"], "roll-device plan: error: trainer.lr='abc'"),
+        (["submit", "foo=1"], "roll-device submit: error: bad configuration or override: Could not override 'foo'"),
+        (["submit", "resume=maybe"], "roll-device submit: error: resume='maybe'"),
+        (["doctor", "nosuchkey=1"], "roll-device doctor: error: bad configuration or override"),
+    ],
+)
+def test_one_exit_code_for_bad_input_on_every_subcommand(capsys, args, message):
+    from roll_device.cli import main
+
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1, err
+
+
+@pytest.mark.slow
+def test_ctrl_c_checkpoints_and_says_how_to_resume(tmp_path):
+    """SIGINT to the driver after step 1: exit 130, no traceback, the finished step kept, and the
+    printed command resumes to the last step with every step recorded once."""
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    args = ["run", "max_steps=3", "save_every=0", "algorithm.kl_coef=0", f"hydra.run.dir={run_dir}"]
+    env = {**os.environ, "ROLL_DEVICE_HOME": str(tmp_path)}
+    proc = subprocess.Popen([str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    metrics = run_dir / "metrics.jsonl"
+    while not (metrics.exists() and metrics.read_text().strip()):
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "roll-device run: error: interrupted (Ctrl-C); the run stopped after step" in err
+    resume = err.split("continue with: roll-device ")[1].split(" (and the same overrides)")[0].split()
+    assert resume[:2] == ["run", "resume=true"], "the finished step was checkpointed"
+    done = _cli(*resume, *args[1:-1], home=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert steps == [1, 2, 3]
