@@ -7,6 +7,7 @@ suite (the rollout lost in the middle of a weight sync), the others `slow`."""
 import json
 import os
 import signal
+import time
 
 import pytest
 import ray
@@ -18,9 +19,9 @@ from roll_device.pipeline.roles import WorkerLostError
 MAX_STEPS = 5
 
 
-def _kill_at_next(role: str, method: str):
+def _kill_at_next(role: str, method: str, killed_at: list):
     """An on_step hook: after step 3, the next call of `method` on `role` (in step 4) first kills
-    the role's worker 0 with SIGKILL, as `kill -9` would."""
+    the role's worker 0 with SIGKILL, as `kill -9` would (its time goes into `killed_at`)."""
 
     def on_step(record, roles):
         if record["step"] != 3:
@@ -31,8 +32,9 @@ def _kill_at_next(role: str, method: str):
             original = getattr(group, name)
 
             def killing(called, *args, _original=original, **kwargs):
-                if called == method:
+                if called == method and not killed_at:
                     os.kill(pid, signal.SIGKILL)
+                    killed_at.append(time.monotonic())
                 return _original(called, *args, **kwargs)
 
             setattr(group, name, killing)
@@ -63,8 +65,10 @@ def test_a_killed_worker_ends_the_run_and_resume_records_every_step_once(
 ):
     run_dir = tmp_path / "run"
     base = [f"model.tiny_dir={tmp_path / 'tiny'}", f"max_steps={MAX_STEPS}", "save_every=2", *overrides]
+    killed_at = []
     with pytest.raises(WorkerLostError) as lost:
-        run_experiment(compose(base), run_dir, on_step=_kill_at_next(role, method))
+        run_experiment(compose(base), run_dir, on_step=_kill_at_next(role, method, killed_at))
+    print(f"{role} killed: the run ended {time.monotonic() - killed_at[0]:.1f}s later")  # for docs, not asserted
     message = str(lost.value)
     assert f"a worker of role '{role}' was lost" in message
     assert f"the last checkpoint is step {kept} in {run_dir / 'checkpoints' / f'step_{kept}'}" in message
