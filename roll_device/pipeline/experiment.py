@@ -134,16 +134,17 @@ class Run:
         return RunInterruptedError(f"interrupted (Ctrl-C); {self.resume_advice()}")
 
 
-def resume_point(cfg: DictConfig, run_dir: Path) -> tuple[Path, PipelineState] | None:
-    """The checkpoint this run continues from (checked, nothing written), or None for a new run."""
+def check_before_start(cfg: DictConfig, run_dir: Path) -> tuple[Path, PipelineState] | None:
+    """Everything checked before anything starts or is written: the config, the model files and
+    the checkpoint a resumed run continues from (returned; None for a new run)."""
+    validate(cfg)
+    check_model_files(cfg)
     return Checkpoints(run_dir).resume_point(cfg.resume) if cfg.resume else None
 
 
 def run_experiment(cfg: DictConfig, run_dir: Path, on_step: Callable | None = None) -> Path:
     """Run `cfg` with outputs in `run_dir`; returns the run directory."""
-    validate(cfg)
-    check_model_files(cfg)
-    start = resume_point(cfg, run_dir)
+    start = check_before_start(cfg, run_dir)
     _drop_unused_reference(cfg)
     path = model_path(cfg)
     check_model(cfg, path)

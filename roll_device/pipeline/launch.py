@@ -3,7 +3,8 @@ output directory, saved config, `--help`, `--cfg job`, `--info`, `-m`/`--multiru
 run in it.
 
 Overrides are composed and checked here first when no Hydra flag is given, so that a bad override
-is refused as any bad input is (one line, exit 2) instead of by Hydra's own report (exit 1).
+is refused as any bad input is (one line, exit 2) instead of by Hydra's own report (exit 1), and a
+resumed run's checkpoint is checked before Hydra writes into its run directory.
 Exit status: 0 on success; else the `exit_code` of the `RollDeviceError` that ended the run (2 bad
 input, 1 a lost worker, 130 Ctrl-C), its message one line on stderr.
 """
@@ -17,14 +18,24 @@ from roll_device.config import CONFIG_NAME, compose, config_dir
 from roll_device.errors import RollDeviceError
 
 
+def _check(args: list[str]) -> None:
+    from omegaconf import open_dict
+
+    from roll_device.pipeline.experiment import check_before_start
+
+    cfg = compose(args, with_hydra=True)
+    run_dir = Path(cfg.hydra.run.dir)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    check_before_start(cfg, run_dir)
+
+
 def run_command(args: list[str]) -> int:
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
     if not any(arg.startswith("-") for arg in args):
-        from roll_device.pipeline.validate import validate
-
-        validate(compose(args))
+        _check(args)
     outcome = {"code": 0}
 
     @hydra.main(config_path=str(config_dir()), config_name=CONFIG_NAME, version_base="1.3")

@@ -126,7 +126,6 @@ class Checkpoints:
             return latest, read_state(latest)
         fallback = next((p for p in self.steps() if p != latest and self.problem(p) is None), None)
         if fallback is not None and mode == "latest_valid":
-            print(f"resume: {latest} is damaged ({problem}); continuing from {fallback}")
             return fallback, read_state(fallback)
         offer = (
             f"resume=latest_valid continues from {fallback.name}, the newest complete checkpoint"

@@ -88,3 +88,13 @@ def test_run_refuses_a_damaged_checkpoint_before_ray_and_writes_nothing(run_dir,
     assert not ray.is_initialized(), "no cluster was started"
     assert _snapshot(run_dir) == before, "nothing in the run directory was written"
     assert not (tmp_path / "tiny").exists(), "no model was made"
+
+
+def test_cli_refuses_before_hydra_writes_into_the_run_directory(run_dir, capsys):
+    from roll_device.cli import main
+
+    (run_dir / "checkpoints" / "step_4" / "pipeline.json").write_text("{")
+    before = _snapshot(run_dir)
+    assert main(["run", "resume=true", f"hydra.run.dir={run_dir}"]) == 2
+    assert "pipeline.json is unreadable" in capsys.readouterr().err
+    assert _snapshot(run_dir) == before and not (run_dir / ".hydra").exists()
