@@ -154,7 +154,7 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_step: Callable | None = No
         _run(cfg, run_dir, path, start, on_step)
     except KeyboardInterrupt:
         raise RunInterruptedError(
-            "interrupted (Ctrl-C) before the first step; nothing to resume: run the command again"
+            "interrupted (Ctrl-C) before the first step of this run: run the same command again"
         ) from None
     print(f"run directory: {run_dir} (metrics.jsonl, metrics.png, checkpoints/)")
     return run_dir
