@@ -88,6 +88,17 @@ def test_hydra_flags_pass_through_run(capsys):
     assert "tensor_parallel: 1" in capsys.readouterr().out
 
 
+def test_multirun_refuses_each_bad_job_in_one_line(tmp_path, capsys):
+    from roll_device.cli import main
+
+    assert main(["run", "-m", "max_steps=abc,0", f"hydra.sweep.dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "roll-device run: error: max_steps='abc': input should be a valid integer (a run needs at least one step)",
+        "roll-device run: error: max_steps=0: input should be greater than or equal to 1 (a run needs at least one step)",
+    ]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
