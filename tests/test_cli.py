@@ -14,7 +14,9 @@ SCRIPT = Path(sys.executable).with_name("roll-device")
 
 def _cli(*args, home, timeout=600):
     env = {**os.environ, "ROLL_DEVICE_HOME": str(home)}
-    return subprocess.run([str(SCRIPT), *args], check=False, capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [str(SCRIPT), *args], check=False, capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def test_run_writes_into_the_hydra_run_dir(tmp_path):
@@ -32,7 +34,10 @@ def test_run_writes_into_the_hydra_run_dir(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["run", "data.prompts_per_step=7", "roles.actor_infer.num_devices=2"], "does not split across 2 actor_infer"),
+        (
+            ["run", "data.prompts_per_step=7", "roles.actor_infer.num_devices=2"],
+            "does not split across 2 actor_infer",
+        ),
         (["run", "roles.actor_infer.device=tpu"], "roles.actor_infer.device='tpu'"),
     ],
 )
@@ -51,7 +56,9 @@ def test_bad_input_exits_2_with_the_reason(tmp_path, args, message):
 )
 def test_bad_roll_device_is_refused_before_work(tmp_path, kind, message):
     env = {**os.environ, "ROLL_DEVICE": kind, "ROLL_DEVICE_HOME": str(tmp_path)}
-    proc = subprocess.run([str(SCRIPT), "run"], check=False, capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [str(SCRIPT), "run"], check=False, capture_output=True, text=True, env=env, timeout=120
+    )
     assert proc.returncode == 2 and message in proc.stderr
     assert not (tmp_path / "tiny-qwen2").exists(), "nothing was made"
 
@@ -66,11 +73,20 @@ def test_make_tiny_model(tmp_path):
 @pytest.mark.slow
 def test_the_main_job_as_the_readme_runs_it(tmp_path):
     """`roll-device run` with no arguments: the default 30 steps raise the mean reward."""
-    proc = subprocess.run([str(SCRIPT), "run"], check=False, capture_output=True, text=True, timeout=900, cwd=tmp_path,
-                          env={**os.environ, "ROLL_DEVICE_HOME": str(tmp_path)})
+    proc = subprocess.run(
+        [str(SCRIPT), "run"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+        env={**os.environ, "ROLL_DEVICE_HOME": str(tmp_path)},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip().splitlines()[-1].split()[2])
-    rewards = [json.loads(line)["reward_mean"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rewards = [
+        json.loads(line)["reward_mean"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+    ]
     assert len(rewards) == 30
     assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.3
 
@@ -102,11 +118,20 @@ def test_multirun_refuses_each_bad_job_in_one_line(tmp_path, capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["run", "nosuchkey=1"], "roll-device run: error: bad configuration or override: Could not override 'nosuchkey'"),
-        (["run", "max_steps=abc"], "roll-device run: error: max_steps='abc': input should be a valid integer"),
+        (
+            ["run", "nosuchkey=1"],
+            "roll-device run: error: bad configuration or override: Could not override 'nosuchkey'",
+        ),
+        (
+            ["run", "max_steps=abc"],
+            "roll-device run: error: max_steps='abc': input should be a valid integer",
+        ),
         (["plan", "nosuchkey=1"], "roll-device plan: error: bad configuration or override"),
         (["plan", "trainer.lr=abc"], "roll-device plan: error: trainer.lr='abc'"),
-        (["submit", "foo=1"], "roll-device submit: error: bad configuration or override: Could not override 'foo'"),
+        (
+            ["submit", "foo=1"],
+            "roll-device submit: error: bad configuration or override: Could not override 'foo'",
+        ),
         (["submit", "resume=maybe"], "roll-device submit: error: resume='maybe'"),
         (["doctor", "nosuchkey=1"], "roll-device doctor: error: bad configuration or override"),
     ],
@@ -129,7 +154,9 @@ def test_ctrl_c_checkpoints_and_says_how_to_resume(tmp_path):
     run_dir = tmp_path / "run"
     args = ["run", "max_steps=3", "save_every=0", "algorithm.kl_coef=0", f"hydra.run.dir={run_dir}"]
     env = {**os.environ, "ROLL_DEVICE_HOME": str(tmp_path)}
-    proc = subprocess.Popen([str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     metrics = run_dir / "metrics.jsonl"
     while not (metrics.exists() and metrics.read_text().strip()):
         assert proc.poll() is None, proc.communicate()[1][-3000:]
@@ -137,7 +164,10 @@ def test_ctrl_c_checkpoints_and_says_how_to_resume(tmp_path):
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err[-3000:]
-    assert "Traceback" not in err and "roll-device run: error: interrupted (Ctrl-C); the run stopped after step" in err
+    assert (
+        "Traceback" not in err
+        and "roll-device run: error: interrupted (Ctrl-C); the run stopped after step" in err
+    )
     resume = err.split("continue with: roll-device ")[1].split(" (and the same overrides)")[0].split()
     assert resume[:2] == ["run", "resume=true"], "the finished step was checkpointed"
     done = _cli(*resume, *args[1:-1], home=tmp_path)

@@ -116,7 +116,9 @@ class Control:
             except WeightSyncError:
                 if self.store.check([ABORT_KEY]):
                     reason = pickle.loads(self.store.get(ABORT_KEY))
-                    raise WeightSyncError(f"weight sync aborted while waiting for {waiting_for}: {reason}") from None
+                    raise WeightSyncError(
+                        f"weight sync aborted while waiting for {waiting_for}: {reason}"
+                    ) from None
                 if time.monotonic() >= deadline:
                     raise
 

@@ -83,7 +83,9 @@ class ExperimentSection(OpenSection):
 class ClusterSection(OpenSection):
     name: Literal["local", "sim", "remote"]
     address: str | None = None
-    cpu_per_worker: Annotated[float, Field(gt=0, le=64, description="CPUs each CPU-role worker reserves")] = 0.25
+    cpu_per_worker: Annotated[float, Field(gt=0, le=64, description="CPUs each CPU-role worker reserves")] = (
+        0.25
+    )
 
 
 class RolloutSection(Section):

@@ -77,7 +77,9 @@ class StepAccounting:
         return out
 
 
-def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device, keep: set | None = None) -> set:
+def move_optimizer_state(
+    optimizer: torch.optim.Optimizer, device: torch.device, keep: set | None = None
+) -> set:
     """Move optimizer state tensors to `device`; with `keep` given, only the (param id, key)
     entries it names. Returns the entries that were not on `device` before the move."""
     moved = set()

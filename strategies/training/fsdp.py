@@ -37,7 +37,9 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 TRAINER_STATE = "trainer_state.pt"
 
 
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def token_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
     """Aligned (B, T) logprobs of `input_ids` from full-vocabulary logits (B, T, V)."""
     labels = shifted_labels(input_ids).to(logits.device)
     next_token = -F.cross_entropy(logits.float().transpose(1, 2), labels, reduction="none")

@@ -25,11 +25,15 @@ class PipelineStages:
         self.global_ranks = dist.get_process_group_ranks(group) if size > 1 else [dist.get_rank()]
         self.is_first, self.is_last = rank == 0, rank == size - 1
 
-    def tensor_from_last(self, local: torch.Tensor | None, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    def tensor_from_last(
+        self, local: torch.Tensor | None, shape: tuple[int, ...], dtype: torch.dtype
+    ) -> torch.Tensor:
         """The last stage's `local` on every stage (others pass None and the expected shape)."""
         if self.size == 1:
             return local
-        buffer = local.to(self.device) if self.is_last else torch.empty(shape, dtype=dtype, device=self.device)
+        buffer = (
+            local.to(self.device) if self.is_last else torch.empty(shape, dtype=dtype, device=self.device)
+        )
         dist.broadcast(buffer, src=self.global_ranks[-1], group=self.group)
         return buffer.cpu()
 
@@ -62,7 +66,9 @@ class PipelineStages:
                 if mine:
                     sent_name, tensor = next(stream)
                     if sent_name != name:
-                        raise RuntimeError(f"stage {stage} exported {sent_name} where its manifest has {name}")
+                        raise RuntimeError(
+                            f"stage {stage} exported {sent_name} where its manifest has {name}"
+                        )
                     tensor = tensor.detach().to(self.device).contiguous()
                 else:
                     tensor = torch.empty(shape, dtype=dtype, device=self.device)

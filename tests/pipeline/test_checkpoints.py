@@ -30,7 +30,9 @@ def run_dir(tmp_path):
     checkpoints = Checkpoints(tmp_path / "run")
     _commit(checkpoints, 2)
     _commit(checkpoints, 4)
-    (tmp_path / "run" / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in range(1, 6)))
+    (tmp_path / "run" / "metrics.jsonl").write_text(
+        "".join(json.dumps({"step": s}) + "\n" for s in range(1, 6))
+    )
     return tmp_path / "run"
 
 
@@ -47,12 +49,24 @@ def _truncate(path):
     [
         (lambda d: _truncate(d / "pipeline.json"), "pipeline.json is unreadable (JSONDecodeError"),
         (lambda d: _truncate(d / "policy/.metadata"), "policy/.metadata has 200 bytes, 400 were written"),
-        (lambda d: _truncate(d / "policy/__0_0.distcp"), "policy/__0_0.distcp has 2048 bytes, 4096 were written"),
-        (lambda d: _truncate(d / "policy/trainer_state.pt"), "policy/trainer_state.pt has 150 bytes, 300 were written"),
-        (lambda d: (d / "policy/trainer_state.pt").write_bytes(b"\0" * 300), "trainer_state.pt changed since it was written"),
+        (
+            lambda d: _truncate(d / "policy/__0_0.distcp"),
+            "policy/__0_0.distcp has 2048 bytes, 4096 were written",
+        ),
+        (
+            lambda d: _truncate(d / "policy/trainer_state.pt"),
+            "policy/trainer_state.pt has 150 bytes, 300 were written",
+        ),
+        (
+            lambda d: (d / "policy/trainer_state.pt").write_bytes(b"\0" * 300),
+            "trainer_state.pt changed since it was written",
+        ),
         (lambda d: (d / "policy/__0_0.distcp").unlink(), "policy/__0_0.distcp is missing"),
         (lambda d: _truncate(d / "manifest.json"), "manifest.json is unreadable"),
-        (lambda d: (d / "pipeline.json").write_text('{"step": 4}'), "pipeline.json is unreadable (ValueError"),
+        (
+            lambda d: (d / "pipeline.json").write_text('{"step": 4}'),
+            "pipeline.json is unreadable (ValueError",
+        ),
     ],
 )
 def test_a_damaged_latest_checkpoint_is_named_and_the_previous_one_offered(run_dir, damage, message):
@@ -60,7 +74,9 @@ def test_a_damaged_latest_checkpoint_is_named_and_the_previous_one_offered(run_d
     with pytest.raises(ConfigError) as err:
         Checkpoints(run_dir).resume_point(True)
     text = str(err.value)
-    assert f"the latest checkpoint {run_dir / 'checkpoints' / 'step_4'} is damaged" in text and message in text
+    assert (
+        f"the latest checkpoint {run_dir / 'checkpoints' / 'step_4'} is damaged" in text and message in text
+    )
     assert "resume=latest_valid continues from step_2, the newest complete checkpoint" in text
     path, state = Checkpoints(run_dir).resume_point("latest_valid")
     assert path.name == "step_2" and state == PipelineState(step=2, data_position=16, sampling_seed=2)

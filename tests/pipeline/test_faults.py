@@ -68,7 +68,9 @@ def test_a_killed_worker_ends_the_run_and_resume_records_every_step_once(
     killed_at = []
     with pytest.raises(WorkerLostError) as lost:
         run_experiment(compose(base), run_dir, on_step=_kill_at_next(role, method, killed_at))
-    print(f"{role} killed: the run ended {time.monotonic() - killed_at[0]:.1f}s later")  # for docs, not asserted
+    print(
+        f"{role} killed: the run ended {time.monotonic() - killed_at[0]:.1f}s later"
+    )  # for docs, not asserted
     message = str(lost.value)
     assert f"a worker of role '{role}' was lost" in message
     assert f"the last checkpoint is step {kept} in {run_dir / 'checkpoints' / f'step_{kept}'}" in message

@@ -39,8 +39,14 @@ def test_default_run_learns_and_writes_its_outputs(tmp_path, capsys):
     "overrides, message",
     [
         (["+roles.critic.device=cpu"], "unknown role 'roles.critic'"),
-        (["roles.actor_train.device=tpu"], "roles.actor_train.device='tpu': valid values are auto, npu, cuda, rocm, cpu"),
-        (["roles.actor_infer.strategy=sglang"], "roles.actor_infer.strategy='sglang' is unknown for inference: choose one of hf, vllm"),
+        (
+            ["roles.actor_train.device=tpu"],
+            "roles.actor_train.device='tpu': valid values are auto, npu, cuda, rocm, cpu",
+        ),
+        (
+            ["roles.actor_infer.strategy=sglang"],
+            "roles.actor_infer.strategy='sglang' is unknown for inference: choose one of hf, vllm",
+        ),
         (["roles.reward.strategy=model"], "roles.reward.strategy='model' is unknown"),
         (["roles.actor_train.num_devices=3"], "does not split across 3 actor_train workers"),
         (["roles.actor_infer.num_devices=3"], "does not split across 3 actor_infer workers"),
@@ -66,8 +72,14 @@ def test_bad_configs_fail_before_anything_starts(tmp_path, overrides, message):
 def test_megatron_model_parallel_trainer_in_the_pipeline(tmp_path, layout):
     """Two Megatron ranks of one model replica (2 tensor-parallel ranks, or 2 pipeline stages)
     get the same rows; the weights the rollout receives come from both."""
-    overrides = ["trainer=megatron", f"trainer.{layout}=2", "roles.actor_train.num_devices=2",
-                 "algorithm.kl_coef=0", "max_steps=2", "save_every=0"]
+    overrides = [
+        "trainer=megatron",
+        f"trainer.{layout}=2",
+        "roles.actor_train.num_devices=2",
+        "algorithm.kl_coef=0",
+        "max_steps=2",
+        "save_every=0",
+    ]
     run_dir = run_experiment(_config(tmp_path, *overrides), tmp_path / "run")
     records = _records(run_dir)
     assert [r["weights_version"] for r in records] == [1, 2]

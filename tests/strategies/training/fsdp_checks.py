@@ -71,7 +71,9 @@ def two_ranks(rank: int, model_path: str, checkpoint_dir: str) -> dict:
     out["hf_names"] = sorted(plain.state_dict())
     fresh = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
     fresh.load_state_dict(exported, strict=True)
-    out["export_logprob_diff"] = (plain_logprobs(fresh, batch) - trainer.forward_logprobs(batch)).abs().max().item()
+    out["export_logprob_diff"] = (
+        (plain_logprobs(fresh, batch) - trainer.forward_logprobs(batch)).abs().max().item()
+    )
 
     out["uneven_error"] = error_of(lambda: trainer.forward_logprobs(make_batch(seed=1, rows=2 + rank)))
     trainer.offload()
