@@ -14,7 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from roll_device.cluster import Plan
 from roll_device.doctor.checks import RoleRequest
-from roll_device.pipeline.validate import ROLE_TYPES
+from roll_device.pipeline.schema import ROLE_TYPES
 
 SETTINGS_SECTION = {"inference": "rollout", "train": "trainer"}
 STRATEGY_TYPES = tuple(SETTINGS_SECTION)  # role types whose strategy comes from strategies/

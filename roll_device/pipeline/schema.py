@@ -18,13 +18,23 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
 
 from omegaconf import DictConfig, OmegaConf
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    TypeAdapter,
+    ValidationError,
+    create_model,
+)
 
 from roll_device.comm.options import WeightSyncOptions
 from roll_device.errors import ConfigError, RollDeviceError
 from strategies.inference.vllm_args import GRAPH_MODES, LOGPROBS_MODES
 from strategies.training.settings import FsdpSettings, MegatronSettings
 
+ROLE_TYPES = {"actor_infer": "inference", "actor_train": "train", "reference": "train", "reward": "reward"}
 TRAINER_SETTINGS = {"fsdp": FsdpSettings, "megatron": MegatronSettings}
 RESUME_CHOICES = (True, False, "latest_valid")
 ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -57,6 +67,13 @@ class RoleSection(Section):
     num_devices: Count = 1
     strategy: str
     colocate_with: str | None = None
+
+
+RolesSection = create_model(
+    "RolesSection",
+    __base__=Section,
+    **{role: (RoleSection | None, None) for role in ROLE_TYPES},  # `roles.<role>=null` drops one
+)
 
 
 class DataSection(OpenSection):
@@ -130,7 +147,7 @@ class RunSchema(Section):
     )
     save_every: Annotated[StrictInt, Field(ge=0, description="0 checkpoints only at the end")]
     model: ModelSection
-    roles: dict[str, RoleSection | None]
+    roles: RolesSection
     weight_sync: dict[str, Any]
     data: DataSection
     algorithm: AlgorithmSection

@@ -38,7 +38,10 @@ def test_default_run_learns_and_writes_its_outputs(tmp_path, capsys):
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        (["+roles.critic.device=cpu"], "unknown role 'roles.critic'"),
+        (
+            ["+roles.critic.device=cpu"],
+            "unknown key roles.critic: the keys here are actor_infer, actor_train, reference, reward",
+        ),
         (
             ["roles.actor_train.device=tpu"],
             "roles.actor_train.device='tpu': valid values are auto, npu, cuda, rocm, cpu",
