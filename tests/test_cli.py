@@ -162,7 +162,9 @@ def test_ctrl_c_checkpoints_and_says_how_to_resume(tmp_path):
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         time.sleep(0.5)
     proc.send_signal(signal.SIGINT)
+    interrupted = time.monotonic()
     _out, err = proc.communicate(timeout=300)
+    print(f"Ctrl-C: the run ended {time.monotonic() - interrupted:.1f}s later")  # for docs, not asserted
     assert proc.returncode == 130, err[-3000:]
     assert (
         "Traceback" not in err
