@@ -60,6 +60,14 @@ class Run:
         self.state = PipelineState()
         self.saved_step = 0
 
+    def begin(self, start: tuple[Path, PipelineState] | None) -> None:
+        """Continue from checkpoint `start`, or start afresh (dropping the records an earlier
+        run left in this directory: each step is recorded once)."""
+        if start is None:
+            self.metrics.truncate_after(0)
+        else:
+            self.restore(*start)
+
     def restore(self, path: Path, state: PipelineState) -> None:
         self.state = state
         self.saved_step = state.step
@@ -185,8 +193,7 @@ def _run(cfg: DictConfig, run_dir: Path, path: str, start, on_step: Callable | N
             )
             run = Run(cfg, run_dir, roles, tokenizer)
             try:
-                if start is not None:
-                    run.restore(*start)
+                run.begin(start)
                 run.loop(on_step)
             except WorkerLostError as lost:
                 raise run.fail(lost) from lost
