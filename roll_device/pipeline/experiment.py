@@ -111,15 +111,22 @@ class Run:
         finally:
             bar.close()
 
-    def keep_last_step(self, trainer_alive: bool) -> None:
-        """Checkpoint the last finished step if it is not saved and the trainer holds exactly it."""
-        if trainer_alive and not self.step.training and self.state.step > self.saved_step:
-            try:
-                self.save()
-            except (WorkerLostError, KeyboardInterrupt):
-                pass
+    def keep_last_step(self, trainer_alive: bool) -> str:
+        """Checkpoint the last finished step if it is not saved and the trainer holds exactly it;
+        returns why it could not be kept ("" when kept or nothing to keep)."""
+        if self.state.step == self.saved_step:
+            return ""
+        if not trainer_alive:
+            return f"step {self.state.step} could not be saved without its trainer; "
+        if self.step.training:
+            return f"step {self.state.step} could not be saved: the next policy update was under way; "
+        try:
+            self.save()
+        except (WorkerLostError, KeyboardInterrupt) as exc:
+            return f"saving step {self.state.step} failed ({type(exc).__name__}); "
+        return ""
 
-    def resume_advice(self) -> str:
+    def resume_advice(self, unsaved: str) -> str:
         latest = self.checkpoints.latest()
         where = (
             f"the last checkpoint is step {latest[1].step} in {latest[0]}"
@@ -128,18 +135,18 @@ class Run:
         )
         again = "resume=true " if latest else ""
         return (
-            f"the run stopped after step {self.state.step}; {where}; continue with: roll-device run "
-            f"{again}hydra.run.dir={self.run_dir} (and the same overrides)"
+            f"the run stopped after step {self.state.step}; {unsaved}{where}; continue with: roll-device "
+            f"run {again}hydra.run.dir={self.run_dir} (and the same overrides)"
         )
 
     def fail(self, error: WorkerLostError) -> WorkerLostError:
         """Checkpoint what can be kept, and say how to resume."""
-        self.keep_last_step(trainer_alive=error.role != "actor_train")
-        return WorkerLostError(error.role, error.cause, advice=self.resume_advice())
+        unsaved = self.keep_last_step(trainer_alive=error.role != "actor_train")
+        return WorkerLostError(error.role, error.cause, advice=self.resume_advice(unsaved))
 
     def interrupt(self) -> RunInterruptedError:
-        self.keep_last_step(trainer_alive=True)
-        return RunInterruptedError(f"interrupted (Ctrl-C); {self.resume_advice()}")
+        unsaved = self.keep_last_step(trainer_alive=True)
+        return RunInterruptedError(f"interrupted (Ctrl-C); {self.resume_advice(unsaved)}")
 
 
 def check_before_start(cfg: DictConfig, run_dir: Path) -> tuple[Path, PipelineState] | None:
