@@ -39,8 +39,7 @@ TRAINER_SETTINGS = {"fsdp": FsdpSettings, "megatron": MegatronSettings}
 RESUME_CHOICES = (True, False, "latest_valid")
 ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
-Count = Annotated[StrictInt, Field(ge=1)]
-Bytes = Annotated[StrictInt, Field(ge=1)]
+Count = Annotated[StrictInt, Field(ge=1)]  # also sizes in bytes
 
 
 class Section(BaseModel):
@@ -111,7 +110,7 @@ class RolloutSection(Section):
     name: str
     max_model_len: Count
     dtype: Literal[ROLLOUT_DTYPES]
-    update_bucket_bytes: Bytes
+    update_bucket_bytes: Count
     logprobs_mode: Literal[LOGPROBS_MODES]
     capture_sizes: list[Count] | None = None
 
@@ -121,7 +120,7 @@ class VllmRollout(RolloutSection):
     tensor_parallel_size: Count = 1
     enforce_eager: StrictBool | None = None
     graph_mode: Literal[GRAPH_MODES] | None = None
-    kv_cache_bytes: Bytes | None = None
+    kv_cache_bytes: Count | None = None
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.5
     colocated: StrictBool = False
     sleep_when_colocated: StrictBool = True
