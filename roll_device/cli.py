@@ -124,6 +124,9 @@ def _guarded(subcommand: str, command) -> int:
     except RollDeviceError as exc:
         print(f"roll-device {subcommand}: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except KeyboardInterrupt:  # before or after a run's own handling (which says how to resume)
+        print(f"roll-device {subcommand}: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -179,3 +179,15 @@ def test_ctrl_c_checkpoints_and_says_how_to_resume(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
     assert steps == [1, 2, 3]
+
+
+def test_ctrl_c_outside_a_run_ends_without_a_traceback(capsys, monkeypatch):
+    import roll_device.config
+    from roll_device.cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(roll_device.config, "compose", interrupted)
+    assert main(["plan"]) == 130
+    assert capsys.readouterr().err == "roll-device plan: interrupted (Ctrl-C)\n"
