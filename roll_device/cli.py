@@ -1,8 +1,10 @@
 """`roll-device`: run an experiment, print its device plan, submit it to a Ray cluster, check what
 this machine can run (doctor), or make the tiny local model. Overrides are Hydra's (`key=value`, `group=option`).
 
-Any `RollDeviceError` (bad config, plan that does not fit, missing package) ends the command with
-its message on stderr and exit status 2, before work starts.
+`run` is a Hydra app: everything after `run` goes to Hydra, its own flags included (`--help`,
+`--cfg job`, `--info`, `-m`/`--multirun`, `-c`). One exit-code rule on every subcommand: 0 done,
+2 bad input (one line on stderr, before work starts: a bad override, value, plan or missing
+package), 1 a run that failed on the way (a lost worker), 130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -15,22 +17,33 @@ from roll_device.errors import RollDeviceError
 from roll_device.platforms.registry import ENV_VAR, current_platform
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: list[str]) -> int:
     from roll_device.pipeline.launch import run_command
 
-    return run_command(args.overrides)
+    return run_command(args)
+
+
+def _checked(overrides: list[str]) -> None:
+    """The schema and cross-section checks a run would make (files excepted: the config may be
+    for another machine)."""
+    from roll_device.config import compose
+    from roll_device.pipeline.validate import validate
+
+    validate(compose(overrides))
 
 
 def _plan(args: argparse.Namespace) -> int:
     from roll_device.cluster.commands import plan_command
 
+    _checked(args.overrides)
     return plan_command(args.overrides)
 
 
 def _submit(args: argparse.Namespace) -> int:
     from roll_device.cluster.commands import submit_command
 
-    return submit_command(args.overrides, address=args.address, no_wait=args.no_wait, command=args.command)
+    _checked(args.overrides)
+    return submit_command(args.overrides, address=args.address, no_wait=args.no_wait, command=args.job)
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -48,12 +61,19 @@ def _make_tiny_model(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="roll-device", description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="roll-device",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="subcommand", required=True)
 
-    run = sub.add_parser("run", help="run an experiment (default: tiny GRPO on this machine)")
-    run.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. max_steps=3 cluster=sim")
-    run.set_defaults(func=_run)
+    sub.add_parser(
+        "run",
+        help="run an experiment (default: tiny GRPO on this machine); Hydra app: "
+        "`roll-device run --help` lists its flags (--cfg job, --info, -m, -c)",
+    )
 
     plan = sub.add_parser("plan", help="print the device map; exit 2 when it does not fit")
     plan.add_argument("overrides", nargs="*")
@@ -64,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--no-wait", action="store_true", help="return after submission")
     submit.add_argument(
         "--command",
+        dest="job",
         choices=["run", "plan"],
         default="run",
         help="what the job runs: the experiment (default) or only its device plan",
@@ -87,14 +108,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["run"]:  # the rest is Hydra's, flags included
+        return _guarded("run", lambda: _run(argv[1:]))
     args = build_parser().parse_args(argv)
+    return _guarded(args.subcommand, lambda: args.func(args))
+
+
+def _guarded(subcommand: str, command) -> int:
+    """`command()`'s exit status; a RollDeviceError as one line on stderr and its exit code."""
     try:
         if os.environ.get(ENV_VAR):  # a bad ROLL_DEVICE is refused before any work
             current_platform()
-        return int(args.func(args) or 0)
+        return int(command() or 0)
     except RollDeviceError as exc:
-        print(f"roll-device {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        print(f"roll-device {subcommand}: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:  # before or after a run's own handling (which says how to resume)
+        print(f"roll-device {subcommand}: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

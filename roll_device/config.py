@@ -27,8 +27,9 @@ def config_dir() -> Path:
     return path
 
 
-def compose(overrides: list[str] | None = None) -> DictConfig:
-    """The composed configuration for `overrides`, or a ConfigError naming the bad override."""
+def compose(overrides: list[str] | None = None, with_hydra: bool = False) -> DictConfig:
+    """The composed configuration for `overrides` (with the `hydra` node when `with_hydra`: the
+    run directory), or a ConfigError naming the bad override."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
@@ -36,6 +37,13 @@ def compose(overrides: list[str] | None = None) -> DictConfig:
 
     try:
         with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-            return hydra_compose(config_name=CONFIG_NAME, overrides=list(overrides or []))
+            return hydra_compose(
+                config_name=CONFIG_NAME, overrides=list(overrides or []), return_hydra_config=with_hydra
+            )
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(f"bad configuration or override: {exc}") from exc
+        raise ConfigError(f"bad configuration or override: {one_line(str(exc))}") from exc
+
+
+def one_line(message: str) -> str:
+    """Hydra's and OmegaConf's multi-line reports as one line."""
+    return "; ".join(line.strip() for line in message.splitlines() if line.strip())

@@ -1,11 +1,15 @@
 """Errors roll-device raises for bad input: each names what was wrong and what to do.
 
-The CLI turns any `RollDeviceError` into its message and exit status 2, before work starts.
+The CLI turns any `RollDeviceError` into its one-line message and its `exit_code`: 2 for bad
+input (the default, refused before work starts), 1 for a run that failed on the way (a lost
+worker, a failed weight sync), 130 for a run the user interrupted.
 """
 
 
 class RollDeviceError(Exception):
     """Base of every error a user can fix by changing input, environment or installation."""
+
+    exit_code = 2
 
 
 class UnknownDeviceError(RollDeviceError, ValueError):
@@ -32,6 +36,7 @@ class WeightSyncError(RollDeviceError, RuntimeError):
     """A weight sync that failed in flight: a checksum mismatch, a side that aborted or timed out.
     With verification on, the rollout keeps the weights it had."""
 
+    exit_code = 1
 
 class CommunicatorError(RollDeviceError, RuntimeError):
     """A process group of Ray actors (a Compiled Graph communicator, a collective group, a direct

@@ -178,7 +178,8 @@ class TrainStrategy(Strategy, abc.ABC):
 
     @abc.abstractmethod
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Full (unsharded) HF-named tensors on the CPU, for weight sync and export."""
+        """Full (unsharded) HF-named tensors on the CPU, for weight sync and export: snapshots
+        that later train steps leave unchanged, on every kind and world size."""
 
     @abc.abstractmethod
     def offload(self) -> None:

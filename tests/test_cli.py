@@ -14,7 +14,9 @@ SCRIPT = Path(sys.executable).with_name("roll-device")
 
 def _cli(*args, home, timeout=600):
     env = {**os.environ, "ROLL_DEVICE_HOME": str(home)}
-    return subprocess.run([str(SCRIPT), *args], check=False, capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [str(SCRIPT), *args], check=False, capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def test_run_writes_into_the_hydra_run_dir(tmp_path):
@@ -32,7 +34,10 @@ def test_run_writes_into_the_hydra_run_dir(tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["run", "data.prompts_per_step=7", "roles.actor_infer.num_devices=2"], "does not split across 2 actor_infer"),
+        (
+            ["run", "data.prompts_per_step=7", "roles.actor_infer.num_devices=2"],
+            "does not split across 2 actor_infer",
+        ),
         (["run", "roles.actor_infer.device=tpu"], "roles.actor_infer.device='tpu'"),
     ],
 )
@@ -51,7 +56,9 @@ def test_bad_input_exits_2_with_the_reason(tmp_path, args, message):
 )
 def test_bad_roll_device_is_refused_before_work(tmp_path, kind, message):
     env = {**os.environ, "ROLL_DEVICE": kind, "ROLL_DEVICE_HOME": str(tmp_path)}
-    proc = subprocess.run([str(SCRIPT), "run"], check=False, capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run(
+        [str(SCRIPT), "run"], check=False, capture_output=True, text=True, env=env, timeout=120
+    )
     assert proc.returncode == 2 and message in proc.stderr
     assert not (tmp_path / "tiny-qwen2").exists(), "nothing was made"
 
@@ -66,10 +73,121 @@ def test_make_tiny_model(tmp_path):
 @pytest.mark.slow
 def test_the_main_job_as_the_readme_runs_it(tmp_path):
     """`roll-device run` with no arguments: the default 30 steps raise the mean reward."""
-    proc = subprocess.run([str(SCRIPT), "run"], check=False, capture_output=True, text=True, timeout=900, cwd=tmp_path,
-                          env={**os.environ, "ROLL_DEVICE_HOME": str(tmp_path)})
+    proc = subprocess.run(
+        [str(SCRIPT), "run"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=tmp_path,
+        env={**os.environ, "ROLL_DEVICE_HOME": str(tmp_path)},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = Path(proc.stdout.strip().splitlines()[-1].split()[2])
-    rewards = [json.loads(line)["reward_mean"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    rewards = [
+        json.loads(line)["reward_mean"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+    ]
     assert len(rewards) == 30
     assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.3
+
+
+def test_hydra_flags_pass_through_run(capsys):
+    from roll_device.cli import main
+
+    assert main(["run", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("roll-device run [overrides] [flags]") and "-m/--multirun" in out
+    assert "trainer: fsdp, megatron" in out, "Hydra lists the config groups"
+    assert main(["run", "--cfg", "job", "max_steps=7"]) == 0
+    assert "max_steps: 7" in capsys.readouterr().out
+    assert main(["run", "-c", "job", "--resolve", "trainer=megatron"]) == 0
+    assert "tensor_parallel: 1" in capsys.readouterr().out
+
+
+def test_multirun_refuses_each_bad_job_in_one_line(tmp_path, capsys):
+    from roll_device.cli import main
+
+    assert main(["run", "-m", "max_steps=abc,0", f"hydra.sweep.dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "roll-device run: error: max_steps='abc': input should be a valid integer (a run needs at least one step)",
+        "roll-device run: error: max_steps=0: input should be greater than or equal to 1 (a run needs at least one step)",
+    ]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["run", "nosuchkey=1"],
+            "roll-device run: error: bad configuration or override: Could not override 'nosuchkey'",
+        ),
+        (
+            ["run", "max_steps=abc"],
+            "roll-device run: error: max_steps='abc': input should be a valid integer",
+        ),
+        (["plan", "nosuchkey=1"], "roll-device plan: error: bad configuration or override"),
+        (["plan", "trainer.lr=abc"], "roll-device plan: error: trainer.lr='abc'"),
+        (
+            ["submit", "foo=1"],
+            "roll-device submit: error: bad configuration or override: Could not override 'foo'",
+        ),
+        (["submit", "resume=maybe"], "roll-device submit: error: resume='maybe'"),
+        (["doctor", "nosuchkey=1"], "roll-device doctor: error: bad configuration or override"),
+    ],
+)
+def test_one_exit_code_for_bad_input_on_every_subcommand(capsys, args, message):
+    from roll_device.cli import main
+
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1, err
+
+
+@pytest.mark.slow
+def test_ctrl_c_checkpoints_and_says_how_to_resume(tmp_path):
+    """SIGINT to the driver after step 1: exit 130, no traceback, and the printed command goes on
+    to the last step with every step recorded once (from the finished step, checkpointed, unless
+    the interrupt came during a policy update: then from the last checkpoint, here none)."""
+    import signal
+    import time
+
+    run_dir = tmp_path / "run"
+    args = ["run", "max_steps=3", "save_every=0", "algorithm.kl_coef=0", f"hydra.run.dir={run_dir}"]
+    env = {**os.environ, "ROLL_DEVICE_HOME": str(tmp_path)}
+    proc = subprocess.Popen(
+        [str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    metrics = run_dir / "metrics.jsonl"
+    while not (metrics.exists() and metrics.read_text().strip()):
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    interrupted = time.monotonic()
+    _out, err = proc.communicate(timeout=300)
+    print(f"Ctrl-C: the run ended {time.monotonic() - interrupted:.1f}s later")  # for docs, not asserted
+    assert proc.returncode == 130, err[-3000:]
+    assert (
+        "Traceback" not in err
+        and "roll-device run: error: interrupted (Ctrl-C); the run stopped after step" in err
+    )
+    again = err.split("continue with: roll-device ")[1].split(" (and the same overrides)")[0].split()
+    kept = "resume=true" in again
+    assert kept == (run_dir / "checkpoints" / "latest").exists(), "the resume command follows what was kept"
+    print(f"Ctrl-C: the finished step was {'checkpointed' if kept else 'in a policy update: not kept'}")
+    done = _cli(*again, *args[1:-1], home=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
+    assert steps == [1, 2, 3]
+
+
+def test_ctrl_c_outside_a_run_ends_without_a_traceback(capsys, monkeypatch):
+    import roll_device.config
+    from roll_device.cli import main
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(roll_device.config, "compose", interrupted)
+    assert main(["plan"]) == 130
+    assert capsys.readouterr().err == "roll-device plan: interrupted (Ctrl-C)\n"

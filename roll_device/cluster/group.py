@@ -102,15 +102,19 @@ class WorkerGroup:
 
         return ray.get(self.async_call_all(method, *args, **kwargs))
 
-    def scatter_gather(self, method: str, shards: list, *args: Any, **kwargs: Any) -> list:
-        import ray
-
+    def async_scatter(self, method: str, shards: list, *args: Any, **kwargs: Any) -> list:
+        """Call `method` on each worker with its own shard; one result ref per worker."""
         if len(shards) != self.world_size:
             raise DispatchError(
                 f"{len(shards)} shards for the {self.world_size} workers of role '{self.role}': "
                 f"give one shard per rank (shard(batch, {self.world_size}))"
             )
-        return ray.get([getattr(w, method).remote(s, *args, **kwargs) for w, s in zip(self.workers, shards)])
+        return [getattr(w, method).remote(s, *args, **kwargs) for w, s in zip(self.workers, shards)]
+
+    def scatter_gather(self, method: str, shards: list, *args: Any, **kwargs: Any) -> list:
+        import ray
+
+        return ray.get(self.async_scatter(method, shards, *args, **kwargs))
 
     def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
         import ray

@@ -9,6 +9,7 @@ submission with the plain `ray job submit` CLI.
 from __future__ import annotations
 
 import asyncio
+import re
 import shlex
 import time
 from pathlib import Path
@@ -63,11 +64,18 @@ def submit_job(
     deadline = time.monotonic() + TERMINAL_WAIT_S
     while not (info := client.get_job_info(job_id)).status.is_terminal() and time.monotonic() < deadline:
         time.sleep(0.5)
-    detail = f": {info.message.splitlines()[0]}" if info.message else ""  # the rest repeats the log
-    print(f"job {job_id} {info.status.value}{detail}", flush=True)
+    print(f"job {job_id} {info.status.value}{status_detail(info.message)}", flush=True)
     if info.status == JobStatus.SUCCEEDED:
         return 0
     return info.driver_exit_code or 1
+
+
+def status_detail(message: str | None) -> str:
+    """The first line of a job's status message, without Ray's trailing pointer to the log tail
+    (", last available logs (truncated to 20,000 chars):"): the log was streamed above."""
+    first = (message or "").strip().splitlines()[0] if (message or "").strip() else ""
+    first = re.sub(r",?\s*last available logs.*$", "", first).rstrip(" :")
+    return f": {first}" if first else ""
 
 
 async def _stream_logs(client, job_id: str) -> None:

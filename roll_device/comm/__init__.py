@@ -7,7 +7,7 @@ move bucketed, versioned, optionally verified weights along it. `weights_hash` h
 tensors the same way on both ends. See docs/weight-sync.md.
 """
 
-from roll_device.comm.control import Endpoint
+from roll_device.comm.control import Endpoint, abort_sync
 from roll_device.comm.hashing import weights_hash
 from roll_device.comm.messages import SyncStats
 from roll_device.comm.options import WeightSyncOptions
@@ -24,6 +24,7 @@ __all__ = [
     "WeightReceiver",
     "WeightSender",
     "WeightSyncOptions",
+    "abort_sync",
     "choose_path",
     "plan_sync",
     "weights_hash",

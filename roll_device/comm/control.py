@@ -6,11 +6,16 @@ receiver has released), shared-memory names, IPC handles and each receiver's fin
 here; bulk bytes never do. A read blocks on the server until its keys exist: one round trip. The
 same store is the rendezvous of the broadcast transports' process group. A wait that runs out of
 time raises a WeightSyncError that says what it waited for.
+
+Waits look every `POLL_S` for an abort (`abort_sync(endpoint, reason)`, posted by the driver when a
+worker on the other side is lost), so that a sync with a dead peer ends in about a second instead
+of after `weight_sync.timeout_s`.
 """
 
 from __future__ import annotations
 
 import pickle
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -21,6 +26,9 @@ from typing import Any
 import torch.distributed as dist
 
 from roll_device.errors import WeightSyncError
+
+ABORT_KEY = "sync/abort"
+POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -87,7 +95,8 @@ class Control:
         return self.get_many([key], waiting_for)[0]
 
     def get_many(self, keys: list[str], waiting_for: str) -> list[Any]:
-        """The values under `keys`, waiting for all of them up to the timeout (one round trip)."""
+        """The values under `keys`, waiting for all of them up to the timeout."""
+        self.wait(keys, waiting_for)
         with self._timeout(waiting_for):
             return [pickle.loads(raw) for raw in self.store.multi_get(keys)]
 
@@ -96,8 +105,22 @@ class Control:
         return self.store.check([key])
 
     def wait(self, keys: list[str], waiting_for: str) -> None:
-        with self._timeout(waiting_for):
-            self.store.wait(keys, timedelta(seconds=self.timeout_s))
+        """Wait until `keys` exist: up to the timeout, or until the sync is aborted."""
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            try:
+                with self._timeout(waiting_for):
+                    self.store.wait(keys, timedelta(seconds=max(min(POLL_S, remaining), 0.001)))
+                return
+            except WeightSyncError:
+                if self.store.check([ABORT_KEY]):
+                    reason = pickle.loads(self.store.get(ABORT_KEY))
+                    raise WeightSyncError(
+                        f"weight sync aborted while waiting for {waiting_for}: {reason}"
+                    ) from None
+                if time.monotonic() >= deadline:
+                    raise
 
     @contextmanager
     def _timeout(self, waiting_for: str) -> Iterator[None]:
@@ -112,6 +135,15 @@ class Control:
     def delete(self, keys: list[str]) -> None:
         for key in keys:
             self.store.delete_key(key)
+
+
+def abort_sync(endpoint: Endpoint, reason: str, timeout_s: float = 5.0) -> None:
+    """Tell both ends of the sync served at `endpoint` to stop waiting (best effort: a store that
+    is gone has nobody waiting on it)."""
+    try:
+        _client(endpoint, timeout_s).set(ABORT_KEY, pickle.dumps(reason))
+    except (WeightSyncError, RuntimeError):
+        pass
 
 
 def _client(endpoint: Endpoint, timeout_s: float) -> dist.TCPStore:

@@ -2,12 +2,14 @@
 start the roles, run GRPO steps with a progress bar, checkpoint, and write metrics and a plot.
 
 `run_experiment(cfg, run_dir, on_step=None)`: `on_step(record, roles)` is called after each step
-(for custom logging or fault drills). A lost worker ends the run with a `WorkerLostError` that
-says which checkpoint to resume from; a rollout or reward worker lost after a completed step gets
-that step checkpointed first, so nothing is lost. A user reward function that raises ends the run
-the same way (`RewardFunctionError`, with the offending sample), after the finished steps are
-checkpointed. With `eval.every_n_steps` set, greedy pass@1 on the held-out prompts is measured
-before the first step, every N steps and after the last.
+(for custom logging or fault drills). Everything the config asks for is checked before Ray starts
+(validate.py), the model files and the checkpoint to resume from too; nothing in `run_dir` is
+written before that. A lost worker of any role ends the run with a `WorkerLostError`, Ctrl-C with
+a `RunInterruptedError`, a user reward function that raises with a `RewardFunctionError` (with the
+offending sample); each says which checkpoint to resume from and how. The last finished step is
+checkpointed first whenever the trainer still holds exactly it, so nothing is lost. With
+`eval.every_n_steps` set, greedy pass@1 on the held-out prompts is measured before the first step,
+every N steps and after the last.
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from roll_device.cluster import plan_from_config, start_cluster
 from roll_device.cluster.placement import release
 from roll_device.doctor.preflight import preflight
-from roll_device.errors import ConfigError
 from roll_device.models.hf_dir import check_model_dir
 from roll_device.pipeline.evaluation import evaluate
 from roll_device.pipeline.inputs import RunInputs, load_inputs
@@ -30,9 +31,10 @@ from roll_device.pipeline.metrics import PASS_KEY, MetricsLog
 from roll_device.pipeline.output import LOG_DIR, quiet_driver, summarise_worker_logs
 from roll_device.pipeline.rewards import RewardFunctionError
 from roll_device.pipeline.role_settings import role_requests
-from roll_device.pipeline.roles import RoleGroups, WorkerLostError, start_roles
+from roll_device.pipeline.roles import RoleGroups, RunInterruptedError, WorkerLostError, start_roles
+from roll_device.pipeline.schema import check_model_files
 from roll_device.pipeline.state import Checkpoints, PipelineState
-from roll_device.pipeline.validate import validate
+from roll_device.pipeline.validate import check_model, validate
 
 POLICY_DIR = "policy"
 
@@ -70,19 +72,21 @@ class Run:
         self.saved_step = 0
         self.last_step = inputs.last_step
 
-    def restore(self) -> None:
-        latest = self.checkpoints.latest()
-        if latest is None:
-            raise ConfigError(
-                f"resume=true but {self.checkpoints.root} holds no checkpoint: pass the run's "
-                "directory with hydra.run.dir=<dir> (the folder that has checkpoints/)"
-            )
-        path, self.state = latest
-        self.saved_step = self.state.step
+    def begin(self, start: tuple[Path, PipelineState] | None) -> None:
+        """Continue from checkpoint `start`, or start afresh (dropping the records an earlier
+        run left in this directory: each step is recorded once)."""
+        if start is None:
+            self.metrics.truncate_after(0)
+        else:
+            self.restore(*start)
+
+    def restore(self, path: Path, state: PipelineState) -> None:
+        self.state = state
+        self.saved_step = state.step
         self.roles.call("actor_train", "load", str(path / POLICY_DIR))
-        self.metrics.truncate_after(self.state.step)
-        self.roles.sync_weights(version=self.state.step)
-        print(f"resumed from {path} at step {self.state.step}")
+        self.metrics.truncate_after(state.step)
+        self.roles.sync_weights(version=state.step)
+        print(f"resumed from {path} at step {state.step}")
 
     def save(self) -> Path:
         staging = self.checkpoints.staging_dir(self.state.step)
@@ -108,7 +112,10 @@ class Run:
         try:
             while self.state.step < self.last_step:
                 record = self.step.run(self.state)
-                self.metrics.append(record)
+                try:
+                    self.step.sync(record)
+                finally:  # a finished step is recorded once, even when its sync was cut short
+                    self.metrics.append(record)
                 bar.update(1)
                 postfix = {"reward": f"{record['reward_mean']:.3f}"}
                 if self.inputs.evaluation.due(self.state.step, self.last_step):
@@ -122,46 +129,80 @@ class Run:
         finally:
             bar.close()
 
-    def keep_finished_steps(self, trainer_alive: bool = True) -> str:
-        """Checkpoint the steps done since the last checkpoint (when the trainer can still save);
-        returns how to resume."""
-        if trainer_alive and self.state.step > self.saved_step:
-            try:
-                self.save()
-            except WorkerLostError:
-                pass
+    def keep_last_step(self, trainer_alive: bool) -> str:
+        """Checkpoint the last finished step if it is not saved and the trainer holds exactly it;
+        returns why it could not be kept ("" when kept or nothing to keep)."""
+        if self.state.step == self.saved_step:
+            return ""
+        if not trainer_alive:
+            return f"step {self.state.step} could not be saved without its trainer; "
+        if self.step.training:
+            return f"step {self.state.step} could not be saved: the next policy update was under way; "
+        try:
+            self.save()
+        except (WorkerLostError, KeyboardInterrupt) as exc:
+            return f"saving step {self.state.step} failed ({type(exc).__name__}); "
+        return ""
+
+    def resume_advice(self, unsaved: str) -> str:
         latest = self.checkpoints.latest()
         where = (
             f"the last checkpoint is step {latest[1].step} in {latest[0]}"
             if latest
             else "no checkpoint was written yet"
         )
+        again = "resume=true " if latest else ""
         return (
-            f"the run stopped after step {self.state.step}; {where}; continue with: roll-device run "
-            f"resume=true hydra.run.dir={self.run_dir} (and the same overrides)"
+            f"the run stopped after step {self.state.step}; {unsaved}{where}; continue with: roll-device "
+            f"run {again}hydra.run.dir={self.run_dir} (and the same overrides)"
         )
 
     def fail(self, error: WorkerLostError) -> WorkerLostError:
         """Checkpoint what can be kept, and say how to resume."""
-        advice = self.keep_finished_steps(trainer_alive=error.role != "actor_train")
-        return WorkerLostError(error.role, error.cause, advice=advice)
+        unsaved = self.keep_last_step(trainer_alive=error.role != "actor_train")
+        return WorkerLostError(error.role, error.cause, advice=self.resume_advice(unsaved))
 
     def reward_failed(self, error: RewardFunctionError) -> RewardFunctionError:
         """The reward function's one-line report (not Ray's wrapped traceback) and how to resume."""
         cause = getattr(error, "cause", None) or error
-        return RewardFunctionError(f"{str(cause).splitlines()[0]}; {self.keep_finished_steps()}")
+        unsaved = self.keep_last_step(trainer_alive=True)
+        return RewardFunctionError(f"{str(cause).splitlines()[0]}; {self.resume_advice(unsaved)}")
+
+    def interrupt(self) -> RunInterruptedError:
+        unsaved = self.keep_last_step(trainer_alive=True)
+        return RunInterruptedError(f"interrupted (Ctrl-C); {self.resume_advice(unsaved)}")
+
+
+def check_before_start(cfg: DictConfig, run_dir: Path) -> tuple[Path, PipelineState] | None:
+    """Everything checked before anything starts or is written: the config, the model files and
+    the checkpoint a resumed run continues from (returned; None for a new run)."""
+    validate(cfg)
+    check_model_files(cfg)
+    return Checkpoints(run_dir).resume_point(cfg.resume) if cfg.resume else None
 
 
 def run_experiment(cfg: DictConfig, run_dir: Path, on_step: Callable | None = None) -> Path:
     """Run `cfg` with outputs in `run_dir`; returns the run directory."""
+    start = check_before_start(cfg, run_dir)
+    _drop_unused_reference(cfg)
+    path = model_path(cfg)
+    check_model(cfg, path)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    try:
+        _run(cfg, run_dir, path, start, on_step)
+    except KeyboardInterrupt:
+        raise RunInterruptedError(
+            "interrupted (Ctrl-C) before the first step of this run: run the same command again"
+        ) from None
+    print(f"run directory: {run_dir} (metrics.jsonl, metrics.png, checkpoints/)")
+    return run_dir
+
+
+def _run(cfg: DictConfig, run_dir: Path, path: str, start, on_step: Callable | None) -> None:
     from transformers import AutoTokenizer
 
     quiet_driver()
-    validate(cfg)
-    _drop_unused_reference(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
-    path = model_path(cfg)
     inputs = load_inputs(cfg, AutoTokenizer.from_pretrained(path), path)
     started = time.perf_counter()
     with start_cluster(cfg.cluster):
@@ -183,22 +224,21 @@ def run_experiment(cfg: DictConfig, run_dir: Path, on_step: Callable | None = No
                 flush=True,
             )
             run = Run(cfg, run_dir, roles, inputs)
-            if cfg.resume:
-                run.restore()
             try:
+                run.begin(start)
                 run.loop(on_step)
             except WorkerLostError as lost:
                 raise run.fail(lost) from lost
             except RewardFunctionError as failed:
                 raise run.reward_failed(failed) from None
+            except KeyboardInterrupt:
+                raise run.interrupt() from None
             png = run.metrics.plot(f"{cfg.experiment.name}: GRPO, {data_summary(cfg)} ({plan_summary(plan)})")
             print(f"{run.metrics.summary()}; plot: {png}")
         finally:
             roles.shutdown()
             release(plan)
             print(summarise_worker_logs(run_dir / LOG_DIR), flush=True)
-    print(f"run directory: {run_dir} (metrics.jsonl, metrics.png, checkpoints/)")
-    return run_dir
 
 
 def data_summary(cfg: DictConfig) -> str:

@@ -3,6 +3,10 @@
 prompts (from the run's prompt source) -> rollout (`actor_infer`, n samples each) -> rewards
 (`reward`) -> group-normalized advantages -> old logprobs (`actor_train`) and reference logprobs (`reference`, when KL is on) ->
 clipped policy update (`actor_train`) -> weight sync to the rollout workers.
+
+`run(state)` goes up to the policy update and advances `state`; `sync(record)` then sends the new
+weights, so a step whose sync is cut short (a lost rollout worker) is still a finished step.
+`training` is true while the trainer's weights may be ahead of `state` (an update in flight).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class GrpoStep:
         self.tokens = inputs.encoder.tokens
         self.algo = cfg.algorithm
         self.use_reference = "reference" in roles.groups
+        self.training = False
 
     def sampling(self, step: int) -> SamplingConfig:
         return SamplingConfig(
@@ -62,7 +67,8 @@ class GrpoStep:
         return torch.cat(self.roles.data_parallel(role, "logprobs", batch))
 
     def run(self, state: PipelineState) -> dict:
-        """One step at `state` (advanced in place); returns the step's metrics record."""
+        """One step at `state` up to the policy update (`state` advanced in place); returns the
+        step's metrics record, its sync still to come."""
         timings, start = {}, time.perf_counter()
 
         def lap(name: str, since: float) -> float:
@@ -82,16 +88,16 @@ class GrpoStep:
         if self.use_reference:
             batch.ref_logprobs = self.logprobs("reference", batch)
         t = lap("logprob_s", t)
+        self.training = True
         for _ in range(self.algo.ppo_epochs):
             metrics = self.roles.data_parallel(
                 "actor_train", "train", batch, self.algo.clip_ratio, self.algo.kl_coef
             )[0]
-        t = lap("train_s", t)
         state.step += 1
         state.data_position += len(samples)
         state.data_epoch = self.source.epoch(state.data_position)
-        sync = self.roles.sync_weights(version=state.step)
-        lap("sync_s", t)
+        self.training = False
+        lap("train_s", t)
         mask = batch.response_mask
         mismatch = ((sampler_logprobs - batch.old_logprobs).abs() * mask).sum() / mask.sum().clamp(min=1)
         return {
@@ -105,8 +111,17 @@ class GrpoStep:
             "grad_norm": metrics["grad_norm"],
             "lr": metrics["lr"],
             "rollout_vs_train_logprob_gap": mismatch.item(),
-            "weights_version": sync["version"],
-            "sync_path": sync["path"],
+            "weights_version": None,
+            "sync_path": None,
             **timings,
+            "sync_s": 0.0,
             "step_s": time.perf_counter() - start,
         }
+
+    def sync(self, record: dict) -> None:
+        """Send step `record["step"]`'s weights to the rollout; adds the sync to `record`."""
+        start = time.perf_counter()
+        sync = self.roles.sync_weights(version=record["step"])
+        record.update(weights_version=sync["version"], sync_path=sync["path"])
+        record["sync_s"] = time.perf_counter() - start
+        record["step_s"] += record["sync_s"]

@@ -15,7 +15,7 @@ from omegaconf import DictConfig, OmegaConf
 from roll_device.cluster import Plan
 from roll_device.comm.paths import COLOCATED
 from roll_device.doctor.checks import RoleRequest
-from roll_device.pipeline.validate import ROLE_TYPES
+from roll_device.pipeline.schema import ROLE_TYPES
 from strategies.base import INFERENCE, TRAIN
 
 SETTINGS_SECTION = {INFERENCE: "rollout", TRAIN: "trainer"}

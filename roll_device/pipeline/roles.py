@@ -1,8 +1,11 @@
 """Start the pipeline's worker groups on their planned devices, set up their strategies, and
 connect the weight-sync path from `actor_train` to `actor_infer`.
 
-Every call to a group goes through `RoleGroups.call`, which turns a lost worker (a Ray actor that
-died) into a `WorkerLostError` naming the role, so the loop can stop cleanly.
+Every call to a group goes through `RoleGroups.wait`, which watches all pending calls of all
+roles together and turns the first lost worker (a Ray actor that died) into a `WorkerLostError`
+naming its role at once, however long the other calls would still wait; a lost worker on either
+end of a weight sync also aborts the sync, so the survivors are free for a checkpoint. A worker's
+own `RollDeviceError` (a refused setting) comes back as itself, without a remote traceback.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from omegaconf import DictConfig
 
 from roll_device.cluster import Plan, WorkerGroup, shard
 from roll_device.cluster.plan import compute_kind
-from roll_device.comm import SyncPlan, WeightSyncOptions, plan_sync
+from roll_device.comm import Endpoint, SyncPlan, WeightSyncOptions, abort_sync, plan_sync
 from roll_device.comm.paths import COLOCATED
 from roll_device.errors import RollDeviceError
 from roll_device.pipeline.inputs import RewardSettings
@@ -30,6 +33,8 @@ from roll_device.platforms import get_platform
 class WorkerLostError(RollDeviceError, RuntimeError):
     """A role worker died during a run."""
 
+    exit_code = 1
+
     def __init__(self, role: str, cause: BaseException, advice: str = "") -> None:
         self.role, self.cause = role, cause
         first_line = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
@@ -37,13 +42,27 @@ class WorkerLostError(RollDeviceError, RuntimeError):
         super().__init__(f"{message}; {advice}" if advice else message)
 
 
+class RunInterruptedError(RollDeviceError):
+    """The user stopped the run (Ctrl-C); the message says what was kept and how to go on."""
+
+    exit_code = 130
+
+
+WAIT_SLICE_S = 1.0  # how often a wait returns to Python (where Ctrl-C is raised)
+
+
 @contextmanager
 def watching(role: str) -> Iterator[None]:
-    """Turn the loss of one of `role`'s workers into a WorkerLostError naming the role."""
+    """Turn the loss of one of `role`'s workers into a WorkerLostError naming the role, and a
+    worker's refusal (a RollDeviceError raised remotely) into that error."""
     try:
         yield
     except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
         raise WorkerLostError(role, exc) from exc
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, RollDeviceError):
+            raise exc.cause from None
+        raise
 
 
 def compute_platform(plan: Plan, role: str):
@@ -71,6 +90,7 @@ class RoleGroups:
     sync: SyncPlan
     options: WeightSyncOptions
     dp_ranks: dict[str, list[int]] = field(default_factory=dict)  # per trainer role, by worker
+    endpoint: Endpoint | None = None  # the sender's control store, once connected
 
     def data_parallel(self, role: str, method: str, batch, *args: Any) -> list:
         """Call `method` with each worker's data-parallel shard of `batch` (ranks of one
@@ -84,29 +104,37 @@ class RoleGroups:
         return [first[r] for r in sorted(first)]
 
     def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> list:
-        with watching(role):
-            return self.groups[role].call_all(method, *args, **kwargs)
+        return self.wait({role: self.groups[role].async_call_all(method, *args, **kwargs)})[role]
 
     def scatter(self, role: str, method: str, shards: list, *args: Any) -> list:
-        with watching(role):
-            return self.groups[role].scatter_gather(method, shards, *args)
+        return self.wait({role: self.groups[role].async_scatter(method, shards, *args)})[role]
 
     def wait(self, refs_by_role: dict[str, list]) -> dict[str, list]:
-        """Results of several roles' calls issued together; a lost worker names its role."""
-        results = {}
-        for role, refs in refs_by_role.items():
-            with watching(role):
-                results[role] = ray.get(refs)
-        return results
+        """Results of several roles' calls issued together, in order per role. The first call
+        that fails ends the wait: a lost worker as a WorkerLostError naming its role."""
+        role_of = {ref: role for role, refs in refs_by_role.items() for ref in refs}
+        pending = list(role_of)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=WAIT_SLICE_S)
+            for ref in ready:
+                with watching(role_of[ref]):
+                    ray.get(ref)
+        return {role: ray.get(refs) for role, refs in refs_by_role.items()}
 
     def sync_weights(self, version: int) -> dict:
-        """Trainer rank 0 -> every rollout worker; returns the sender's stats."""
-        done = self.wait(
-            {
-                "actor_train": self.groups["actor_train"].async_call_all("send_weights", version),
-                "actor_infer": self.groups["actor_infer"].async_call_all("receive_weights"),
-            }
-        )
+        """Trainer rank 0 -> every rollout worker; returns the sender's stats. A worker lost on
+        either end aborts the sync for the other."""
+        try:
+            done = self.wait(
+                {
+                    "actor_train": self.groups["actor_train"].async_call_all("send_weights", version),
+                    "actor_infer": self.groups["actor_infer"].async_call_all("receive_weights"),
+                }
+            )
+        except WorkerLostError as lost:
+            if self.endpoint is not None:
+                abort_sync(self.endpoint, f"a worker of role '{lost.role}' was lost")
+            raise
         return done["actor_train"][0]
 
     def shutdown(self) -> None:
@@ -161,6 +189,7 @@ def start_roles(
             )
         }
     )["actor_train"][0]
+    roles.endpoint = endpoint
     roles.wait(
         {
             "actor_train": groups["actor_train"].async_call_all("connect_sender"),

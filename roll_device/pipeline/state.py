@@ -1,16 +1,26 @@
 """Pipeline checkpoints: `checkpoints/step_<N>/` holds the policy (written by the train
-strategy) and `pipeline.json` (step, data position and epoch, RNG seed state). A checkpoint is written
-into a temporary folder and renamed into place, so a crash never leaves a half-written one;
-`latest` names the newest complete checkpoint."""
+strategy), `pipeline.json` (step, data position and epoch, RNG seed state) and `manifest.json` (the size and
+CRC32 of every other file). A checkpoint is written into a temporary folder and renamed into place,
+so a crash never leaves a half-written one; `latest` names the newest committed checkpoint.
+
+`resume_point(mode)` picks where a resumed run starts, reading files only (before any worker
+starts, writing nothing): the latest checkpoint when it passes `problem()`, else a ConfigError that
+names the damaged file and offers the newest complete one, which `mode="latest_valid"` takes.
+"""
 
 from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import asdict, dataclass
+import zlib
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from roll_device.errors import ConfigError
+
 STATE_FILE = "pipeline.json"
+MANIFEST_FILE = "manifest.json"
+CHUNK_BYTES = 16 << 20
 
 
 @dataclass
@@ -19,6 +29,31 @@ class PipelineState:
     data_position: int = 0  # prompts consumed
     data_epoch: int = 0  # passes over a dataset completed (the position determines it)
     sampling_seed: int = 0  # seed of the next rollout
+
+
+def file_crc32(path: Path) -> int:
+    crc = 0
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK_BYTES):
+            crc = zlib.crc32(chunk, crc)
+    return crc
+
+
+def _manifest(folder: Path) -> dict[str, list[int]]:
+    """Relative path -> [size, CRC32] of every file under `folder` but the manifest itself."""
+    return {
+        str(p.relative_to(folder)): [p.stat().st_size, file_crc32(p)]
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.name != MANIFEST_FILE
+    }
+
+
+def read_state(path: Path) -> PipelineState:
+    """The pipeline state of checkpoint `path` (ValueError or OSError when unreadable)."""
+    values = json.loads((path / STATE_FILE).read_text())
+    if not isinstance(values, dict) or set(values) != {f.name for f in fields(PipelineState)}:
+        raise ValueError(f"{STATE_FILE} does not hold a pipeline state")
+    return PipelineState(**values)
 
 
 class Checkpoints:
@@ -34,6 +69,7 @@ class Checkpoints:
 
     def commit(self, staging: Path, state: PipelineState) -> Path:
         (staging / STATE_FILE).write_text(json.dumps(asdict(state)))
+        (staging / MANIFEST_FILE).write_text(json.dumps(_manifest(staging)))
         final = self.root / f"step_{state.step}"
         shutil.rmtree(final, ignore_errors=True)
         staging.rename(final)
@@ -42,8 +78,59 @@ class Checkpoints:
         return final
 
     def latest(self) -> tuple[Path, PipelineState] | None:
+        """The checkpoint `latest` names (unchecked), or None before the first commit."""
         marker = self.root / "latest"
         if not marker.exists():
             return None
         path = self.root / marker.read_text().strip()
-        return path, PipelineState(**json.loads((path / STATE_FILE).read_text()))
+        return path, read_state(path)
+
+    def steps(self) -> list[Path]:
+        """Committed checkpoint folders, newest first."""
+        found = [p for p in self.root.glob("step_*") if p.is_dir() and p.name[5:].isdigit()]
+        return sorted(found, key=lambda p: int(p.name[5:]), reverse=True)
+
+    def problem(self, path: Path) -> str | None:
+        """Why checkpoint `path` cannot be resumed from (a missing, truncated or changed file,
+        an unreadable state), or None when it is complete."""
+        if not path.is_dir():
+            return "the folder is missing"
+        try:
+            read_state(path)
+        except (OSError, ValueError, TypeError) as exc:
+            return f"{STATE_FILE} is unreadable ({type(exc).__name__}: {str(exc).splitlines()[0]})"
+        try:
+            manifest = json.loads((path / MANIFEST_FILE).read_text())
+        except (OSError, ValueError) as exc:
+            return f"{MANIFEST_FILE} is unreadable ({type(exc).__name__})"
+        for name, (size, crc) in manifest.items():
+            file = path / name
+            if not file.is_file():
+                return f"{name} is missing"
+            if file.stat().st_size != size:
+                return f"{name} has {file.stat().st_size} bytes, {size} were written"
+            if file_crc32(file) != crc:
+                return f"{name} changed since it was written (CRC32 mismatch)"
+        return None
+
+    def resume_point(self, mode: bool | str) -> tuple[Path, PipelineState]:
+        """The checkpoint a run with `resume=mode` continues from, or a ConfigError."""
+        marker = self.root / "latest"
+        if not marker.exists():
+            raise ConfigError(
+                f"resume={mode} but {self.root} holds no checkpoint: pass the run's directory with "
+                "hydra.run.dir=<dir> (the folder that has checkpoints/), or set resume=false"
+            )
+        latest = self.root / marker.read_text().strip()
+        problem = self.problem(latest)
+        if problem is None:
+            return latest, read_state(latest)
+        fallback = next((p for p in self.steps() if p != latest and self.problem(p) is None), None)
+        if fallback is not None and mode == "latest_valid":
+            return fallback, read_state(fallback)
+        offer = (
+            f"resume=latest_valid continues from {fallback.name}, the newest complete checkpoint"
+            if fallback is not None
+            else "no earlier complete checkpoint exists: start a new run (resume=false, another hydra.run.dir)"
+        )
+        raise ConfigError(f"the latest checkpoint {latest} is damaged: {problem}; {offer}")

@@ -1,23 +1,24 @@
-"""Checks of a composed configuration that fail at start, before Ray or any worker starts, with
-a message that names the key, the bad value and what to do."""
+"""The one check of a composed configuration, run before Ray or any worker starts: the schema of
+every section (types, ranges, choices: schema.py), then what crosses sections (known roles and
+strategies, batch splits, model-parallel layouts, context length). Each failure is one
+`ConfigError` line that names the key, the bad value and what to do."""
 
 from __future__ import annotations
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from roll_device.cluster.plan import parse_roles
 from roll_device.errors import ConfigError
 from roll_device.pipeline.inputs import check_inputs
+from roll_device.pipeline.schema import REWARD, ROLE_TYPES, check_schema
 from roll_device.pipeline.tasks import get_task
-from strategies.base import INFERENCE, TRAIN
 from strategies.registry import STRATEGIES
 
-REWARD = "reward"  # the role type of reward workers (the pipeline's own, no strategy registry)
-ROLE_TYPES = {"actor_infer": INFERENCE, "actor_train": TRAIN, "reference": TRAIN, "reward": REWARD}
 REWARD_STRATEGIES = ("rule",)
 
 
 def validate(cfg: DictConfig) -> None:
+    check_schema(cfg)
     _check_roles(cfg)
     get_task(cfg.data.task)
     check_inputs(cfg)  # data, reward, eval and model directory (roll_device/pipeline/inputs.py)
@@ -25,13 +26,7 @@ def validate(cfg: DictConfig) -> None:
 
 
 def _check_roles(cfg: DictConfig) -> None:
-    roles = {name: spec for name, spec in cfg.roles.items() if spec is not None}
-    for role in roles:
-        if role not in ROLE_TYPES:
-            raise ConfigError(
-                f"unknown role 'roles.{role}': the roles are {', '.join(ROLE_TYPES)} "
-                "(remove it or fix its name)"
-            )
+    roles = {name: spec for name, spec in cfg.roles.items() if spec is not None}  # names: schema
     for role in ("actor_infer", "actor_train", "reward"):
         if role not in roles:
             raise ConfigError(f"roles.{role} is missing: the GRPO pipeline needs it")
@@ -55,10 +50,6 @@ def _check_roles(cfg: DictConfig) -> None:
 def _check_sizes(cfg: DictConfig) -> None:
     prompts = cfg.data.prompts_per_step
     samples = cfg.algorithm.samples_per_prompt
-    if samples < 2:
-        raise ConfigError(
-            f"algorithm.samples_per_prompt={samples}: GRPO compares samples of one prompt, use 2 or more"
-        )
     infer = cfg.roles.actor_infer.num_devices
     if prompts % infer:
         raise ConfigError(
@@ -86,8 +77,6 @@ def _check_sizes(cfg: DictConfig) -> None:
             f"algorithm.kl_coef={cfg.algorithm.kl_coef} needs reference logprobs: configure "
             "roles.reference, or set algorithm.kl_coef=0"
         )
-    if cfg.max_steps < 1:
-        raise ConfigError(f"max_steps={cfg.max_steps}: a run needs at least one step")
 
 
 def _check_model_parallel(cfg: DictConfig) -> None:
@@ -102,3 +91,21 @@ def _check_model_parallel(cfg: DictConfig) -> None:
                 f"trainer.tensor_parallel x trainer.pipeline_parallel = {tp} x {pp}: every model replica "
                 "needs that many workers"
             )
+
+
+def check_model(cfg: DictConfig, model_path: str) -> None:
+    """What the model itself must allow (before any worker loads it): a Megatron trainer's
+    tensor and pipeline parallel sizes divide its heads, vocabulary and layers."""
+    from transformers import AutoConfig
+
+    trainers = [r for r in ("actor_train", "reference") if cfg.roles.get(r) is not None]
+    if not any(cfg.roles[r].strategy == "megatron" for r in trainers):
+        return
+    from strategies.training.megatron_model import describe
+    from strategies.training.settings import MegatronSettings
+
+    settings = MegatronSettings.from_dict(OmegaConf.to_container(cfg.trainer, resolve=True))
+    try:
+        describe(AutoConfig.from_pretrained(model_path), settings)
+    except ConfigError as exc:
+        raise ConfigError(f"{exc} (model.path={model_path})") from None

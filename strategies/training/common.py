@@ -27,6 +27,12 @@ def check_model_path(model_path: str) -> Path:
     return path
 
 
+def host_snapshot(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of `tensor` that later steps do not change (`.cpu()` of a CPU tensor, or of a
+    one-rank gather, would be the live parameter itself)."""
+    return tensor.detach().to("cpu", copy=True)
+
+
 def weight_decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     """Optimizer parameter groups: weight decay on matrices, none on norms and biases (the
     grouping Megatron's optimizer uses, so both trainers decay the same parameters)."""
@@ -71,7 +77,9 @@ class StepAccounting:
         return out
 
 
-def move_optimizer_state(optimizer: torch.optim.Optimizer, device: torch.device, keep: set | None = None) -> set:
+def move_optimizer_state(
+    optimizer: torch.optim.Optimizer, device: torch.device, keep: set | None = None
+) -> set:
     """Move optimizer state tensors to `device`; with `keep` given, only the (param id, key)
     entries it names. Returns the entries that were not on `device` before the move."""
     moved = set()

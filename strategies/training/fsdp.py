@@ -26,6 +26,7 @@ from strategies.training.common import (
     StepAccounting,
     TrainerStateError,
     check_model_path,
+    host_snapshot,
     move_optimizer_state,
     weight_decay_groups,
 )
@@ -36,7 +37,9 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 TRAINER_STATE = "trainer_state.pt"
 
 
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+def token_logprobs(
+    logits: torch.Tensor, input_ids: torch.Tensor, attention_mask: torch.Tensor
+) -> torch.Tensor:
     """Aligned (B, T) logprobs of `input_ids` from full-vocabulary logits (B, T, V)."""
     labels = shifted_labels(input_ids).to(logits.device)
     next_token = -F.cross_entropy(logits.float().transpose(1, 2), labels, reduction="none")
@@ -131,10 +134,10 @@ class FsdpTrainStrategy(TrainStrategy):
     # ---- weights --------------------------------------------------------------------------
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
         """Every rank yields the same full fp32 tensors under their HF names (each is gathered
-        with a collective, so every rank must drain the iterator)."""
+        with a collective, so every rank must drain the iterator); snapshots, on every kind."""
         for name, tensor in self.model.state_dict().items():
             full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
-            yield name, full.detach().cpu()
+            yield name, host_snapshot(full)
 
     def offload(self) -> None:
         """Parameters, gradients and optimizer state to the CPU (a no-op on the CPU platform)."""

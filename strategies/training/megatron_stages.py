@@ -13,6 +13,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from strategies.training.common import host_snapshot
+
 
 class PipelineStages:
     """This rank's place in its pipeline group (ranks with the same tensor- and data-parallel
@@ -23,11 +25,15 @@ class PipelineStages:
         self.global_ranks = dist.get_process_group_ranks(group) if size > 1 else [dist.get_rank()]
         self.is_first, self.is_last = rank == 0, rank == size - 1
 
-    def tensor_from_last(self, local: torch.Tensor | None, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    def tensor_from_last(
+        self, local: torch.Tensor | None, shape: tuple[int, ...], dtype: torch.dtype
+    ) -> torch.Tensor:
         """The last stage's `local` on every stage (others pass None and the expected shape)."""
         if self.size == 1:
             return local
-        buffer = local.to(self.device) if self.is_last else torch.empty(shape, dtype=dtype, device=self.device)
+        buffer = (
+            local.to(self.device) if self.is_last else torch.empty(shape, dtype=dtype, device=self.device)
+        )
         dist.broadcast(buffer, src=self.global_ranks[-1], group=self.group)
         return buffer.cpu()
 
@@ -49,7 +55,7 @@ class PipelineStages:
         at a time, so no rank holds more than one foreign tensor at once."""
         if self.size == 1:
             for name, tensor in local_export():
-                yield name, tensor.detach().cpu()
+                yield name, host_snapshot(tensor)
             return
         for stage, source in enumerate(self.global_ranks):
             mine = stage == self.rank
@@ -60,9 +66,11 @@ class PipelineStages:
                 if mine:
                     sent_name, tensor = next(stream)
                     if sent_name != name:
-                        raise RuntimeError(f"stage {stage} exported {sent_name} where its manifest has {name}")
+                        raise RuntimeError(
+                            f"stage {stage} exported {sent_name} where its manifest has {name}"
+                        )
                     tensor = tensor.detach().to(self.device).contiguous()
                 else:
                     tensor = torch.empty(shape, dtype=dtype, device=self.device)
                 dist.broadcast(tensor, src=source, group=self.group)
-                yield name, tensor.cpu()
+                yield name, host_snapshot(tensor)

@@ -11,6 +11,7 @@ import pytest
 
 from roll_device.cli import main
 from roll_device.cluster import start_cluster
+from roll_device.cluster.submit import status_detail
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,3 +97,18 @@ def test_submit_refuses_before_sending_anything(capsys, monkeypatch):
     assert "roles.reward.device='abacus'" in capsys.readouterr().err
     assert main(["submit", "--address", "http://127.0.0.1:9", "--command", "plan"]) == 2
     assert "no Ray Jobs API at http://127.0.0.1:9" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "message, detail",
+    [
+        (
+            "Job entrypoint command failed with exit code 2, last available logs (truncated to 20,000 chars):\nx\n",
+            ": Job entrypoint command failed with exit code 2",
+        ),
+        ("Job finished successfully.", ": Job finished successfully."),
+        (None, ""),
+    ],
+)
+def test_final_status_line_ends_without_a_dangling_log_pointer(message, detail):
+    assert status_detail(message) == detail

@@ -61,3 +61,19 @@ def test_unreachable_sender_and_absent_receivers_time_out_clearly():
 def test_shared_memory_of_another_host_is_named():
     with pytest.raises(WeightSyncError, match="roll-device-weights-elsewhere is not on this host"):
         ShmSlot.attach(("/dev/shm/roll-device-weights-elsewhere", 4096), rd.get_platform("cpu"))
+
+
+def test_an_aborted_sync_stops_waiting_before_its_timeout():
+    """The driver's abort (a receiver was lost) ends a wait that would last `timeout_s`."""
+    import threading
+
+    from roll_device.comm import abort_sync
+
+    sender = WeightSender(CPU_PLAN, rd.get_platform("cpu"), 1, WeightSyncOptions(timeout_s=600))
+    threading.Timer(0.2, abort_sync, (sender.endpoint, "a worker of role 'actor_infer' was lost")).start()
+    with pytest.raises(
+        WeightSyncError,
+        match="aborted while waiting for every rollout worker to map the slots: a worker of role 'actor_infer'",
+    ):
+        sender.connect()
+    sender.close()

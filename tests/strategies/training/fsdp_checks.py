@@ -71,7 +71,9 @@ def two_ranks(rank: int, model_path: str, checkpoint_dir: str) -> dict:
     out["hf_names"] = sorted(plain.state_dict())
     fresh = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
     fresh.load_state_dict(exported, strict=True)
-    out["export_logprob_diff"] = (plain_logprobs(fresh, batch) - trainer.forward_logprobs(batch)).abs().max().item()
+    out["export_logprob_diff"] = (
+        (plain_logprobs(fresh, batch) - trainer.forward_logprobs(batch)).abs().max().item()
+    )
 
     out["uneven_error"] = error_of(lambda: trainer.forward_logprobs(make_batch(seed=1, rows=2 + rank)))
     trainer.offload()
@@ -127,3 +129,14 @@ def simulated_npu_step(model_path: str) -> dict:
     out["logprob_diff_vs_cpu"] = (cpu.forward_logprobs(batch) - logprobs).abs().max().item()
     out["cpu_losses"] = [cpu.train_step(batch, nll_loss())["loss"] for _ in range(4)]
     return out
+
+
+def kept_export_after_a_step(rank: int, model_path: str) -> dict:
+    """One rank on the CPU: an export kept across a train step (it must not follow the step)."""
+    trainer = new_trainer(model_path)
+    kept = dict(trainer.export_weights())
+    before = {name: tensor.clone() for name, tensor in kept.items()}
+    trainer.train_step(make_batch(seed=7), nll_loss())
+    after = dict(trainer.export_weights())
+    trainer.shutdown()
+    return {"kept_changed": max_diff(kept, before), "weights_moved": max_diff(after, before)}

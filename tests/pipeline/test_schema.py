@@ -1,0 +1,164 @@
+"""Bad input is refused by one schema pass over the composed config, before Ray or any worker
+starts: one line that names the key, the value and what is allowed (no Ray in these tests)."""
+
+import pytest
+import ray
+
+from roll_device.config import compose
+from roll_device.errors import ConfigError
+from roll_device.pipeline.experiment import run_experiment
+from roll_device.pipeline.schema import check_model_files
+from roll_device.pipeline.validate import validate
+
+BAD_VALUES = [
+    (["max_steps=abc"], "max_steps='abc': input should be a valid integer"),
+    (
+        ["max_steps=0"],
+        "max_steps=0: input should be greater than or equal to 1 (a run needs at least one step)",
+    ),
+    (["max_steps=2.5"], "max_steps=2.5: input should be a valid integer"),
+    (["save_every=abc"], "save_every='abc': input should be a valid integer"),
+    (["save_every=-1"], "save_every=-1: input should be greater than or equal to 0"),
+    (["seed=true"], "seed=True: input should be a valid integer"),
+    (["resume=maybe"], "resume='maybe': input should be True, False or 'latest_valid'"),
+    (["trainer.lr=abc"], "trainer.lr='abc': input should be a valid number"),
+    (["trainer.lr=-1"], "trainer config: lr must be > 0, got -1"),
+    (["trainer.micro_batch_size=0"], "trainer config: micro_batch_size must be an integer >= 1, got 0"),
+    (
+        ["trainer.mixed_precision=fp16"],
+        "trainer config: mixed_precision must be null, bf16 or fp32, got 'fp16'",
+    ),
+    (["+trainer.momentum=0.9"], "unknown key trainer.momentum: the keys of trainer are name, lr,"),
+    (["trainer=megatron", "+trainer.zero_stage=1"], "unknown key trainer.zero_stage"),
+    (
+        ["trainer=megatron", "trainer.tensor_parallel=x"],
+        "trainer.tensor_parallel='x': input should be a valid integer",
+    ),
+    (["data.prompts_per_step=0"], "data.prompts_per_step=0: input should be greater than or equal to 1"),
+    (["data.prompt_length=abc"], "data.prompt_length='abc': input should be a valid integer"),
+    (["algorithm.temperature=-1"], "algorithm.temperature=-1: input should be greater than or equal to 0"),
+    (["algorithm.clip_ratio=0"], "algorithm.clip_ratio=0: input should be greater than 0"),
+    (["algorithm.kl_coef=-0.1"], "algorithm.kl_coef=-0.1: input should be greater than or equal to 0"),
+    (["algorithm.ppo_epochs=0"], "algorithm.ppo_epochs=0: input should be greater than or equal to 1"),
+    (["algorithm.max_new_tokens=many"], "algorithm.max_new_tokens='many': input should be a valid integer"),
+    (["algorithm.samples_per_prompt=1"], "(GRPO compares samples of one prompt, use 2 or more)"),
+    (["+algorithm.gamma=1"], "unknown key algorithm.gamma: the keys here are samples_per_prompt,"),
+    (
+        ["weight_sync.path=bogus"],
+        "weight_sync.path='bogus' is not a path: choose one of auto, colocated, collective, bridge",
+    ),
+    (["weight_sync.timeout_s=0"], "weight_sync.timeout_s must be a number of seconds > 0"),
+    (["weight_sync.bucket_bytes=lots"], "weight_sync.bucket_bytes='lots': input should be a valid integer"),
+    (["weight_sync.verify=maybe"], "weight_sync.verify='maybe': input should be a valid boolean"),
+    (["+weight_sync.retries=3"], "unknown key weight_sync.retries: the keys of weight_sync are path,"),
+    (["rollout.graph_mode=bogus"], "rollout.graph_mode='bogus': input should be 'NONE', 'PIECEWISE'"),
+    (
+        ["rollout.dtype=int8"],
+        "rollout.dtype='int8': input should be 'auto', 'float32', 'bfloat16' or 'float16'",
+    ),
+    (
+        ["rollout.gpu_memory_utilization=1.5"],
+        "rollout.gpu_memory_utilization=1.5: input should be less than or equal to 1",
+    ),
+    (["rollout.max_num_seqs=0"], "rollout.max_num_seqs=0: input should be greater than or equal to 1"),
+    (
+        ["rollout=hf", "rollout.max_batch_size=-2"],
+        "rollout.max_batch_size=-2: input should be greater than or equal to 1",
+    ),
+    (["rollout=hf", "+rollout.max_num_seqs=4"], "unknown key rollout.max_num_seqs: the keys here are name,"),
+    (
+        ["rollout.logprobs_mode=raw"],
+        "rollout.logprobs_mode='raw': input should be 'raw_logprobs' or 'processed_logprobs'",
+    ),
+    (
+        ["roles.actor_infer.num_devices=two"],
+        "roles.actor_infer.num_devices='two': input should be a valid integer",
+    ),
+    (
+        ["+roles.actor_train.gpus=2"],
+        "unknown key roles.actor_train.gpus: the keys here are device, num_devices,",
+    ),
+    (["model.tiny_hidden=16"], "model.tiny_hidden=16: input should be greater than or equal to 32"),
+    (["cluster.cpu_per_worker=0"], "cluster.cpu_per_worker=0: input should be greater than 0"),
+    (["+max_step=3"], "unknown key max_step: the keys here are seed, max_steps, resume,"),
+    (["max_steps=${nothing}"], "max_steps: Interpolation key 'nothing' not found"),
+    (
+        ["trainer=megatron", "trainer.pipeline_parallel=3"],
+        "is not a multiple of trainer.tensor_parallel x trainer.pipeline_parallel = 1 x 3",
+    ),
+    (
+        ["nosuchkey=1"],
+        "bad configuration or override: Could not override 'nosuchkey'.; To append to your config use +nosuchkey=1",
+    ),
+]
+
+
+@pytest.mark.parametrize("overrides, message", BAD_VALUES)
+def test_each_bad_value_is_one_line_naming_key_value_and_choices(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        validate(compose(overrides))
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("experiment", ["tiny_grpo", "mixed_devices", "qwen2_5_7b_gpu8", "qwen2_5_7b_npu8"])
+def test_shipped_experiments_pass_the_schema(experiment):
+    validate(compose([f"experiment={experiment}"]))
+
+
+@pytest.mark.parametrize("resume", ["true", "false", "latest_valid"])
+def test_resume_choices(resume):
+    validate(compose([f"resume={resume}"]))
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: p / "nonexistent", "does not exist: give a directory saved with save_pretrained"),
+        (
+            lambda p: (p / "weights.bin").write_bytes(b"x") and p / "weights.bin",
+            "is a file, not a model directory",
+        ),
+        (lambda p: p, "holds no config.json"),
+        (lambda p: "''", "does not exist"),
+    ],
+)
+def test_model_path_must_be_a_model_directory(tmp_path, make, message):
+    cfg = compose([f"model.path={make(tmp_path)}"])
+    validate(cfg)  # plan and submit accept paths of other machines
+    with pytest.raises(ConfigError, match=message):
+        check_model_files(cfg)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["model.path=/nonexistent"], "model.path='/nonexistent' does not exist"),
+        (["resume=true"], "resume=True but"),
+        (["resume=latest_valid"], "holds no checkpoint: pass the run's directory with hydra.run.dir=<dir>"),
+    ],
+)
+def test_files_and_resume_state_are_refused_before_ray(tmp_path, overrides, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        run_experiment(compose([f"model.tiny_dir={tmp_path / 'tiny'}", *overrides]), tmp_path / "run")
+    assert not ray.is_initialized(), "no cluster was started"
+    assert not (tmp_path / "run").exists(), "nothing was written"
+    assert not (tmp_path / "tiny").exists(), "no model was made"
+
+
+def test_a_megatron_layout_the_model_cannot_take_is_refused_before_ray(tmp_path, tiny_model_path):
+    cfg = compose(
+        [
+            f"model.path={tiny_model_path}",
+            "trainer=megatron",
+            "trainer.pipeline_parallel=3",
+            "roles.actor_train.num_devices=3",
+            "algorithm.kl_coef=0",
+            "data.prompts_per_step=3",
+        ]
+    )
+    with pytest.raises(
+        ConfigError, match=r"pipeline_parallel=3 must divide the model's num_hidden_layers \(2\)"
+    ):
+        run_experiment(cfg, tmp_path / "run")
+    assert not ray.is_initialized()
