@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from omegaconf import DictConfig
 
-from roll_device.errors import ConfigError
 from roll_device.pipeline.metrics import PASS_KEY
 from strategies.base import SamplingConfig
 
@@ -27,16 +26,11 @@ class EvalSettings:
     @classmethod
     def from_config(cls, cfg: DictConfig) -> EvalSettings:
         section = cfg.get("eval") or {}
-        settings = cls(
+        return cls(  # ranges checked by the schema (pipeline/schema.py)
             every_n_steps=int(section.get("every_n_steps", 0)),
             size=section.get("size"),
             max_new_tokens=int(section.get("max_new_tokens") or cfg.algorithm.max_new_tokens),
         )
-        if settings.every_n_steps < 0:
-            raise ConfigError(f"eval.every_n_steps={settings.every_n_steps}: use 0 (off) or a step count")
-        if settings.size is not None and settings.size < 1:
-            raise ConfigError(f"eval.size={settings.size}: use a count of 1 or more, or null for all")
-        return settings
 
     @property
     def enabled(self) -> bool:

@@ -23,7 +23,6 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from roll_device.cluster import plan_from_config, start_cluster
 from roll_device.cluster.placement import release
 from roll_device.doctor.preflight import preflight
-from roll_device.models.hf_dir import check_model_dir
 from roll_device.pipeline.evaluation import evaluate
 from roll_device.pipeline.inputs import RunInputs, load_inputs
 from roll_device.pipeline.loop import GrpoStep
@@ -40,9 +39,8 @@ POLICY_DIR = "policy"
 
 
 def model_path(cfg: DictConfig) -> str:
-    """`model.path` once checked (config, architecture, tokenizer), or the tiny model made locally."""
+    """`model.path` (checked by `check_before_start`), or the tiny model made locally."""
     if cfg.model.path:
-        check_model_dir(cfg.model.path)
         return str(cfg.model.path)
     from roll_device.models.tiny import make_tiny_model
 

@@ -31,6 +31,8 @@ from pydantic import (
 
 from roll_device.comm.options import WeightSyncOptions
 from roll_device.errors import ConfigError, RollDeviceError
+from roll_device.models.hf_dir import check_model_dir
+from roll_device.pipeline.data.records import FORMATS
 from strategies.base import INFERENCE, TRAIN
 from strategies.inference.vllm_args import GRAPH_MODES, LOGPROBS_MODES
 from strategies.training.settings import FsdpSettings, MegatronSettings
@@ -40,6 +42,7 @@ ROLE_TYPES = {"actor_infer": INFERENCE, "actor_train": TRAIN, "reference": TRAIN
 TRAINER_SETTINGS = {"fsdp": FsdpSettings, "megatron": MegatronSettings}
 RESUME_CHOICES = (True, False, "latest_valid")
 ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
+DATA_FORMATS = ("auto", *FORMATS)
 
 Count = Annotated[StrictInt, Field(ge=1)]  # also sizes in bytes
 
@@ -61,6 +64,7 @@ class ModelSection(Section):
     tiny_dir: str
     tiny_layers: Count
     tiny_hidden: Annotated[StrictInt, Field(ge=32, description="attention heads need 32 dims or more")]
+    chat_template: StrictBool = True
 
 
 class RoleSection(Section):
@@ -81,6 +85,25 @@ class DataSection(OpenSection):
     task: str
     prompts_per_step: Count
     prompt_length: Count
+    path: str | None = None
+    format: Literal[DATA_FORMATS] = "auto"
+    prompt_key: str = "question"
+    answer_key: str = "answer"
+    shuffle: StrictBool = True
+    epochs: Count | None = Field(None, description="null cycles until max_steps")
+    eval_size: Annotated[float, Field(ge=0, description="0 (none), a fraction < 1, or a count")] = 0
+    eval_path: str | None = None
+    generate: str | None = None
+
+
+class RewardSection(Section):
+    function: str | None = Field(None, description="math, exact, a dotted path, or null for the task's rule")
+
+
+class EvalSection(Section):
+    every_n_steps: Annotated[StrictInt, Field(ge=0, description="0 turns evaluation off")] = 0
+    size: Count | None = Field(None, description="null evaluates every held-out prompt")
+    max_new_tokens: Count | None = None
 
 
 class AlgorithmSection(Section):
@@ -133,6 +156,8 @@ class VllmRollout(RolloutSection):
 class HfRollout(RolloutSection):
     max_batch_size: Count
     use_graphs: StrictBool | None = None
+    prefill_graphs: StrictBool = False
+    prefill_capture_sizes: list[Count] | None = None
 
 
 ROLLOUT_SECTIONS = {"vllm": VllmRollout, "hf": HfRollout}
@@ -151,6 +176,8 @@ class RunSchema(Section):
     roles: RolesSection
     weight_sync: dict[str, Any]
     data: DataSection
+    reward: RewardSection = RewardSection()
+    eval: EvalSection = EvalSection()
     algorithm: AlgorithmSection
     experiment: ExperimentSection
     cluster: ClusterSection
@@ -185,7 +212,8 @@ def check_schema(cfg: DictConfig) -> RunSchema:
 
 
 def check_model_files(cfg: DictConfig) -> None:
-    """`model.path`, when set, is a Hugging Face model directory on this machine."""
+    """`model.path`, when set, is a Hugging Face model directory on this machine that the
+    strategies can run."""
     if cfg.model.path is None:
         return
     path = Path(str(cfg.model.path)).expanduser()
@@ -194,8 +222,7 @@ def check_model_files(cfg: DictConfig) -> None:
         raise ConfigError(f"model.path='{cfg.model.path}' does not exist: {fix}")
     if not path.is_dir():
         raise ConfigError(f"model.path='{cfg.model.path}' is a file, not a model directory: {fix}")
-    if not (path / "config.json").is_file():
-        raise ConfigError(f"model.path='{cfg.model.path}' holds no config.json: {fix}")
+    check_model_dir(path)  # config.json of a supported family, and a tokenizer
 
 
 def _validated(model: type[BaseModel], values: Any, section: str) -> Any:

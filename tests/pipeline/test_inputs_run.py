@@ -40,7 +40,7 @@ def arithmetic(tmp_path):
             "has no key 'problem' (data.prompt_key)",
         ),
         (["data.path={empty}", "reward.function=exact"], "data.path={empty} holds no records"),
-        (["eval.every_n_steps=-1"], "eval.every_n_steps=-1: use 0 (off)"),
+        (["eval.every_n_steps=-1"], "eval.every_n_steps=-1: input should be greater than or equal to 0"),
         (
             ["data.path={rows}", "reward.function=exact", "eval.every_n_steps=2"],
             "needs at least 1 held-out prompts",

@@ -65,10 +65,6 @@ class DataSettings:
         for key, value in (("data.path", self.path), ("data.eval_path", self.eval_path)):
             if value is not None and not Path(value).exists():
                 raise ConfigError(f"{key}={value} does not exist: give a .jsonl, .parquet or datasets folder")
-        if self.epochs is not None and self.epochs < 1:
-            raise ConfigError(f"data.epochs={self.epochs}: use 1 or more, or null to cycle until max_steps")
-        if self.eval_size < 0:
-            raise ConfigError(f"data.eval_size={self.eval_size}: use 0 (none), a fraction < 1, or a count")
         if self.eval_path is not None and self.path is None:
             raise ConfigError("data.eval_path is set but data.path is null: evaluation files need a dataset")
 

@@ -89,8 +89,6 @@ def test_bad_keys_and_splits_are_refused(tmp_path, data, message):
     "data, message",
     [
         ({"path": "/nope.jsonl"}, "data.path=/nope.jsonl does not exist"),
-        ({"epochs": 0}, "data.epochs=0: use 1 or more, or null"),
-        ({"eval_size": -1}, "data.eval_size=-1.0: use 0"),
         ({"eval_path": "/tmp"}, "data.eval_path is set but data.path is null"),
         ({"generate": "chess"}, "data.generate='chess' is unknown: choose arithmetic"),
     ],
