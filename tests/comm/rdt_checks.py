@@ -15,6 +15,7 @@ from tests.comm.graph_actors import SIM_NPU
 from tests.comm.scenarios import BUCKET_BYTES, CHECKS, RECEIVER_SEED
 
 ENGINE = "tests.comm.engine_checks"
+RDT = "tests.comm.rdt_checks"
 HOST = {"num_cpus": 0}
 
 
@@ -45,9 +46,21 @@ def _sync_between(trainer, rollout, kind: str, path: str) -> dict:
     try:
         model = _together((trainer, f"{CHECKS}:send", (1, 1, None)), (rollout, f"{CHECKS}:receive", ()))
         mixed = _together((trainer, f"{CHECKS}:send_mixed", (2, 2)), (rollout, f"{CHECKS}:receive_copies", ()))
+        carried = _together((trainer, f"{RDT}:group_counts", ("sender",)), (rollout, f"{RDT}:group_counts", ("receiver",)))
     finally:
         _together((trainer, f"{CHECKS}:close", ("sender",)), (rollout, f"{CHECKS}:close", ("receiver",)))
-    return {"plan": opened["plan"], "model": _plain(model), "mixed": _plain(mixed)}
+    return {"plan": opened["plan"], "model": _plain(model), "mixed": _plain(mixed), "carried": carried}
+
+
+def group_counts(side: str) -> dict | None:
+    """What this end's member of the sync's `ray.util.collective` group sent and received (None
+    on paths without one)."""
+    from ray.util.collective.collective import get_group_handle
+
+    from tests.comm.sync_checks import _state
+
+    group = getattr(_state[side].transport, "group", None)
+    return get_group_handle(group).stats() if isinstance(group, str) else None
 
 
 def _plain(results: list[dict]) -> list[dict]:
