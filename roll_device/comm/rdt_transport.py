@@ -27,6 +27,7 @@ import torch
 
 from roll_device.comm.control import Control, bucket_key
 from roll_device.comm.messages import BucketHeader
+from roll_device.comm.paths import DIRECT
 from roll_device.comm.transport import AHEAD, Setup, receiver_ranks
 from roll_device.errors import WeightSyncError
 from roll_device.platforms import Platform
@@ -34,6 +35,14 @@ from roll_device.platforms import Platform
 SYNC_GROUP = "weight_sync"  # the actors' concurrency group that runs the transfer calls
 RDT_ACTOR_OPTIONS = {"enable_tensor_transport": True, "concurrency_groups": {SYNC_GROUP: 1}}
 GROUP_KEY = "rdt/group"
+
+
+
+def sync_actor_options(path: str) -> dict:
+    """The Ray actor options a trainer and its rollout workers need to sync along `path` (only
+    `rdt` needs any)."""
+    return dict(RDT_ACTOR_OPTIONS) if path == DIRECT else {}
+
 
 _outgoing: dict[str, torch.Tensor] = {}  # the sender's buckets until its own call returns them
 
@@ -76,10 +85,12 @@ def _deliver(actor, key: tuple[str, int, int], tensor: torch.Tensor) -> None:
 def _current_actor(side: str):
     import ray
 
-    try:
-        actor = ray.get_runtime_context().current_actor
-    except RuntimeError:
-        actor = None
+    actor = None
+    if ray.is_initialized():  # asking the runtime context otherwise would start Ray
+        try:
+            actor = ray.get_runtime_context().current_actor
+        except RuntimeError:
+            actor = None
     if actor is None:
         raise WeightSyncError(
             f"weight_sync.path=rdt: the {side} must run in a Ray actor created with "
