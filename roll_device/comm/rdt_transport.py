@@ -37,7 +37,6 @@ RDT_ACTOR_OPTIONS = {"enable_tensor_transport": True, "concurrency_groups": {SYN
 GROUP_KEY = "rdt/group"
 
 
-
 def sync_actor_options(path: str) -> dict:
     """The Ray actor options a trainer and its rollout workers need to sync along `path` (only
     `rdt` needs any)."""
@@ -101,7 +100,7 @@ def _current_actor(side: str):
 
 def _join(setup: Setup, platform: Platform, rank: int, group: str) -> str:
     """This process's membership of the sync's collective group; the transport's name."""
-    import ray.util.collective as collective
+    from ray.util import collective
 
     from roll_device.comm.ray_graphs.transport import register_own_direct_transport
 
@@ -131,7 +130,9 @@ class RdtSender:
         self.actors = [me, *self.control.get_many(keys, "every rollout actor's handle")]
         self.name = _join(self.setup, self.platform, 0, group)
         self.group = group
-        RemoteCommunicatorManager.get().add_remote_communicator(CommunicatorHandle(self.actors, group, self.name))
+        RemoteCommunicatorManager.get().add_remote_communicator(
+            CommunicatorHandle(self.actors, group, self.name)
+        )
 
     def sends_in_place(self, part: torch.Tensor) -> bool:
         """Every bucket goes as one packed tensor (one transfer per bucket and receiver)."""
@@ -152,7 +153,10 @@ class RdtSender:
             _outgoing_bucket, str(key)
         )
         self._in_flight.append(
-            [actor.__ray_call__.options(concurrency_group=SYNC_GROUP).remote(_deliver, key, ref) for actor in receivers]
+            [
+                actor.__ray_call__.options(concurrency_group=SYNC_GROUP).remote(_deliver, key, ref)
+                for actor in receivers
+            ]
         )
 
     def _wait_oldest(self) -> None:
@@ -172,8 +176,8 @@ class RdtSender:
 
     def close(self) -> None:
         if self.group is not None:
-            import ray.util.collective as collective
             from ray.experimental.collective.collective import RemoteCommunicatorManager
+            from ray.util import collective
 
             RemoteCommunicatorManager.get().remove_remote_communicator(self.group)
             collective.destroy_collective_group(self.group)
@@ -208,7 +212,7 @@ class RdtReceiver:
 
     def close(self) -> None:
         if self.group is not None:
-            import ray.util.collective as collective
+            from ray.util import collective
 
             collective.destroy_collective_group(self.group)
             self.group = None

@@ -45,8 +45,12 @@ def _sync_between(trainer, rollout, kind: str, path: str) -> dict:
     _together((trainer, f"{CHECKS}:connect", ("sender",)), (rollout, f"{CHECKS}:connect", ("receiver",)))
     try:
         model = _together((trainer, f"{CHECKS}:send", (1, 1, None)), (rollout, f"{CHECKS}:receive", ()))
-        mixed = _together((trainer, f"{CHECKS}:send_mixed", (2, 2)), (rollout, f"{CHECKS}:receive_copies", ()))
-        carried = _together((trainer, f"{RDT}:group_counts", ("sender",)), (rollout, f"{RDT}:group_counts", ("receiver",)))
+        mixed = _together(
+            (trainer, f"{CHECKS}:send_mixed", (2, 2)), (rollout, f"{CHECKS}:receive_copies", ())
+        )
+        carried = _together(
+            (trainer, f"{RDT}:group_counts", ("sender",)), (rollout, f"{RDT}:group_counts", ("receiver",))
+        )
     finally:
         _together((trainer, f"{CHECKS}:close", ("sender",)), (rollout, f"{CHECKS}:close", ("receiver",)))
     return {"plan": opened["plan"], "model": _plain(model), "mixed": _plain(mixed), "carried": carried}
@@ -68,7 +72,9 @@ def _plain(results: list[dict]) -> list[dict]:
     out = []
     for result in results:
         stats = result.pop("stats")
-        out.append({**result, "stats": [stats.path, stats.transport, stats.buckets, stats.tensors, stats.nbytes]})
+        out.append(
+            {**result, "stats": [stats.path, stats.transport, stats.buckets, stats.tensors, stats.nbytes]}
+        )
     return out
 
 
@@ -89,12 +95,21 @@ def sync_into_vllm(model_path: str) -> dict:
         trainer, rollout = _actors(HOST)
         before = ray.get(rollout.call.remote(f"{ENGINE}:start_engine", model_path))
         opened = ray.get(
-            trainer.call.remote(f"{CHECKS}:start_sender", "cpu", "cpu", "rdt", False, True, 1, BUCKET_BYTES, False)
+            trainer.call.remote(
+                f"{CHECKS}:start_sender", "cpu", "cpu", "rdt", False, True, 1, BUCKET_BYTES, False
+            )
         )
-        _together((trainer, f"{CHECKS}:connect", ("sender",)), (rollout, f"{ENGINE}:open_receiver", (opened["endpoint"], 1)))
+        _together(
+            (trainer, f"{CHECKS}:connect", ("sender",)),
+            (rollout, f"{ENGINE}:open_receiver", (opened["endpoint"], 1)),
+        )
         try:
             syncs = [
-                _plain(_together((trainer, f"{CHECKS}:send", (seed, seed, None)), (rollout, f"{ENGINE}:receive", ())))
+                _plain(
+                    _together(
+                        (trainer, f"{CHECKS}:send", (seed, seed, None)), (rollout, f"{ENGINE}:receive", ())
+                    )
+                )
                 for seed in (1, 2)
             ]
         finally:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from roll_device.comm import plan_sync
-from roll_device.errors import ConfigError
+from roll_device.errors import ConfigError, WeightSyncError
 from tests.isolated import run_isolated
 
 MODEL_TENSORS, MIXED_TENSORS = 27, 6
@@ -20,18 +20,26 @@ def test_rdt_is_chosen_only_when_asked_for():
     plan = plan_sync("npu", "npu", colocated=False, same_node=False, forced="rdt")
     assert (plan.path, plan.transport, plan.backend, plan.staging) == ("rdt", "rdt", "hccl", "device")
     assert plan.describe() == "rdt: npu -> npu via Ray Direct Transport over hccl (device buckets)"
-    with pytest.raises(ConfigError, match=r"weight_sync.path=rdt for npu trainer -> cpu rollout: one collective backend cannot join two kinds \(hccl vs gloo\); use bridge"):
+    with pytest.raises(
+        ConfigError,
+        match=r"weight_sync.path=rdt for npu trainer -> cpu rollout: one collective backend cannot join two kinds \(hccl vs gloo\); use bridge",
+    ):
         plan_sync("npu", "cpu", colocated=False, same_node=True, forced="rdt")
 
 
 def test_rdt_sync_on_simulated_npus_equals_the_collective_path():
     out = run_isolated("tests.comm.rdt_checks:sync_on_simulated_npus")
     rdt, collective = out["rdt"], out["collective"]
-    assert rdt["plan"] == "rdt: npu -> npu via Ray Direct Transport over hccl (device buckets) [simulated device]"
+    assert (
+        rdt["plan"]
+        == "rdt: npu -> npu via Ray Direct Transport over hccl (device buckets) [simulated device]"
+    )
     for key, tensors in (("model", MODEL_TENSORS), ("mixed", MIXED_TENSORS)):
         export, got = rdt[key]
         assert got["hash"] == export["hash"], f"{key}: the rollout's weights differ from the trainer's export"
-        assert got["hash"] == collective[key][1]["hash"], f"{key}: rdt and collective delivered different bytes"
+        assert got["hash"] == collective[key][1]["hash"], (
+            f"{key}: rdt and collective delivered different bytes"
+        )
         assert got["stats"][:2] == ["rdt", "rdt"] and got["stats"][3] == tensors
         assert got["stats"][2:] == collective[key][1]["stats"][2:]  # same buckets, tensors and bytes
     assert rdt["model"][1]["generation"] == rdt["model"][0]["generation"]
@@ -56,3 +64,20 @@ def test_rdt_sync_into_a_vllm_engine(tiny_model_path):
         assert got["generation"] != previous["generation"]
         assert got["generation"] == export["generation"], "vLLM greedy = the trainer model's greedy"
         previous = got
+
+
+def test_rdt_ends_outside_a_ray_actor_are_refused():
+    import roll_device as rd
+    from roll_device.comm import WeightSender
+
+    plan = plan_sync("cpu", "cpu", colocated=False, same_node=True, forced="rdt")
+    sender = WeightSender(plan, rd.get_platform("cpu"), 1)
+    try:
+        with pytest.raises(
+            WeightSyncError,
+            match=r"weight_sync.path=rdt: the trainer must run in a Ray actor created with "
+            r"roll_device.comm.rdt_transport.RDT_ACTOR_OPTIONS; use collective \(or auto\) otherwise",
+        ):
+            sender.connect()
+    finally:
+        sender.close()
