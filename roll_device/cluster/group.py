@@ -25,7 +25,7 @@ from roll_device.cluster.worker import RoleWorker, worker_env
 from roll_device.errors import ConfigError, RollDeviceError
 
 
-CLASS_OPTIONS = ("concurrency_groups",)  # Ray takes these in ray.remote(...) only, not in .options()
+CLASS_OPTIONS = ("concurrency_groups", "enable_tensor_transport")  # Ray honours these in ray.remote(...) only
 
 
 class DispatchError(RollDeviceError, ValueError):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from roll_device.comm import plan_sync
+from roll_device.comm import plan_sync, sync_actor_options
 from roll_device.errors import ConfigError, WeightSyncError
 from tests.isolated import run_isolated
 
