@@ -24,7 +24,6 @@ from roll_device.cluster.plan import Plan
 from roll_device.cluster.worker import RoleWorker, worker_env
 from roll_device.errors import ConfigError, RollDeviceError
 
-
 CLASS_OPTIONS = ("concurrency_groups", "enable_tensor_transport")  # Ray honours these in ray.remote(...) only
 
 

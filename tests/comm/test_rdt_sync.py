@@ -20,10 +20,15 @@ def test_rdt_is_chosen_only_when_asked_for():
     plan = plan_sync("npu", "npu", colocated=False, same_node=False, forced="rdt")
     assert (plan.path, plan.transport, plan.backend, plan.staging) == ("rdt", "rdt", "hccl", "device")
     assert plan.describe() == "rdt: npu -> npu via Ray Direct Transport over hccl (device buckets)"
-    with pytest.raises(
-        ConfigError,
-        match=r"weight_sync.path=rdt for npu trainer -> cpu rollout: one collective backend cannot join two kinds \(hccl vs gloo\); use bridge",
-    ):
+    assert sync_actor_options("collective") == {}
+    assert sync_actor_options("rdt") == {
+        "enable_tensor_transport": True,
+        "concurrency_groups": {"weight_sync": 1},
+    }
+    refused = (
+        r"weight_sync.path=rdt for npu trainer -> cpu rollout: one collective backend cannot join two kinds"
+    )
+    with pytest.raises(ConfigError, match=refused + r" \(hccl vs gloo\); use bridge"):
         plan_sync("npu", "cpu", colocated=False, same_node=True, forced="rdt")
 
 
