@@ -15,5 +15,8 @@ def test_a_run_syncs_its_weights_by_rdt(tmp_path):
     cfg = compose([f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=2", "weight_sync.path=rdt"])
     run_dir = run_experiment(cfg, tmp_path / "run")
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [(r["step"], r["weights_version"], r["sync_path"]) for r in records] == [(1, 1, "rdt"), (2, 2, "rdt")]
+    assert [(r["step"], r["weights_version"], r["sync_path"]) for r in records] == [
+        (1, 1, "rdt"),
+        (2, 2, "rdt"),
+    ]
     assert all(r["rollout_vs_train_logprob_gap"] < 0.05 for r in records), "rollout and trainer agree"
