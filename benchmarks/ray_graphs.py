@@ -253,9 +253,10 @@ def section(result: dict) -> str:
         ),
         "",
         (
-            "Weight sync does not move buckets by RDT: its own collective path already runs at about "
-            "a bare gloo broadcast (weight-sync section), and RDT's ratio here moves with the "
-            "machine's load from run to run, so the planner has no measured reason to prefer it."
+            "Weight sync moves buckets by RDT only when asked (`weight_sync.path=rdt`): its collective "
+            "path already runs at about a bare gloo broadcast (weight-sync section), and a whole sync "
+            "by RDT is slower than by the collective path (rdt_weight_sync section), so the planner "
+            "has no measured reason to prefer it."
         ),
         "",
         f"![Ray graphs and direct transport]({PLOT.name})",

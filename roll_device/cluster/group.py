@@ -5,7 +5,7 @@ per plan), then starts `worker_cls(*args, **kwargs)` (a plain `RoleWorker` subcl
 makes it a Ray actor) for each rank in its slot's bundle with its share of the device and the
 environment its kind needs. It does not wait: `.infos` (each worker's `info()`) does, so several
 groups start together. `ray_options` adds Ray actor options (`max_concurrency`, more
-`runtime_env` variables, ...).
+`runtime_env` variables, `concurrency_groups`, ...).
 
 Dispatch patterns:
 - `call_all(method, ...)`: every rank, same arguments; results in rank order.
@@ -23,6 +23,8 @@ from roll_device.cluster.placement import reserve, worker_request
 from roll_device.cluster.plan import Plan
 from roll_device.cluster.worker import RoleWorker, worker_env
 from roll_device.errors import ConfigError, RollDeviceError
+
+CLASS_OPTIONS = ("concurrency_groups", "enable_tensor_transport")  # Ray honours these in ray.remote(...) only
 
 
 class DispatchError(RollDeviceError, ValueError):
@@ -76,7 +78,9 @@ class WorkerGroup:
         self.plan = plan
         self.role = role
         self.placement = plan.roles[role]
-        actor_cls = ray.remote(worker_cls)
+        ray_options = dict(ray_options or {})
+        class_options = {key: ray_options.pop(key) for key in CLASS_OPTIONS if key in ray_options}
+        actor_cls = ray.remote(**class_options)(worker_cls) if class_options else ray.remote(worker_cls)
         self.workers = [
             actor_cls.options(**actor_options(plan, role, rank, ray_options)).remote(*args, **kwargs)
             for rank in range(self.placement.world_size)

@@ -2,7 +2,8 @@
 
 `plan_sync` / `choose_path` pick the path from the two roles' kinds and placement (colocated:
 IPC handles or shared memory; collective: a broadcast over the kind's backend; bridge: host
-staging across kinds). `WeightSender` (trainer rank 0) and `WeightReceiver` (each rollout worker)
+staging across kinds; rdt, only when asked for: Ray Direct Transport between Ray actors started
+with `sync_actor_options(path)`). `WeightSender` (trainer rank 0) and `WeightReceiver` (each rollout worker)
 move bucketed, versioned, optionally verified weights along it. `weights_hash` hashes named
 tensors the same way on both ends. See docs/weight-sync.md.
 """
@@ -13,6 +14,7 @@ from roll_device.comm.messages import SyncStats
 from roll_device.comm.options import WeightSyncOptions
 from roll_device.comm.paths import PATHS
 from roll_device.comm.planner import SyncPlan, choose_path, plan_sync
+from roll_device.comm.rdt_transport import sync_actor_options
 from roll_device.comm.receiver import WeightReceiver
 from roll_device.comm.sender import WeightSender
 
@@ -27,5 +29,6 @@ __all__ = [
     "abort_sync",
     "choose_path",
     "plan_sync",
+    "sync_actor_options",
     "weights_hash",
 ]

@@ -2,7 +2,7 @@
 
 ```yaml
 weight_sync:
-  path: auto             # auto | colocated | collective | bridge
+  path: auto             # auto | colocated | collective | bridge | rdt
   bucket_bytes: 67108864 # bytes per bucket (a tensor larger than a bucket is split across several)
   verify: false          # a CRC32 per bucket; a mismatch fails the sync and keeps the old weights
   timeout_s: 600         # how long one side waits for the other before the sync fails

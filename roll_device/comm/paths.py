@@ -8,7 +8,8 @@ AUTO = "auto"  # chosen from the two roles' kinds and placement (planner.py)
 COLOCATED = "colocated"
 COLLECTIVE = "collective"
 BRIDGE = "bridge"
-PATHS = (COLOCATED, COLLECTIVE, BRIDGE)
+DIRECT = "rdt"  # Ray Direct Transport; only when asked for (`auto` never picks it, planner.py)
+PATHS = (COLOCATED, COLLECTIVE, BRIDGE, DIRECT)
 PATH_CHOICES = (AUTO, *PATHS)
 
 

@@ -9,19 +9,27 @@ Paths:
 - `bridge`: any two kinds. Buckets are staged in host memory (pinned where possible), cross
   through shared memory when both ends share a node or a gloo broadcast between nodes, and are
   loaded on the target device.
+- `rdt`: separate Ray actors of one kind. Each bucket is a device tensor returned by a Ray actor
+  call with a Ray Direct Transport (`rdt_transport.py`) over a collective group of the kind's
+  backend, handed to every rollout actor without the object store.
 
 `auto` picks `colocated` for colocated roles, `collective` for one kind, `bridge` for two kinds,
 with one exception: for kinds whose device memory is host memory (the CPU), `bridge` on one node
 (shared memory) replaces a loopback collective that is two to four times slower. A forced path that
 cannot work (IPC or shared memory between nodes, a collective between two kinds) is refused with
 a ConfigError before anything starts.
+
+`auto` never picks `rdt`: benchmarks/ray_graphs.py measured an RDT bucket transfer at 0.87 of a
+bare send/recv of the same bytes, and benchmarks/rdt_weight_sync.py a whole sync by `rdt` at 1.4
+times the time of one by `collective` (docs/benchmarks.md), so the broadcast stays the choice for
+one kind; `rdt` is there for who asks for it (`weight_sync.path=rdt`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from roll_device.comm.paths import AUTO, BRIDGE, COLLECTIVE, COLOCATED, check_path
+from roll_device.comm.paths import AUTO, BRIDGE, COLLECTIVE, COLOCATED, DIRECT, check_path
 from roll_device.errors import ConfigError
 from roll_device.platforms import HOST_KIND, Platform, get_platform
 
@@ -30,8 +38,8 @@ from roll_device.platforms import HOST_KIND, Platform, get_platform
 class SyncPlan:
     """A chosen path and how it moves bytes.
 
-    transport: `ipc` (device buffers shared by handle), `shm` (host shared memory), or `broadcast`
-    (a process group over `backend`); `staging`: where buckets are packed, `device` or `host`.
+    transport: `ipc` (device buffers shared by handle), `shm` (host shared memory), `broadcast`
+    (a process group over `backend`) or `rdt` (Ray Direct Transport over a group of `backend`); `staging`: where buckets are packed, `device` or `host`.
     """
 
     path: str
@@ -47,6 +55,7 @@ class SyncPlan:
             "ipc": "device IPC handles",
             "shm": "host shared memory",
             "broadcast": f"{self.backend} broadcast",
+            "rdt": f"Ray Direct Transport over {self.backend}",
         }[self.transport]
         label = " [simulated device]" if self.simulated else ""
         return f"{self.path}: {self.src_kind} -> {self.dst_kind} via {how} ({self.staging} buckets){label}"
@@ -95,13 +104,14 @@ def plan_sync(
         transport = "ipc" if src_p.supports_ipc and not src_p.simulated else "shm"
         staging = "device" if transport == "ipc" else "host"
         return SyncPlan(path, transport, None, staging, **ends)
-    if path == COLLECTIVE:
+    if path in (COLLECTIVE, DIRECT):
         if not same_kind:
             raise ConfigError(
-                f"weight_sync.path=collective for {pair}: one collective backend cannot join two "
+                f"weight_sync.path={path} for {pair}: one collective backend cannot join two "
                 f"kinds ({src_p.dist_backend} vs {dst_p.dist_backend}); use bridge (or auto)"
             )
-        return SyncPlan(path, "broadcast", src_p.dist_backend, "device", **ends)
+        transport = "broadcast" if path == COLLECTIVE else "rdt"
+        return SyncPlan(path, transport, src_p.dist_backend, "device", **ends)
     if same_node:
         return SyncPlan(path, "shm", None, "host", **ends)
     return SyncPlan(path, "broadcast", get_platform(HOST_KIND).dist_backend, "host", **ends)
@@ -124,5 +134,5 @@ def choose_path(
     same_node: bool,
     forced: str = AUTO,
 ) -> str:
-    """The path name (`colocated`, `collective` or `bridge`) `plan_sync` picks for these roles."""
+    """The path name (one of `PATHS`) `plan_sync` picks for these roles."""
     return plan_sync(src_kind, dst_kind, colocated=colocated, same_node=same_node, forced=forced).path

@@ -33,11 +33,13 @@ from roll_device.comm.broadcast_transport import BroadcastReceiver
 from roll_device.comm.buckets import checksum, entry_bytes, unpack
 from roll_device.comm.control import Control, Endpoint, done_key
 from roll_device.comm.messages import BucketHeader, SyncStats
+from roll_device.comm.rdt_transport import RdtReceiver
 from roll_device.comm.slot_transport import SlotReceiver
 from roll_device.comm.transport import SETUP_KEY, ReceiverTransport, Setup
 from roll_device.errors import WeightSyncError
 from roll_device.platforms import HOST_KIND, Platform, get_platform
 
+RECEIVERS = {"broadcast": BroadcastReceiver, "rdt": RdtReceiver, "shm": SlotReceiver, "ipc": SlotReceiver}
 Apply = Callable[[Iterable[tuple[str, torch.Tensor]]], object]
 
 
@@ -81,8 +83,7 @@ class WeightReceiver:
                 f"on {self.platform.name}"
             )
         self.plan = setup.plan
-        transport = BroadcastReceiver if setup.plan.transport == "broadcast" else SlotReceiver
-        self.transport = transport(self.control, setup, self.platform, self.rank)
+        self.transport = RECEIVERS[setup.plan.transport](self.control, setup, self.platform, self.rank)
         self.transport.connect()
 
     def receive(self, apply: Apply) -> SyncStats:

@@ -28,10 +28,13 @@ from roll_device.comm.control import Control, Endpoint, bucket_key, done_key
 from roll_device.comm.messages import BucketHeader, SyncStats
 from roll_device.comm.options import WeightSyncOptions
 from roll_device.comm.planner import SyncPlan
+from roll_device.comm.rdt_transport import RdtSender
 from roll_device.comm.slot_transport import SlotSender
 from roll_device.comm.transport import SETUP_KEY, SenderTransport, Setup
 from roll_device.errors import WeightSyncError
 from roll_device.platforms import Platform
+
+SENDERS = {"broadcast": BroadcastSender, "rdt": RdtSender, "shm": SlotSender, "ipc": SlotSender}
 
 
 class WeightSender:
@@ -55,8 +58,7 @@ class WeightSender:
         self.control = Control.serve(host, self.options.timeout_s)
         self.setup = Setup(plan, receivers, self.options.bucket_bytes)
         self.control.put(SETUP_KEY, self.setup)
-        transport = BroadcastSender if plan.transport == "broadcast" else SlotSender
-        self.transport: SenderTransport = transport(self.control, self.setup, platform)
+        self.transport: SenderTransport = SENDERS[plan.transport](self.control, self.setup, platform)
         self.version: int | None = None
         self._seq = 0
 

@@ -1,7 +1,8 @@
 """How a bucket's bytes move once packed: the two sides every transport implements
 (`SenderTransport`, `ReceiverTransport`), and the setup both ends share. The implementations:
-slot_transport.py (`shm`, `ipc`: shared slots) and broadcast_transport.py (`broadcast`: a
-process-group broadcast); the sender and receiver pick one from the plan's transport.
+slot_transport.py (`shm`, `ipc`: shared slots), broadcast_transport.py (`broadcast`: a
+process-group broadcast) and rdt_transport.py (`rdt`: Ray Direct Transport between actors); the
+sender and receiver pick one from the plan's transport.
 
 Slots and buffers hold `capacity` bytes; a tensor larger than that gets a slot or buffer of its
 own size (slots are kept and reused, like the others).

@@ -21,7 +21,7 @@ from omegaconf import DictConfig
 
 from roll_device.cluster import Plan, WorkerGroup, shard
 from roll_device.cluster.plan import compute_kind
-from roll_device.comm import Endpoint, SyncPlan, WeightSyncOptions, abort_sync, plan_sync
+from roll_device.comm import Endpoint, SyncPlan, WeightSyncOptions, abort_sync, plan_sync, sync_actor_options
 from roll_device.comm.paths import COLOCATED
 from roll_device.errors import RollDeviceError
 from roll_device.pipeline.inputs import RewardSettings
@@ -147,14 +147,15 @@ def start_roles(
 ) -> RoleGroups:
     """Start and set up every planned role (their output in `log_dir` when given); connect the
     weight sync."""
+    options = WeightSyncOptions.from_config(cfg.weight_sync)
+    sync_ends = {"ray_options": sync_actor_options(options.path)}
     groups = {
-        "actor_train": WorkerGroup(plan, "actor_train", TrainWorker),
-        "actor_infer": WorkerGroup(plan, "actor_infer", RolloutWorker),
+        "actor_train": WorkerGroup(plan, "actor_train", TrainWorker, **sync_ends),
+        "actor_infer": WorkerGroup(plan, "actor_infer", RolloutWorker, **sync_ends),
         "reward": WorkerGroup(plan, "reward", RewardWorker),
     }
     if "reference" in plan.roles:
         groups["reference"] = WorkerGroup(plan, "reference", TrainWorker)
-    options = WeightSyncOptions.from_config(cfg.weight_sync)
     roles = RoleGroups(groups, sync_plan(plan, options.path), options)
     # each worker runs its calls in order: the capture comes first, and nothing waits for it here
     capture = {

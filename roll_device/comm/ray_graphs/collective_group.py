@@ -134,6 +134,23 @@ def register_collective_backend(kind: str | None = None) -> str:
     return name
 
 
+def register_own_collective_backend(name: str) -> str:
+    """Register `PlatformCollectiveGroup` under `name` (one subclass per name, idempotent) in this
+    process, for users that need roll-device's group whatever Ray has: it never makes the
+    process's default group (Ray's GLOO backend does, which an engine in the same actor owns)."""
+    from ray.util.collective.backend_registry import BackendRegistry
+    from ray.util.collective.backend_registry import register_collective_backend as register
+
+    if not BackendRegistry().is_registered(name):
+        group_class = type(
+            f"{name.title()}Group",
+            (PlatformCollectiveGroup,),
+            {"backend": classmethod(lambda cls: name), "__module__": __name__},
+        )
+        register(name, group_class)
+    return name.upper()
+
+
 def device_group(actors: list, kind: str, name: str | None = None):
     """From the driver: register the backend for `kind` here and in `actors`, and form a collective
     group of them (ranks in that order) with Ray's `create_collective_group`; its handle."""

@@ -9,6 +9,10 @@ collective backend of `kind` (`collective_group.py`) and a transport of the same
 kind's device type, once per process; Ray requires it in the process that creates the actors,
 before it creates them, and copies it into each actor itself. Then, from the driver,
 `collective_group.device_group(actors, kind)` forms the group both ends use.
+
+`register_own_direct_transport(kind)` is the same over roll-device's own group under the name
+`ROLL_<BACKEND>` for every kind (Ray's GLOO group would take over the process's default group);
+weight sync's `rdt` path (`roll_device/comm/rdt_transport.py`) registers it in each of its actors.
 """
 
 from __future__ import annotations
@@ -16,7 +20,10 @@ from __future__ import annotations
 from ray.experimental.rdt.collective_tensor_transport import CollectiveTensorTransport
 
 from roll_device.comm.ray_graphs.backend import platform_for
-from roll_device.comm.ray_graphs.collective_group import register_collective_backend
+from roll_device.comm.ray_graphs.collective_group import (
+    register_collective_backend,
+    register_own_collective_backend,
+)
 
 _classes: dict[str, type[CollectiveTensorTransport]] = {}
 
@@ -42,4 +49,19 @@ def register_direct_transport(kind: str) -> str:
     name = register_collective_backend(kind)
     if name not in DEFAULT_TRANSPORTS and name not in transport_manager_info:
         register_tensor_transport(name, [platform_for(kind).device_type], transport_class(name), torch.Tensor)
+    return name
+
+
+def register_own_direct_transport(kind: str | None = None) -> str:
+    """Register, in this process, a Ray Direct Transport over roll-device's own collective group of
+    `kind` (None: this process's platform), named `ROLL_<BACKEND>` (idempotent); returns the name.
+    Every process that sends, receives or owns the transferred references registers it."""
+    import torch
+    from ray.experimental import register_tensor_transport
+    from ray.experimental.rdt.util import transport_manager_info
+
+    platform = platform_for(kind)
+    name = register_own_collective_backend(f"ROLL_{platform.dist_backend.upper()}")
+    if name not in transport_manager_info:
+        register_tensor_transport(name, [platform.device_type], transport_class(name), torch.Tensor)
     return name
