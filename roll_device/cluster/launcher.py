@@ -115,7 +115,7 @@ def _start_sim(cluster_cfg: Mapping, include_dashboard: bool) -> ClusterHandle:
     handle = _owned(ClusterHandle("sim", nodes.gcs_address, nodes.dashboard_url, nodes=nodes))
     try:
         nodes.start_head(head)
-        nodes.connect()
+        ray.init(address=nodes.gcs_address)
         handle.owns_connection = True
 
         def alive() -> int:

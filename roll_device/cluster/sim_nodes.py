@@ -42,7 +42,6 @@ START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 HEAD_NAME = "head"
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
-NOT_CONNECTED = object()  # no driver joined through `SimNodes.connect`
 # Ask Linux for SIGTERM when the parent dies (prctl PR_SET_PDEATHSIG = 1), then become the command:
 # a driver killed outright leaves no node behind.
 EXEC_WITH_PARENT_DEATH_SIGNAL = (
@@ -133,7 +132,6 @@ class SimNodes:
         self.include_dashboard = include_dashboard
         self.dashboard_url = f"http://127.0.0.1:{self.dashboard_port}" if include_dashboard else None
         self.procs: list[tuple[str, subprocess.Popen]] = []
-        self.driver_auth_mode: str | None | object = NOT_CONNECTED
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
         ray_cli = Path(sys.executable).with_name("ray")
@@ -214,23 +212,8 @@ class SimNodes:
                 raise SimClusterError(f"sim cluster node '{name}' did not start ({state}):\n{log}")
             time.sleep(0.2)
 
-    def connect(self) -> None:
-        """Join this process to the cluster as its driver, in the cluster's authentication mode.
-
-        Ray decides a process's mode once: a first local `ray.init` sets RAY_AUTH_MODE=token in the
-        process and reloads its config, so a later driver of this token-less cluster would be refused.
-        The mode is set here the way Ray sets it, and given back in `stop`."""
-        import ray
-        from ray._raylet import Config
-
-        self.driver_auth_mode = os.environ.get(AUTH_MODE_ENV)
-        os.environ[AUTH_MODE_ENV] = "disabled"
-        Config.initialize("")
-        ray.init(address=self.gcs_address)
-
     def stop(self) -> None:
-        """End every node this object started (workers first, the head last), and give the driver
-        back its authentication mode."""
+        """End every node this object started (workers first, the head last)."""
         for _, proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -242,11 +225,3 @@ class SimNodes:
                 proc.wait()
         self.procs = []
         shutil.rmtree(self.temp_dir, ignore_errors=True)
-        if self.driver_auth_mode is not NOT_CONNECTED:
-            from ray._raylet import Config
-
-            os.environ.pop(AUTH_MODE_ENV, None)
-            if self.driver_auth_mode is not None:
-                os.environ[AUTH_MODE_ENV] = self.driver_auth_mode
-            Config.initialize("")
-            self.driver_auth_mode = NOT_CONNECTED
