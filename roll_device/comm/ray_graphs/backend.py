@@ -25,7 +25,7 @@ AVERAGE = "AVG"  # Ray's mean, which not every backend reduces natively: a sum d
 
 def platform_for(kind: str | None) -> Platform:
     """The platform of `kind` in this process: the current one when `kind` is None or its kind
-    (so that a simulated NPU process gets its simulated platform for "npu")."""
+    (so that a simulated NPU process gets its simulated platform for its own kind)."""
     current = current_platform()
     if kind is None or kind == current.kind:
         return current

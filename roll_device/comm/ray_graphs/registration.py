@@ -27,7 +27,7 @@ HOST_STAGING = {"transport": "shm", "device": "cpu"}
 
 def register_ray_communicator(kind: str | None = None) -> str:
     """Make Ray's Compiled Graphs in this process use roll-device's communicator for `kind`
-    (None: this process's platform). Returns the torch module name registered (e.g. "npu").
+    (None: this process's platform). Returns the torch module name registered (the kind's torch device type).
 
     Raises MissingPackageError naming the kind, its backend and what to install when the kind has
     no collective backend here; refuses the host kind, whose tensors Ray moves itself."""
