@@ -66,7 +66,9 @@ def make_batch(seed: int, rows: int, length: int):
     )
 
 
-def measure(rank: int, name: str, overrides: dict, model_path: str, rows: int, length: int, warmup: int, steps: int) -> dict:
+def measure(
+    rank: int, name: str, overrides: dict, model_path: str, rows: int, length: int, warmup: int, steps: int
+) -> dict:
     """Runs in each rank: initialize the trainer, then time `warmup + steps` train steps."""
 
     import roll_device as rd
@@ -78,7 +80,9 @@ def measure(rank: int, name: str, overrides: dict, model_path: str, rows: int, l
     trainer = strategy_class("train", name, platform.kind)(platform)
     config = {"name": name, "lr": 1e-4, "micro_batch_size": rows, **overrides}
     trainer.initialize(model_path, config)
-    batch = make_batch(seed=trainer.data_parallel_rank, rows=rows, length=length)  # a replica's ranks share rows
+    batch = make_batch(
+        seed=trainer.data_parallel_rank, rows=rows, length=length
+    )  # a replica's ranks share rows
     batch.old_logprobs = trainer.forward_logprobs(batch)
     after_init = platform.memory_allocated()
     loss = grpo_policy_loss()
@@ -105,8 +109,17 @@ def run_layout(label, name, world, overrides, model_path, args) -> dict:
     from strategies.training.local_ranks import run_ranks
 
     ranks = run_ranks(
-        "benchmarks.train:measure", world, name, overrides, model_path, args.rows, args.length,
-        args.warmup, args.steps, env={"OMP_NUM_THREADS": "1"}, timeout=900,
+        "benchmarks.train:measure",
+        world,
+        name,
+        overrides,
+        model_path,
+        args.rows,
+        args.length,
+        args.warmup,
+        args.steps,
+        env={"OMP_NUM_THREADS": "1"},
+        timeout=900,
     )
     step = max(statistics.median(r["seconds"]) for r in ranks)
     result = {

@@ -38,6 +38,7 @@ class WeightSyncError(RollDeviceError, RuntimeError):
 
     exit_code = 1
 
+
 class CommunicatorError(RollDeviceError, RuntimeError):
     """A process group of Ray actors (a Compiled Graph communicator, a collective group, a direct
     transport) that could not form, or an actor that is not part of it."""

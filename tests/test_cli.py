@@ -50,7 +50,10 @@ def test_bad_input_exits_2_with_the_reason(tmp_path, args, message):
 @pytest.mark.parametrize(
     "kind, message",
     [
-        ("tpu", "unknown device kind 'tpu': valid kinds are npu, cuda, rocm, cpu (ROLL_DEVICE also takes auto, npu-sim)"),
+        (
+            "tpu",
+            "unknown device kind 'tpu': valid kinds are npu, cuda, rocm, cpu (ROLL_DEVICE also takes auto, npu-sim)",
+        ),
         ("npu", "ROLL_DEVICE=npu but no usable Ascend NPU: install torch_npu"),
     ],
 )

@@ -41,8 +41,10 @@ class TrainWorker(PipelineWorker):
         if self.world_size > 1:
             addr, port = master
             dist.init_process_group(
-                self.platform.dist_backend, init_method=f"tcp://{addr}:{port}",
-                rank=self.rank, world_size=self.world_size,
+                self.platform.dist_backend,
+                init_method=f"tcp://{addr}:{port}",
+                rank=self.rank,
+                world_size=self.world_size,
             )
         self.strategy = strategy_class(TRAIN, strategy, self.platform.kind)(self.platform)
         self.strategy.initialize(model_path, config)
@@ -69,7 +71,9 @@ class TrainWorker(PipelineWorker):
     def open_sender(self, plan: SyncPlan, receivers: int, options: WeightSyncOptions) -> Endpoint | None:
         if self.rank != 0:
             return None
-        self.sender = WeightSender(plan, self.platform, receivers, options, host=ray.util.get_node_ip_address())
+        self.sender = WeightSender(
+            plan, self.platform, receivers, options, host=ray.util.get_node_ip_address()
+        )
         return self.sender.endpoint
 
     def connect_sender(self) -> None:

@@ -64,7 +64,9 @@ def check_same_tokens(input_ids: torch.Tensor, device: torch.device, group) -> N
         return
     weights = torch.arange(1, input_ids.numel() + 1, dtype=torch.float64).view_as(input_ids)
     digest = float((input_ids.double() * weights).sum())
-    bounds = torch.tensor([digest, -digest, input_ids.numel(), -input_ids.numel()], dtype=torch.float64, device=device)
+    bounds = torch.tensor(
+        [digest, -digest, input_ids.numel(), -input_ids.numel()], dtype=torch.float64, device=device
+    )
     dist.all_reduce(bounds, op=dist.ReduceOp.MAX, group=group)
     if bounds[0] != -bounds[1] or bounds[2] != -bounds[3]:
         raise ConfigError(

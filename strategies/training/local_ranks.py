@@ -44,7 +44,9 @@ def _entry(target, rank, world_size, port, args, env, queue) -> None:
         queue.put((rank, False, traceback.format_exc()))
 
 
-def run_ranks(target: str, world_size: int, *args, env: dict[str, str] | None = None, timeout: float = 180) -> list:
+def run_ranks(
+    target: str, world_size: int, *args, env: dict[str, str] | None = None, timeout: float = 180
+) -> list:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     port = free_port()

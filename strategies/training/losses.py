@@ -20,7 +20,9 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def grpo_policy_loss(clip_ratio: float = 0.2, kl_coef: float = 0.0, clip_ratio_high: float | None = None) -> LossFn:
+def grpo_policy_loss(
+    clip_ratio: float = 0.2, kl_coef: float = 0.0, clip_ratio_high: float | None = None
+) -> LossFn:
     """The PPO clipped surrogate (GRPO uses it with group-normalized advantages), token-mean.
 
     ratio = exp(logprobs - old_logprobs); per token: -min(ratio * A, clip(ratio, 1 - clip_ratio,
@@ -47,7 +49,11 @@ def grpo_policy_loss(clip_ratio: float = 0.2, kl_coef: float = 0.0, clip_ratio_h
             )
         device = logprobs.device
         mask = batch.response_mask.to(device, logprobs.dtype)
-        old = batch.old_logprobs.to(device, logprobs.dtype) if batch.old_logprobs is not None else logprobs.detach()
+        old = (
+            batch.old_logprobs.to(device, logprobs.dtype)
+            if batch.old_logprobs is not None
+            else logprobs.detach()
+        )
         advantages = batch.advantages.to(device, logprobs.dtype).unsqueeze(1)
         ratio = torch.exp(logprobs - old)
         unclipped = ratio * advantages
@@ -90,5 +96,7 @@ def group_normalized_advantages(rewards: torch.Tensor, group_size: int, eps: flo
             f"of {group_size}: pass a 1-D tensor whose length is a multiple of the samples per prompt"
         )
     groups = rewards.float().view(-1, group_size)
-    std = groups.std(dim=1, keepdim=True, unbiased=False) if group_size > 1 else torch.zeros_like(groups[:, :1])
+    std = (
+        groups.std(dim=1, keepdim=True, unbiased=False) if group_size > 1 else torch.zeros_like(groups[:, :1])
+    )
     return ((groups - groups.mean(dim=1, keepdim=True)) / (std + eps)).view(-1)

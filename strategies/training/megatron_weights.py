@@ -66,12 +66,16 @@ def parameters(shape: ModelShape, stage: int = 0, num_stages: int = 1) -> list[P
             ),
             Param(m + "self_attention.linear_proj.weight", (attn + "o_proj.weight",), ROW),
             Param(m + "pre_mlp_layernorm.weight", (h + "post_attention_layernorm.weight",), REPLICATED),
-            Param(m + "mlp.linear_fc1.weight", (h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"), GATE_UP),
+            Param(
+                m + "mlp.linear_fc1.weight", (h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"), GATE_UP
+            ),
             Param(m + "mlp.linear_fc2.weight", (h + "mlp.down_proj.weight",), ROW),
         ]
         if shape.qkv_bias:
             params.append(
-                Param(m + "self_attention.linear_qkv.bias", tuple(attn + f"{p}_proj.bias" for p in "qkv"), QKV)
+                Param(
+                    m + "self_attention.linear_qkv.bias", tuple(attn + f"{p}_proj.bias" for p in "qkv"), QKV
+                )
             )
     if last:
         params.append(Param("decoder.final_layernorm.weight", ("model.norm.weight",), REPLICATED))
@@ -149,7 +153,9 @@ def load_into(
             shard = to_megatron_shard(param, hf, shape, tp_rank, tp_size)
             target = named_params[param.megatron]
             if target.shape != shard.shape:
-                raise KeyError(f"{param.megatron}: shard {tuple(shard.shape)} != parameter {tuple(target.shape)}")
+                raise KeyError(
+                    f"{param.megatron}: shard {tuple(shard.shape)} != parameter {tuple(target.shape)}"
+                )
             target.copy_(shard)
 
 
@@ -179,5 +185,6 @@ def manifest(
     moves), so that ranks of other pipeline stages can receive them."""
     meta = {name: torch.empty(t.shape, dtype=t.dtype, device="meta") for name, t in named_params.items()}
     return [
-        (name, tuple(t.shape), t.dtype) for name, t in export(meta, table, shape, lambda local: [local] * tp_size)
+        (name, tuple(t.shape), t.dtype)
+        for name, t in export(meta, table, shape, lambda local: [local] * tp_size)
     ]

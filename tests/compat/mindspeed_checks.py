@@ -34,7 +34,11 @@ def order_and_options(model_path: str) -> dict:
 
     os.environ.pop("MINDSPEED_STANDIN_STOP")
     glue.apply({"second": True})
-    return {"error": error, "events": [list(e) for e in mindspeed.EVENTS], "stand_in_file": mindspeed.__file__}
+    return {
+        "error": error,
+        "events": [list(e) for e in mindspeed.EVENTS],
+        "stand_in_file": mindspeed.__file__,
+    }
 
 
 def missing_then_too_late(model_path: str) -> dict:

@@ -21,7 +21,11 @@ def test_inside_the_scope_cuda_calls_land_on_the_platform():
 
     with redirect_cuda(CPU):
         assert torch.cuda.current_device() == 0
-        made = [torch.zeros([], device="cuda"), torch.tensor([1.0], device="cuda:0"), torch.empty(2, device=0)]
+        made = [
+            torch.zeros([], device="cuda"),
+            torch.tensor([1.0], device="cuda:0"),
+            torch.empty(2, device=0),
+        ]
         made.append(torch.ones(2).cuda())
         assert {t.device.type for t in made} == {"cpu"}
         assert torch.ones(2).type() == "torch.cuda.FloatTensor"

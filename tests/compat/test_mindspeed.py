@@ -28,5 +28,7 @@ def test_standin_is_applied_before_megatron_with_the_trainer_options(tiny_model_
 
 def test_missing_mindspeed_is_named_and_late_application_is_refused(tiny_model_path):
     out = run_isolated("tests.compat.mindspeed_checks:missing_then_too_late", tiny_model_path)
-    assert out["missing"].startswith("MissingPackageError: the Megatron trainer on NPU needs the package mindspeed")
+    assert out["missing"].startswith(
+        "MissingPackageError: the Megatron trainer on NPU needs the package mindspeed"
+    )
     assert out["too_late"].startswith("MindSpeedOrderError: megatron is already imported")

@@ -19,10 +19,15 @@ def test_mixed_devices_step_on_the_sim_cluster(tmp_path):
         seen["trainer_hash"] = roles.call("actor_train", "export_hash")
         seen["engine_hash"] = roles.call("actor_infer", "engine_hash")
 
-    cfg = compose([
-        "experiment=mixed_devices", "cluster=sim", "max_steps=1", "rollout.dtype=float32",
-        f"model.tiny_dir={tmp_path / 'tiny'}",
-    ])
+    cfg = compose(
+        [
+            "experiment=mixed_devices",
+            "cluster=sim",
+            "max_steps=1",
+            "rollout.dtype=float32",
+            f"model.tiny_dir={tmp_path / 'tiny'}",
+        ]
+    )
     run_experiment(cfg, tmp_path / "run", on_step=on_step)
 
     infos = seen["infos"]

@@ -11,8 +11,9 @@ from roll_device.pipeline.validate import validate
 
 
 def _node(kind, count):
-    return Inventory((NodeInfo(node_id="n0", ip="10.0.0.1", name="node0", cpus=64, devices={kind: count},
-                               is_head=True),))
+    return Inventory(
+        (NodeInfo(node_id="n0", ip="10.0.0.1", name="node0", cpus=64, devices={kind: count}, is_head=True),)
+    )
 
 
 @pytest.mark.parametrize("experiment, kind", [("qwen2_5_7b_npu8", "npu"), ("qwen2_5_7b_gpu8", "cuda")])

@@ -6,12 +6,30 @@ import roll_device as rd
 
 EXPECTED = {
     #  kind: (device_type, dispatch_key, ray_resource, visible_devices_env, noset env, backend)
-    "cuda": ("cuda", "CUDA", "GPU", "CUDA_VISIBLE_DEVICES",
-             "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "nccl"),
-    "rocm": ("cuda", "CUDA", "GPU", "HIP_VISIBLE_DEVICES",
-             "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES", "nccl"),
-    "npu": ("npu", "PrivateUse1", "NPU", "ASCEND_RT_VISIBLE_DEVICES",
-            "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES", "hccl"),
+    "cuda": (
+        "cuda",
+        "CUDA",
+        "GPU",
+        "CUDA_VISIBLE_DEVICES",
+        "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",
+        "nccl",
+    ),
+    "rocm": (
+        "cuda",
+        "CUDA",
+        "GPU",
+        "HIP_VISIBLE_DEVICES",
+        "RAY_EXPERIMENTAL_NOSET_HIP_VISIBLE_DEVICES",
+        "nccl",
+    ),
+    "npu": (
+        "npu",
+        "PrivateUse1",
+        "NPU",
+        "ASCEND_RT_VISIBLE_DEVICES",
+        "RAY_EXPERIMENTAL_NOSET_ASCEND_RT_VISIBLE_DEVICES",
+        "hccl",
+    ),
     "cpu": ("cpu", "CPU", None, None, None, "gloo"),
 }
 
@@ -21,8 +39,12 @@ def test_identity(kind):
     p = rd.get_platform(kind)
     assert p.kind == kind
     assert (
-        p.device_type, p.dispatch_key, p.ray_resource, p.visible_devices_env,
-        p.ray_noset_visible_devices_env, p.dist_backend,
+        p.device_type,
+        p.dispatch_key,
+        p.ray_resource,
+        p.visible_devices_env,
+        p.ray_noset_visible_devices_env,
+        p.dist_backend,
     ) == EXPECTED[kind]
     assert rd.get_platform(kind) is p, "one instance per kind and process"
 
@@ -76,7 +98,10 @@ def test_ipc_support_by_kind():
 def test_a_rollout_engine_the_kind_does_not_host_fails_loudly():
     with pytest.raises(NotImplementedError) as err:
         rd.get_platform("cpu").rollout_engine("sglang")
-    assert str(err.value) == "platform 'cpu' does not support the rollout engine 'sglang': engines on this kind: vllm"
+    assert (
+        str(err.value)
+        == "platform 'cpu' does not support the rollout engine 'sglang': engines on this kind: vllm"
+    )
 
 
 def test_simulation_facts_are_the_platforms():

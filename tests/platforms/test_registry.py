@@ -40,7 +40,10 @@ def test_unknown_roll_device_lists_valid_kinds(monkeypatch):
 
 
 def test_get_platform_unknown_kind():
-    with pytest.raises(UnknownDeviceError, match=r"valid kinds are npu, cuda, rocm, cpu \(ROLL_DEVICE also takes auto, npu-sim\)"):
+    with pytest.raises(
+        UnknownDeviceError,
+        match=r"valid kinds are npu, cuda, rocm, cpu \(ROLL_DEVICE also takes auto, npu-sim\)",
+    ):
         rd.get_platform("gpu")
 
 
@@ -64,9 +67,7 @@ def test_gpu_kind_without_gpu_says_what_to_install(monkeypatch, kind):
 @pytest.mark.parametrize("variant", ["broken_import", "available_raises", "no_device"])
 def test_broken_torch_npu_ends_in_a_clean_decision(tmp_path, variant):
     stand_in = write_stand_in(str(tmp_path), variant)
-    result = run_isolated(
-        "tests.platforms.detection_checks:detect", env={"PYTHONPATH": f"{stand_in}:."}
-    )
+    result = run_isolated("tests.platforms.detection_checks:detect", env={"PYTHONPATH": f"{stand_in}:."})
     assert result["npu_available"] is False
     assert result["kind"] in ("cpu", "cuda", "rocm")
 
@@ -132,12 +133,16 @@ def test_plugin_platform_is_detected_first_and_reachable_by_kind(tmp_path, monke
 
 
 def test_broken_plugin_is_skipped_with_a_warning(tmp_path, monkeypatch, caplog):
-    _install_plugin(tmp_path, monkeypatch, "raise ImportError('plugin needs libfoo')\n", "fakeaccel_plugin_broken")
+    _install_plugin(
+        tmp_path, monkeypatch, "raise ImportError('plugin needs libfoo')\n", "fakeaccel_plugin_broken"
+    )
     assert rd.current_platform().kind in ("cpu", "cuda", "rocm")
     assert "fakeaccel" in caplog.text and "libfoo" in caplog.text
 
 
-OTHER_PLUGIN = PLUGIN.replace("FakeAccelPlatform", "OtherAccelPlatform").replace('"fakeaccel"', '"otheraccel"')
+OTHER_PLUGIN = PLUGIN.replace("FakeAccelPlatform", "OtherAccelPlatform").replace(
+    '"fakeaccel"', '"otheraccel"'
+)
 
 
 def test_two_plugins_with_devices_are_an_error_naming_both(tmp_path, monkeypatch):
@@ -157,8 +162,11 @@ def test_two_plugins_with_devices_are_an_error_naming_both(tmp_path, monkeypatch
 def test_two_plugins_of_one_kind_are_an_error(tmp_path, monkeypatch):
     _install_plugin(tmp_path, monkeypatch, PLUGIN, "fakeaccel_a")
     _install_plugin(tmp_path, monkeypatch, PLUGIN, "fakeaccel_b")
-    with pytest.raises(ConfigError, match="platform plugins 'fakeaccel_.:FakeAccelPlatform' and "
-                       "'fakeaccel_.:FakeAccelPlatform' both register device kind 'fakeaccel': uninstall one"):
+    with pytest.raises(
+        ConfigError,
+        match="platform plugins 'fakeaccel_.:FakeAccelPlatform' and "
+        "'fakeaccel_.:FakeAccelPlatform' both register device kind 'fakeaccel': uninstall one",
+    ):
         rd.known_kinds()
 
 

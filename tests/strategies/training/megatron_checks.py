@@ -38,7 +38,9 @@ def checkpoint_round_trip(trainer, model_path: str, directory: str, batch, **ove
     return out
 
 
-def two_ranks(rank: int, model_path: str, tensor_parallel: int, pipeline_parallel: int, checkpoint_dir: str) -> dict:
+def two_ranks(
+    rank: int, model_path: str, tensor_parallel: int, pipeline_parallel: int, checkpoint_dir: str
+) -> dict:
     """The trainer contract on 2 gloo ranks: TP=2 or PP=2 (both ranks hold the same rows), or
     2 data-parallel ranks (each its own rows) with the distributed optimizer."""
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -49,7 +51,9 @@ def two_ranks(rank: int, model_path: str, tensor_parallel: int, pipeline_paralle
     batch = make_batch(seed=seeds[rank % dp_size] if dp_size > 1 else seeds[0])
     trainer = new_trainer(model_path, **layout)
     plain = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    out = {"logprob_diff": (trainer.forward_logprobs(batch) - plain_logprobs(plain, batch)).abs().max().item()}
+    out = {
+        "logprob_diff": (trainer.forward_logprobs(batch) - plain_logprobs(plain, batch)).abs().max().item()
+    }
     out["data_parallel"] = [trainer.data_parallel_rank, trainer.data_parallel_size]
 
     first = trainer.train_step(batch, nll_loss())
@@ -62,7 +66,9 @@ def two_ranks(rank: int, model_path: str, tensor_parallel: int, pipeline_paralle
     out["exported_names"], out["hf_names"] = sorted(exported), sorted(plain.state_dict())
     fresh = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
     fresh.load_state_dict(exported, strict=True)
-    out["export_logprob_diff"] = (plain_logprobs(fresh, batch) - trainer.forward_logprobs(batch)).abs().max().item()
+    out["export_logprob_diff"] = (
+        (plain_logprobs(fresh, batch) - trainer.forward_logprobs(batch)).abs().max().item()
+    )
     trainer.offload()
     trainer.reload()
     out["offload_reload_weight_diff"] = max_diff(exported, dict(trainer.export_weights()))
@@ -85,7 +91,12 @@ def single_process(model_path: str, checkpoint_dir: str) -> dict:
     fsdp.initialize(model_path, {**CONFIG, "weight_decay": 0.1})
     megatron = new_trainer(model_path, use_distributed_optimizer=False, weight_decay=0.1)
     twin = new_trainer(model_path, use_distributed_optimizer=False, weight_decay=0.1)
-    out = {"logprob_diff_vs_fsdp": (fsdp.forward_logprobs(batch) - megatron.forward_logprobs(batch)).abs().max().item()}
+    out = {
+        "logprob_diff_vs_fsdp": (fsdp.forward_logprobs(batch) - megatron.forward_logprobs(batch))
+        .abs()
+        .max()
+        .item()
+    }
     fsdp_step, megatron_step = fsdp.train_step(batch, nll_loss()), megatron.train_step(batch, nll_loss())
     twin.train_step(batch, nll_loss())
     out["fsdp_step"], out["megatron_step"] = fsdp_step, megatron_step
@@ -102,7 +113,12 @@ def single_process(model_path: str, checkpoint_dir: str) -> dict:
     out["reload_weight_diff"] = max_diff(dict(megatron.export_weights()), dict(twin.export_weights()))
     out.update(
         checkpoint_round_trip(
-            megatron, model_path, checkpoint_dir, make_batch(seed=12), use_distributed_optimizer=False, weight_decay=0.1
+            megatron,
+            model_path,
+            checkpoint_dir,
+            make_batch(seed=12),
+            use_distributed_optimizer=False,
+            weight_decay=0.1,
         )
     )
     for trainer in (twin, megatron):
@@ -137,8 +153,14 @@ def make_tied_llama(directory: str) -> dict:
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=len(vocabulary()), hidden_size=128, intermediate_size=256, num_hidden_layers=4,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True,
+        vocab_size=len(vocabulary()),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
     )
     LlamaForCausalLM(config).save_pretrained(directory)
     build_tokenizer().save_pretrained(directory)

@@ -22,7 +22,11 @@ LAYOUTS = {"tp2": (2, 1), "pp2": (1, 2), "dp2": (1, 1)}  # (tensor_parallel, pip
 def two_ranks(request, tiny_model_path, tmp_path_factory):
     checkpoint = str(tmp_path_factory.mktemp(f"megatron-{request.param}"))
     ranks = run_ranks(
-        "tests.strategies.training.megatron_checks:two_ranks", 2, tiny_model_path, *LAYOUTS[request.param], checkpoint
+        "tests.strategies.training.megatron_checks:two_ranks",
+        2,
+        tiny_model_path,
+        *LAYOUTS[request.param],
+        checkpoint,
     )
     return request.param, ranks
 
@@ -30,7 +34,9 @@ def two_ranks(request, tiny_model_path, tmp_path_factory):
 @pytest.fixture(scope="module")
 def single_process(tiny_model_path, tmp_path_factory):
     checkpoint = str(tmp_path_factory.mktemp("megatron-single"))
-    return run_isolated("tests.strategies.training.megatron_checks:single_process", tiny_model_path, checkpoint)
+    return run_isolated(
+        "tests.strategies.training.megatron_checks:single_process", tiny_model_path, checkpoint
+    )
 
 
 def test_registered_for_the_kinds_it_has_adapters_for():
@@ -81,7 +87,9 @@ def test_ranks_of_one_replica_must_hold_the_same_rows_data_parallel_ranks_their_
         if layout == "dp2":
             assert rank["own_rows_error"] == ""
         else:
-            assert rank["own_rows_error"].startswith("ConfigError: ranks of one model replica (its tensor- and")
+            assert rank["own_rows_error"].startswith(
+                "ConfigError: ranks of one model replica (its tensor- and"
+            )
 
 
 def test_a_checkpoint_refuses_another_layout(two_ranks):
@@ -89,7 +97,10 @@ def test_a_checkpoint_refuses_another_layout(two_ranks):
     tp, pp = LAYOUTS[layout]
     written = f"{{'tensor_parallel': {tp}, 'pipeline_parallel': {pp}, 'data_parallel': {2 // (tp * pp)}}}"
     for rank in ranks:
-        assert rank["layout_error"].startswith("ConfigError: checkpoint '") and f"the layout {written}" in rank["layout_error"]
+        assert (
+            rank["layout_error"].startswith("ConfigError: checkpoint '")
+            and f"the layout {written}" in rank["layout_error"]
+        )
         assert rank["layout_error"].endswith("reload it with the same layout")
 
 
@@ -129,7 +140,10 @@ def test_bf16_compute_trains_like_fsdp_bf16(single_process):
     [
         ({"tensor_parallel": 3}, "tensor_parallel=3 must divide the model's num_attention_heads"),
         ({"pipeline_parallel": 3}, r"pipeline_parallel=3 must divide the model's num_hidden_layers \(2\)"),
-        ({"pipeline_parallel": 2}, "tensor_parallel x pipeline_parallel = 1 x 2 must divide the world size 1"),
+        (
+            {"pipeline_parallel": 2},
+            "tensor_parallel x pipeline_parallel = 1 x 2 must divide the world size 1",
+        ),
         ({"tensor_parallel": 0}, "tensor_parallel must be >= 1"),
         ({"mindspeed": "on"}, "mindspeed must be a mapping"),
     ],

@@ -32,7 +32,9 @@ def hf_state(shape: ModelShape) -> dict[str, torch.Tensor]:
             }
         )
         if shape.qkv_bias:
-            sizes.update({p + f"self_attn.{x}_proj.bias": (r,) for x, r in zip("qkv", (q_rows, kv_rows, kv_rows))})
+            sizes.update(
+                {p + f"self_attn.{x}_proj.bias": (r,) for x, r in zip("qkv", (q_rows, kv_rows, kv_rows))}
+            )
     return {name: torch.randn(size, generator=g) for name, size in sizes.items()}
 
 
@@ -41,15 +43,21 @@ def hf_state(shape: ModelShape) -> dict[str, torch.Tensor]:
 def test_split_then_merge_gives_back_every_hf_tensor(tp, pp, qkv_bias, tied):
     """Every stage's shards, merged and exported, give each HF tensor once; the manifest
     (worked out on meta tensors) names the same tensors with the same shapes and dtypes."""
-    shape = ModelShape(num_layers=4, num_heads=4, num_groups=2, head_dim=8, qkv_bias=qkv_bias, tied_embeddings=tied)
+    shape = ModelShape(
+        num_layers=4, num_heads=4, num_groups=2, head_dim=8, qkv_bias=qkv_bias, tied_embeddings=tied
+    )
     hf = hf_state(shape)
     exported: dict[str, torch.Tensor] = {}
     for stage in range(pp):
         table = parameters(shape, stage, pp)
-        shards = {p.megatron: [to_megatron_shard(p, hf, shape, rank, tp) for rank in range(tp)] for p in table}
+        shards = {
+            p.megatron: [to_megatron_shard(p, hf, shape, rank, tp) for rank in range(tp)] for p in table
+        }
         by_tensor = {id(s[0]): s for s in shards.values()}
         local = {name: ranks[0] for name, ranks in shards.items()}
-        stage_export = list(export(local, table, shape, gather=lambda t, by_tensor=by_tensor: by_tensor[id(t)]))
+        stage_export = list(
+            export(local, table, shape, gather=lambda t, by_tensor=by_tensor: by_tensor[id(t)])
+        )
         assert manifest(local, table, shape, tp) == [(n, tuple(t.shape), t.dtype) for n, t in stage_export]
         assert not set(exported) & {n for n, _ in stage_export}, "a tensor exported by two stages"
         exported.update(stage_export)
@@ -60,22 +68,32 @@ def test_split_then_merge_gives_back_every_hf_tensor(tp, pp, qkv_bias, tied):
 
 
 def test_pipeline_stages_number_their_layers_from_zero():
-    shape = ModelShape(num_layers=4, num_heads=4, num_groups=2, head_dim=8, qkv_bias=False, tied_embeddings=True)
+    shape = ModelShape(
+        num_layers=4, num_heads=4, num_groups=2, head_dim=8, qkv_bias=False, tied_embeddings=True
+    )
     first, last = parameters(shape, 0, 2), parameters(shape, 1, 2)
     qkv = [p for p in last if p.megatron.endswith("linear_qkv.weight")]
     assert [(p.megatron, p.hf[0]) for p in qkv] == [
         ("decoder.layers.0.self_attention.linear_qkv.weight", "model.layers.2.self_attn.q_proj.weight"),
         ("decoder.layers.1.self_attention.linear_qkv.weight", "model.layers.3.self_attn.q_proj.weight"),
     ]
-    assert first[0].megatron == "embedding.word_embeddings.weight" and "decoder.final_layernorm.weight" not in {
+    assert first[
+        0
+    ].megatron == "embedding.word_embeddings.weight" and "decoder.final_layernorm.weight" not in {
         p.megatron for p in first
     }
     head = last[-1]  # the last stage's copy of the tied embedding: loaded, not exported
-    assert (head.megatron, head.hf, head.exported) == ("output_layer.weight", ("model.embed_tokens.weight",), False)
+    assert (head.megatron, head.hf, head.exported) == (
+        "output_layer.weight",
+        ("model.embed_tokens.weight",),
+        False,
+    )
 
 
 def test_qkv_is_group_major_and_tensor_parallel_ranks_hold_whole_groups():
-    shape = ModelShape(num_layers=1, num_heads=4, num_groups=2, head_dim=1, qkv_bias=True, tied_embeddings=False)
+    shape = ModelShape(
+        num_layers=1, num_heads=4, num_groups=2, head_dim=1, qkv_bias=True, tied_embeddings=False
+    )
     hf = hf_state(shape)
     prefix = "model.layers.0.self_attn."
     hf[prefix + "q_proj.bias"] = torch.tensor([0.0, 1.0, 2.0, 3.0])  # heads 0-1: group 0, 2-3: group 1
@@ -87,7 +105,9 @@ def test_qkv_is_group_major_and_tensor_parallel_ranks_hold_whole_groups():
 
 
 def test_gate_and_up_are_split_separately_per_rank():
-    shape = ModelShape(num_layers=1, num_heads=4, num_groups=2, head_dim=8, qkv_bias=False, tied_embeddings=False)
+    shape = ModelShape(
+        num_layers=1, num_heads=4, num_groups=2, head_dim=8, qkv_bias=False, tied_embeddings=False
+    )
     hf = hf_state(shape)
     fc1 = next(p for p in parameters(shape) if p.megatron.endswith("linear_fc1.weight"))
     shard = to_megatron_shard(fc1, hf, shape, 1, 2)
