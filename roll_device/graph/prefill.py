@@ -33,11 +33,9 @@ from typing import Any
 import torch
 
 from roll_device.errors import ConfigError
-from roll_device.graph.buckets import capture_order
+from roll_device.graph.captures import BucketCaptures, Inputs
 from roll_device.platforms.base import Platform
 
-Inputs = dict[str, torch.Tensor]
-WARMUP_RUNS = 2
 UNCOMPILED_BACKEND = "eager"
 
 
@@ -90,7 +88,7 @@ class _PiecewiseCapture:
             context.__exit__(type(exc), exc, exc.__traceback__)
 
 
-class PrefillGraphRunner:
+class PrefillGraphRunner(BucketCaptures):
     """Piecewise capture and replay of a prefill forward per token-count bucket (module docstring)."""
 
     def __init__(
@@ -124,10 +122,6 @@ class PrefillGraphRunner:
         self.capture_order: list[int] = []
 
     @property
-    def prepared(self) -> bool:
-        return bool(self._inputs)
-
-    @property
     def graph_count(self) -> int:
         """Device graphs held: the pieces of every captured bucket."""
         return sum(map(len, self._pieces.values()))
@@ -154,31 +148,9 @@ class PrefillGraphRunner:
         capture.begin()
         return output
 
-    def prepare(self) -> None:
-        """Allocate every bucket's static inputs; with graphs, capture largest first in one pool.
-        A failure releases what was captured before it."""
-        if self.prepared:
-            return
-        try:
-            for size in capture_order(self.sizes):
-                self._inputs[size] = self._make_inputs(size)
-                if self.use_graphs:
-                    self._capture(size)
-        except BaseException:
-            self.release()
-            raise
-
     def _capture(self, size: int) -> None:
         p, inputs = self.platform, self._inputs[size]
-        if self._pool is None:
-            self._pool = p.graph_pool_handle()
-            self._warmup_stream = p.new_stream()
-        side = self._warmup_stream
-        side.wait_stream(p.current_stream())
-        with p.stream(side):
-            for _ in range(WARMUP_RUNS):
-                self._forward(size, inputs)
-        p.current_stream().wait_stream(side)
+        self._warm_up(lambda: self._forward(size, inputs))
         capture = self._capturing = _PiecewiseCapture(p, self._pool)
         try:
             capture.begin()

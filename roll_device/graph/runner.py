@@ -24,14 +24,12 @@ from typing import Any
 import torch
 
 from roll_device.errors import ConfigError
-from roll_device.graph.buckets import bucket_for, capture_order
+from roll_device.graph.buckets import bucket_for
+from roll_device.graph.captures import BucketCaptures, Inputs
 from roll_device.platforms.base import Platform
 
-Inputs = dict[str, torch.Tensor]
-WARMUP_RUNS = 2
 
-
-class DecodeGraphRunner:
+class DecodeGraphRunner(BucketCaptures):
     """Capture and replay of one decode step per batch-size bucket (see the module docstring)."""
 
     def __init__(
@@ -59,35 +57,9 @@ class DecodeGraphRunner:
         self._warmup_stream: Any = None
         self.capture_order: list[int] = []
 
-    @property
-    def prepared(self) -> bool:
-        return bool(self._inputs)
-
-    def prepare(self) -> None:
-        """Allocate every bucket's static inputs; with graphs, capture largest first in one pool.
-        A failure releases what was captured before it (graphs hold device streams and memory)."""
-        if self.prepared:
-            return
-        try:
-            for size in capture_order(self.sizes):
-                self._inputs[size] = self._make_inputs(size)
-                if self.use_graphs:
-                    self._capture(size)
-        except BaseException:
-            self.release()
-            raise
-
     def _capture(self, size: int) -> None:
         p = self.platform
-        if self._pool is None:
-            self._pool = p.graph_pool_handle()
-            self._warmup_stream = p.new_stream()
-        side = self._warmup_stream
-        side.wait_stream(p.current_stream())
-        with p.stream(side):
-            for _ in range(WARMUP_RUNS):
-                self._step(size, self._inputs[size])
-        p.current_stream().wait_stream(side)
+        self._warm_up(lambda: self._step(size, self._inputs[size]))
         graph = p.graph_class()()
         try:
             with p.graph_capture(graph, pool=self._pool):

@@ -9,7 +9,7 @@ import torch
 import roll_device as rd
 from roll_device.errors import ConfigError
 from roll_device.graph import DecodeGraphRunner
-from roll_device.graph.runner import WARMUP_RUNS
+from roll_device.graph.captures import WARMUP_RUNS
 from roll_device.platforms.cpu import CpuPlatform
 
 WIDTH = 3
