@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+PLOT = ROOT / "docs" / "rdt_weight_sync_benchmark.png"
 sys.path.insert(0, str(ROOT))
 
 import ray
@@ -99,8 +100,29 @@ def run(rounds: int, state_bytes: int, bucket_bytes: int) -> dict:
         "bucket_bytes": bucket_bytes,
         "syncs": len(seconds["rdt"]),
         "seconds": medians,
+        "each": seconds,
         "collective_vs_rdt": medians["collective"] / medians["rdt"],
     }
+
+
+def plot(result: dict, path: Path) -> None:
+    """Every sync's time per path (points) and its median (bar)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5, 3))
+    for i, name in enumerate(PATHS):
+        ax.bar(i, result["seconds"][name], color="lightgray", edgecolor="gray")
+        each = result["each"][name]
+        ax.scatter([i] * len(each), each, s=12, zorder=3)
+    ax.set_xticks(range(len(PATHS)), [f"`{name}`" for name in PATHS])
+    ax.set_ylabel("seconds per sync (receiver)")
+    ax.set_title(f"{result['state_bytes'] >> 20} MiB weight sync, simulated NPU")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def section(result: dict) -> str:
@@ -118,6 +140,8 @@ def section(result: dict) -> str:
                 f"({TENSOR_BYTES >> 20} MiB tensors, {result['bucket_bytes'] >> 20} MiB buckets) synced "
                 f"{result['syncs']} times along each path, alternating; the receiver's time, median:"
             ),
+            "",
+            "![rdt weight sync](rdt_weight_sync_benchmark.png)",
             "",
             "| path | seconds per sync | GB/s |",
             "|---|---:|---:|",
@@ -148,6 +172,7 @@ def main() -> None:
     print(body)
     if not args.no_write:
         replace_section(DOC, "rdt_weight_sync", body)
+        plot(result, PLOT)
     print(f"collective_vs_rdt={result['collective_vs_rdt']:.2f}")
 
 

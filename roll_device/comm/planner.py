@@ -19,7 +19,7 @@ with one exception: for kinds whose device memory is host memory (the CPU), `bri
 cannot work (IPC or shared memory between nodes, a collective between two kinds) is refused with
 a ConfigError before anything starts.
 
-`auto` never picks `rdt`: benchmarks/ray_graphs.py measured an RDT bucket transfer at 0.87 of a
+`auto` never picks `rdt`: benchmarks/ray_graphs.py measured an RDT bucket transfer at 0.93 of a
 bare send/recv of the same bytes, and benchmarks/rdt_weight_sync.py a whole sync by `rdt` at 1.4
 times the time of one by `collective` (docs/benchmarks.md), so the broadcast stays the choice for
 one kind; `rdt` is there for who asks for it (`weight_sync.path=rdt`).
