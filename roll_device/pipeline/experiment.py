@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -171,17 +172,30 @@ class Run:
         return RunInterruptedError(f"interrupted (Ctrl-C); {self.resume_advice(unsaved)}")
 
 
-def check_before_start(cfg: DictConfig, run_dir: Path) -> tuple[Path, PipelineState] | None:
+@dataclass(frozen=True)
+class Checked:
+    """What `check_before_start` found for `run_dir`: where a resumed run continues (None: afresh)."""
+
+    run_dir: Path
+    start: tuple[Path, PipelineState] | None
+
+
+def check_before_start(cfg: DictConfig, run_dir: Path) -> Checked:
     """Everything checked before anything starts or is written: the config, the model files and
-    the checkpoint a resumed run continues from (returned; None for a new run)."""
+    the checkpoint a resumed run continues from (its files read once: sizes and CRC32s)."""
     validate(cfg)
     check_model_files(cfg)
-    return Checkpoints(run_dir).resume_point(cfg.resume) if cfg.resume else None
+    return Checked(run_dir, Checkpoints(run_dir).resume_point(cfg.resume) if cfg.resume else None)
 
 
-def run_experiment(cfg: DictConfig, run_dir: Path, on_step: Callable | None = None) -> Path:
-    """Run `cfg` with outputs in `run_dir`; returns the run directory."""
-    start = check_before_start(cfg, run_dir)
+def run_experiment(
+    cfg: DictConfig, run_dir: Path, on_step: Callable | None = None, checked: Checked | None = None
+) -> Path:
+    """Run `cfg` with outputs in `run_dir`; returns the run directory. `checked`: the result of
+    `check_before_start` for this run, when the caller has made it already (not made twice)."""
+    if checked is None or checked.run_dir.resolve() != run_dir.resolve():
+        checked = check_before_start(cfg, run_dir)
+    start = checked.start
     _drop_unused_reference(cfg)
     path = model_path(cfg)
     check_model(cfg, path)

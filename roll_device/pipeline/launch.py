@@ -18,7 +18,7 @@ from roll_device.config import CONFIG_NAME, compose, config_dir
 from roll_device.errors import RollDeviceError
 
 
-def _check(args: list[str]) -> None:
+def _check(args: list[str]):
     from omegaconf import open_dict
 
     from roll_device.pipeline.experiment import check_before_start
@@ -27,15 +27,14 @@ def _check(args: list[str]) -> None:
     run_dir = Path(cfg.hydra.run.dir)
     with open_dict(cfg):
         del cfg["hydra"]
-    check_before_start(cfg, run_dir)
+    return check_before_start(cfg, run_dir)
 
 
 def run_command(args: list[str]) -> int:
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
-    if not any(arg.startswith("-") for arg in args):
-        _check(args)
+    checked = None if any(arg.startswith("-") for arg in args) else _check(args)
     outcome = {"code": 0}
 
     @hydra.main(config_path=str(config_dir()), config_name=CONFIG_NAME, version_base="1.3")
@@ -43,7 +42,7 @@ def run_command(args: list[str]) -> int:
         from roll_device.pipeline.experiment import run_experiment
 
         try:
-            run_experiment(cfg, Path(HydraConfig.get().runtime.output_dir))
+            run_experiment(cfg, Path(HydraConfig.get().runtime.output_dir), checked=checked)
         except RollDeviceError as exc:
             print(f"roll-device run: error: {exc}", file=sys.stderr)
             outcome["code"] = max(outcome["code"], exc.exit_code)
