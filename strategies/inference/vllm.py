@@ -11,11 +11,14 @@ GPU or NPU); without sleep mode (the CPU has none) the engine keeps its memory a
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import logging
 import os
 from typing import Any
+
+import torch
 
 from roll_device.errors import ConfigError, MissingPackageError
 from roll_device.platforms import Platform, get_platform
@@ -73,7 +76,8 @@ class VllmStrategy(InferenceStrategy):
         os.environ.update(self.spec.env)
         from vllm import LLM
 
-        self.llm = LLM(**self.spec.kwargs)
+        with self._stance():
+            self.llm = LLM(**self.spec.kwargs)
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
         self.layout = self.llm.collective_rpc("roll_device_weight_layout")[0]
         self._known = set(self.layout["names"]) | set(self.layout["ignored"])
@@ -104,7 +108,8 @@ class VllmStrategy(InferenceStrategy):
             return []
         prompts = [{"prompt_token_ids": list(p)} for p in prompt_token_ids]
         params = [self.sampling_params(sampling, i) for i in range(len(prompts))]
-        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        with self._stance():
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [
             Completion(
                 prompt_index=i,
@@ -153,6 +158,11 @@ class VllmStrategy(InferenceStrategy):
         self.llm.llm_engine.engine_core.shutdown()
         self.llm = None
         gc.collect()
+
+    def _stance(self):
+        """Where the engine runs eager in this process (`EngineSpec.force_eager`), torch.compile
+        runs eager inside its calls; elsewhere nothing changes."""
+        return torch.compiler.set_stance("force_eager") if self.spec.force_eager else contextlib.nullcontext()
 
     def _require_started(self, member: str) -> None:
         if self.llm is None:

@@ -70,6 +70,10 @@ class EngineSpec:
     graph_mode: str
     capture_sizes: list[int] | None
     sleep_level: int | None = None
+    # The engine runs eager in this process: its torch.compile'd helpers (vLLM's sampler ops,
+    # compiled even with enforce_eager) run eager too, instead of a 2 s compile on the CPU at the
+    # first request for logprobs. Scoped to the engine's calls (torch.compiler.set_stance).
+    force_eager: bool = False
 
 
 def num_hidden_layers(model_path: str) -> int:
@@ -250,4 +254,11 @@ def build_engine_spec(
             compilation["cudagraph_capture_sizes"] = sizes
         kwargs["compilation_config"] = compilation
     kwargs.update(json.loads(json.dumps(dict(engine.args))))  # a copy the engine may change
-    return EngineSpec(kwargs=kwargs, env=env, graph_mode=mode, capture_sizes=sizes, sleep_level=sleep_level)
+    return EngineSpec(
+        kwargs=kwargs,
+        env=env,
+        graph_mode=mode,
+        capture_sizes=sizes,
+        sleep_level=sleep_level,
+        force_eager=eager and engine.in_process,
+    )

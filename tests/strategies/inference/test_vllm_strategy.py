@@ -32,6 +32,19 @@ def test_generation_with_logprobs(vllm_cpu, reference_model):
     assert [c.token_ids for c in again] == [c.token_ids for c in out]
 
 
+def test_eager_engine_compiles_nothing_and_leaves_compile_on_outside(vllm_cpu):
+    """vLLM compiles its logprob helper even when eager; the in-process eager engine runs it eager
+    (no 2 s compile at the first request for logprobs), and only inside the engine's calls."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()  # nothing compiled before counts
+    counters.clear()
+    vllm_cpu.generate(PROMPTS, SamplingConfig(n=2, max_tokens=4, temperature=1.0, seed=7))
+    assert sum(counters["frames"].values()) == 0
+    torch.compile(lambda x: x * 2, backend="eager")(torch.ones(2))
+    assert counters["frames"]["total"] == 1
+
+
 def test_equal_prompts_draw_different_samples(vllm_cpu):
     out = vllm_cpu.generate([[5, 6]] * 3, SamplingConfig(n=2, max_tokens=8, temperature=1.0, seed=1))
     assert len({tuple(c.token_ids) for c in out}) == 6
