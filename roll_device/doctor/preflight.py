@@ -3,7 +3,10 @@
 `preflight(plan, requests)` sends one small Ray task to each node of the plan (pinned there with
 `NodeAffinitySchedulingStrategy`, no CPU, so it never waits behind placement groups; a fresh worker
 process each, `max_calls=1`, since a simulated node's task installs the simulated NPU, which
-renames a torch device for the rest of the process). Each task gathers that node's installed facts
+renames a torch device for the rest of the process). The driver's own node, when it serves only
+the host kind (not simulated), is checked in the driver instead: its workers run the driver's
+interpreter and packages (the job's runtime env), and a task would only add a process start
+(about 3 s on 2 cores, most of the default job's preflight). Each task gathers that node's installed facts
 and capabilities, as the kind the node serves (a simulated NPU node as the simulated NPU), and
 checks the roles placed there. Any problem ends the run with a `PreflightError`: one line per node
 and problem.
@@ -17,6 +20,7 @@ from roll_device.doctor.checks import Problem, RoleRequest, node_problems
 from roll_device.doctor.facts import declared_packages, gather_facts
 from roll_device.doctor.report import problems_message
 from roll_device.errors import RollDeviceError
+from roll_device.platforms import HOST_KIND
 
 TIMEOUT_S = 120.0
 
@@ -33,6 +37,11 @@ def check_node(requests: list[RoleRequest]) -> list[Problem]:
     return node_problems(requests, caps, facts, packages)
 
 
+def checkable_here(node_id: str, requests: list[RoleRequest], driver_node_id: str) -> bool:
+    """Whether the driver can check this node itself: its own node, serving only the host kind."""
+    return node_id == driver_node_id and all(r.kind == HOST_KIND and not r.simulated for r in requests)
+
+
 def preflight(plan: Plan, requests: list[RoleRequest], timeout_s: float = TIMEOUT_S) -> int:
     """Check every node of `plan`; returns how many nodes were checked, or raises `PreflightError`."""
     import ray
@@ -41,15 +50,18 @@ def preflight(plan: Plan, requests: list[RoleRequest], timeout_s: float = TIMEOU
     by_node: dict[str, list[RoleRequest]] = {}
     for request in requests:
         by_node.setdefault(request.node_id, []).append(request)
+    driver_node = ray.get_runtime_context().get_node_id()
+    here = {node_id for node_id, reqs in by_node.items() if checkable_here(node_id, reqs, driver_node)}
     task = ray.remote(num_cpus=0, max_calls=1)(check_node)
     refs = {
         node_id: task.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(
             reqs
         )
         for node_id, reqs in by_node.items()
+        if node_id not in here
     }
-    ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
-    lines = []
+    lines = [p.line() for node_id in here for p in check_node(by_node[node_id])]
+    ready = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)[0] if refs else []
     for node_id, ref in refs.items():
         where = f"node {plan.inventory.node(node_id).name}"
         if ref not in ready:
@@ -65,4 +77,4 @@ def preflight(plan: Plan, requests: list[RoleRequest], timeout_s: float = TIMEOU
     if lines:
         headline = f"preflight found {len(lines)} problem(s) before any worker started:"
         raise PreflightError(problems_message(headline, lines))
-    return len(refs)
+    return len(by_node)

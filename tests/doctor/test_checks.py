@@ -8,6 +8,7 @@ import strategies.registry as strategy_registry
 from roll_device.doctor.capabilities import Capabilities
 from roll_device.doctor.checks import RoleRequest, role_problems, stack_problems
 from roll_device.doctor.facts import StackFacts, declared_packages
+from roll_device.doctor.preflight import checkable_here
 from roll_device.packages import release_parts
 from roll_device.platforms.npu import NpuPlatform
 from strategies.base import Requirements, SettingsNeed, Strategy
@@ -208,3 +209,15 @@ def test_release_parts_and_the_toolkit_version_file(tmp_path, monkeypatch):
     info.write_text("package_name=Ascend-cann-toolkit\nversion=8.2.RC1\n")  # a stand-in toolkit
     monkeypatch.setenv("ASCEND_TOOLKIT_HOME", str(tmp_path))
     assert NpuPlatform.toolkit_version() == "8.2.RC1"
+
+
+def test_the_driver_checks_only_its_own_host_kind_node():
+    """Its own node serving only the host kind: the driver's interpreter is what its workers run.
+    A simulated node, an accelerator kind or another node gets the Ray task."""
+    def request(kind="cpu", node="head", simulated=False):
+        return RoleRequest("reward", kind, node, node, simulated, 1, None, "none")
+
+    assert checkable_here("head", [request(), request()], "head")
+    assert not checkable_here("head", [request(), request("cuda")], "head")
+    assert not checkable_here("head", [request(simulated=True)], "head")
+    assert not checkable_here("other", [request(node="other")], "head")
