@@ -214,6 +214,7 @@ def test_release_parts_and_the_toolkit_version_file(tmp_path, monkeypatch):
 def test_the_driver_checks_only_its_own_host_kind_node():
     """Its own node serving only the host kind: the driver's interpreter is what its workers run.
     A simulated node, an accelerator kind or another node gets the Ray task."""
+
     def request(kind="cpu", node="head", simulated=False):
         return RoleRequest("reward", kind, node, node, simulated, 1, None, "none")
 

@@ -160,11 +160,15 @@ def test_engine_args_that_would_be_passed_per_kind(tmp_path, kind, overrides, kw
     "kind, overrides, force_eager",
     [("cpu", [], True), ("cpu", ["enforce_eager=false"], False), ("cuda", ["enforce_eager=true"], False)],
 )
-def test_only_an_eager_engine_in_this_process_runs_compiled_helpers_eager(tmp_path, kind, overrides, force_eager):
+def test_only_an_eager_engine_in_this_process_runs_compiled_helpers_eager(
+    tmp_path, kind, overrides, force_eager
+):
     """The CPU engine runs eager in the worker's process: vLLM's torch.compile'd sampler helpers
     run eager there too. A GPU engine runs in its own process, where the stance would not reach."""
     (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 2}))
-    spec = build_engine_spec(rd.get_platform(kind), str(tmp_path), rollout_config("vllm", *overrides), environ={})
+    spec = build_engine_spec(
+        rd.get_platform(kind), str(tmp_path), rollout_config("vllm", *overrides), environ={}
+    )
     assert spec.force_eager is force_eager
 
 
