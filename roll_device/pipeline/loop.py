@@ -56,9 +56,11 @@ class GrpoStep:
         return completions
 
     def score(self, samples: list[Sample], completions: list[Completion]) -> list[float]:
-        """One reward per completion from the `reward` workers."""
+        """One reward per completion from the `reward` workers (sent as text, decoded here)."""
+        responses = self.encoder.decode([c.token_ids for c in completions])
         items = [
-            (samples[c.prompt_index].prompt, c.token_ids, samples[c.prompt_index].answer) for c in completions
+            (samples[c.prompt_index].prompt, text, samples[c.prompt_index].answer)
+            for c, text in zip(completions, responses)
         ]
         scored = self.roles.scatter("reward", "score", shard(items, self.roles.groups["reward"].world_size))
         return [r for part in scored for r in part]

@@ -54,6 +54,10 @@ class PromptEncoder:
         messages = [{"role": "user", "content": prompt}]
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
+    def decode(self, responses: list[list[int]]) -> list[str]:
+        """Response ids as the reward reads them: text without special tokens."""
+        return self.tokenizer.batch_decode(responses, skip_special_tokens=True)
+
     def encode(self, prompt: str) -> list[int]:
         ids = self.tokenizer(self.render(prompt), add_special_tokens=False).input_ids
         if self.chat or self.tokens.bos is None:

@@ -25,8 +25,9 @@ from roll_device.comm import Endpoint, SyncPlan, WeightSyncOptions, abort_sync, 
 from roll_device.comm.paths import COLOCATED
 from roll_device.errors import RollDeviceError
 from roll_device.pipeline.inputs import RewardSettings
+from roll_device.pipeline.reward_worker import RewardWorker
 from roll_device.pipeline.role_settings import strategy_settings
-from roll_device.pipeline.workers import RewardWorker, RolloutWorker, TrainWorker
+from roll_device.pipeline.workers import RolloutWorker, TrainWorker
 from roll_device.platforms import get_platform
 
 
@@ -170,9 +171,7 @@ def start_roles(
         "actor_infer": groups["actor_infer"].async_call_all(
             "setup", model_path, cfg.roles.actor_infer.strategy, rollout_cfg
         ),
-        "reward": groups["reward"].async_call_all(
-            "setup", model_path, reward.function, reward.task, reward.name
-        ),
+        "reward": groups["reward"].async_call_all("setup", reward.function, reward.task, reward.name),
     }
     for role in ("actor_train", "reference"):
         if role in groups:

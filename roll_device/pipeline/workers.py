@@ -3,34 +3,24 @@
 - `TrainWorker` (`actor_train`, `reference`): a train strategy on its platform; the ranks of a
   group form one torch.distributed world over the platform's backend. Rank 0 also sends weights.
 - `RolloutWorker` (`actor_infer`): an inference strategy; receives weights into its engine.
-- `RewardWorker` (`reward`): decodes responses and scores them with the run's reward
-  (`roll_device.pipeline.rewards`).
 
-Each writes its output to the run directory's `logs/<role>_<rank>.log` once `capture_output`
-is called (`roll_device.pipeline.output`).
+The reward role's worker has its own module (`reward_worker.py`): it imports neither the
+strategies nor transformers, so it starts in about a second beside the heavy workers.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
-from pathlib import Path
 
 import ray
 import torch
 import torch.distributed as dist
 
-from roll_device.cluster import RoleWorker
 from roll_device.comm import Endpoint, SyncPlan, WeightReceiver, WeightSender, WeightSyncOptions, weights_hash
-from roll_device.pipeline.output import capture_output
-from roll_device.pipeline.rewards import resolve_reward, score_sample
+from roll_device.pipeline.worker_base import PipelineWorker
 from strategies.base import INFERENCE, TRAIN, Completion, SamplingConfig, TrainBatch
 from strategies.registry import strategy_class
 from strategies.training.losses import grpo_policy_loss
-
-
-class PipelineWorker(RoleWorker):
-    def capture_output(self, log_dir: str) -> None:
-        capture_output(Path(log_dir) / f"{self.role}_{self.rank}.log")
 
 
 class TrainWorker(PipelineWorker):
@@ -126,21 +116,3 @@ class RolloutWorker(PipelineWorker):
 
     def shutdown(self) -> None:
         self.strategy.shutdown()
-
-
-class RewardWorker(PipelineWorker):
-    """Rewards on the CPU: decode each response, score it against its prompt and answer."""
-
-    def setup(self, model_path: str, function: str | None, task: str, name: str) -> None:
-        from transformers import AutoTokenizer
-
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.reward, self.name = resolve_reward(function, task), name
-
-    def score(self, items: list[tuple[str, list[int], str | None]]) -> list[float]:
-        return [
-            score_sample(
-                self.name, self.reward, prompt, self.tokenizer.decode(ids, skip_special_tokens=True), answer
-            )
-            for prompt, ids, answer in items
-        ]

@@ -31,6 +31,14 @@ def test_raw_prompts_get_the_bos_token_and_chat_prompts_the_template():
     assert PromptEncoder(tokenizer, use_chat_template=False).render("1+1") == "1+1", "the switch"
 
 
+def test_responses_are_decoded_for_the_reward_without_special_tokens():
+    tokenizer = build_tokenizer()
+    encoder = PromptEncoder(tokenizer)
+    answer = tokenizer("12", add_special_tokens=False).input_ids
+    responses = [answer + [tokenizer.eos_token_id], [tokenizer.bos_token_id, *answer], []]
+    assert encoder.decode(responses) == ["12", "12", ""]
+
+
 def test_stop_ids_include_the_generation_configs_eos_ids(tmp_path):
     tokenizer = build_tokenizer()
     assert PromptEncoder(tokenizer).tokens.stop == (tokenizer.eos_token_id,)

@@ -1,0 +1,23 @@
+"""`RewardWorker` (`reward`): scores responses with the run's reward
+(`roll_device.pipeline.rewards`). The driver decodes the responses with the tokenizer that encoded
+the prompts and sends text, so this worker needs neither a tokenizer nor the strategies: its
+process imports little beyond torch (through the platform) and starts in about a second.
+"""
+
+from __future__ import annotations
+
+from roll_device.pipeline.rewards import resolve_reward, score_sample
+from roll_device.pipeline.worker_base import PipelineWorker
+
+
+class RewardWorker(PipelineWorker):
+    """Rewards on the CPU: each (prompt, response text, answer) scored against its answer."""
+
+    def setup(self, function: str | None, task: str, name: str) -> None:
+        self.reward, self.name = resolve_reward(function, task), name
+
+    def score(self, items: list[tuple[str, str, str | None]]) -> list[float]:
+        return [
+            score_sample(self.name, self.reward, prompt, response, answer)
+            for prompt, response, answer in items
+        ]
