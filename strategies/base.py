@@ -160,6 +160,11 @@ class TrainStrategy(Strategy, abc.ABC):
 
     data_parallel_rank: int = 0
     data_parallel_size: int = 1
+    # A reference model of this strategy can run in the policy trainer's worker processes, as a
+    # second instance beside the first (nothing process-wide of its own to set up twice, unlike
+    # Megatron's parallel state): a reference colocated on the trainer's devices then needs no
+    # processes of its own (roll_device/pipeline/roles.py, `hosted_reference`).
+    hosts_reference: bool = False
 
     def __init__(self, platform: Platform) -> None:
         self.platform = platform

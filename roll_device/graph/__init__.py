@@ -3,7 +3,13 @@ captured in pieces split at attention once per token-count bucket, both through 
 graph API; a batch is padded up to the nearest captured size, replayed, its output sliced.
 Platforms without graphs run the same bucket, pad and slice code eagerly."""
 
-from roll_device.graph.buckets import bucket_for, capture_order, check_capture_sizes, default_capture_sizes
+from roll_device.graph.buckets import (
+    bucket_for,
+    capture_order,
+    check_capture_sizes,
+    default_capture_sizes,
+    default_prefill_sizes,
+)
 from roll_device.graph.budget import fit_capture_sizes, graphs_per_size
 from roll_device.graph.prefill import PrefillGraphRunner
 from roll_device.graph.runner import DecodeGraphRunner
@@ -15,6 +21,7 @@ __all__ = [
     "capture_order",
     "check_capture_sizes",
     "default_capture_sizes",
+    "default_prefill_sizes",
     "fit_capture_sizes",
     "graphs_per_size",
 ]

@@ -1,11 +1,14 @@
-"""Batch-size buckets for captured decode steps: which sizes to capture, in which order, and which
-captured size serves a batch (the smallest that holds it; the rows above the batch are padding)."""
+"""Buckets for captured steps: batch sizes for decode steps, token counts for packed prefills;
+which sizes to capture, in which order, and which captured size serves a batch (the smallest that
+holds it; the rows or tokens above the batch are padding)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
 from roll_device.errors import ConfigError
+
+LARGEST_PREFILL_BUCKET = 1024  # tokens; larger prefills run eagerly
 
 
 def default_capture_sizes(max_batch: int) -> list[int]:
@@ -17,6 +20,16 @@ def default_capture_sizes(max_batch: int) -> list[int]:
         sizes.append(size)
         size *= 2
     return sizes + [max_batch]
+
+
+def default_prefill_sizes(max_tokens: int) -> list[int]:
+    """Powers of two from 16 tokens up to `max_tokens` or 1,024, whichever is smaller, and that."""
+    largest = min(max_tokens, LARGEST_PREFILL_BUCKET)
+    sizes, size = [], 16
+    while size < largest:
+        sizes.append(size)
+        size *= 2
+    return sizes + [largest]
 
 
 def check_capture_sizes(

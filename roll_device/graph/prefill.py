@@ -120,6 +120,9 @@ class PrefillGraphRunner(BucketCaptures):
         self._pool: Any = None
         self._warmup_stream: Any = None
         self.capture_order: list[int] = []
+        # excluded from compilation here, not by a decorator: `torch.compiler.disable` imports
+        # dynamo (about 1 s), which every process importing the platforms would then pay
+        self.boundary = torch.compiler.disable(self._boundary)
 
     @property
     def graph_count(self) -> int:
@@ -136,8 +139,7 @@ class PrefillGraphRunner(BucketCaptures):
             raise ValueError(f"a prefill needs at least one token, got {tokens}")
         return next((size for size in self.sizes if size >= tokens), None)
 
-    @torch.compiler.disable
-    def boundary(self, fn: Callable[..., torch.Tensor], *args: Any, **kwargs: Any) -> torch.Tensor:
+    def _boundary(self, fn: Callable[..., torch.Tensor], *args: Any, **kwargs: Any) -> torch.Tensor:
         """`fn(*args, **kwargs)`, run eagerly between two captured pieces (see the module docstring)."""
         capture = self._capturing
         if capture is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from roll_device.cluster import plan_from_config, start_cluster
 from roll_device.cluster.placement import release
 from roll_device.doctor.preflight import preflight
 from roll_device.pipeline.evaluation import evaluate
-from roll_device.pipeline.inputs import RunInputs, load_inputs
+from roll_device.pipeline.inputs import RunInputs, load_inputs, load_tokenizer, read_data
 from roll_device.pipeline.loop import GrpoStep
 from roll_device.pipeline.metrics import PASS_KEY, MetricsLog
 from roll_device.pipeline.output import LOG_DIR, quiet_driver, summarise_worker_logs
@@ -211,11 +212,19 @@ def run_experiment(
     return run_dir
 
 
-def _run(cfg: DictConfig, run_dir: Path, path: str, start, on_step: Callable | None) -> None:
-    from transformers import AutoTokenizer
+def _tokenizer_while_ray_starts(path: str) -> Future:
+    """The tokenizer, loaded on a thread: the driver's transformers import (about 2 s on 2 cores)
+    overlaps Ray's start, which mostly waits for Ray's own processes."""
+    pool = ThreadPoolExecutor(1, thread_name_prefix="roll-device-tokenizer")
+    tokenizer = pool.submit(load_tokenizer, path)
+    pool.shutdown(wait=False)
+    return tokenizer
 
+
+def _run(cfg: DictConfig, run_dir: Path, path: str, start, on_step: Callable | None) -> None:
     quiet_driver()
-    inputs = load_inputs(cfg, AutoTokenizer.from_pretrained(path), path)
+    data = read_data(cfg)
+    tokenizer = _tokenizer_while_ray_starts(path)
     started = time.perf_counter()
     with start_cluster(cfg.cluster):
         plan = plan_from_config(cfg)
@@ -223,6 +232,7 @@ def _run(cfg: DictConfig, run_dir: Path, path: str, start, on_step: Callable | N
             f"cluster ready in {time.perf_counter() - started:.1f}s; device plan:\n{plan.format()}",
             flush=True,
         )
+        inputs = load_inputs(cfg, tokenizer.result(), path, data)
         checking = time.perf_counter()
         nodes = preflight(plan, role_requests(cfg, plan))
         print(
@@ -231,8 +241,9 @@ def _run(cfg: DictConfig, run_dir: Path, path: str, start, on_step: Callable | N
         )
         roles = start_roles(cfg, plan, path, inputs.reward, log_dir=run_dir / LOG_DIR)
         try:
+            hosted = "".join(f"; {role} runs in {host}'s workers" for role, host in roles.hosted.items())
             print(
-                f"workers ready in {time.perf_counter() - started:.1f}s; weight sync: {roles.sync.describe()}",
+                f"workers ready in {time.perf_counter() - started:.1f}s; weight sync: {roles.sync.describe()}{hosted}",
                 flush=True,
             )
             run = Run(cfg, run_dir, roles, inputs)

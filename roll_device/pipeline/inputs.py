@@ -2,8 +2,10 @@
 template switch), the reward it is scored with and its evaluation settings.
 
 `check_inputs(cfg)` refuses bad values (a missing path, an unknown reward, a reward that needs
-reference answers the data lacks) with one line before Ray starts; `load_inputs` then reads the
-data (refusing a missing key or an empty file) on the driver, also before Ray starts. (The model
+reference answers the data lacks) with one line before Ray starts; `read_data` then reads the
+data (refusing a missing key or an empty file) on the driver, also before Ray starts.
+`load_inputs` makes the encoder from the tokenizer (`load_tokenizer`, which the driver runs while
+Ray starts) and drops the prompts too long for the engine, before any worker starts. (The model
 directory is checked where a run loads it, `experiment.model_path`: `plan` and `doctor` check
 layouts whose model lives on the cluster.)
 """
@@ -17,6 +19,7 @@ from omegaconf import DictConfig
 from roll_device.errors import ConfigError
 from roll_device.pipeline.data import DataSettings, PromptSource, load_source
 from roll_device.pipeline.evaluation import EvalSettings
+from roll_device.pipeline.output import quiet_transformers
 from roll_device.pipeline.prompts import PromptEncoder
 from roll_device.pipeline.rewards import BUILT_IN, resolve_reward
 
@@ -78,13 +81,24 @@ def last_step(cfg: DictConfig, source: PromptSource) -> int:
     return available
 
 
-def load_inputs(cfg: DictConfig, tokenizer, model_path: str) -> RunInputs:
-    """Read the data and make the encoder; prompts too long for the engine are dropped."""
+def read_data(cfg: DictConfig) -> PromptSource:
+    """The run's prompts as the data gives them (a missing key or an empty file refused)."""
+    return load_source(DataSettings.from_config(cfg))
+
+
+def load_tokenizer(model_path: str):
+    """The model's tokenizer (imports transformers: about 2 s on 2 cores)."""
+    from transformers import AutoTokenizer
+
+    quiet_transformers()
+    return AutoTokenizer.from_pretrained(model_path)
+
+
+def load_inputs(cfg: DictConfig, tokenizer, model_path: str, data: PromptSource) -> RunInputs:
+    """The encoder and the rest of the inputs; prompts of `data` too long for the engine dropped."""
     encoder = PromptEncoder(tokenizer, bool(cfg.model.get("chat_template", True)), model_path)
     budget = cfg.rollout.max_model_len - cfg.algorithm.max_new_tokens
-    source = load_source(
-        DataSettings.from_config(cfg), fits=lambda s: len(encoder.encode(s.prompt)) <= budget
-    )
+    source = data.fitting(lambda s: len(encoder.encode(s.prompt)) <= budget)
     evaluation = EvalSettings.from_config(cfg)
     eval_samples = []
     if evaluation.enabled:

@@ -32,7 +32,7 @@ class GrpoStep:
         self.source, self.encoder = inputs.source, inputs.encoder
         self.tokens = inputs.encoder.tokens
         self.algo = cfg.algorithm
-        self.use_reference = "reference" in roles.groups
+        self.use_reference = roles.has("reference")
         self.training = False
 
     def sampling(self, step: int) -> SamplingConfig:
@@ -66,7 +66,7 @@ class GrpoStep:
         return [r for part in scored for r in part]
 
     def logprobs(self, role: str, batch) -> torch.Tensor:
-        return torch.cat(self.roles.data_parallel(role, "logprobs", batch))
+        return torch.cat(self.roles.logprobs(role, batch))
 
     def run(self, state: PipelineState) -> dict:
         """One step at `state` up to the policy update (`state` advanced in place); returns the

@@ -7,7 +7,8 @@ start-up noise are summarised once at the end of the run.
 file, so output from C extensions and child processes (a vLLM engine core) lands there too, and
 Ray's log monitor, which streams the worker's original log files to the driver, has nothing to
 stream. `quiet_driver()` drops Ray's start-up notices on the driver (the "started a local
-instance" line and the token-authentication notice) and the transformers progress bars.
+instance" line and the token-authentication notice); `quiet_transformers()` the transformers
+progress bars, where the driver imports transformers.
 """
 
 from __future__ import annotations
@@ -56,11 +57,14 @@ class _DropNotices(logging.Filter):
         return not self.drop(record)
 
 
-def quiet_driver() -> None:
-    """Drop Ray's start-up notices and the transformers progress bars in this process (once)."""
+def quiet_transformers() -> None:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+
+
+def quiet_driver() -> None:
+    """Drop Ray's start-up notices in this process (once)."""
     for name, drop in RAY_NOTICES.items():
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropNotices) for f in logger.filters):

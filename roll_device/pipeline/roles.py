@@ -1,6 +1,13 @@
 """Start the pipeline's worker groups on their planned devices, set up their strategies, and
 connect the weight-sync path from `actor_train` to `actor_infer`.
 
+A reference on exactly the trainer's devices with the trainer's strategy, one that can hold a
+second model in a process (`TrainStrategy.hosts_reference`: FSDP), runs inside the `actor_train`
+workers (`hosted_reference`), as verl's fused actor/reference worker does: no processes of its
+own to start (about 2 s of the default job's start-up on 2 cores) or to hold device memory. Its
+logprobs come from `RoleGroups.logprobs("reference", ...)` either way; a reference on devices of
+its own (`roles.reference.colocate_with=null`) keeps its own workers.
+
 Every call to a group goes through `RoleGroups.wait`, which watches all pending calls of all
 roles together and turns the first lost worker (a Ray actor that died) into a `WorkerLostError`
 naming its role at once, however long the other calls would still wait; a lost worker on either
@@ -29,6 +36,8 @@ from roll_device.pipeline.reward_worker import RewardWorker
 from roll_device.pipeline.role_settings import strategy_settings
 from roll_device.pipeline.workers import RolloutWorker, TrainWorker
 from roll_device.platforms import get_platform
+from strategies.base import TRAIN
+from strategies.registry import strategy_class
 
 
 class WorkerLostError(RollDeviceError, RuntimeError):
@@ -72,6 +81,17 @@ def compute_platform(plan: Plan, role: str):
     return get_platform(compute_kind(placement.kind, placement.simulated))
 
 
+def hosted_reference(cfg: DictConfig, plan: Plan) -> bool:
+    """Whether the reference runs inside the `actor_train` workers (see the module docstring)."""
+    if "reference" not in plan.roles or cfg.roles.reference.strategy != cfg.roles.actor_train.strategy:
+        return False
+    reference, train = plan.roles["reference"], plan.roles["actor_train"]
+    if (reference.kind, reference.slots) != (train.kind, train.slots):
+        return False
+    kind = compute_platform(plan, "reference").kind
+    return strategy_class(TRAIN, cfg.roles.reference.strategy, kind).hosts_reference
+
+
 def sync_plan(plan: Plan, path: str) -> SyncPlan:
     train, infer = plan.roles["actor_train"], plan.roles["actor_infer"]
     colocated = plan.colocated("actor_train", "actor_infer")
@@ -92,6 +112,18 @@ class RoleGroups:
     options: WeightSyncOptions
     dp_ranks: dict[str, list[int]] = field(default_factory=dict)  # per trainer role, by worker
     endpoint: Endpoint | None = None  # the sender's control store, once connected
+    hosted: dict[str, str] = field(default_factory=dict)  # a role run inside another's workers
+
+    def has(self, role: str) -> bool:
+        return role in self.groups or role in self.hosted
+
+    def logprobs(self, role: str, batch) -> list:
+        """Per-token logprobs of `batch` from trainer role `role`, one part per data-parallel
+        rank; a hosted reference answers from its host's workers."""
+        host = self.hosted.get(role)
+        if host is None:
+            return self.data_parallel(role, "logprobs", batch)
+        return self.data_parallel(host, "reference_logprobs", batch)
 
     def data_parallel(self, role: str, method: str, batch, *args: Any) -> list:
         """Call `method` with each worker's data-parallel shard of `batch` (ranks of one
@@ -155,9 +187,10 @@ def start_roles(
         "actor_infer": WorkerGroup(plan, "actor_infer", RolloutWorker, **sync_ends),
         "reward": WorkerGroup(plan, "reward", RewardWorker),
     }
-    if "reference" in plan.roles:
+    hosted = {"reference": "actor_train"} if hosted_reference(cfg, plan) else {}
+    if "reference" in plan.roles and not hosted:
         groups["reference"] = WorkerGroup(plan, "reference", TrainWorker)
-    roles = RoleGroups(groups, sync_plan(plan, options.path), options)
+    roles = RoleGroups(groups, sync_plan(plan, options.path), options, hosted=hosted)
     # each worker runs its calls in order: the capture comes first, and nothing waits for it here
     capture = {
         role: group.async_call_all("capture_output", str(log_dir))
@@ -179,6 +212,10 @@ def start_roles(
             setups[role] = groups[role].async_call_all(
                 "setup", model_path, cfg.roles[role].strategy, trainer_cfg, master
             )
+    if hosted:  # after the policy's setup in each worker (a worker runs its calls in order)
+        setups["reference"] = groups["actor_train"].async_call_all(
+            "setup_reference", model_path, cfg.roles.reference.strategy, trainer_cfg
+        )
     done = roles.wait(setups)
     roles.wait(capture)
     roles.dp_ranks = {role: done[role] for role in ("actor_train", "reference") if role in done}

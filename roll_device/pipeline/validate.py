@@ -96,11 +96,11 @@ def _check_model_parallel(cfg: DictConfig) -> None:
 def check_model(cfg: DictConfig, model_path: str) -> None:
     """What the model itself must allow (before any worker loads it): a Megatron trainer's
     tensor and pipeline parallel sizes divide its heads, vocabulary and layers."""
-    from transformers import AutoConfig
-
     trainers = [r for r in ("actor_train", "reference") if cfg.roles.get(r) is not None]
     if not any(cfg.roles[r].strategy == "megatron" for r in trainers):
         return
+    from transformers import AutoConfig
+
     from strategies.training.megatron_model import describe
     from strategies.training.settings import MegatronSettings
 

@@ -2,6 +2,8 @@
 
 - `TrainWorker` (`actor_train`, `reference`): a train strategy on its platform; the ranks of a
   group form one torch.distributed world over the platform's backend. Rank 0 also sends weights.
+  An `actor_train` worker may also host the reference model (`setup_reference`), when the
+  reference shares its devices and strategy (roll_device/pipeline/roles.py, `hosted_reference`).
 - `RolloutWorker` (`actor_infer`): an inference strategy; receives weights into its engine.
 
 The reward role's worker has its own module (`reward_worker.py`): it imports neither the
@@ -41,8 +43,18 @@ class TrainWorker(PipelineWorker):
         self.sender: WeightSender | None = None
         return self.strategy.data_parallel_rank
 
+    def setup_reference(self, model_path: str, strategy: str, config: dict) -> int:
+        """Start the reference model in this worker, beside the policy (same device and process
+        group); returns its data-parallel rank."""
+        self.reference = strategy_class(TRAIN, strategy, self.platform.kind)(self.platform)
+        self.reference.initialize(model_path, config)
+        return self.reference.data_parallel_rank
+
     def logprobs(self, batch: TrainBatch) -> torch.Tensor:
         return self.strategy.forward_logprobs(batch)
+
+    def reference_logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        return self.reference.forward_logprobs(batch)
 
     def train(self, batch: TrainBatch, clip_ratio: float, kl_coef: float) -> dict[str, float]:
         return self.strategy.train_step(batch, grpo_policy_loss(clip_ratio=clip_ratio, kl_coef=kl_coef))

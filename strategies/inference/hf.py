@@ -17,12 +17,16 @@ Prefill, capture and eager decoding run with the same attention kernels, chosen 
 (docs/benchmarks.md), cuDNN attention, which torch picks for bf16 there, let greedy tokens of
 captured and eager decoding part after about 55 tokens at batch 16, while with these backends
 they agree token for token.
+
+transformers and the modules built on it (`hf_cache`, `hf_prefill`) are imported when a strategy
+starts, not with this module: the strategy registry imports it in every process, the driver's
+config checks included, which then start without transformers (about 1 s on 2 cores).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -32,6 +36,7 @@ from roll_device.graph import (
     DecodeGraphRunner,
     check_capture_sizes,
     default_capture_sizes,
+    default_prefill_sizes,
     fit_capture_sizes,
     graphs_per_size,
 )
@@ -45,12 +50,13 @@ from strategies.base import (
     SamplingConfig,
     SettingsNeed,
 )
-from strategies.inference.hf_cache import MASK_KEY, SharedKVStore, set_length
-from strategies.inference.hf_prefill import PIECEWISE_ATTENTION, PackedPrefill, default_prefill_sizes
 from strategies.inference.hf_sampling import sample
 from strategies.inference.requests import check_request
 from strategies.inference.vllm_args import LOGPROBS_MODES
 from strategies.inference.weights import check_update, weight_buckets
+
+if TYPE_CHECKING:
+    from strategies.inference.hf_prefill import PackedPrefill
 
 CONFIG_KEYS = {
     "name",
@@ -176,6 +182,8 @@ class HfStrategy(InferenceStrategy):
         )
         from transformers import AutoModelForCausalLM
 
+        from strategies.inference.hf_prefill import PIECEWISE_ATTENTION
+
         dtype = self.settings["dtype"]
         model = AutoModelForCausalLM.from_pretrained(
             model_path,
@@ -218,6 +226,9 @@ class HfStrategy(InferenceStrategy):
 
     # ---- decode machinery ---------------------------------------------------------------------
     def _start_decoding(self) -> None:
+        from strategies.inference.hf_cache import SharedKVStore
+        from strategies.inference.hf_prefill import PackedPrefill
+
         s = self.settings
         device = self.platform.device()
         self.store = SharedKVStore(
@@ -249,6 +260,8 @@ class HfStrategy(InferenceStrategy):
         }
 
     def _decode_step(self, size: int, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        from strategies.inference.hf_cache import MASK_KEY
+
         out = self.model(
             input_ids=inputs["tokens"],
             position_ids=inputs["positions"],
@@ -278,6 +291,8 @@ class HfStrategy(InferenceStrategy):
         self, prompts: list[list[int]], width: int, pads: torch.Tensor, real: torch.Tensor
     ) -> torch.Tensor:
         """The eager prefill: prompts left-padded to `width` in one forward of (rows, width)."""
+        from strategies.inference.hf_cache import MASK_KEY
+
         device = self.platform.device()
         n, max_len = len(prompts), self.store.max_len
         tokens = torch.full((n, width), self.pad_id, dtype=torch.long)
@@ -313,6 +328,8 @@ class HfStrategy(InferenceStrategy):
     def _generate_rows(
         self, prompts: list[list[int]], sampling: SamplingConfig
     ) -> list[tuple[list[int], list[float], str]]:
+        from strategies.inference.hf_cache import set_length
+
         n = len(prompts)
         size = self.runner.bucket(n)
         logprobs, mask, width = self._prefill(prompts)

@@ -33,17 +33,6 @@ from strategies.inference.hf_cache import MASK_KEY, SharedKVStore
 
 PIECEWISE_ATTENTION = "roll_device_piecewise"
 PACKED_KEY = "packed_attention"  # the forward's keyword that carries the packed attention
-DEFAULT_LARGEST_BUCKET = 1024  # tokens; larger prefills run eagerly
-
-
-def default_prefill_sizes(max_tokens: int) -> list[int]:
-    """Powers of two from 16 tokens up to `max_tokens` or 1,024, whichever is smaller, and that."""
-    largest = min(max_tokens, DEFAULT_LARGEST_BUCKET)
-    sizes, size = [], 16
-    while size < largest:
-        sizes.append(size)
-        size *= 2
-    return sizes + [largest]
 
 
 def piecewise_attention(module, query, key, value, attention_mask, **kwargs) -> tuple[torch.Tensor, None]:

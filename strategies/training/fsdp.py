@@ -57,6 +57,8 @@ def _takes_cpu_data(device: torch.device) -> bool:
 class FsdpTrainStrategy(TrainStrategy):
     """FSDP2 (`torch.distributed.fsdp.fully_shard`) on any platform with a collective backend."""
 
+    hosts_reference = True  # each instance shards its own model over the process's group
+
     @classmethod
     def serves(cls, platform: Platform) -> bool:
         """Any kind with a torch device and a torch.distributed backend."""

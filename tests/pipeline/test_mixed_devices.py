@@ -16,6 +16,7 @@ def test_mixed_devices_step_on_the_sim_cluster(tmp_path):
     def on_step(record, roles):
         seen["record"] = record
         seen["infos"] = {role: group.infos for role, group in roles.groups.items()}
+        seen["hosted"] = roles.hosted
         seen["trainer_hash"] = roles.call("actor_train", "export_hash")
         seen["engine_hash"] = roles.call("actor_infer", "engine_hash")
 
@@ -31,7 +32,8 @@ def test_mixed_devices_step_on_the_sim_cluster(tmp_path):
     run_experiment(cfg, tmp_path / "run", on_step=on_step)
 
     infos = seen["infos"]
-    for info in infos["actor_train"] + infos["reference"]:
+    assert seen["hosted"] == {"reference": "actor_train"}, "FSDP on the trainer's devices: hosted"
+    for info in infos["actor_train"]:
         assert (info["kind"], info["platform"], info["node_name"]) == ("npu", "npu (simulated)", "npu-node")
         assert info["visible_devices_env"] == "ASCEND_RT_VISIBLE_DEVICES" and info["simulated"]
     # each worker sees only its own device (Ray narrows the visible list): local npu:0 each

@@ -32,6 +32,7 @@ def test_default_run_learns_and_writes_its_outputs(tmp_path, capsys):
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == ["step_12", "step_6"]
     out = capsys.readouterr().out
     assert "device plan:" in out and "actor_train" in out
+    assert "reference runs in actor_train's workers" in out
     assert out.strip().splitlines()[-1].startswith(f"run directory: {run_dir}")
 
 

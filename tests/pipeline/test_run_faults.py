@@ -56,7 +56,10 @@ def shared_ray():
     [
         ("actor_infer", "receive_weights", 4, ["algorithm.kl_coef=0"]),  # in the sync of step 4
         pytest.param("actor_train", "train", 2, ["algorithm.kl_coef=0"], marks=pytest.mark.slow),
-        pytest.param("reference", "logprobs", 3, [], marks=pytest.mark.slow),
+        # the reference in workers of its own (colocated, it runs in actor_train's)
+        pytest.param(
+            "reference", "logprobs", 3, ["roles.reference.colocate_with=null"], marks=pytest.mark.slow
+        ),
         pytest.param("reward", "score", 3, ["algorithm.kl_coef=0"], marks=pytest.mark.slow),
     ],
 )

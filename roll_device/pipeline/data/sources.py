@@ -38,6 +38,8 @@ class PromptSource(Protocol):
 
     def steps_available(self, prompts_per_step: int) -> int | None: ...
 
+    def fitting(self, fits: Callable[[Sample], bool]) -> PromptSource: ...
+
 
 class TaskPrompts:
     """A toy task's endless stream; evaluation prompts come from negative indices (never trained)."""
@@ -60,15 +62,25 @@ class TaskPrompts:
     def steps_available(self, prompts_per_step: int) -> int | None:
         return None
 
+    def fitting(self, fits: Callable[[Sample], bool]) -> TaskPrompts:
+        """A toy task's prompts are short: all fit."""
+        return self
+
 
 class DatasetPrompts:
     """Records in a seeded order per epoch; `epochs` None cycles without end."""
 
     def __init__(
-        self, train: list[Sample], held_out: list[Sample], seed: int, shuffle: bool, epochs: int | None
+        self,
+        train: list[Sample],
+        held_out: list[Sample],
+        seed: int,
+        shuffle: bool,
+        epochs: int | None,
+        path: str | None = None,
     ):
         self.train, self.held_out = train, held_out
-        self.seed, self.shuffle, self.epochs = seed, shuffle, epochs
+        self.seed, self.shuffle, self.epochs, self.path = seed, shuffle, epochs, path
         self._orders: dict[int, list[int]] = {}
 
     def order(self, epoch: int) -> list[int]:
@@ -91,6 +103,22 @@ class DatasetPrompts:
 
     def steps_available(self, prompts_per_step: int) -> int | None:
         return None if self.epochs is None else self.epochs * len(self.train) // prompts_per_step
+
+    def fitting(self, fits: Callable[[Sample], bool]) -> DatasetPrompts:
+        """The records for which `fits` holds (prompts not too long for the engine), said once;
+        none left to train on is a ConfigError."""
+        train, held_out = [s for s in self.train if fits(s)], [s for s in self.held_out if fits(s)]
+        dropped = len(self.train) + len(self.held_out) - len(train) - len(held_out)
+        if dropped:
+            print(
+                f"data: left out {dropped} prompt(s) too long for rollout.max_model_len - algorithm.max_new_tokens"
+            )
+        if not train:
+            raise ConfigError(
+                f"every prompt of data.path={self.path} is too long for rollout.max_model_len with "
+                "algorithm.max_new_tokens: raise rollout.max_model_len or shorten the prompts"
+            )
+        return DatasetPrompts(train, held_out, self.seed, self.shuffle, self.epochs, self.path)
 
 
 def to_samples(rows: list[dict], settings: DataSettings, where: str) -> list[Sample]:
@@ -139,17 +167,5 @@ def load_source(settings: DataSettings, fits: Callable[[Sample], bool] | None = 
             held_out = held_out[: _count(settings.eval_size, len(held_out))]
     else:
         train, held_out = split(samples, settings)
-    if fits is not None:
-        kept = [s for s in train if fits(s)], [s for s in held_out if fits(s)]
-        dropped = len(train) + len(held_out) - len(kept[0]) - len(kept[1])
-        if dropped:
-            print(
-                f"data: left out {dropped} prompt(s) too long for rollout.max_model_len - algorithm.max_new_tokens"
-            )
-        train, held_out = kept
-        if not train:
-            raise ConfigError(
-                f"every prompt of data.path={settings.path} is too long for rollout.max_model_len with "
-                "algorithm.max_new_tokens: raise rollout.max_model_len or shorten the prompts"
-            )
-    return DatasetPrompts(train, held_out, settings.seed, settings.shuffle, settings.epochs)
+    source = DatasetPrompts(train, held_out, settings.seed, settings.shuffle, settings.epochs, settings.path)
+    return source if fits is None else source.fitting(fits)

@@ -6,9 +6,9 @@ import pytest
 
 import roll_device as rd
 from roll_device.errors import ConfigError
+from roll_device.graph import default_prefill_sizes
 from strategies.base import NO_GRAPHS
 from strategies.inference.hf import HfStrategy, parse_config
-from strategies.inference.hf_prefill import default_prefill_sizes
 from tests.isolated import run_isolated
 from tests.strategies.inference.conftest import rollout_config
 
