@@ -96,6 +96,29 @@ def two_ranks(rank: int, model_path: str, checkpoint_dir: str) -> dict:
     return out
 
 
+def policy_beside_reference(make_trainer, batch) -> dict:
+    """Two trainers in one process over one process group, as a hosted reference runs beside the
+    policy (roll_device/pipeline/roles.py): they start equal, and the policy's steps leave the
+    reference where it was."""
+    policy, reference = make_trainer(), make_trainer()
+    start = reference.forward_logprobs(batch)
+    out = {
+        "backend": str(dist.get_backend()),
+        "start_diff": (policy.forward_logprobs(batch) - start).abs().max().item(),
+    }
+    for _ in range(2):
+        policy.train_step(batch, nll_loss())
+    out["reference_moved"] = (reference.forward_logprobs(batch) - start).abs().max().item()
+    out["policy_moved"] = (policy.forward_logprobs(batch) - start).abs().max().item()
+    for trainer in (reference, policy):
+        trainer.shutdown()
+    return out
+
+
+def hosted_reference(rank: int, model_path: str) -> dict:
+    return policy_beside_reference(lambda: new_trainer(model_path), make_batch(seed=100 + rank))
+
+
 def simulated_npu_step(model_path: str) -> dict:
     """One rank of FSDP2 on the simulated NPU (its hccl stand-in over gloo): logprobs and steps
     against the same trainer on the CPU, with an offload and reload before the fourth step. A

@@ -5,6 +5,8 @@ each run in a fresh process (see test_trainers_on_gpu.py and scripts/gpu-check.s
   step and the losses of four against plain AdamW steps of transformers on the CPU; then
   `mixed_precision: null` (the default: bf16 on accelerators): the dtype layers compute in, the
   master weights' dtype, and the losses.
+- `hosted_reference`: a second FSDP trainer in the process (the pipeline's hosted reference) starts
+  equal to the policy and stays where it was while the policy steps.
 - `memory`: a model of Qwen2.5-0.5B's shapes: offload moves every parameter and optimizer state off
   the device and reload brings the same bytes back, `mem_get_info` shows both, and the model
   computes the same logprobs after the round trip.
@@ -20,7 +22,13 @@ from strategies.base import TrainBatch
 from strategies.registry import strategy_class
 from strategies.training.losses import masked_mean, nll_loss
 from tests.strategies.training.data import make_batch
-from tests.strategies.training.fsdp_checks import CONFIG, max_diff, plain_logprobs, reference_step
+from tests.strategies.training.fsdp_checks import (
+    CONFIG,
+    max_diff,
+    plain_logprobs,
+    policy_beside_reference,
+    reference_step,
+)
 
 STEPS = 4
 
@@ -178,3 +186,7 @@ def _inner_optimizers(trainer) -> list[torch.optim.Optimizer]:
 
 def _optimized(trainer) -> list[torch.Tensor]:
     return [p for o in _inner_optimizers(trainer) for group in o.param_groups for p in group["params"]]
+
+
+def hosted_reference(name: str, model_path: str) -> dict:
+    return policy_beside_reference(lambda: new_trainer(name, model_path), make_batch(seed=7))

@@ -111,6 +111,13 @@ def test_simulated_npu_offload_frees_device_memory_and_reload_resumes_training(s
     assert out["allocated_after_reload"] >= out["allocated_before_offload"] / 2
 
 
+def test_a_second_trainer_in_the_process_stays_a_frozen_reference(tiny_model_path):
+    """Two FSDP instances on 2 gloo ranks, as the pipeline hosts a reference beside the policy."""
+    for rank in run_ranks("tests.strategies.training.fsdp_checks:hosted_reference", 2, tiny_model_path):
+        assert rank["start_diff"] < 1e-6
+        assert rank["reference_moved"] == 0.0 and rank["policy_moved"] > 1e-3
+
+
 def test_export_is_a_snapshot_on_a_one_rank_cpu_mesh(tiny_model_path):
     """On one CPU rank the gathered tensor is the parameter itself: the export copies it."""
     (rank,) = run_ranks("tests.strategies.training.fsdp_checks:kept_export_after_a_step", 1, tiny_model_path)

@@ -61,3 +61,12 @@ def test_offload_frees_device_memory_and_reload_restores_it(name, shaped_model_p
     assert free["offloaded"] - free["reloaded"] > 0.9 * state["trained"]
     assert out["logprobs_equal_after_reload"]
     assert math.isfinite(out["loss_after_reload"])
+
+
+def test_fsdp_reference_beside_the_policy(tiny_model_path):
+    """The pipeline's hosted reference on the GPU: a second FSDP trainer in the process, over the
+    same NCCL group, stays frozen while the policy steps."""
+    out = run_isolated(f"{CHECKS}:hosted_reference", "fsdp", tiny_model_path)
+    assert out["backend"] == "nccl"
+    assert out["start_diff"] < 1e-5
+    assert out["reference_moved"] == 0.0 and out["policy_moved"] > 1e-3
