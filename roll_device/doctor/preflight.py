@@ -3,13 +3,15 @@
 `preflight(plan, requests)` sends one small Ray task to each node of the plan (pinned there with
 `NodeAffinitySchedulingStrategy`, no CPU, so it never waits behind placement groups; a fresh worker
 process each, `max_calls=1`, since a simulated node's task installs the simulated NPU, which
-renames a torch device for the rest of the process). The driver's own node, when it serves only
-the host kind (not simulated), is checked in the driver instead: its workers run the driver's
-interpreter and packages (the job's runtime env), and a task would only add a process start
-(about 3 s on 2 cores, most of the default job's preflight). Each task gathers that node's installed facts
-and capabilities, as the kind the node serves (a simulated NPU node as the simulated NPU), and
-checks the roles placed there. Any problem ends the run with a `PreflightError`: one line per node
-and problem.
+renames a torch device for the rest of the process). Each task gathers that node's installed
+facts and capabilities, as the kind the node serves (a simulated NPU node as the simulated NPU),
+and checks the roles placed there. Any problem ends the run with a `PreflightError`: one line per
+node and problem.
+
+The driver's own node, when it serves only the host kind (not simulated), is checked in the
+driver instead, with the same `check_node`: its workers run the driver's interpreter and packages
+(the job's runtime env), and a task would only add a process start (about 3 s on 2 cores, most of
+the default job's preflight).
 """
 
 from __future__ import annotations

@@ -152,9 +152,9 @@ def split(samples: list[Sample], settings: DataSettings) -> tuple[list[Sample], 
     return [samples[i] for i in sorted(order[count:])], [samples[i] for i in sorted(order[:count])]
 
 
-def load_source(settings: DataSettings, fits: Callable[[Sample], bool] | None = None) -> PromptSource:
-    """The source `settings` name; dataset records for which `fits` is false (prompts too long for
-    the engine) are dropped, and a dataset left with none is a ConfigError."""
+def load_source(settings: DataSettings) -> PromptSource:
+    """The source `settings` name, as the files give it (a missing key or an empty file refused);
+    `fitting` then drops the prompts too long for the engine."""
     if settings.path is None:
         return TaskPrompts(settings)
     if settings.generate is not None:
@@ -167,5 +167,4 @@ def load_source(settings: DataSettings, fits: Callable[[Sample], bool] | None = 
             held_out = held_out[: _count(settings.eval_size, len(held_out))]
     else:
         train, held_out = split(samples, settings)
-    source = DatasetPrompts(train, held_out, settings.seed, settings.shuffle, settings.epochs, settings.path)
-    return source if fits is None else source.fitting(fits)
+    return DatasetPrompts(train, held_out, settings.seed, settings.shuffle, settings.epochs, settings.path)

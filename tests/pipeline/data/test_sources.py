@@ -57,14 +57,14 @@ def test_an_eval_file_and_a_count(tmp_path):
 
 def test_too_long_prompts_are_dropped_and_none_left_is_refused(tmp_path):
     path = _write(tmp_path / "d.jsonl", 4)
-    source = load_source(
-        _settings(str(path), prompt_key="q", answer_key="a"), fits=lambda s: s.prompt != "p2"
+    source = load_source(_settings(str(path), prompt_key="q", answer_key="a")).fitting(
+        lambda s: s.prompt != "p2"
     )
     assert [s.prompt for s in source.train] == ["p0", "p1", "p3"]
     with pytest.raises(
         ConfigError, match="every prompt of data.path=.* is too long for rollout.max_model_len"
     ):
-        load_source(_settings(str(path), prompt_key="q", answer_key="a"), fits=lambda s: False)
+        load_source(_settings(str(path), prompt_key="q", answer_key="a")).fitting(lambda s: False)
 
 
 @pytest.mark.parametrize(
