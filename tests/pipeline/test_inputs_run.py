@@ -50,6 +50,10 @@ def arithmetic(tmp_path):
             ["data.path={rows}", "reward.function=exact", "data.epochs=1"],
             "data.epochs=1 gives less than one step",
         ),
+        (  # found once the tokenizer (loaded while Ray starts) is there, before any worker starts
+            ["data.path={rows}", "reward.function=exact", "rollout.max_model_len=16"],
+            "every prompt of data.path={rows} is too long for rollout.max_model_len",
+        ),
     ],
 )
 def test_bad_inputs_fail_before_anything_starts(tmp_path, arithmetic, overrides, message):
