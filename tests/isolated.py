@@ -35,6 +35,15 @@ def run_isolated(target: str, *args: str, env: dict[str, str] | None = None, tim
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def simulated_npu():
+    """This process's platform, made the simulated NPU (`ROLL_DEVICE=npu-sim`): for checks that
+    `run_isolated` runs, since the simulation renames PrivateUse1 once per process."""
+    os.environ["ROLL_DEVICE"] = "npu-sim"
+    import roll_device as rd
+
+    return rd.current_platform()
+
+
 def error_of(call) -> str:
     """`call()`'s exception as "Type: message" (for checks that report errors as JSON), or ""."""
     try:

@@ -7,17 +7,15 @@ import os
 import sys
 from pathlib import Path
 
-from tests.isolated import error_of
+from tests.isolated import error_of, simulated_npu
 
 STANDIN = str(Path(__file__).parent / "standin")
 
 
 def _npu_trainer():
-    os.environ["ROLL_DEVICE"] = "npu-sim"
-    import roll_device as rd
     from strategies.registry import strategy_class
 
-    platform = rd.current_platform()
+    platform = simulated_npu()
     return strategy_class("train", "megatron", platform.kind)(platform)
 
 

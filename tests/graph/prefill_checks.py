@@ -3,19 +3,15 @@ simulation renames PrivateUse1 once per process). Results are simulations."""
 
 from __future__ import annotations
 
-import os
-
 
 def piecewise_capture() -> dict:
     """The device test of piecewise capture and replay, and a host read in a piece refused at
     capture with what was captured released."""
-    os.environ["ROLL_DEVICE"] = "npu-sim"
-    import roll_device as rd
     from tests.graph.prefill_toy import ToyPrefill
     from tests.graph.test_graphs_on_device import test_piecewise_prefill_replay_equals_eager
-    from tests.isolated import error_of
+    from tests.isolated import error_of, simulated_npu
 
-    platform = rd.current_platform()
+    platform = simulated_npu()
     out = {"platform": platform.name, "compile_backend": platform.compile_backend}
     test_piecewise_prefill_replay_equals_eager(platform)  # asserts inside
     out["replay_equals_eager"] = True

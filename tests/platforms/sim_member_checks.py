@@ -9,20 +9,13 @@ import os
 
 import torch
 
-from tests.isolated import error_of
-
-
-def _sim_platform():
-    os.environ["ROLL_DEVICE"] = "npu-sim"
-    import roll_device as rd
-
-    return rd.current_platform()
+from tests.isolated import error_of, simulated_npu
 
 
 def profiling() -> dict:
     from roll_device.sim.markers import RECORDED
 
-    p = _sim_platform()
+    p = simulated_npu()
     with p.range("step"):
         p.range_push("forward")
         p.mark("loss")
@@ -39,7 +32,7 @@ def profiling() -> dict:
 
 
 def device_facts() -> dict:
-    p = _sim_platform()
+    p = simulated_npu()
     p.init()
     p.set_device(1)
     return {
@@ -55,7 +48,7 @@ def device_facts() -> dict:
 
 
 def memory() -> dict:
-    p = _sim_platform()
+    p = simulated_npu()
     p.reset_peak_memory_stats()
     x = torch.empty(1 << 20, dtype=torch.uint8, device=p.device())
     stats = p.memory_stats()
@@ -90,7 +83,7 @@ def memory() -> dict:
 
 
 def rng_and_determinism() -> dict:
-    p = _sim_platform()
+    p = simulated_npu()
     p.manual_seed(3)
     states = p.get_rng_state_all()
     a = torch.rand(3, device=p.device()).cpu()
@@ -106,7 +99,7 @@ def rng_and_determinism() -> dict:
 
 
 def process_env() -> dict:
-    p = _sim_platform()
+    p = simulated_npu()
     env = {"ASCEND_RT_VISIBLE_DEVICES": "0,1"}
     p.pin_devices(env, [6, 7])
     return {

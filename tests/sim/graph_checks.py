@@ -7,8 +7,7 @@ import os
 
 import torch
 
-from tests.isolated import error_of
-from tests.sim.sim_checks import _sim_platform
+from tests.isolated import error_of, simulated_npu
 
 
 def _capture(p, fn, pool=None, stream=None):
@@ -20,7 +19,7 @@ def _capture(p, fn, pool=None, stream=None):
 
 def replay() -> dict:
     """Replay reruns the captured work on the same tensors; what needs the host is refused."""
-    p = _sim_platform()
+    p = simulated_npu()
     d = p.device()
     weight = torch.randn(8, 8, device=d)
     x = torch.zeros(4, 8, device=d)
@@ -70,7 +69,7 @@ def _capture_into(p, graph, fn):
 
 def capture_rules() -> dict:
     """torch_npu's own checks on capture: stream, reuse, pool id, task queue level."""
-    p = _sim_platform()
+    p = simulated_npu()
     npu = p.device_module()
     d = p.device()
     x = torch.ones(3, device=d)
@@ -98,7 +97,7 @@ def capture_rules() -> dict:
 
 def stream_budget() -> dict:
     """ROLL_SIM_NPU_STREAMS=36: the default stream and the pool of 32 leave 3 for graphs."""
-    p = _sim_platform()
+    p = simulated_npu()
     x = torch.ones(3, device=p.device())
     graphs = [_capture(p, lambda: x * 2)[0] for _ in range(3)]
     out = {"fourth": error_of(lambda: _capture(p, lambda: x * 2))}
@@ -115,7 +114,7 @@ def stream_budget() -> dict:
 
 def memory() -> dict:
     """Pools shared and counted once, released after reset and empty_cache; the capacity."""
-    p = _sim_platform()
+    p = simulated_npu()
     d = p.device()
     x = torch.ones(256, 1024, device=d)  # 1 MiB
 
@@ -159,7 +158,7 @@ def device_graph_tests() -> dict:
     """The device graph tests of tests/graph/test_graphs_on_device.py, on the simulated NPU."""
     from tests.graph import test_graphs_on_device as device_tests
 
-    p = _sim_platform()
+    p = simulated_npu()
     device_tests.test_replay_equals_eager_for_every_batch(p)
     device_tests.test_buckets_share_one_memory_pool(p)
     return {"platform": p.name, "passed": 2}

@@ -18,11 +18,12 @@ report `npu:0`.
 from __future__ import annotations
 
 import itertools
-import os
 import sys
 
 import torch
 from torch.utils._pytree import tree_flatten, tree_map
+
+from tests.isolated import simulated_npu
 
 DTYPE = torch.float32
 TOLERANCE = 1e-5
@@ -58,12 +59,9 @@ NARROWED: dict[str, dict[str, tuple[str, str]]] = {
 
 def conformance(samples: str = "2", only: str = "") -> dict:
     """Compare the first `samples` samples of each op (of `only`, comma-separated names, if given)."""
-    os.environ["ROLL_DEVICE"] = "npu-sim"
     from torch.testing._internal.common_methods_invocations import op_db
 
-    import roll_device as rd
-
-    rd.current_platform()
+    simulated_npu()
     wanted = set(filter(None, only.split(",")))
     report = {mode: {} for mode in MODES}
     report["cpu_unsupported"] = []

@@ -12,16 +12,11 @@ import socket
 
 import torch
 
-
-def _sim_platform():
-    os.environ["ROLL_DEVICE"] = "npu-sim"
-    import roll_device as rd
-
-    return rd.current_platform()
+from tests.isolated import simulated_npu
 
 
 def platform_contract() -> dict:
-    p = _sim_platform()
+    p = simulated_npu()
     out = {"name": p.name, "kind": p.kind, "count": p.device_count(), "graphs": p.supports_graphs}
     p.set_device(2)
     out["current"] = p.current_device()
@@ -71,7 +66,7 @@ def platform_contract() -> dict:
 
 def qwen_step() -> dict:
     """A tiny Qwen2 forward + backward + AdamW step on npu:0 against the same on the CPU."""
-    p = _sim_platform()
+    p = simulated_npu()
     from transformers import Qwen2ForCausalLM
 
     from roll_device.models.tiny import build_config
@@ -104,7 +99,7 @@ def qwen_step() -> dict:
 def _allreduce_rank(rank: int, port: int, queue) -> None:
     import torch.distributed as dist
 
-    p = _sim_platform()
+    p = simulated_npu()
     p.set_device(rank)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group(p.dist_backend, rank=rank, world_size=2)
@@ -135,7 +130,7 @@ def hccl_allreduce() -> dict:
 
 def metadata_after_ops() -> dict:
     """The faults the OpInfo comparison found, one line each: what a simulated tensor reports."""
-    p = _sim_platform()
+    p = simulated_npu()
     dev = p.device()
     out = {"arange": list(torch.arange(5, device=dev).shape), "eye": list(torch.eye(2, 3, device=dev).shape)}
     base = p.memory_allocated()

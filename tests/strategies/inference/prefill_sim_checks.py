@@ -3,26 +3,22 @@ own (the simulation renames PrivateUse1 once per process). Results are simulatio
 
 from __future__ import annotations
 
-import os
-
 
 def hf_prefill_graphs(model_path: str) -> dict:
     """Greedy output with prefill graphs equal to eager; graphs counted against the budget; a
     reload captures again."""
-    os.environ["ROLL_DEVICE"] = "npu-sim"
     import time
 
-    import roll_device as rd
     from roll_device.platforms.npu import NpuPlatform
     from strategies.base import SamplingConfig
     from strategies.inference.hf import HfStrategy
-    from tests.isolated import error_of
+    from tests.isolated import error_of, simulated_npu
     from tests.strategies.inference.sim_checks import _start
     from tests.strategies.inference.test_hf_graphs_on_device import (
         test_greedy_with_prefill_graphs_equals_eager_prefill as greedy_prefill_graphs_equal_eager,
     )
 
-    platform = rd.current_platform()
+    platform = simulated_npu()
     out = {"platform": platform.name}
     start = time.monotonic()
     greedy_prefill_graphs_equal_eager(model_path)  # asserts inside

@@ -8,14 +8,13 @@ import os
 
 
 def hf_on_simulated_npu(model_path: str) -> dict:
-    os.environ["ROLL_DEVICE"] = "npu-sim"
-    import roll_device as rd
     from strategies.base import SamplingConfig
     from strategies.inference.hf import HfStrategy
+    from tests.isolated import simulated_npu
     from tests.strategies.inference.conftest import rollout_config
     from tests.strategies.inference.test_hf_strategy import GREEDY, PROMPTS
 
-    platform = rd.current_platform()
+    platform = simulated_npu()
     strategy = HfStrategy(platform)
     strategy.initialize(model_path, rollout_config("hf", "max_batch_size=8"))
     try:
@@ -51,15 +50,13 @@ def hf_device_limits(model_path: str) -> dict:
     the weights behind, a model larger than the device."""
     import time
 
-    os.environ["ROLL_DEVICE"] = "npu-sim"
-    import roll_device as rd
     from strategies.inference.hf import HfStrategy
-    from tests.isolated import error_of
+    from tests.isolated import error_of, simulated_npu
     from tests.strategies.inference.test_hf_graphs_on_device import (
         test_greedy_with_graphs_equals_eager_at_every_batch_size as greedy_graphs_equal_eager,
     )
 
-    platform = rd.current_platform()
+    platform = simulated_npu()
     out = {"platform": platform.name}
     greedy_graphs_equal_eager(model_path)  # batches 1, 2, 4, 8, 13, 16: asserts inside
     out["greedy_graphs_equal_eager"] = True

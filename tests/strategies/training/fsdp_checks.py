@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.distributed as dist
 
@@ -11,7 +9,7 @@ import roll_device as rd
 from strategies.registry import strategy_class
 from strategies.training.fsdp import token_logprobs
 from strategies.training.losses import grpo_policy_loss, masked_mean, nll_loss
-from tests.isolated import error_of
+from tests.isolated import error_of, simulated_npu
 from tests.strategies.training.data import concat, make_batch
 
 CONFIG = {"name": "fsdp", "lr": 5.0e-3, "micro_batch_size": 1, "max_grad_norm": 1.0}
@@ -123,8 +121,7 @@ def simulated_npu_step(model_path: str) -> dict:
     """One rank of FSDP2 on the simulated NPU (its hccl stand-in over gloo): logprobs and steps
     against the same trainer on the CPU, with an offload and reload before the fourth step. A
     simulation, labelled so."""
-    os.environ["ROLL_DEVICE"] = "npu-sim"
-    platform = rd.current_platform()
+    platform = simulated_npu()
     batch = make_batch(seed=7)
     settings = {"mixed_precision": "fp32", "attn_implementation": "eager"}
     npu = new_trainer(model_path, **settings)
