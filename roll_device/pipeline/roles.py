@@ -27,15 +27,13 @@ import ray
 from omegaconf import DictConfig
 
 from roll_device.cluster import Plan, WorkerGroup, shard
-from roll_device.cluster.plan import compute_kind
-from roll_device.comm import Endpoint, SyncPlan, WeightSyncOptions, abort_sync, plan_sync, sync_actor_options
+from roll_device.comm import Endpoint, SyncPlan, WeightSyncOptions, abort_sync, sync_actor_options
 from roll_device.comm.paths import COLOCATED
 from roll_device.errors import RollDeviceError
 from roll_device.pipeline.inputs import RewardSettings
 from roll_device.pipeline.reward_worker import RewardWorker
-from roll_device.pipeline.role_settings import strategy_settings
+from roll_device.pipeline.role_settings import compute_platform, strategy_settings, sync_plan
 from roll_device.pipeline.workers import RolloutWorker, TrainWorker
-from roll_device.platforms import get_platform
 from strategies.base import TRAIN
 from strategies.registry import strategy_class
 
@@ -75,12 +73,6 @@ def watching(role: str) -> Iterator[None]:
         raise
 
 
-def compute_platform(plan: Plan, role: str):
-    """The platform `role`'s workers compute with (the CPU on a simulated GPU node)."""
-    placement = plan.roles[role]
-    return get_platform(compute_kind(placement.kind, placement.simulated))
-
-
 def hosted_reference(cfg: DictConfig, plan: Plan) -> bool:
     """Whether the reference runs inside the `actor_train` workers (see the module docstring)."""
     if "reference" not in plan.roles or cfg.roles.reference.strategy != cfg.roles.actor_train.strategy:
@@ -90,19 +82,6 @@ def hosted_reference(cfg: DictConfig, plan: Plan) -> bool:
         return False
     kind = compute_platform(plan, "reference").kind
     return strategy_class(TRAIN, cfg.roles.reference.strategy, kind).hosts_reference
-
-
-def sync_plan(plan: Plan, path: str) -> SyncPlan:
-    train, infer = plan.roles["actor_train"], plan.roles["actor_infer"]
-    colocated = plan.colocated("actor_train", "actor_infer")
-    same_node = set(infer.node_ids) == {train.slots[0].node_id}
-    return plan_sync(
-        compute_platform(plan, "actor_train"),
-        compute_platform(plan, "actor_infer"),
-        colocated=colocated,
-        same_node=same_node,
-        forced=path,
-    )
 
 
 @dataclass

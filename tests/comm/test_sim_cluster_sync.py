@@ -16,7 +16,7 @@ from roll_device.cluster.placement import release
 from roll_device.comm import WeightSyncOptions
 from roll_device.config import compose
 from roll_device.models.tiny import make_tiny_model
-from roll_device.pipeline.roles import sync_plan
+from roll_device.pipeline.role_settings import sync_plan
 from roll_device.pipeline.workers import RolloutWorker, TrainWorker
 from strategies.base import SamplingConfig
 
