@@ -142,7 +142,15 @@ class RolloutSection(Section):
 
 class VllmRollout(RolloutSection):
     max_num_seqs: Count
-    tensor_parallel_size: Count = 1
+    tensor_parallel_size: Annotated[
+        StrictInt,
+        Field(
+            ge=1,
+            le=1,
+            description="each actor_infer worker runs one engine on its one device: more engines "
+            "come from roles.actor_infer.num_devices",
+        ),
+    ] = 1
     enforce_eager: StrictBool | None = None
     graph_mode: Literal[GRAPH_MODES] | None = None
     kv_cache_bytes: Count | None = None
