@@ -4,7 +4,8 @@ start the roles, run GRPO steps with a progress bar, checkpoint, and write metri
 `run_experiment(cfg, run_dir, on_step=None)`: `on_step(record, roles)` is called after each step
 (for custom logging or fault drills). Everything the config asks for is checked before Ray starts
 (validate.py), the model files and the checkpoint to resume from too; nothing in `run_dir` is
-written before that. A lost worker of any role ends the run with a `WorkerLostError`, Ctrl-C with
+written before that. A lost worker of any role ends the run with a `WorkerLostError` (a worker
+call that raised: a `WorkerFailedError`, its traceback in the run's logs/), Ctrl-C with
 a `RunInterruptedError`, a user reward function that raises with a `RewardFunctionError` (with the
 offending sample); each says which checkpoint to resume from and how. The last finished step is
 checkpointed first whenever the trainer still holds exactly it, so nothing is lost. With
@@ -32,7 +33,13 @@ from roll_device.pipeline.metrics import PASS_KEY, MetricsLog
 from roll_device.pipeline.output import LOG_DIR, quiet_driver, summarise_worker_logs
 from roll_device.pipeline.rewards import RewardFunctionError
 from roll_device.pipeline.role_settings import role_requests
-from roll_device.pipeline.roles import RoleGroups, RunInterruptedError, WorkerLostError, start_roles
+from roll_device.pipeline.roles import (
+    RoleGroups,
+    RunInterruptedError,
+    WorkerFailedError,
+    WorkerLostError,
+    start_roles,
+)
 from roll_device.pipeline.schema import check_model_files
 from roll_device.pipeline.state import Checkpoints, PipelineState
 from roll_device.pipeline.validate import check_model, validate
@@ -159,8 +166,8 @@ class Run:
 
     def fail(self, error: WorkerLostError) -> WorkerLostError:
         """Checkpoint what can be kept, and say how to resume."""
-        unsaved = self.keep_last_step(trainer_alive=error.role != "actor_train")
-        return WorkerLostError(error.role, error.cause, advice=self.resume_advice(unsaved))
+        unsaved = self.keep_last_step(trainer_alive=error.role != "actor_train" or error.worker_alive)
+        return advised(error, self.resume_advice(unsaved), self.run_dir / LOG_DIR)
 
     def reward_failed(self, error: RewardFunctionError) -> RewardFunctionError:
         """The reward function's one-line report (not Ray's wrapped traceback) and how to resume."""
@@ -239,7 +246,12 @@ def _run(cfg: DictConfig, run_dir: Path, path: str, start, on_step: Callable | N
             f"preflight: {nodes} node(s) ready for their roles ({time.perf_counter() - checking:.1f}s)",
             flush=True,
         )
-        roles = start_roles(cfg, plan, path, inputs.reward, log_dir=run_dir / LOG_DIR)
+        try:
+            roles = start_roles(cfg, plan, path, inputs.reward, log_dir=run_dir / LOG_DIR)
+        except WorkerLostError as lost:
+            release(plan)
+            again = "no step ran; run the same command again once the cause is fixed"
+            raise advised(lost, again, run_dir / LOG_DIR) from lost
         try:
             hosted = "".join(f"; {role} runs in {host}'s workers" for role, host in roles.hosted.items())
             print(
@@ -262,6 +274,16 @@ def _run(cfg: DictConfig, run_dir: Path, path: str, start, on_step: Callable | N
             roles.shutdown()
             release(plan)
             print(summarise_worker_logs(run_dir / LOG_DIR), flush=True)
+
+
+def advised(error: WorkerLostError, advice: str, log_dir: Path) -> WorkerLostError:
+    """`error` ending with `advice`; a failed worker's traceback is written to `log_dir` and named."""
+    if isinstance(error, WorkerFailedError):
+        log_dir.mkdir(parents=True, exist_ok=True)
+        saved = log_dir / f"{error.role}_traceback.txt"
+        saved.write_text(error.traceback)
+        advice = f"the worker's traceback: {saved}; {advice}"
+    return error.advised(advice)
 
 
 def data_summary(cfg: DictConfig) -> str:

@@ -10,13 +10,16 @@ its own (`roles.reference.colocate_with=null`) keeps its own workers.
 
 Every call to a group goes through `RoleGroups.wait`, which watches all pending calls of all
 roles together and turns the first lost worker (a Ray actor that died) into a `WorkerLostError`
-naming its role at once, however long the other calls would still wait; a lost worker on either
-end of a weight sync also aborts the sync, so the survivors are free for a checkpoint. A worker's
-own `RollDeviceError` (a refused setting) comes back as itself, without a remote traceback.
+naming its role at once, however long the other calls would still wait; a call that raised
+becomes a `WorkerFailedError` (a `WorkerLostError` that keeps the worker's traceback). Either on
+one end of a weight sync also aborts the sync, so the survivors are free for a checkpoint. A
+worker's own `RollDeviceError` (a refused setting) comes back as itself, without a remote
+traceback.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,17 +40,48 @@ from roll_device.pipeline.workers import RolloutWorker, TrainWorker
 from strategies.base import TRAIN
 from strategies.registry import strategy_class
 
+ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # in Ray's task error headers
+
 
 class WorkerLostError(RollDeviceError, RuntimeError):
     """A role worker died during a run."""
 
     exit_code = 1
+    worker_alive = False
 
     def __init__(self, role: str, cause: BaseException, advice: str = "") -> None:
         self.role, self.cause = role, cause
-        first_line = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
-        message = f"a worker of role '{role}' was lost ({type(cause).__name__}: {first_line})"
+        message = self.summary()
         super().__init__(f"{message}; {advice}" if advice else message)
+
+    def summary(self) -> str:
+        return f"a worker of role '{self.role}' was lost ({first_line(self.cause)})"
+
+    def advised(self, advice: str) -> WorkerLostError:
+        """The same error, its message ending with `advice` (what was kept, how to go on)."""
+        return type(self)(self.role, self.cause, advice)
+
+
+class WorkerFailedError(WorkerLostError):
+    """A role worker's call raised (not a refusal: a RollDeviceError comes back as itself). The
+    worker lives on, but the run cannot: `traceback` is the worker's own."""
+
+    cause: ray.exceptions.RayTaskError
+    worker_alive = True
+
+    def summary(self) -> str:
+        return f"a worker of role '{self.role}' failed ({first_line(self.cause.cause)})"
+
+    @property
+    def traceback(self) -> str:
+        """The worker's call and traceback, as Ray reports them (without terminal colours)."""
+        return ANSI_COLOUR.sub("", str(self.cause))
+
+
+def first_line(error: BaseException) -> str:
+    """`Type: the first line of the message` (the type alone for an empty message)."""
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
 class RunInterruptedError(RollDeviceError):
@@ -61,8 +95,9 @@ WAIT_SLICE_S = 1.0  # how often a wait returns to Python (where Ctrl-C is raised
 
 @contextmanager
 def watching(role: str) -> Iterator[None]:
-    """Turn the loss of one of `role`'s workers into a WorkerLostError naming the role, and a
-    worker's refusal (a RollDeviceError raised remotely) into that error."""
+    """Turn the loss of one of `role`'s workers into a WorkerLostError naming the role, a
+    worker's refusal (a RollDeviceError raised remotely) into that error, and any other error a
+    worker raised into a WorkerFailedError."""
     try:
         yield
     except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
@@ -70,7 +105,7 @@ def watching(role: str) -> Iterator[None]:
     except ray.exceptions.RayTaskError as exc:
         if isinstance(exc.cause, RollDeviceError):
             raise exc.cause from None
-        raise
+        raise WorkerFailedError(role, exc) from exc
 
 
 def hosted_reference(cfg: DictConfig, plan: Plan) -> bool:
@@ -195,8 +230,12 @@ def start_roles(
         setups["reference"] = groups["actor_train"].async_call_all(
             "setup_reference", model_path, cfg.roles.reference.strategy, trainer_cfg
         )
-    done = roles.wait(setups)
-    roles.wait(capture)
+    try:
+        done = roles.wait(setups)
+        roles.wait(capture)
+    except BaseException:
+        roles.shutdown()  # the workers that did start
+        raise
     roles.dp_ranks = {role: done[role] for role in ("actor_train", "reference") if role in done}
     endpoint = roles.wait(
         {

@@ -1,8 +1,11 @@
-"""Pieces both trainers share: the model-path check, the token-weighted step accounting and the
-moves of optimizer state between the device and the CPU."""
+"""Pieces both trainers share: the model-path check, the token-weighted step accounting, the
+moves of optimizer state between the device and the CPU, and checkpoint errors that name their
+cause."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -14,6 +17,20 @@ from strategies.training.distributed import all_reduce_sum
 
 class TrainerStateError(RollDeviceError, RuntimeError):
     """A trainer method called in a state that cannot serve it (e.g. while offloaded)."""
+
+
+@contextmanager
+def checkpoint_cause() -> Iterator[None]:
+    """torch.distributed.checkpoint's CheckpointException (one error listing every failing rank,
+    its first line only the ranks) raised as the first failing rank's own error, so that a report's
+    first line names the cause: a full disk, a path that is a file."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        yield
+    except CheckpointException as error:
+        _rank, (cause, _trace) = min(error.failures.items())
+        raise cause from error
 
 
 def check_model_path(model_path: str) -> Path:

@@ -26,6 +26,7 @@ from strategies.training.common import (
     StepAccounting,
     TrainerStateError,
     check_model_path,
+    checkpoint_cause,
     host_snapshot,
     move_optimizer_state,
     weight_decay_groups,
@@ -163,7 +164,8 @@ class FsdpTrainStrategy(TrainStrategy):
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
-        dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=directory)
+        with checkpoint_cause():
+            dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=directory)
         if dist.get_rank() == 0:
             torch.save({"scheduler": self.scheduler.state_dict()}, Path(directory) / TRAINER_STATE)
         dist.barrier()
@@ -179,7 +181,8 @@ class FsdpTrainStrategy(TrainStrategy):
             )
         model_state, optim_state = get_state_dict(self.model, self.optimizer)
         state = {"model": model_state, "optimizer": optim_state}
-        dcp.load(state, checkpoint_id=directory)
+        with checkpoint_cause():
+            dcp.load(state, checkpoint_id=directory)
         set_state_dict(
             self.model, self.optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"]
         )

