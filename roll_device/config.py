@@ -7,6 +7,7 @@ elsewhere. Overrides use Hydra's syntax (`key=value`, `+new.key=value`, `group=o
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -14,6 +15,10 @@ from omegaconf import DictConfig
 from roll_device.errors import ConfigError
 
 CONFIG_NAME = "config"
+NO_SUCH_OPTION = re.compile(
+    r"Could not find '([^']+)/([^']+)'\s+Available options in '[^']+':\n((?:\t.*\n)+)"
+)
+NO_SUCH_KEY = re.compile(r"Could not override '([^']+)'\.\s+To append to your config use (\+\S+)")
 
 
 def config_dir() -> Path:
@@ -41,7 +46,55 @@ def compose(overrides: list[str] | None = None, with_hydra: bool = False) -> Dic
                 config_name=CONFIG_NAME, overrides=list(overrides or []), return_hydra_config=with_hydra
             )
     except (HydraException, OmegaConfBaseException) as exc:
-        raise ConfigError(f"bad configuration or override: {one_line(str(exc))}") from exc
+        raise ConfigError(explain(exc)) from exc
+
+
+def explain(exc: Exception) -> str:
+    """One line for a failed composition. An override of a key the config lacks names the key and
+    both ways on (Hydra's own report only offers to add it); an unknown option of a config group
+    names the options; anything else is Hydra's report."""
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    text = str(exc)
+    unknown, missing = NO_SUCH_KEY.search(text), NO_SUCH_OPTION.search(text)
+    if unknown and isinstance(exc.__cause__, (ConfigKeyError, ConfigAttributeError)):
+        key, append = unknown.groups()
+        full_key = exc.__cause__.full_key or key
+        add = append if full_key == key else f"+{full_key}=VALUE"
+        near = close_keys(full_key)
+        meant = f"did you mean {' or '.join(near)}? " if near else ""
+        return (
+            f"{full_key} is not a key of the configuration: {meant}`roll-device run --cfg job` "
+            f"prints every key; a new key is added with {add}"
+        )
+    if missing:
+        group, option, options = missing.groups()
+        return f"{group}={option}: no such option; choose one of {', '.join(options.split())}"
+    return f"bad configuration or override: {one_line(text)}"
+
+
+def close_keys(key: str) -> list[str]:
+    """Keys of the default configuration that `key` may have meant: the same last part elsewhere
+    (`rollout.temperature` -> `algorithm.temperature`), else a near spelling."""
+    from difflib import get_close_matches
+
+    from omegaconf import OmegaConf
+
+    try:
+        known = list(_dotted(OmegaConf.to_container(compose([]), resolve=False)))
+    except ConfigError:
+        return []
+    known = [k for k in known if not key.startswith(f"{k}.")]  # not the key's own parents
+    leaf = key.rsplit(".", 1)[-1]
+    same_leaf = [k for k in known if k.rsplit(".", 1)[-1] == leaf]
+    return same_leaf or get_close_matches(key, known, n=2, cutoff=0.8)
+
+
+def _dotted(tree: dict, prefix: str = ""):
+    for name, value in tree.items():
+        yield f"{prefix}{name}"
+        if isinstance(value, dict):
+            yield from _dotted(value, f"{prefix}{name}.")
 
 
 def one_line(message: str) -> str:

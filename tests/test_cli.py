@@ -123,20 +123,23 @@ def test_multirun_refuses_each_bad_job_in_one_line(tmp_path, capsys):
     [
         (
             ["run", "nosuchkey=1"],
-            "roll-device run: error: bad configuration or override: Could not override 'nosuchkey'",
+            "roll-device run: error: nosuchkey is not a key of the configuration",
         ),
         (
             ["run", "max_steps=abc"],
             "roll-device run: error: max_steps='abc': input should be a valid integer",
         ),
-        (["plan", "nosuchkey=1"], "roll-device plan: error: bad configuration or override"),
+        (
+            ["plan", "rollout=foo"],
+            "roll-device plan: error: rollout=foo: no such option; choose one of hf, vllm",
+        ),
         (["plan", "trainer.lr=abc"], "roll-device plan: error: trainer.lr='abc'"),
         (
             ["submit", "foo=1"],
-            "roll-device submit: error: bad configuration or override: Could not override 'foo'",
+            "roll-device submit: error: foo is not a key of the configuration",
         ),
         (["submit", "resume=maybe"], "roll-device submit: error: resume='maybe'"),
-        (["doctor", "nosuchkey=1"], "roll-device doctor: error: bad configuration or override"),
+        (["doctor", "max_steps=["], "roll-device doctor: error: bad configuration or override: no viable"),
     ],
 )
 def test_one_exit_code_for_bad_input_on_every_subcommand(capsys, args, message):

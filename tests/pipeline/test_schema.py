@@ -108,7 +108,29 @@ BAD_VALUES = [
     ),
     (
         ["nosuchkey=1"],
-        "bad configuration or override: Could not override 'nosuchkey'.; To append to your config use +nosuchkey=1",
+        (
+            "nosuchkey is not a key of the configuration: `roll-device run --cfg job` prints every key; "
+            "a new key is added with +nosuchkey=1"
+        ),
+    ),
+    (
+        ["rollout.temperature=0.5"],
+        "rollout.temperature is not a key of the configuration: did you mean algorithm.temperature?",
+    ),
+    (
+        ["data.prompt_per_step=4"],
+        "data.prompt_per_step is not a key of the configuration: did you mean data.prompts_per_step?",
+    ),
+    (
+        ["rollout.env={CUDA_LAUNCH_BLOCKING:1}"],
+        (
+            "rollout.env.CUDA_LAUNCH_BLOCKING is not a key of the configuration: `roll-device run --cfg job` "
+            "prints every key; a new key is added with +rollout.env.CUDA_LAUNCH_BLOCKING=VALUE"
+        ),
+    ),
+    (
+        ["experiment=nope"],
+        "experiment=nope: no such option; choose one of arithmetic_math, mixed_devices, qwen2_5_7b_gpu8,",
     ),
 ]
 
