@@ -53,8 +53,10 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _make_tiny_model(args: argparse.Namespace) -> int:
+    from roll_device.files import make_folder
     from roll_device.models.tiny import make_tiny_model
 
+    make_folder(args.path, "make-tiny-model's PATH")
     path = make_tiny_model(args.path, seed=args.seed, num_layers=args.layers, hidden_size=args.hidden)
     print(f"tiny model and tokenizer in {path}")
     return 0

@@ -150,6 +150,31 @@ def test_one_exit_code_for_bad_input_on_every_subcommand(capsys, args, message):
     assert err.startswith(message) and err.count("\n") == 1, err
 
 
+@pytest.mark.parametrize(
+    "args, setting",
+    [
+        (["make-tiny-model", "{blocked}"], "make-tiny-model's PATH"),
+        (["run", "hydra.run.dir={blocked}", "max_steps=1"], "hydra.run.dir"),
+        (["run", "model.tiny_dir={blocked}", "hydra.run.dir={tmp}/run", "max_steps=1"], "model.tiny_dir"),
+    ],
+)
+def test_a_folder_that_cannot_be_made_is_refused_in_one_line_naming_its_setting(
+    tmp_path, capsys, args, setting
+):
+    from roll_device.cli import main
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("a file where a folder would go")
+    blocked = a_file / "folder"
+    assert main([arg.format(blocked=blocked, tmp=tmp_path) for arg in args]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"error: cannot make the folder {blocked} for {setting} (NotADirectoryError: Not a directory)" in err
+    )
+    assert err.count("\n") == 1, err
+    assert not (tmp_path / "run" / "config.yaml").exists(), "refused before the run writes its config"
+
+
 @pytest.mark.slow
 def test_ctrl_c_checkpoints_and_says_how_to_resume(tmp_path):
     """SIGINT to the driver after step 1: exit 130, no traceback, and the printed command goes on

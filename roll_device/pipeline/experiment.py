@@ -26,6 +26,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from roll_device.cluster import plan_from_config, start_cluster
 from roll_device.cluster.placement import release
 from roll_device.doctor.preflight import preflight
+from roll_device.files import make_folder
 from roll_device.pipeline.evaluation import evaluate
 from roll_device.pipeline.inputs import RunInputs, load_inputs, load_tokenizer, read_data
 from roll_device.pipeline.loop import GrpoStep
@@ -53,11 +54,8 @@ def model_path(cfg: DictConfig) -> str:
         return str(cfg.model.path)
     from roll_device.models.tiny import make_tiny_model
 
-    return str(
-        make_tiny_model(
-            cfg.model.tiny_dir, num_layers=cfg.model.tiny_layers, hidden_size=cfg.model.tiny_hidden
-        )
-    )
+    tiny_dir = make_folder(cfg.model.tiny_dir, "model.tiny_dir")
+    return str(make_tiny_model(tiny_dir, num_layers=cfg.model.tiny_layers, hidden_size=cfg.model.tiny_hidden))
 
 
 def _drop_unused_reference(cfg: DictConfig) -> None:
@@ -190,10 +188,13 @@ class Checked:
 
 def check_before_start(cfg: DictConfig, run_dir: Path) -> Checked:
     """Everything checked before anything starts or is written: the config, the model files and
-    the checkpoint a resumed run continues from (its files read once: sizes and CRC32s)."""
+    the checkpoint a resumed run continues from (its files read once: sizes and CRC32s); last, the
+    run's folder is made (empty), or refused when it cannot be."""
     validate(cfg)
     check_model_files(cfg)
-    return Checked(run_dir, Checkpoints(run_dir).resume_point(cfg.resume) if cfg.resume else None)
+    start = Checkpoints(run_dir).resume_point(cfg.resume) if cfg.resume else None
+    make_folder(run_dir, "hydra.run.dir")  # the last check: the run's folder, empty, can be made
+    return Checked(run_dir, start)
 
 
 def run_experiment(
