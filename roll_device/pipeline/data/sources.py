@@ -146,7 +146,7 @@ def split(samples: list[Sample], settings: DataSettings) -> tuple[list[Sample], 
     count = _count(settings.eval_size, len(samples))
     if count >= len(samples):
         raise ConfigError(
-            f"data.eval_size={settings.eval_size} holds out {count} of {len(samples)} records and leaves "
+            f"data.eval_size={settings.eval_size:g} holds out {count} of {len(samples)} records and leaves "
             "none to train on: make it smaller"
         )
     return [samples[i] for i in sorted(order[count:])], [samples[i] for i in sorted(order[:count])]

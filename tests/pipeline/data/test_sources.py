@@ -75,7 +75,10 @@ def test_too_long_prompts_are_dropped_and_none_left_is_refused(tmp_path):
             "record 0 of {path} has no key 'problem' (data.prompt_key): its keys are a, q;",
         ),
         ({"prompt_key": "q", "answer_key": "solution"}, "has no key 'solution' (data.answer_key)"),
-        ({"prompt_key": "q", "answer_key": "a", "eval_size": 3}, "holds out 3 of 3 records and leaves none"),
+        (
+            {"prompt_key": "q", "answer_key": "a", "eval_size": 3},
+            "data.eval_size=3 holds out 3 of 3 records and leaves none",
+        ),
     ],
 )
 def test_bad_keys_and_splits_are_refused(tmp_path, data, message):
