@@ -7,7 +7,8 @@ start the roles, run GRPO steps with a progress bar, checkpoint, and write metri
 written before that. A lost worker of any role ends the run with a `WorkerLostError` (a worker
 call that raised: a `WorkerFailedError`, its traceback in the run's logs/), Ctrl-C with
 a `RunInterruptedError`, a user reward function that raises with a `RewardFunctionError` (with the
-offending sample); each says which checkpoint to resume from and how. The last finished step is
+offending sample), a weight sync that fails with a `WeightSyncError`; each says which checkpoint to
+resume from and how. The last finished step is
 checkpointed first whenever the trainer still holds exactly it, so nothing is lost. With
 `eval.every_n_steps` set, greedy pass@1 on the held-out prompts is measured before the first step,
 every N steps and after the last.
@@ -26,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from roll_device.cluster import plan_from_config, start_cluster
 from roll_device.cluster.placement import release
 from roll_device.doctor.preflight import preflight
+from roll_device.errors import RollDeviceError, WeightSyncError
 from roll_device.files import make_folder
 from roll_device.pipeline.evaluation import evaluate
 from roll_device.pipeline.inputs import RunInputs, load_inputs, load_tokenizer, read_data
@@ -167,15 +169,11 @@ class Run:
         unsaved = self.keep_last_step(trainer_alive=error.role != "actor_train" or error.worker_alive)
         return advised(error, self.resume_advice(unsaved), self.run_dir / LOG_DIR)
 
-    def reward_failed(self, error: RewardFunctionError) -> RewardFunctionError:
-        """The reward function's one-line report (not Ray's wrapped traceback) and how to resume."""
-        cause = getattr(error, "cause", None) or error
+    def ended(self, error: type[RollDeviceError], what: str) -> RollDeviceError:
+        """`error` for a run that stopped with its workers alive (a reward function that raised,
+        a weight sync that failed, Ctrl-C): `what` happened, then what was kept and how to resume."""
         unsaved = self.keep_last_step(trainer_alive=True)
-        return RewardFunctionError(f"{str(cause).splitlines()[0]}; {self.resume_advice(unsaved)}")
-
-    def interrupt(self) -> RunInterruptedError:
-        unsaved = self.keep_last_step(trainer_alive=True)
-        return RunInterruptedError(f"interrupted (Ctrl-C); {self.resume_advice(unsaved)}")
+        return error(f"{what}; {self.resume_advice(unsaved)}")
 
 
 @dataclass(frozen=True)
@@ -265,10 +263,13 @@ def _run(cfg: DictConfig, run_dir: Path, path: str, start, on_step: Callable | N
                 run.loop(on_step)
             except WorkerLostError as lost:
                 raise run.fail(lost) from lost
-            except RewardFunctionError as failed:
-                raise run.reward_failed(failed) from None
+            except RewardFunctionError as failed:  # its one line, not Ray's wrapped traceback
+                cause = getattr(failed, "cause", None) or failed
+                raise run.ended(RewardFunctionError, str(cause).splitlines()[0]) from None
+            except WeightSyncError as failed:
+                raise run.ended(WeightSyncError, str(failed)) from failed
             except KeyboardInterrupt:
-                raise run.interrupt() from None
+                raise run.ended(RunInterruptedError, "interrupted (Ctrl-C)") from None
             png = run.metrics.plot(f"{cfg.experiment.name}: GRPO, {data_summary(cfg)} ({plan_summary(plan)})")
             print(f"{run.metrics.summary()}; plot: {png}")
         finally:

@@ -32,7 +32,7 @@ from omegaconf import DictConfig
 from roll_device.cluster import Plan, WorkerGroup, shard
 from roll_device.comm import Endpoint, SyncPlan, WeightSyncOptions, abort_sync, sync_actor_options
 from roll_device.comm.paths import COLOCATED
-from roll_device.errors import RollDeviceError
+from roll_device.errors import RollDeviceError, WeightSyncError
 from roll_device.pipeline.inputs import RewardSettings
 from roll_device.pipeline.reward_worker import RewardWorker
 from roll_device.pipeline.role_settings import compute_platform, strategy_settings, sync_plan
@@ -169,8 +169,8 @@ class RoleGroups:
         return {role: ray.get(refs) for role, refs in refs_by_role.items()}
 
     def sync_weights(self, version: int) -> dict:
-        """Trainer rank 0 -> every rollout worker; returns the sender's stats. A worker lost on
-        either end aborts the sync for the other."""
+        """Trainer rank 0 -> every rollout worker; returns the sender's stats. A worker lost or
+        failed on either end, or a sync that failed there, aborts the sync for the other end."""
         try:
             done = self.wait(
                 {
@@ -178,9 +178,11 @@ class RoleGroups:
                     "actor_infer": self.groups["actor_infer"].async_call_all("receive_weights"),
                 }
             )
-        except WorkerLostError as lost:
+        except (WorkerLostError, WeightSyncError) as failed:  # free the other end's waits
             if self.endpoint is not None:
-                abort_sync(self.endpoint, f"a worker of role '{lost.role}' was lost")
+                abort_sync(
+                    self.endpoint, failed.summary() if isinstance(failed, WorkerLostError) else str(failed)
+                )
             raise
         return done["actor_train"][0]
 

