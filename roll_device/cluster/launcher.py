@@ -6,7 +6,8 @@
   it joins the job's cluster instead.
 - `sim`: a simulated multi-node cluster on this machine (`sim_nodes.py`): the head and each entry
   of `nodes`, then `ray.init` on it.
-- `remote`: an existing cluster, `address=` (`host:port`, `ray://host:10001` or `auto`).
+- `remote`: an existing cluster, `address=` (`host:port`, `ray://host:10001` or `auto`); an
+  address where nothing answers is refused within seconds, before Ray's own minutes of retries.
 
 A process already connected to Ray keeps that connection: the handle then owns nothing.
 The handle is a context manager; `shutdown()` disconnects and ends only what it started.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -26,6 +28,7 @@ from roll_device.errors import ConfigError
 
 log = logging.getLogger(__name__)
 CLUSTERS = ("local", "sim", "remote")
+REACH_TIMEOUT_S = 5.0  # to open a TCP connection to a remote cluster's address
 
 
 def setting(cfg: Mapping, key: str, default: Any = None) -> Any:
@@ -89,6 +92,7 @@ def start_cluster(cluster_cfg: Mapping) -> ClusterHandle:
         return ClusterHandle(name, ray.get_runtime_context().gcs_address)
     include_dashboard = bool(setting(cluster_cfg, "include_dashboard", False))
     if name == "remote":
+        check_reachable(address)
         ray.init(address=address)
         return _owned(ClusterHandle(name, address))
     if name == "local":
@@ -103,6 +107,27 @@ def start_cluster(cluster_cfg: Mapping) -> ClusterHandle:
             )
         return _owned(ClusterHandle(name, ray.get_runtime_context().gcs_address))
     return _start_sim(cluster_cfg, include_dashboard)
+
+
+def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """A ConfigError for a cluster address that is malformed or where nothing answers, found in
+    seconds (Ray itself retries for minutes before it gives up); `auto` is Ray's to resolve."""
+    if address == "auto":
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(
+            f"cluster.address={address!r}: give <host>:<port> (the head's GCS port, 6379 unless changed), "
+            "ray://<host>:10001 or auto"
+        )
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ConfigError(
+            f"cluster.address={address}: nothing answers at {host}:{port} within {timeout_s:g}s "
+            f"({exc.strerror or type(exc).__name__}): start the cluster there (`ray start --head`) or "
+            "correct the address"
+        ) from None
 
 
 def _start_sim(cluster_cfg: Mapping, include_dashboard: bool) -> ClusterHandle:

@@ -124,6 +124,9 @@ class ExperimentSection(OpenSection):
 class ClusterSection(OpenSection):
     name: Literal["local", "sim", "remote"]
     address: str | None = None
+    num_cpus: Annotated[StrictInt, Field(ge=1, description="null: all of this machine's")] | None = None
+    resources: dict[str, Annotated[float, Field(ge=0)]] | None = None
+    include_dashboard: StrictBool = False
     cpu_per_worker: Annotated[float, Field(gt=0, le=64, description="CPUs each CPU-role worker reserves")] = (
         0.25
     )

@@ -1,9 +1,13 @@
 """The pieces a worker and a cluster start from, checked without starting Ray: device-index
-mapping, worker identity, sim node entries, cluster settings."""
+mapping, worker identity, sim node entries, cluster settings, a remote cluster's address."""
+
+import socket
 
 import pytest
+import ray
 
 from roll_device.cluster import RoleWorker, start_cluster
+from roll_device.cluster.launcher import check_reachable
 from roll_device.cluster.plan import build_plan, compute_kind
 from roll_device.cluster.sim_nodes import node_args
 from roll_device.cluster.worker import WorkerSpec, local_device_index, worker_env
@@ -54,3 +58,26 @@ def test_sim_node_entries_and_cluster_settings_are_checked():
         start_cluster({"name": "remote"})
     with pytest.raises(ConfigError, match="has no name"):
         start_cluster({"name": "sim", "nodes": [{"num_gpus": 1}]})
+
+
+def test_a_remote_address_where_nothing_answers_is_refused_in_seconds():
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        with pytest.raises(
+            ConfigError, match=rf"nothing answers at 127.0.0.1:{port} within 5s \(Connection refused\)"
+        ):
+            start_cluster({"name": "remote", "address": address})
+    assert not ray.is_initialized(), "refused before ray.init, whose retries take minutes"
+    for address in ("headnode", "headnode:port", ":6379"):
+        with pytest.raises(ConfigError, match=rf"cluster.address='{address}': give <host>:<port>"):
+            check_reachable(address)
+
+
+def test_a_remote_address_that_answers_passes():
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        check_reachable(f"127.0.0.1:{server.getsockname()[1]}")
+    check_reachable("auto")  # Ray's to resolve

@@ -100,6 +100,8 @@ BAD_VALUES = [
     ),
     (["model.tiny_hidden=16"], "model.tiny_hidden=16: input should be greater than or equal to 32"),
     (["cluster.cpu_per_worker=0"], "cluster.cpu_per_worker=0: input should be greater than 0"),
+    (["cluster.num_cpus=abc"], "cluster.num_cpus='abc': input should be a valid integer"),
+    (["cluster.resources={X:-1}"], "cluster.resources.X=-1: input should be greater than or equal to 0"),
     (["+max_step=3"], "unknown key max_step: the keys here are seed, max_steps, resume,"),
     (["max_steps=${nothing}"], "max_steps: Interpolation key 'nothing' not found"),
     (
