@@ -59,7 +59,7 @@ def explain(exc: Exception) -> str:
     unknown, missing = NO_SUCH_KEY.search(text), NO_SUCH_OPTION.search(text)
     if unknown and isinstance(exc.__cause__, (ConfigKeyError, ConfigAttributeError)):
         key, append = unknown.groups()
-        full_key = exc.__cause__.full_key or key
+        full_key = re.sub(r"\[(\d+)\]", r".\1", exc.__cause__.full_key or key)  # nodes[0] -> nodes.0
         add = append if full_key == key else f"+{full_key}=VALUE"
         near = close_keys(full_key)
         meant = f"did you mean {' or '.join(near)}? " if near else ""

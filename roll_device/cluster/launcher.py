@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from roll_device.cluster.sim_nodes import SimNodes, node_args
+from roll_device.cluster.sim_nodes import HEAD_NAME, SimNodes, node_args
 from roll_device.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -134,8 +134,9 @@ def _start_sim(cluster_cfg: Mapping, include_dashboard: bool) -> ClusterHandle:
     import ray
 
     head, entries = setting(cluster_cfg, "head", {}), setting(cluster_cfg, "nodes", [])
+    node_args(head, HEAD_NAME)  # a bad node entry fails before any node starts
     for entry in entries:
-        node_args(entry)  # a bad node entry fails before any node starts
+        node_args(entry)
     nodes = SimNodes(include_dashboard=include_dashboard)
     handle = _owned(ClusterHandle("sim", nodes.gcs_address, nodes.dashboard_url, nodes=nodes))
     try:

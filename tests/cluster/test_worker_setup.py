@@ -58,6 +58,14 @@ def test_sim_node_entries_and_cluster_settings_are_checked():
         start_cluster({"name": "remote"})
     with pytest.raises(ConfigError, match="has no name"):
         start_cluster({"name": "sim", "nodes": [{"num_gpus": 1}]})
+    with pytest.raises(
+        ConfigError, match=r"sim cluster node 'head': num_cpus='abc' must be a whole number >= 0"
+    ):
+        start_cluster({"name": "sim", "head": {"num_cpus": "abc"}})
+    with pytest.raises(ConfigError, match=r"sim cluster node 'n': num_gpus=-1 must be a whole number >= 0"):
+        node_args({"name": "n", "num_gpus": -1})
+    with pytest.raises(ConfigError, match=r"sim cluster node 'n': resources.NPU='x' must be a number >= 0"):
+        node_args({"name": "n", "resources": {"NPU": "x"}})
 
 
 def test_a_remote_address_where_nothing_answers_is_refused_in_seconds():
