@@ -36,25 +36,36 @@ def test_an_engine_that_fails_to_start_ends_the_run_in_one_line_with_its_traceba
     assert not (run_dir / "metrics.jsonl").exists()
 
 
-def _checkpoint_into_a_file_once(blocker):
-    """An on_step hook: after step 1, the trainer's next `save` (step 2's checkpoint) is asked to
-    write under `blocker`, a plain file, so the worker's save raises; later saves go through."""
+def _instead_once(role: str, method: str, call):
+    """An on_step hook: after step 1, the next call of `method` on `role`'s workers (in step 2) is
+    made as `call(call_all, *args)` instead, where `call_all(method, *args)` calls every worker;
+    later calls go through."""
 
     def on_step(record, roles):
         if record["step"] != 1:
             return
-        group = roles.groups["actor_train"]
+        group = roles.groups[role]
         original = group.async_call_all
 
-        def failing_once(method, *args, **kwargs):
-            if method == "save" and not blocker.exists():
-                blocker.write_text("a file, not a folder")
-                args = (str(blocker / "policy"),)
-            return original(method, *args, **kwargs)
+        def once(called, *args, **kwargs):
+            if called != method:
+                return original(called, *args, **kwargs)
+            group.async_call_all = original
+            return call(original, *args)
 
-        group.async_call_all = failing_once
+        group.async_call_all = once
 
     return on_step
+
+
+def _checkpoint_into_a_file(blocker):
+    """`save` asked to write under `blocker`, a plain file, so the worker's save raises."""
+
+    def call(call_all, _directory):
+        blocker.write_text("a file, not a folder")
+        return call_all("save", str(blocker / "policy"))
+
+    return call
 
 
 @pytest.mark.timeout(600)
@@ -63,7 +74,11 @@ def test_a_worker_that_raises_in_a_step_ends_the_run_with_its_traceback_and_the_
     blocker = tmp_path / "blocker"
     overrides = [f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=3", "save_every=2", "algorithm.kl_coef=0"]
     with pytest.raises(WorkerFailedError) as failed:
-        run_experiment(compose(overrides), run_dir, on_step=_checkpoint_into_a_file_once(blocker))
+        run_experiment(
+            compose(overrides),
+            run_dir,
+            on_step=_instead_once("actor_train", "save", _checkpoint_into_a_file(blocker)),
+        )
     message = str(failed.value)
     traceback = run_dir / "logs" / "actor_train_traceback.txt"
     assert "\n" not in message
@@ -79,26 +94,10 @@ def test_a_worker_that_raises_in_a_step_ends_the_run_with_its_traceback_and_the_
     ) in message
 
 
-def _receive_from_nowhere_once():
-    """An on_step hook: after step 1, the rollout workers' next `receive_weights` (step 2's sync)
-    instead connects them to a sender that is not there, so each fails with a WeightSyncError
-    while the trainer's sender waits for them."""
-
-    def on_step(record, roles):
-        if record["step"] != 1:
-            return
-        group = roles.groups["actor_infer"]
-        original = group.async_call_all
-
-        def failing_once(method, *args, **kwargs):
-            if method == "receive_weights":
-                group.async_call_all = original
-                return original("connect_receiver", Endpoint("127.0.0.1", 1), 0.5)
-            return original(method, *args, **kwargs)
-
-        group.async_call_all = failing_once
-
-    return on_step
+def _receive_from_nowhere(call_all):
+    """The rollout workers connect to a sender that is not there instead of receiving, so each
+    fails with a WeightSyncError while the trainer's sender waits for them."""
+    return call_all("connect_receiver", Endpoint("127.0.0.1", 1), 0.5)
 
 
 @pytest.mark.timeout(240)  # the sender would otherwise wait weight_sync.timeout_s=600 for the rollout
@@ -106,7 +105,11 @@ def test_a_failed_weight_sync_frees_the_sender_and_ends_the_run_with_the_resume_
     run_dir = tmp_path / "run"
     overrides = [f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=3", "save_every=0", "algorithm.kl_coef=0"]
     with pytest.raises(WeightSyncError) as failed:
-        run_experiment(compose(overrides), run_dir, on_step=_receive_from_nowhere_once())
+        run_experiment(
+            compose(overrides),
+            run_dir,
+            on_step=_instead_once("actor_infer", "receive_weights", _receive_from_nowhere),
+        )
     message = str(failed.value)
     assert "\n" not in message
     assert message.startswith("cannot reach the weight-sync sender at 127.0.0.1:1 within 0.5s")
