@@ -1,4 +1,5 @@
-"""Quiet output: the driver's terminal shows roll-device's own lines and the progress bar; each
+"""Quiet output: the driver's terminal shows roll-device's own lines and the progress bars (the
+workers' set-up, `setup_progress`, then the steps); each
 worker's stdout and stderr (engine start-up, Triton and NUMA notices, FutureWarnings, weight-loading
 bars) go to `<run dir>/logs/<role>_<rank>.log`, and the warnings in them that are not known
 start-up noise are summarised once at the end of the run.
@@ -17,6 +18,8 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 LOG_DIR = "logs"
@@ -55,6 +58,28 @@ class _DropNotices(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not self.drop(record)
+
+
+@contextmanager
+def setup_progress(refs_by_role: dict[str, list]) -> Iterator[Callable[[str], None]]:
+    """A progress bar of the workers set up so far, naming the roles still starting (loading a
+    real model and capturing its graphs takes minutes); yields the call for one worker ready."""
+    from tqdm import tqdm
+
+    left = {role: len(refs) for role, refs in refs_by_role.items()}
+
+    def waiting() -> str:
+        return "waiting for " + ", ".join(f"{role} ({n})" for role, n in left.items() if n)
+
+    with tqdm(total=sum(left.values()), desc="setting up workers", unit="worker", leave=False) as bar:
+        bar.set_postfix_str(waiting())
+
+        def ready(role: str) -> None:
+            left[role] -= 1
+            bar.set_postfix_str(waiting() if any(left.values()) else "", refresh=False)
+            bar.update(1)
+
+        yield ready
 
 
 def quiet_transformers() -> None:

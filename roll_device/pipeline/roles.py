@@ -20,7 +20,7 @@ traceback.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +34,7 @@ from roll_device.comm import Endpoint, SyncPlan, WeightSyncOptions, abort_sync, 
 from roll_device.comm.paths import COLOCATED
 from roll_device.errors import RollDeviceError, WeightSyncError
 from roll_device.pipeline.inputs import RewardSettings
+from roll_device.pipeline.output import setup_progress
 from roll_device.pipeline.reward_worker import RewardWorker
 from roll_device.pipeline.role_settings import compute_platform, strategy_settings, sync_plan
 from roll_device.pipeline.workers import RolloutWorker, TrainWorker
@@ -156,9 +157,12 @@ class RoleGroups:
     def scatter(self, role: str, method: str, shards: list, *args: Any) -> list:
         return self.wait({role: self.groups[role].async_scatter(method, shards, *args)})[role]
 
-    def wait(self, refs_by_role: dict[str, list]) -> dict[str, list]:
-        """Results of several roles' calls issued together, in order per role. The first call
-        that fails ends the wait: a lost worker as a WorkerLostError naming its role."""
+    def wait(
+        self, refs_by_role: dict[str, list], on_ready: Callable[[str], None] | None = None
+    ) -> dict[str, list]:
+        """Results of several roles' calls issued together, in order per role; `on_ready(role)`
+        as each call finishes. The first call that fails ends the wait: a lost worker as a
+        WorkerLostError naming its role."""
         role_of = {ref: role for role, refs in refs_by_role.items() for ref in refs}
         pending = list(role_of)
         while pending:
@@ -166,6 +170,8 @@ class RoleGroups:
             for ref in ready:
                 with watching(role_of[ref]):
                     ray.get(ref)
+                if on_ready is not None:
+                    on_ready(role_of[ref])
         return {role: ray.get(refs) for role, refs in refs_by_role.items()}
 
     def sync_weights(self, version: int) -> dict:
@@ -233,7 +239,8 @@ def start_roles(
             "setup_reference", model_path, cfg.roles.reference.strategy, trainer_cfg
         )
     try:
-        done = roles.wait(setups)
+        with setup_progress(setups) as ready:
+            done = roles.wait(setups, on_ready=ready)
         roles.wait(capture)
     except BaseException:
         roles.shutdown()  # the workers that did start

@@ -30,8 +30,11 @@ def test_default_run_learns_and_writes_its_outputs(tmp_path, capsys):
     assert last > first + 0.15, f"mean reward did not rise: first steps {first:.3f}, last {last:.3f}"
     assert (run_dir / "metrics.png").read_bytes()[:4] == b"\x89PNG"
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == ["step_12", "step_6"]
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert "device plan:" in out and "actor_train" in out
+    assert "setting up workers:   0%" in captured.err and "4/4" in captured.err, "set-up shows progress"
+    assert "waiting for actor_infer (1), reward (1), actor_train (1), reference (1)" in captured.err
     assert "reference runs in actor_train's workers" in out
     assert out.strip().splitlines()[-1].startswith(f"run directory: {run_dir}")
 
