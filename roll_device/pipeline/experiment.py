@@ -5,11 +5,11 @@ start the roles, run GRPO steps with a progress bar, checkpoint, and write metri
 (for custom logging or fault drills). Everything the config asks for is checked before Ray starts
 (validate.py), the model files and the checkpoint to resume from too; nothing in `run_dir` is
 written before that. A lost worker of any role ends the run with a `WorkerLostError` (a worker
-call that raised: a `WorkerFailedError`, its traceback in the run's logs/), Ctrl-C with
-a `RunInterruptedError`, a user reward function that raises with a `RewardFunctionError` (with the
-offending sample), a weight sync that fails with a `WeightSyncError`; each says which checkpoint to
-resume from and how. The last finished step is
-checkpointed first whenever the trainer still holds exactly it, so nothing is lost. With
+call that raised: a `WorkerFailedError`, its traceback in the run's logs/), Ctrl-C with a
+`RunInterruptedError`, a user reward function that raises with a `RewardFunctionError` (with the
+offending sample), a weight sync that fails with a `WeightSyncError`; each says which checkpoint
+to resume from and how. The last finished step is checkpointed first whenever the trainer still
+holds exactly it, so nothing is lost. With
 `eval.every_n_steps` set, greedy pass@1 on the held-out prompts is measured before the first step,
 every N steps and after the last.
 """
