@@ -206,7 +206,6 @@ def run_experiment(
     _drop_unused_reference(cfg)
     path = model_path(cfg)
     check_model(cfg, path)
-    run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     try:
         _run(cfg, run_dir, path, start, on_step)
