@@ -167,7 +167,7 @@ class Run:
     def fail(self, error: WorkerLostError) -> WorkerLostError:
         """Checkpoint what can be kept, and say how to resume."""
         unsaved = self.keep_last_step(trainer_alive=error.role != "actor_train" or error.worker_alive)
-        return advised(error, self.resume_advice(unsaved), self.run_dir / LOG_DIR)
+        return final_error(error, self.resume_advice(unsaved), self.run_dir / LOG_DIR)
 
     def ended(self, error: type[RollDeviceError], what: str) -> RollDeviceError:
         """`error` for a run that stopped with its workers alive (a reward function that raised,
@@ -249,7 +249,7 @@ def _run(cfg: DictConfig, run_dir: Path, path: str, start, on_step: Callable | N
         except WorkerLostError as lost:
             release(plan)
             again = "no step ran; run the same command again once the cause is fixed"
-            raise advised(lost, again, run_dir / LOG_DIR) from lost
+            raise final_error(lost, again, run_dir / LOG_DIR) from lost
         try:
             hosted = "".join(f"; {role} runs in {host}'s workers" for role, host in roles.hosted.items())
             print(
@@ -277,8 +277,9 @@ def _run(cfg: DictConfig, run_dir: Path, path: str, start, on_step: Callable | N
             print(summarise_worker_logs(run_dir / LOG_DIR), flush=True)
 
 
-def advised(error: WorkerLostError, advice: str, log_dir: Path) -> WorkerLostError:
-    """`error` ending with `advice`; a failed worker's traceback is written to `log_dir` and named."""
+def final_error(error: WorkerLostError, advice: str, log_dir: Path) -> WorkerLostError:
+    """The error that ends the run: `error` ending with `advice`; a failed worker's traceback is
+    written to `log_dir` and named."""
     if isinstance(error, WorkerFailedError):
         log_dir.mkdir(parents=True, exist_ok=True)
         saved = log_dir / f"{error.role}_traceback.txt"
