@@ -4,7 +4,8 @@
 # FSDP2 and Megatron-core steps) and the GPU benchmark columns (benchmarks/gpu.py). Needs neither
 # vLLM nor Ray. Prints one summary line per check and writes the results to RESULTS_DIR (default
 # runs/gpu-check): gpu-tests.xml, gpu-tests.log, gpu-benchmark.json, gpu-benchmark.log,
-# summary.txt. Without a GPU it says so and exits 0.
+# summary.txt. Without a GPU it says so and exits 0. GPU_TESTS_TIMEOUT (seconds, default 1200) bounds
+# the test run; GPU_BENCH_ARGS is passed to benchmarks/gpu.py (e.g. "--rounds 3").
 #
 #   bash scripts/gpu-check.sh [RESULTS_DIR]
 #
@@ -31,13 +32,15 @@ fi
     | tee "$RESULTS/summary.txt"
 
 mapfile -t TESTS < <(grep -rl --include='test_*.py' 'pytest.mark.gpu' tests | sort)
-"$PY" -m pytest -q -p no:cacheprovider -m gpu -o addopts="--timeout=600" "${TESTS[@]}" \
-    --junitxml="$RESULTS/gpu-tests.xml" >"$RESULTS/gpu-tests.log" 2>&1
+# Per-test limit where pytest-timeout is installed, and a limit on the whole test run either way.
+PER_TEST=$("$PY" -c 'import pytest_timeout' 2>/dev/null && echo "--timeout=300")
+timeout "${GPU_TESTS_TIMEOUT:-1200}" "$PY" -m pytest -q -p no:cacheprovider -m gpu -o addopts="$PER_TEST" \
+    "${TESTS[@]}" --junitxml="$RESULTS/gpu-tests.xml" >"$RESULTS/gpu-tests.log" 2>&1
 tests_status=$?
 "$PY" scripts/junit_summary.py "$RESULTS/gpu-tests.xml" | tee -a "$RESULTS/summary.txt"
 [ -s "$RESULTS/gpu-tests.xml" ] || tail -40 "$RESULTS/gpu-tests.log"
 
-"$PY" benchmarks/gpu.py --results "$RESULTS/gpu-benchmark.json" 2>"$RESULTS/gpu-benchmark.log" \
+"$PY" benchmarks/gpu.py ${GPU_BENCH_ARGS:-} --results "$RESULTS/gpu-benchmark.json" 2>"$RESULTS/gpu-benchmark.log" \
     | tee -a "$RESULTS/summary.txt"
 bench_status=$?
 [ "$bench_status" -eq 0 ] || { tail -30 "$RESULTS/gpu-benchmark.log"; echo "check gpu benchmark: FAILED"; } \
