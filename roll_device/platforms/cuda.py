@@ -59,3 +59,12 @@ class CudaPlatform(Platform):
         torch.backends.cudnn.deterministic = enabled
         if enabled:  # autotuning picks kernels by timing: off while determinism is asked for
             torch.backends.cudnn.benchmark = False
+
+    def set_allocator_settings(self, settings: str) -> None:
+        """torch 2.11+ changes them through the accelerator-wide setter (torch.cuda's own is
+        deprecated there); older builds have only torch.cuda's."""
+        setter = getattr(torch._C, "_accelerator_setAllocatorSettings", None)
+        if setter is None:
+            super().set_allocator_settings(settings)
+        else:
+            setter(settings)

@@ -67,6 +67,10 @@ def test_memory_extras(gpu, tmp_path):
     gpu.set_expandable_segments(True)
     y = torch.empty(1 << 20, device=gpu.device())
     gpu.set_expandable_segments(False)
+    segments = torch.cuda.memory._snapshot()["segments"]
+    y_segment = next(s for s in segments if s["address"] <= y.data_ptr() < s["address"] + s["total_size"])
+    x_segment = next(s for s in segments if s["address"] <= x.data_ptr() < s["address"] + s["total_size"])
+    assert y_segment["is_expandable"] and not x_segment["is_expandable"]  # the setting took effect
     (y[:256].view(16, 16) @ y[:256].view(16, 16)).sum().item()  # makes a cuBLAS workspace
     gpu.clear_library_workspaces()
     gpu.ipc_collect()
