@@ -98,15 +98,10 @@ def exactness(name: str, model_path: str) -> dict:
     return out
 
 
-# `mem_get_info` counts the whole device: another process releasing or taking memory mid-cycle
-# (an H100 run saw ~300 MiB come free between offload and reload) moves it without this process
-# doing anything. With the cache emptied, this process's share moves as `memory_reserved` does,
-# so free + reserved stays put unless someone else moved; such a cycle is measured again.
-MAX_CYCLES = 3
-OTHERS_TOLERANCE = 16 * MIB
-
-
 def memory(name: str, model_path: str) -> dict:
+    """Free device memory (`mem_get_info`) and this process's allocator counters, each read with
+    the cache emptied, in three states: trained (after a step and a forward), offloaded, and
+    reloaded (after a forward, a step and a forward again)."""
     platform = rd.current_platform()
     batch = make_batch(seed=8, rows=4, length=64)
     trainer = new_trainer(name, model_path, mixed_precision=None)
@@ -114,45 +109,41 @@ def memory(name: str, model_path: str) -> dict:
     # counted right after a step, when every FSDP2 unit is sharded (an H100 run counted the root's
     # gathered bf16 embedding, 260 MiB, after a forward: forward_logprobs now reshards)
     state = {"trained": device_state_bytes(trainer, platform)}
-    cycles = []
-    for _ in range(MAX_CYCLES):
-        cycle = _offload_reload_cycle(trainer, platform, batch)
-        cycles.append(cycle)
-        if cycle["others_moved_mib"] * MIB <= OTHERS_TOLERANCE:
-            break
-    trainer.shutdown()
-    return {
-        "free_mib": cycle["free_mib"],
-        "state_mib": {"trained": state["trained"] // MIB, **cycle["state_mib"]},
-        "cycles": len(cycles),
-        "others_moved_mib": [c["others_moved_mib"] for c in cycles],
-        "logprobs_equal_after_reload": all(c["logprobs_equal_after_reload"] for c in cycles),
-        "loss_after_reload": cycle["loss_after_reload"],
-    }
-
-
-def _offload_reload_cycle(trainer, platform, batch: TrainBatch) -> dict:
-    """Offload and reload from the state a step and a forward leave, back to that state."""
     before = trainer.forward_logprobs(batch)
-    free, held = {}, {}
-    free["trained"], held["trained"] = _free_and_reserved(platform)
+    reading = {"trained": _memory_reading(platform)}
     trainer.offload()
-    free["offloaded"], held["offloaded"] = _free_and_reserved(platform)
-    state = {"offloaded": device_state_bytes(trainer, platform)}
+    reading["offloaded"], state["offloaded"] = (
+        _memory_reading(platform),
+        device_state_bytes(trainer, platform),
+    )
     trainer.reload()
     state["reloaded"] = device_state_bytes(trainer, platform)
     after = trainer.forward_logprobs(batch)
     step = trainer.train_step(batch, nll_loss())
     trainer.forward_logprobs(batch)  # the state "trained" was measured in: a step and a forward
-    free["reloaded"], held["reloaded"] = _free_and_reserved(platform)
-    device_wide = [free[k] + held[k] for k in free]
+    reading["reloaded"] = _memory_reading(platform)
+    trainer.shutdown()
+    # With the cache emptied, free + reserved is constant unless another process took or gave
+    # device memory meanwhile (which would make the free-memory differences meaningless).
+    device_wide = [r["free"] + r["reserved"] for r in reading.values()]
     return {
-        "free_mib": {k: v // MIB for k, v in free.items()},
+        **{f"{what}_mib": {k: r[what] // MIB for k, r in reading.items()} for what in _READING},
         "state_mib": {k: v // MIB for k, v in state.items()},
         "others_moved_mib": (max(device_wide) - min(device_wide)) // MIB,
         "logprobs_equal_after_reload": bool(torch.equal(before, after)),
         "loss_after_reload": step["loss"],
     }
+
+
+_READING = ("free", "reserved", "allocated")
+
+
+def _memory_reading(platform) -> dict[str, int]:
+    """The device's free bytes and this process's reserved and allocated bytes, cache emptied."""
+    platform.synchronize()
+    platform.empty_cache()
+    free = platform.mem_get_info()[0]
+    return {"free": free, "reserved": platform.memory_reserved(), "allocated": platform.memory_allocated()}
 
 
 def device_state_bytes(trainer, platform) -> int:
@@ -194,13 +185,6 @@ def reference_losses(model_path: str, batch: TrainBatch, steps: int) -> list[flo
         optimizer.zero_grad()
         losses.append(loss.item())
     return losses
-
-
-def _free_and_reserved(platform) -> tuple[int, int]:
-    """The device's free bytes and this process's reserved bytes, the cache emptied first."""
-    platform.synchronize()
-    platform.empty_cache()
-    return platform.mem_get_info()[0], platform.memory_reserved()
 
 
 def _plain_model(model_path: str, device: torch.device):

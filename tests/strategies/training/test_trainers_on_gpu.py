@@ -53,14 +53,18 @@ def test_fp32_step_equals_transformers_and_bf16_is_the_default(name, tiny_model_
 @pytest.mark.parametrize("name", TRAINERS)
 def test_offload_frees_device_memory_and_reload_restores_it(name, shaped_model_path):
     out = run_isolated(f"{CHECKS}:memory", name, shaped_model_path)
-    free, state = out["free_mib"], out["state_mib"]
+    free, reserved, allocated = out["free_mib"], out["reserved_mib"], out["allocated_mib"]
+    state = out["state_mib"]
     # fp32 master weights (0.8 GB) and Adam's two moments of a 200M-parameter model
     assert state["trained"] > 2000 and state["offloaded"] == 0 and state["reloaded"] == state["trained"]
-    # measured in a cycle no other process disturbed (see gpu_checks.memory)
-    assert out["others_moved_mib"][-1] <= 16, out["others_moved_mib"]
-    # offload gives the device memory back, reload takes it again
+    assert out["others_moved_mib"] <= 16  # no other process moved the device's free memory meanwhile
+    # offload gives the device memory back
     assert free["offloaded"] - free["trained"] > 0.9 * state["trained"]
-    assert free["offloaded"] - free["reloaded"] > 0.9 * state["trained"]
+    # reload takes it again: the state, less the room the allocator's kept segments already had
+    # (an H100 run: 2240 MiB of state took only 1808 MiB more of the device)
+    room = reserved["offloaded"] - allocated["offloaded"]
+    assert allocated["reloaded"] - allocated["offloaded"] >= state["trained"] - 1  # MiB rounding
+    assert free["offloaded"] - free["reloaded"] > 0.9 * state["trained"] - room
     assert out["logprobs_equal_after_reload"]
     assert math.isfinite(out["loss_after_reload"])
 
