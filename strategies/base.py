@@ -8,6 +8,8 @@ any kind with a torch device), so that a plugin kind is served without being nam
 Each strategy class also declares, without importing anything, what it needs on a kind
 (`requirements(kind)`: packages, graph modes, sleep levels) and what a role's settings ask of it
 (`settings_need(kind, settings)`): the doctor and the preflight ask these instead of knowing engines.
+What the model itself must allow with a role's settings is `check_model`, asked before any
+worker starts.
 
 A strategy is bound to the platform of the worker that hosts it (`platform` argument); it never
 names a vendor. Tensors cross this interface on the CPU; the strategy moves them to its device.
@@ -117,6 +119,13 @@ class Strategy:
         """The graph mode and sleep level `settings` (the role's config section) ask for on
         `kind`; a ConfigError for settings that cannot work there."""
         return SettingsNeed()
+
+    @classmethod
+    def check_model(cls, platform: Platform | None, settings: dict[str, Any], model_path: str) -> None:
+        """What the model at `model_path` must allow with `settings` (the role's config section),
+        checked on the driver before any worker loads it: a ConfigError naming the setting to
+        change. `platform`: the role's compute platform, or None while its kind is not known (an
+        `auto` device before a remote cluster is reached)."""
 
 
 class InferenceStrategy(Strategy, abc.ABC):

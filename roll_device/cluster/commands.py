@@ -2,20 +2,30 @@
 
 `plan_from_config(cfg)` reads the connected cluster's inventory and builds the plan from `roles`
 (a `PlanError` when it does not fit): `run` calls it before starting any worker.
+`inventory_here(cluster_cfg)` is what a local or simulated cluster will hold, known without Ray.
 """
 
 from __future__ import annotations
 
 import os
 
-from roll_device.cluster.inventory import Inventory, read_inventory
+from roll_device.cluster.inventory import Inventory, machine_inventory, read_inventory
 from roll_device.cluster.launcher import setting, start_cluster
 from roll_device.cluster.plan import DEFAULT_CPU_PER_WORKER, Plan, build_plan, parse_roles
+from roll_device.cluster.sim_nodes import declared_inventory
 from roll_device.cluster.submit import entrypoint, runtime_env, submit_job
 from roll_device.config import compose
 from roll_device.errors import ConfigError
 
 SUBMITTABLE = ("run", "plan")
+
+
+def inventory_here(cluster_cfg) -> Inventory:
+    """The nodes `run` would plan on from this machine, without starting Ray (`cluster=sim`: the
+    declared simulated nodes; otherwise this machine)."""
+    if setting(cluster_cfg, "name") == "sim":
+        return declared_inventory(setting(cluster_cfg, "head", {}), setting(cluster_cfg, "nodes", []))
+    return machine_inventory(setting(cluster_cfg, "num_cpus"))
 
 
 def plan_from_config(cfg, inventory: Inventory | None = None) -> Plan:

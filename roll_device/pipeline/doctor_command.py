@@ -2,7 +2,8 @@
 table for each device kind the experiment's roles use, and every known-bad combination with its fix.
 
 It checks this machine: roles resolve (`auto` included) and are planned as `run` would plan them
-here (`cluster=sim`: on the simulated nodes the config declares). Exit 0 when the experiment can
+here (`cluster=sim`: on the simulated nodes the config declares), and a model already on disk is
+checked against the roles' settings as `run` checks it. Exit 0 when the experiment can
 run here; otherwise a `DoctorError` with one line per problem (the CLI exits 2). On a remote
 cluster `run` repeats the same checks on every node before any worker starts
 (roll_device/doctor/preflight.py).
@@ -10,38 +11,31 @@ cluster `run` repeats the same checks on every node before any worker starts
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from omegaconf import DictConfig
 
-from roll_device.cluster.inventory import Inventory, machine_inventory
-from roll_device.cluster.launcher import setting
 from roll_device.cluster.plan import Plan
-from roll_device.cluster.sim_nodes import declared_inventory
 from roll_device.config import compose
 from roll_device.doctor.capabilities import capabilities_of
 from roll_device.doctor.checks import Problem, role_problems, stack_problems
 from roll_device.doctor.facts import declared_packages, gather_facts
 from roll_device.doctor.report import format_capabilities, format_versions, problems_message
-from roll_device.errors import PlanError, RollDeviceError
+from roll_device.errors import ConfigError, PlanError, RollDeviceError
 from roll_device.pipeline.role_settings import role_requests
-from roll_device.pipeline.validate import validate
+from roll_device.pipeline.validate import check_model, validate
 from roll_device.platforms import current_platform
 
 PLAN = "plan"  # the role of a problem with the plan itself
+MODEL = "model"  # ... and of one with what the model allows
 
 
 class DoctorError(RollDeviceError, RuntimeError):
     """The experiment cannot run here: one line per problem, each with its fix."""
 
 
-def inventory_here(cluster_cfg: DictConfig) -> Inventory:
-    """The nodes `run` would plan on from this machine, without starting Ray."""
-    if setting(cluster_cfg, "name") == "sim":
-        return declared_inventory(setting(cluster_cfg, "head", {}), setting(cluster_cfg, "nodes", []))
-    return machine_inventory(setting(cluster_cfg, "num_cpus"))
-
-
 def doctor_command(overrides: list[str]) -> int:
-    from roll_device.cluster.commands import plan_from_config
+    from roll_device.cluster.commands import inventory_here, plan_from_config
 
     cfg = compose(overrides)
     validate(cfg)
@@ -63,8 +57,22 @@ def doctor_command(overrides: list[str]) -> int:
         print(format_capabilities(list(caps.values()), requests), flush=True)
         for request in requests:
             problems += role_problems(request, caps[(request.kind, request.simulated)], facts)
+    problems += _model_problems(cfg)
     if problems:
         headline = f"{len(problems)} problem(s) stop this experiment here:"
         raise DoctorError(problems_message(headline, [p.line() for p in problems]))
     print("\nno problems found: the experiment can run here")
     return 0
+
+
+def _model_problems(cfg: DictConfig) -> list[Problem]:
+    """What the model must allow with the roles' settings (`check_model`), for a model already on
+    disk (`model.path`, or the tiny model once made: the doctor makes none)."""
+    path = Path(cfg.model.path or cfg.model.tiny_dir)
+    if not (path / "config.json").is_file():
+        return []
+    try:
+        check_model(cfg, str(path))
+    except ConfigError as exc:
+        return [Problem(MODEL, "-", str(exc))]
+    return []

@@ -71,7 +71,12 @@ class WorkerFailedError(WorkerLostError):
     worker_alive = True
 
     def summary(self) -> str:
-        return f"a worker of role '{self.role}' failed ({first_line(self.cause.cause)})"
+        raised = self.cause.cause
+        if isinstance(raised, ray.exceptions.RayError):  # Ray's stand-in, e.g. for an unpicklable error
+            found = raised_in(self.traceback)
+            if found is not None:
+                return f"a worker of role '{self.role}' failed ({summarised(*found)})"
+        return f"a worker of role '{self.role}' failed ({first_line(raised)})"
 
     @property
     def traceback(self) -> str:
@@ -79,10 +84,40 @@ class WorkerFailedError(WorkerLostError):
         return ANSI_COLOUR.sub("", str(self.cause))
 
 
+SHORT_HEADLINE = 60  # a shorter first line that ends no sentence is a headline ("1 validation
+SUMMARY_CHARS = 300  # error for X"): the next line, which says what, joins it; longer summaries are cut
+
+
+RAISED_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*): (.*)$")  # `pkg.mod.Type: message`
+
+
 def first_line(error: BaseException) -> str:
-    """`Type: the first line of the message` (the type alone for an empty message)."""
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+    """`Type: the first line of the message` (the type alone for an empty message); a headline
+    (pydantic's "1 validation error for X") is followed by the line that says what."""
+    return summarised(type(error).__name__, str(error))
+
+
+def raised_in(traceback: str) -> tuple[str, str] | None:
+    """(type name, message) of the exception a Python traceback's text ends with, if any."""
+    lines = traceback.rstrip().splitlines()
+    for index in range(len(lines) - 1, -1, -1):
+        found = RAISED_LINE.match(lines[index])
+        if found:
+            return found.group(1), "\n".join([found.group(2), *lines[index + 1 :]])
+    return None
+
+
+def summarised(type_name: str, message: str) -> str:
+    """`first_line` of an error known by its type name and message."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if not lines:
+        return type_name
+    summary = lines[0]
+    if len(lines) > 1 and len(summary) < SHORT_HEADLINE and not summary.endswith((".", "!", "?")):
+        summary = f"{summary.rstrip(':')}: {lines[1]}"
+    if len(summary) > SUMMARY_CHARS:
+        summary = summary[: SUMMARY_CHARS - 3] + "..."
+    return f"{type_name}: {summary}"
 
 
 class RunInterruptedError(RollDeviceError):

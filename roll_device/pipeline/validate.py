@@ -5,13 +5,16 @@ strategies, batch splits, model-parallel layouts, context length). Each failure 
 
 from __future__ import annotations
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from roll_device.cluster.plan import parse_roles
-from roll_device.errors import ConfigError
+from roll_device.cluster.launcher import setting
+from roll_device.cluster.plan import AUTO, parse_roles
+from roll_device.errors import ConfigError, PlanError
 from roll_device.pipeline.inputs import check_inputs
+from roll_device.pipeline.role_settings import STRATEGY_TYPES, compute_platform, strategy_settings
 from roll_device.pipeline.schema import REWARD, ROLE_TYPES, check_schema
 from roll_device.pipeline.tasks import get_task
+from roll_device.platforms import Platform, get_platform
 from strategies.registry import STRATEGIES
 
 REWARD_STRATEGIES = ("rule",)
@@ -94,18 +97,28 @@ def _check_model_parallel(cfg: DictConfig) -> None:
 
 
 def check_model(cfg: DictConfig, model_path: str) -> None:
-    """What the model itself must allow (before any worker loads it): a Megatron trainer's
-    tensor and pipeline parallel sizes divide its heads, vocabulary and layers."""
-    trainers = [r for r in ("actor_train", "reference") if cfg.roles.get(r) is not None]
-    if not any(cfg.roles[r].strategy == "megatron" for r in trainers):
-        return
-    from transformers import AutoConfig
+    """What the model itself must allow with each role's settings, before any worker loads it:
+    each strategy's own `check_model` (a Megatron layout the model's heads, vocabulary and layers
+    take; a vLLM engine that holds one sequence), told the role's compute platform where it is
+    known before the cluster starts."""
+    platforms = _compute_platforms_known_here(cfg)
+    for role, spec in cfg.roles.items():
+        if spec is None or ROLE_TYPES[role] not in STRATEGY_TYPES:
+            continue
+        cls = STRATEGIES[(ROLE_TYPES[role], spec.strategy)]
+        cls.check_model(platforms.get(role), strategy_settings(cfg, role, False), model_path)
 
-    from strategies.training.megatron_model import describe
-    from strategies.training.settings import MegatronSettings
 
-    settings = MegatronSettings.from_dict(OmegaConf.to_container(cfg.trainer, resolve=True))
-    try:
-        describe(AutoConfig.from_pretrained(model_path), settings)
-    except ConfigError as exc:
-        raise ConfigError(f"{exc} (model.path={model_path})") from None
+def _compute_platforms_known_here(cfg: DictConfig) -> dict[str, Platform]:
+    """Each role's compute platform as planned without Ray: on a local or simulated cluster from
+    the nodes it will hold; on a remote one only for roles that name their device kind."""
+    from roll_device.cluster.commands import inventory_here, plan_from_config
+
+    if setting(cfg.cluster, "name") != "remote":
+        try:
+            plan = plan_from_config(cfg, inventory_here(cfg.cluster))
+        except PlanError:
+            return {}  # refused with the cluster's own inventory once it runs
+        return {role: compute_platform(plan, role) for role in plan.roles}
+    named = {role: str(spec.device).lower() for role, spec in cfg.roles.items() if spec is not None}
+    return {role: get_platform(kind) for role, kind in named.items() if kind != AUTO}

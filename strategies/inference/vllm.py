@@ -32,6 +32,7 @@ from strategies.base import (
     SamplingConfig,
     SettingsNeed,
 )
+from strategies.inference.engine_fit import check_engine_fit
 from strategies.inference.requests import check_request
 from strategies.inference.vllm_args import (
     GRAPH_MODES,
@@ -66,6 +67,11 @@ class VllmStrategy(InferenceStrategy):
     def settings_need(cls, kind: str, settings: dict[str, Any]) -> SettingsNeed:
         _eager, mode, sleep_level = graph_mode_and_sleep_level(kind, settings)
         return SettingsNeed(graph_mode=mode, sleep_level=sleep_level)
+
+    @classmethod
+    def check_model(cls, platform: Platform | None, settings: dict[str, Any], model_path: str) -> None:
+        """max_model_len within the model's positions, one such sequence within the KV cache."""
+        check_engine_fit(platform, settings, model_path)
 
     def initialize(self, model_path: str, config: dict[str, Any]) -> None:
         self.spec = build_engine_spec(self.platform, model_path, config)

@@ -76,17 +76,23 @@ class EngineSpec:
     force_eager: bool = False
 
 
-def num_hidden_layers(model_path: str) -> int:
-    """The decoder layer count from the model's config.json (or its text_config)."""
+def text_model_config(model_path: str, purpose: str) -> dict[str, Any]:
+    """The language model's part of config.json (its `text_config` where it has one, as
+    multimodal models do): the part that names `num_hidden_layers`. `purpose` ends the error."""
     path = Path(model_path) / "config.json"
     try:
         config = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
-        raise ConfigError(f"cannot read the model config {path} to count layers: {exc}") from exc
+        raise ConfigError(f"cannot read the model config {path} to {purpose}: {exc}") from exc
     for source in (config, config.get("text_config") or {}):
         if isinstance(source.get("num_hidden_layers"), int):
-            return source["num_hidden_layers"]
-    raise ConfigError(f"{path} has no num_hidden_layers: cannot size the graph budget")
+            return source
+    raise ConfigError(f"{path} has no num_hidden_layers: cannot {purpose}")
+
+
+def num_hidden_layers(model_path: str) -> int:
+    """The decoder layer count from the model's config.json (or its text_config)."""
+    return text_model_config(model_path, "size the graph budget")["num_hidden_layers"]
 
 
 def _positive_int(config: Mapping, key: str) -> int:

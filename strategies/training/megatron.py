@@ -123,6 +123,18 @@ class MegatronTrainStrategy(TrainStrategy):
     def requirements(cls, kind: str) -> Requirements:
         return Requirements(packages=megatron_compat.packages(kind))
 
+    @classmethod
+    def check_model(cls, platform: Platform | None, settings: dict[str, Any], model_path: str) -> None:
+        """The model's family, heads, vocabulary and layers take the tensor and pipeline sizes."""
+        from transformers import AutoConfig
+
+        try:
+            megatron_model.describe(
+                AutoConfig.from_pretrained(model_path), MegatronSettings.from_dict(settings)
+            )
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (model.path={model_path})") from None
+
     def initialize(self, model_path: str, config: dict[str, Any]) -> None:
         from transformers import AutoConfig
 

