@@ -42,7 +42,7 @@ def check_engine_fit(platform: Platform | None, settings: Mapping[str, Any], mod
     max_model_len = settings.get("max_model_len")
     if not isinstance(max_model_len, int) or isinstance(max_model_len, bool):
         return  # the schema refuses it, naming the key
-    config = text_model_config(model_path, PURPOSE)
+    config = text_model_config(model_path, PURPOSE, required=False)  # other names: no check
     _check_positions(config, max_model_len, settings, model_path)
     kv_bytes, source = _kv_cache_bytes(platform, settings)
     per_token = kv_bytes_per_token(config, str(settings.get("dtype", "auto")))

@@ -76,9 +76,10 @@ class EngineSpec:
     force_eager: bool = False
 
 
-def text_model_config(model_path: str, purpose: str) -> dict[str, Any]:
+def text_model_config(model_path: str, purpose: str, required: bool = True) -> dict[str, Any]:
     """The language model's part of config.json (its `text_config` where it has one, as
-    multimodal models do): the part that names `num_hidden_layers`. `purpose` ends the error."""
+    multimodal models do): the part that names `num_hidden_layers`; where none does, a
+    ConfigError ending with `purpose`, or with `required=False` the whole config."""
     path = Path(model_path) / "config.json"
     try:
         config = json.loads(path.read_text())
@@ -87,6 +88,8 @@ def text_model_config(model_path: str, purpose: str) -> dict[str, Any]:
     for source in (config, config.get("text_config") or {}):
         if isinstance(source.get("num_hidden_layers"), int):
             return source
+    if not required:
+        return config
     raise ConfigError(f"{path} has no num_hidden_layers: cannot {purpose}")
 
 

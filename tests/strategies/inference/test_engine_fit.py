@@ -94,6 +94,12 @@ def test_max_model_len_within_the_model_positions(tmp_path):
         )
 
 
+def test_a_config_in_other_names_is_not_checked(tmp_path):
+    """GPT-2's config says n_layer, n_head and n_positions: vLLM reads those, this check does not."""
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_layer": 2, "n_positions": 8}))
+    check_engine_fit(None, settings(kv_cache_bytes=1), str(tmp_path))
+
+
 def test_a_multimodal_config_is_read_from_its_text_config(tmp_path):
     text = {
         k: QWEN_LIKE[k]
