@@ -71,6 +71,8 @@ def test_the_sim_cluster_is_checked_as_the_kinds_it_simulates():
 def test_what_the_model_cannot_take_is_a_problem_line(tiny_model_path):
     proc = doctor(f"model.path={tiny_model_path}", "rollout.kv_cache_bytes=4096")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.splitlines()[1].lstrip().startswith(
-        "model: rollout.kv_cache_bytes=4096 holds 4 tokens of this model's KV cache"
+    assert (
+        proc.stderr.splitlines()[1]
+        .lstrip()
+        .startswith("model: rollout.kv_cache_bytes=4096 holds 4 tokens of this model's KV cache")
     )
