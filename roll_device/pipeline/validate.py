@@ -1,7 +1,8 @@
 """The one check of a composed configuration, run before Ray or any worker starts: the schema of
 every section (types, ranges, choices: schema.py), then what crosses sections (known roles and
-strategies, batch splits, model-parallel layouts, context length). Each failure is one
-`ConfigError` line that names the key, the bad value and what to do."""
+strategies, batch splits, model-parallel layouts, context length); and `check_model`, once the
+model is on disk: what it allows with each role's settings, as each strategy checks it. Each
+failure is one `ConfigError` line that names the key, the bad value and what to do."""
 
 from __future__ import annotations
 
@@ -106,7 +107,8 @@ def check_model(cfg: DictConfig, model_path: str) -> None:
         if spec is None or ROLE_TYPES[role] not in STRATEGY_TYPES:
             continue
         cls = STRATEGIES[(ROLE_TYPES[role], spec.strategy)]
-        cls.check_model(platforms.get(role), strategy_settings(cfg, role, False), model_path)
+        settings = strategy_settings(cfg, role, rollout_colocated=False)  # no model check asks it
+        cls.check_model(platforms.get(role), settings, model_path)
 
 
 def _compute_platforms_known_here(cfg: DictConfig) -> dict[str, Platform]:
