@@ -67,7 +67,7 @@ def _name(entry: Mapping, default_name: str | None) -> str:
     return str(name)
 
 
-def device_count(entry: Mapping, key: str, name: str, default: int) -> int:
+def whole_count(entry: Mapping, key: str, name: str, default: int) -> int:
     """`entry[key]` (num_cpus, num_gpus) as a whole number >= 0, or a ConfigError naming the node."""
     value = entry.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -96,10 +96,10 @@ def node_args(entry: Mapping, default_name: str | None = None) -> list[str]:
     """`ray start` arguments for one node entry of the sim cluster config."""
     name = _name(entry, default_name)
     resources = declared_resources(entry, name)
-    num_gpus = device_count(entry, "num_gpus", name, 0)
+    num_gpus = whole_count(entry, "num_gpus", name, 0)
     args = [
         f"--node-name={name}",
-        f"--num-cpus={device_count(entry, 'num_cpus', name, 1)}",
+        f"--num-cpus={whole_count(entry, 'num_cpus', name, 1)}",
         f"--num-gpus={num_gpus}",
         "--node-ip-address=127.0.0.1",
         "--min-worker-port=0",
@@ -124,8 +124,8 @@ def declared_inventory(head: Mapping, entries: list[Mapping]) -> Inventory:
         resources = declared_resources(entry, name)
         labels = {SIMULATED_LABEL: "true"} if entry.get("num_gpus") or resources else {}
         resources.update(
-            CPU=float(device_count(entry, "num_cpus", name, 1)),
-            GPU=float(device_count(entry, "num_gpus", name, 0)),
+            CPU=float(whole_count(entry, "num_cpus", name, 1)),
+            GPU=float(whole_count(entry, "num_gpus", name, 0)),
         )
         if entry is head:
             resources[HEAD_RESOURCE] = 1.0

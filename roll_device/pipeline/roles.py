@@ -84,10 +84,10 @@ class WorkerFailedError(WorkerLostError):
         return ANSI_COLOUR.sub("", str(self.cause))
 
 
-SHORT_HEADLINE = 60  # a shorter first line that ends no sentence is a headline ("1 validation
-SUMMARY_CHARS = 300  # error for X"): the next line, which says what, joins it; longer summaries are cut
-
-
+# A first line shorter than SHORT_HEADLINE that ends no sentence is a headline ("1 validation error
+# for X"): the next line, which says what, joins it. Summaries longer than SUMMARY_CHARS are cut.
+SHORT_HEADLINE = 60
+SUMMARY_CHARS = 300
 RAISED_LINE = re.compile(r"^(?:[A-Za-z_]\w*\.)*([A-Za-z_]\w*): (.*)$")  # `pkg.mod.Type: message`
 
 

@@ -122,5 +122,5 @@ def _compute_platforms_known_here(cfg: DictConfig) -> dict[str, Platform]:
         except PlanError:
             return {}  # refused with the cluster's own inventory once it runs
         return {role: compute_platform(plan, role) for role in plan.roles}
-    named = {role: str(spec.device).lower() for role, spec in cfg.roles.items() if spec is not None}
-    return {role: get_platform(kind) for role, kind in named.items() if kind != AUTO}
+    specs = parse_roles(cfg.roles)  # each role's device as the plan will read it
+    return {role: get_platform(spec.device) for role, spec in specs.items() if spec.device != AUTO}

@@ -1,6 +1,7 @@
 """Bad input is refused by one schema pass over the composed config, before Ray or any worker
 starts: one line that names the key, the value and what is allowed (no Ray in these tests)."""
 
+import json
 import re
 
 import pytest
@@ -10,7 +11,7 @@ from roll_device.config import compose
 from roll_device.errors import ConfigError
 from roll_device.pipeline.experiment import run_experiment
 from roll_device.pipeline.schema import check_model_files
-from roll_device.pipeline.validate import validate
+from roll_device.pipeline.validate import check_model, validate
 
 BAD_VALUES = [
     (["max_steps=abc"], "max_steps='abc': input should be a valid integer"),
@@ -221,3 +222,20 @@ def test_settings_the_model_cannot_take_are_refused_before_ray(tmp_path, tiny_mo
     with pytest.raises(ConfigError, match=re.escape(message)):
         run_experiment(cfg, tmp_path / "run")
     assert not ray.is_initialized()
+
+
+def test_on_a_remote_cluster_the_default_kv_cache_counts_for_a_role_that_names_its_kind(tmp_path):
+    """Before a remote cluster is reached, `auto` says nothing of the kind: only a role that names
+    the CPU is held to the CPU engine's default KV cache (256 MiB; this model in the default float32:
+    512 KiB a token)."""
+    geometry = {
+        "num_hidden_layers": 64,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 8,
+        "hidden_size": 1024,
+    }
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", **geometry}))
+    remote = ["cluster=remote", "cluster.address=192.0.2.1:6379", "rollout.max_model_len=2048"]
+    check_model(compose(remote), str(tmp_path))
+    with pytest.raises(ConfigError, match=r"^the KV cache of an engine on cpu \(256 MiB"):
+        check_model(compose([*remote, "roles.actor_infer.device=cpu"]), str(tmp_path))
