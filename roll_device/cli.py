@@ -13,8 +13,10 @@ import argparse
 import os
 import sys
 
-from roll_device.errors import RollDeviceError
+from roll_device.errors import ConfigError, RollDeviceError
 from roll_device.platforms.registry import ENV_VAR, current_platform
+
+QWEN_SHAPES = "qwen2.5-0.5b"  # make-tiny-model --shapes: Qwen2.5-0.5B's shapes, random weights
 
 
 def _run(args: list[str]) -> int:
@@ -54,10 +56,21 @@ def _doctor(args: argparse.Namespace) -> int:
 
 def _make_tiny_model(args: argparse.Namespace) -> int:
     from roll_device.files import make_folder
-    from roll_device.models.tiny import make_tiny_model
 
     make_folder(args.path, "make-tiny-model's PATH")
-    path = make_tiny_model(args.path, seed=args.seed, num_layers=args.layers, hidden_size=args.hidden)
+    if args.shapes == QWEN_SHAPES:
+        from roll_device.models.qwen_shaped import make_qwen_shaped_model
+
+        if args.hidden is not None:
+            raise ConfigError(f"make-tiny-model: --hidden applies to the tiny shapes, not {QWEN_SHAPES}")
+        path = make_qwen_shaped_model(args.path, num_layers=args.layers, seed=args.seed, tokenizer=True)
+        print(f"randomly initialised model of {QWEN_SHAPES}'s shapes and a character tokenizer in {path}")
+        return 0
+    from roll_device.models.tiny import make_tiny_model
+
+    path = make_tiny_model(
+        args.path, seed=args.seed, num_layers=args.layers or 2, hidden_size=args.hidden or 128
+    )
     print(f"tiny model and tokenizer in {path}")
     return 0
 
@@ -102,9 +115,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     tiny = sub.add_parser("make-tiny-model", help="write the tiny Qwen2 model and tokenizer")
     tiny.add_argument("path")
+    tiny.add_argument(
+        "--shapes",
+        choices=["tiny", QWEN_SHAPES],
+        default="tiny",
+        help=f"tiny (default) or {QWEN_SHAPES}'s shapes (random weights, for measurements at size)",
+    )
     tiny.add_argument("--seed", type=int, default=0)
-    tiny.add_argument("--layers", type=int, default=2)
-    tiny.add_argument("--hidden", type=int, default=128)
+    tiny.add_argument("--layers", type=int, default=None, help="decoder layers (tiny: 2, qwen: 24)")
+    tiny.add_argument("--hidden", type=int, default=None, help="hidden size of the tiny shapes (128)")
     tiny.set_defaults(func=_make_tiny_model)
     return parser
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Every GPU path of the project in one command, on a machine with a CUDA (or ROCm) build of torch:
 # the `gpu`-marked tests (platform operations, graphs, IPC, the HF decode graph runner, weight sync,
-# FSDP2 and Megatron-core steps) and the GPU benchmark columns (benchmarks/gpu.py). Needs neither
-# vLLM nor Ray. Prints one summary line per check and writes the results to RESULTS_DIR (default
-# runs/gpu-check): gpu-tests.xml, gpu-tests.log, gpu-benchmark.json, gpu-benchmark.log,
+# FSDP2 and Megatron-core steps), the GPU benchmark columns (benchmarks/gpu.py) and, where Ray is
+# importable, the whole job through Ray (scripts/gpu-job.sh, one line per job). Needs no vLLM.
+# Prints one summary line per check and writes the results to RESULTS_DIR (default
+# runs/gpu-check): gpu-tests.xml, gpu-tests.log, gpu-benchmark.json, gpu-benchmark.log, job/,
 # summary.txt. Without a GPU it says so and exits 0. GPU_TESTS_TIMEOUT (seconds, default 1200) bounds
 # the test run; GPU_BENCH_ARGS is passed to benchmarks/gpu.py (e.g. "--rounds 3").
 #
@@ -24,7 +25,7 @@ if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
     echo "gpu-check: skipped: no CUDA device visible to $PY (torch $build)" | tee "$RESULTS/summary.txt"
     exit 0
 fi
-if ls .whl/*.whl >/dev/null 2>&1 && ! "$PY" -c 'import hydra, megatron.core' 2>/dev/null; then
+if ls .whl/*.whl >/dev/null 2>&1 && ! "$PY" -c 'import ray, hydra, megatron.core' 2>/dev/null; then
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl || exit 2
     export PYTHONPATH="$PWD/.site:$PYTHONPATH"
 fi
@@ -46,10 +47,19 @@ bench_status=$?
 [ "$bench_status" -eq 0 ] || { tail -30 "$RESULTS/gpu-benchmark.log"; echo "check gpu benchmark: FAILED"; } \
     | tee -a "$RESULTS/summary.txt"
 
-if [ "$tests_status" -eq 0 ] && [ "$bench_status" -eq 0 ]; then
+job_status=0
+if "$PY" -c 'import ray' 2>/dev/null; then
+    bash scripts/gpu-job.sh "$RESULTS/job" | tee -a "$RESULTS/summary.txt"
+    job_status=$?
+else
+    echo "check gpu job: skipped (Ray is not importable: see docs/install.md for the carried wheel)" \
+        | tee -a "$RESULTS/summary.txt"
+fi
+
+if [ "$tests_status" -eq 0 ] && [ "$bench_status" -eq 0 ] && [ "$job_status" -eq 0 ]; then
     echo "gpu-check: passed (results in $RESULTS)" | tee -a "$RESULTS/summary.txt"
     exit 0
 fi
-echo "gpu-check: FAILED (tests exit $tests_status, benchmark exit $bench_status; logs in $RESULTS)" \
+echo "gpu-check: FAILED (tests exit $tests_status, benchmark exit $bench_status, job exit $job_status; logs in $RESULTS)" \
     | tee -a "$RESULTS/summary.txt"
 exit 1

@@ -73,6 +73,28 @@ def test_make_tiny_model(tmp_path):
     assert config["num_hidden_layers"] == 1 and config["architectures"] == ["Qwen2ForCausalLM"]
 
 
+def test_make_tiny_model_refuses_a_hidden_size_for_qwen_shapes(tmp_path):
+    proc = _cli(
+        "make-tiny-model", str(tmp_path / "m"), "--shapes", "qwen2.5-0.5b", "--hidden", "64", home=tmp_path
+    )
+    assert proc.returncode == 2 and "--hidden applies to the tiny shapes" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_stretched_tokenizer_covers_the_vocabulary_without_adding_digits():
+    from transformers import PreTrainedTokenizerFast
+
+    from roll_device.models.tiny import CHARACTERS, build_tokenizer
+
+    tokenizer: PreTrainedTokenizerFast = build_tokenizer(vocab_size=1000)
+    vocab = tokenizer.get_vocab()
+    assert sorted(vocab.values()) == list(range(1000))
+    assert tokenizer.encode("12+3") == build_tokenizer().encode("12+3"), "characters keep their ids"
+    placeholders = tokenizer.decode(list(range(len(vocab) - 5, len(vocab))))
+    assert placeholders and not any(c.isdigit() for c in placeholders)
+    assert tokenizer.decode([vocab[c] for c in CHARACTERS]) == CHARACTERS
+
+
 @pytest.mark.slow
 def test_the_main_job_as_the_readme_runs_it(tmp_path):
     """`roll-device run` with no arguments: the default 30 steps raise the mean reward."""

@@ -1,7 +1,9 @@
 """A randomly initialised causal LM with the shapes of Qwen2.5-0.5B (any number of its layers),
 saved in Hugging Face format: a realistic size for memory and speed measurements, no download.
 
-No tokenizer is saved: callers pass token ids (the vocabulary has 151,936 entries).
+With `tokenizer=True` the character tokenizer of `tiny.py` is saved beside it, stretched over the
+whole vocabulary (151,936 entries: the characters first, then placeholder tokens), so that the
+GRPO pipeline can run the model end to end (`roll-device make-tiny-model PATH --shapes qwen2.5-0.5b`).
 """
 
 from __future__ import annotations
@@ -32,19 +34,27 @@ def qwen_shaped_config(num_layers: int | None = None):
     return Qwen2Config(**{**QWEN2_5_0_5B, "num_hidden_layers": layers}, torch_dtype="float32")
 
 
-def make_qwen_shaped_model(path: str | Path, num_layers: int | None = None, seed: int = 0) -> Path:
+def make_qwen_shaped_model(
+    path: str | Path, num_layers: int | None = None, seed: int = 0, tokenizer: bool = False
+) -> Path:
     """Write a freshly initialised fp32 model of Qwen2.5-0.5B's shapes to `path` (reused when
-    present with the same settings). Returns the path."""
+    present with the same settings), with the character tokenizer when `tokenizer`. Returns the path."""
     import torch
     from transformers import Qwen2ForCausalLM
 
     path = Path(path)
-    settings = {"seed": seed, "num_layers": num_layers}
+    settings = {"seed": seed, "num_layers": num_layers, "tokenizer": tokenizer}
     marker = path / MARKER
     if marker.exists() and json.loads(marker.read_text()) == settings:
         return path
     path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    Qwen2ForCausalLM(qwen_shaped_config(num_layers)).save_pretrained(path, safe_serialization=True)
+    config = qwen_shaped_config(num_layers)
+    if tokenizer:
+        from roll_device.models.tiny import build_tokenizer, special_token_ids
+
+        config.update(special_token_ids())
+        build_tokenizer(vocab_size=config.vocab_size).save_pretrained(path)
+    Qwen2ForCausalLM(config).save_pretrained(path, safe_serialization=True)
     marker.write_text(json.dumps(settings))
     return path

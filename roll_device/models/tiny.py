@@ -13,19 +13,33 @@ from pathlib import Path
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>"]
 CHARACTERS = string.digits + string.ascii_lowercase + " +-*=?.,:"
 MARKER = "roll_device_tiny.json"
+DIGITS_AS_LETTERS = str.maketrans(string.digits, string.ascii_lowercase[:10])
 
 
-def vocabulary() -> dict[str, int]:
+def vocabulary(size: int | None = None) -> dict[str, int]:
+    """The special tokens and characters; with `size`, placeholder tokens fill the ids up to
+    `size`, for a model whose embedding is larger than the character set. A placeholder's name
+    spells its number in letters (`<unused_bc>` is 12): decoded, it adds no digit to a response
+    (the default task's reward counts digits)."""
     tokens = SPECIAL_TOKENS + list(CHARACTERS)
+    if size is not None:
+        tokens += [f"<unused_{str(i).translate(DIGITS_AS_LETTERS)}>" for i in range(size - len(tokens))]
     return {tok: i for i, tok in enumerate(tokens)}
 
 
-def build_tokenizer():
-    """A fast tokenizer that maps each known character to one token."""
+def special_token_ids() -> dict[str, int]:
+    """The model config's pad, bos and eos ids for this tokenizer."""
+    vocab = vocabulary()
+    return {"bos_token_id": vocab["<bos>"], "eos_token_id": vocab["<eos>"], "pad_token_id": vocab["<pad>"]}
+
+
+def build_tokenizer(vocab_size: int | None = None):
+    """A fast tokenizer that maps each known character to one token (ids up to `vocab_size`
+    filled with placeholder tokens when given)."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    core = Tokenizer(models.WordLevel(vocab=vocabulary(), unk_token="<pad>"))
+    core = Tokenizer(models.WordLevel(vocab=vocabulary(vocab_size), unk_token="<pad>"))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
     return PreTrainedTokenizerFast(
@@ -46,10 +60,8 @@ def build_config(num_layers: int = 2, hidden_size: int = 128, max_positions: int
         num_key_value_heads=max(hidden_size // 64, 1),
         max_position_embeddings=max_positions,
         tie_word_embeddings=False,
-        bos_token_id=vocab["<bos>"],
-        eos_token_id=vocab["<eos>"],
-        pad_token_id=vocab["<pad>"],
         torch_dtype="float32",
+        **special_token_ids(),
     )
 
 

@@ -16,3 +16,17 @@ class ProbeWorker(RoleWorker):
         """Rank, scale * sum(values) computed on this worker's device, and that device."""
         tensor = torch.tensor(values, device=self.device) * self.scale
         return self.rank, float(tensor.sum().cpu()), str(tensor.device)
+
+
+class DeviceIdentityWorker(RoleWorker):
+    """Reports which physical device its tensors live on (by UUID), beside its binding."""
+
+    def identity(self) -> dict:
+        tensor = torch.ones(4, device=self.device)
+        index = tensor.device.index
+        return {
+            **self.info(),
+            "tensor_device": str(tensor.device),
+            "current_index": self.platform.current_device(),
+            "uuid": self.platform.device_uuid(index),
+        }

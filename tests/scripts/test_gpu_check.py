@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -46,3 +47,34 @@ def test_summary_has_one_line_per_test_case(tmp_path):
         "check tests/a/test_x.py::test_bad: FAILED (AssertionError: 3 < 2)",
         "check tests/b/test_y.py::test_gpu[cuda]: skipped (needs a CUDA or ROCm GPU)",
     ]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the script would run")
+def test_the_gpu_job_without_a_gpu_says_so_and_exits_0(tmp_path):
+    proc = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "gpu-job.sh"), str(tmp_path)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable},
+    )
+    assert proc.returncode == 0 and proc.stdout.startswith("gpu-job: skipped: no CUDA device"), proc.stderr
+
+
+def test_job_summary_leaves_out_the_warm_up_step(tmp_path):
+    from job_summary import summary
+
+    parts = ("rollout_s", "reward_s", "logprob_s", "train_s", "sync_s", "step_s")
+    records = [
+        {"step": 1, "reward_mean": 0.2, "response_len": 8.0, **dict.fromkeys(parts, 10.0)},
+        {"step": 2, "reward_mean": 0.5, "response_len": 8.0, **dict.fromkeys(parts, 1.0)},
+        {"step": 2, "eval_pass@1": 0.5},
+        {"step": 3, "reward_mean": 0.9, "response_len": 4.0, **dict.fromkeys(parts, 1.0)},
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert summary("tiny", str(tmp_path), samples_per_step=64) == (
+        "job tiny: 3 steps, reward 0.200 -> 0.900; per step rollout=1.000s reward=1.000s logprob=1.000s "
+        "train=1.000s sync=1.000s step=1.000s; rollout 384 tokens/s"
+    )
+    assert summary("none", str(tmp_path / "missing")).startswith("job none: no step finished")
