@@ -67,7 +67,7 @@ def timed(platform, fn, repeat: int = 1) -> float:
 def start_hf(platform, model_path: str, dtype: str, use_graphs: bool):
     from omegaconf import OmegaConf
 
-    from roll_device.config import compose
+    from roll_device.commands.compose import compose
     from strategies.registry import strategy_class
 
     overrides = [f"max_batch_size={max(BATCHES)}", f"use_graphs={str(use_graphs).lower()}", f"dtype={dtype}"]

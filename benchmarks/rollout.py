@@ -119,7 +119,7 @@ def per_batch(
 def start(name: str, platform, model_path: str, *overrides: str):
     from omegaconf import OmegaConf
 
-    from roll_device.config import compose
+    from roll_device.commands.compose import compose
     from strategies.registry import strategy_class
 
     cfg = compose([f"rollout={name}", *(f"rollout.{o}" for o in overrides)])

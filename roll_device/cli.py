@@ -13,66 +13,41 @@ import argparse
 import os
 import sys
 
-from roll_device.errors import ConfigError, RollDeviceError
+from roll_device.commands.models import QWEN_SHAPES, SHAPES, TINY_SHAPES
+from roll_device.errors import RollDeviceError
 from roll_device.platforms.registry import ENV_VAR, current_platform
 
-QWEN_SHAPES = "qwen2.5-0.5b"  # make-tiny-model --shapes: Qwen2.5-0.5B's shapes, random weights
+SUBMITTABLE = ("run", "plan")  # what a submitted job may run
 
 
 def _run(args: list[str]) -> int:
-    from roll_device.pipeline.launch import run_command
+    from roll_device.commands.run import run_command
 
     return run_command(args)
 
 
-def _checked(overrides: list[str]) -> None:
-    """The schema and cross-section checks a run would make (files excepted: the config may be
-    for another machine)."""
-    from roll_device.config import compose
-    from roll_device.pipeline.validate import validate
-
-    validate(compose(overrides))
-
-
 def _plan(args: argparse.Namespace) -> int:
-    from roll_device.cluster.commands import plan_command
+    from roll_device.commands.plan import plan_command
 
-    _checked(args.overrides)
     return plan_command(args.overrides)
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from roll_device.cluster.commands import submit_command
+    from roll_device.commands.submit import submit_command
 
-    _checked(args.overrides)
     return submit_command(args.overrides, address=args.address, no_wait=args.no_wait, command=args.job)
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from roll_device.pipeline.doctor_command import doctor_command
+    from roll_device.commands.doctor import doctor_command
 
     return doctor_command(args.overrides)
 
 
 def _make_tiny_model(args: argparse.Namespace) -> int:
-    from roll_device.files import make_folder
+    from roll_device.commands.models import make_model_command
 
-    make_folder(args.path, "make-tiny-model's PATH")
-    if args.shapes == QWEN_SHAPES:
-        from roll_device.models.qwen_shaped import make_qwen_shaped_model
-
-        if args.hidden is not None:
-            raise ConfigError(f"make-tiny-model: --hidden applies to the tiny shapes, not {QWEN_SHAPES}")
-        path = make_qwen_shaped_model(args.path, num_layers=args.layers, seed=args.seed, tokenizer=True)
-        print(f"randomly initialised model of {QWEN_SHAPES}'s shapes and a character tokenizer in {path}")
-        return 0
-    from roll_device.models.tiny import make_tiny_model
-
-    path = make_tiny_model(
-        args.path, seed=args.seed, num_layers=args.layers or 2, hidden_size=args.hidden or 128
-    )
-    print(f"tiny model and tokenizer in {path}")
-    return 0
+    return make_model_command(args.path, args.shapes, args.seed, args.layers, args.hidden)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument(
         "--command",
         dest="job",
-        choices=["run", "plan"],
+        choices=SUBMITTABLE,
         default="run",
         help="what the job runs: the experiment (default) or only its device plan",
     )
@@ -117,9 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("path")
     tiny.add_argument(
         "--shapes",
-        choices=["tiny", QWEN_SHAPES],
-        default="tiny",
-        help=f"tiny (default) or {QWEN_SHAPES}'s shapes (random weights, for measurements at size)",
+        choices=SHAPES,
+        default=TINY_SHAPES,
+        help=f"{TINY_SHAPES} (default) or {QWEN_SHAPES}'s shapes (random weights, for measurements at size)",
     )
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument("--layers", type=int, default=None, help="decoder layers (tiny: 2, qwen: 24)")

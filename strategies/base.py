@@ -5,11 +5,12 @@
 Each strategy class declares the kinds it serves by capability (`serves(platform)`; the default:
 any kind with a torch device), so that a plugin kind is served without being named.
 
-Each strategy class also declares, without importing anything, what it needs on a kind
-(`requirements(kind)`: packages, graph modes, sleep levels) and what a role's settings ask of it
-(`settings_need(kind, settings)`): the doctor and the preflight ask these instead of knowing engines.
-What the model itself must allow with a role's settings is `check_model`, asked before any
-worker starts.
+Each strategy class names the type of its config section (`settings_cls`: a `Section` read once
+from the run's config and handed to `initialize`), and declares, without importing anything,
+what it needs on a kind (`requirements(kind)`: packages, graph modes, sleep levels) and what a
+role's settings ask of it (`settings_need(kind, settings, colocated)`): the doctor and the
+preflight ask these instead of knowing engines. What the model itself must allow with a role's
+settings is `check_model`, asked before any worker starts.
 
 A strategy is bound to the platform of the worker that hosts it (`platform` argument); it never
 names a vendor. Tensors cross this interface on the CPU; the strategy moves them to its device.
@@ -20,13 +21,16 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar
 
 import torch
 
 from roll_device.packages import Package
 from roll_device.platforms.base import Platform
 from roll_device.platforms.engines import NO_GRAPHS
+from roll_device.settings import Section
+from strategies.inference.settings import RolloutSettings
+from strategies.training.settings import TrainSettings
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
 
@@ -105,6 +109,8 @@ class SettingsNeed:
 class Strategy:
     """What every strategy class declares; subclasses override what they use."""
 
+    settings_cls: ClassVar[type[Section]]  # the type of the role's config section
+
     @classmethod
     def serves(cls, platform: Platform) -> bool:
         """Whether this strategy runs on `platform`'s kind: by default any kind with a torch device."""
@@ -115,13 +121,14 @@ class Strategy:
         return Requirements()
 
     @classmethod
-    def settings_need(cls, kind: str, settings: dict[str, Any]) -> SettingsNeed:
+    def settings_need(cls, kind: str, settings: Section, colocated: bool = False) -> SettingsNeed:
         """The graph mode and sleep level `settings` (the role's config section) ask for on
-        `kind`; a ConfigError for settings that cannot work there."""
+        `kind`, for a role that shares its devices with a trainer when `colocated`; a ConfigError
+        for settings that cannot work there."""
         return SettingsNeed()
 
     @classmethod
-    def check_model(cls, platform: Platform | None, settings: dict[str, Any], model_path: str) -> None:
+    def check_model(cls, platform: Platform | None, settings: Section, model_path: str) -> None:
         """What the model at `model_path` must allow with `settings` (the role's config section),
         checked on the driver before any worker loads it: a ConfigError naming the setting to
         change. `platform`: the role's compute platform, or None while its kind is not known (an
@@ -131,12 +138,15 @@ class Strategy:
 class InferenceStrategy(Strategy, abc.ABC):
     """A rollout engine bound to one platform."""
 
+    settings_cls: ClassVar[type[RolloutSettings]] = RolloutSettings
+
     def __init__(self, platform: Platform) -> None:
         self.platform = platform
 
     @abc.abstractmethod
-    def initialize(self, model_path: str, config: dict[str, Any]) -> None:
-        """Load the model and start the engine on this worker's device."""
+    def initialize(self, model_path: str, settings: RolloutSettings, colocated: bool = False) -> None:
+        """Load the model and start the engine on this worker's device; `colocated`: the engine
+        shares its devices with a trainer (it frees memory while the trainer works)."""
 
     @abc.abstractmethod
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
@@ -145,6 +155,10 @@ class InferenceStrategy(Strategy, abc.ABC):
     @abc.abstractmethod
     def update_weights(self, named_tensors: NamedTensors) -> None:
         """Load HF-named tensors into the running engine (applied in buckets)."""
+
+    @abc.abstractmethod
+    def read_weights(self) -> dict[str, torch.Tensor]:
+        """The weights the engine computes with, in HF names, on the CPU (for verification)."""
 
     @abc.abstractmethod
     def offload(self) -> None:
@@ -174,12 +188,13 @@ class TrainStrategy(Strategy, abc.ABC):
     # Megatron's parallel state): a reference colocated on the trainer's devices then needs no
     # processes of its own (roll_device/pipeline/roles.py, `hosted_reference`).
     hosts_reference: bool = False
+    settings_cls: ClassVar[type[TrainSettings]] = TrainSettings
 
     def __init__(self, platform: Platform) -> None:
         self.platform = platform
 
     @abc.abstractmethod
-    def initialize(self, model_path: str, config: dict[str, Any]) -> None:
+    def initialize(self, model_path: str, settings: TrainSettings) -> None:
         """Load the model, wrap it for this strategy's parallelism, build the optimizer."""
 
     @abc.abstractmethod

@@ -7,7 +7,8 @@ environment its kind needs. It does not wait: `.infos` (each worker's `info()`) 
 groups start together. `ray_options` adds Ray actor options (`max_concurrency`, more
 `runtime_env` variables, `concurrency_groups`, ...).
 
-Dispatch patterns:
+Dispatch patterns, each given the worker method itself (`group.call_all(ProbeWorker.info)`), so
+that a reader and a tool can follow the call (a method's name in a string is refused):
 - `call_all(method, ...)`: every rank, same arguments; results in rank order.
 - `scatter_gather(method, shards, ...)`: shard i to rank i (data parallel); results in rank order.
   `shard(batch, n)` cuts a sequence or a `TrainBatch`-like object (`select(slice)`) into n parts.
@@ -17,6 +18,7 @@ Dispatch patterns:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from roll_device.cluster.placement import reserve, worker_request
@@ -77,6 +79,7 @@ class WorkerGroup:
             )
         self.plan = plan
         self.role = role
+        self.worker_cls = worker_cls
         self.placement = plan.roles[role]
         ray_options = dict(ray_options or {})
         class_options = {key: ray_options.pop(key) for key in CLASS_OPTIONS if key in ray_options}
@@ -85,7 +88,7 @@ class WorkerGroup:
             actor_cls.options(**actor_options(plan, role, rank, ray_options)).remote(*args, **kwargs)
             for rank in range(self.placement.world_size)
         ]
-        self._info_refs = self.async_call_all("info")
+        self._info_refs = self.async_call_all(RoleWorker.info)
 
     @property
     def infos(self) -> list[dict[str, Any]]:
@@ -98,36 +101,52 @@ class WorkerGroup:
     def world_size(self) -> int:
         return len(self.workers)
 
-    def async_call_all(self, method: str, *args: Any, **kwargs: Any) -> list:
-        return [getattr(w, method).remote(*args, **kwargs) for w in self.workers]
+    def _name(self, method: Callable) -> str:
+        """The name under which the actors serve `method`, a method of this group's worker class
+        (or of a class it derives from: the actor runs its own override)."""
+        name = getattr(method, "__name__", None)
+        if not any(vars(cls).get(str(name)) is method for cls in self.worker_cls.__mro__):
+            raise DispatchError(
+                f"{method!r} is not a method of {self.worker_cls.__name__}: pass the worker method "
+                f"itself (e.g. {self.worker_cls.__name__}.info), not its name or another class's"
+            )
+        return name
 
-    def call_all(self, method: str, *args: Any, **kwargs: Any) -> list:
+    def async_call_all(self, method: Callable, *args: Any, **kwargs: Any) -> list:
+        name = self._name(method)
+        return [getattr(w, name).remote(*args, **kwargs) for w in self.workers]
+
+    def call_all(self, method: Callable, *args: Any, **kwargs: Any) -> list:
         import ray
 
         return ray.get(self.async_call_all(method, *args, **kwargs))
 
-    def async_scatter(self, method: str, shards: list, *args: Any, **kwargs: Any) -> list:
+    def async_scatter(self, method: Callable, shards: list, *args: Any, **kwargs: Any) -> list:
         """Call `method` on each worker with its own shard; one result ref per worker."""
+        name = self._name(method)
         if len(shards) != self.world_size:
             raise DispatchError(
                 f"{len(shards)} shards for the {self.world_size} workers of role '{self.role}': "
                 f"give one shard per rank (shard(batch, {self.world_size}))"
             )
-        return [getattr(w, method).remote(s, *args, **kwargs) for w, s in zip(self.workers, shards)]
+        return [getattr(w, name).remote(s, *args, **kwargs) for w, s in zip(self.workers, shards)]
 
-    def scatter_gather(self, method: str, shards: list, *args: Any, **kwargs: Any) -> list:
+    def scatter_gather(self, method: Callable, shards: list, *args: Any, **kwargs: Any) -> list:
         import ray
 
         return ray.get(self.async_scatter(method, shards, *args, **kwargs))
 
-    def call_rank0(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    def async_call_rank0(self, method: Callable, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self.workers[0], self._name(method)).remote(*args, **kwargs)
+
+    def call_rank0(self, method: Callable, *args: Any, **kwargs: Any) -> Any:
         import ray
 
-        return ray.get(getattr(self.workers[0], method).remote(*args, **kwargs))
+        return ray.get(self.async_call_rank0(method, *args, **kwargs))
 
     def master_addr_port(self) -> tuple[str, int]:
         """Rank 0's address and a free port there: the group's torch.distributed rendezvous."""
-        return tuple(self.call_rank0("get_master_addr_port"))
+        return tuple(self.call_rank0(RoleWorker.get_master_addr_port))
 
     def kill(self) -> None:
         """End the workers (the plan's placement groups stay; `placement.release(plan)` frees them)."""

@@ -1,4 +1,4 @@
-"""`start_cluster(cluster_cfg)`: connect this process to the Ray cluster the config names.
+"""`start_cluster(cluster)`: connect this process to the Ray cluster the `cluster` section names.
 
 - `local` (default): a new embedded Ray instance with this machine's resources (`num_cpus` to cap
   them, `resources` to declare devices Ray does not detect, such as a plugin kind's), never one
@@ -19,31 +19,15 @@ import atexit
 import logging
 import os
 import socket
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Self
 
-from roll_device.cluster.sim_nodes import HEAD_NAME, SimNodes, node_args
+from roll_device.cluster.settings import ClusterSettings, LocalCluster, RemoteCluster, SimCluster
+from roll_device.cluster.sim_nodes import SimNodes
 from roll_device.errors import ConfigError
 
 log = logging.getLogger(__name__)
-CLUSTERS = ("local", "sim", "remote")
 REACH_TIMEOUT_S = 5.0  # to open a TCP connection to a remote cluster's address
-
-
-def setting(cfg: Mapping, key: str, default: Any = None) -> Any:
-    """`cfg[key]`, or `default` when absent, null or a missing mandatory value (`???`)."""
-    from omegaconf import DictConfig, ListConfig, OmegaConf
-
-    if isinstance(cfg, DictConfig):
-        if key not in cfg or OmegaConf.is_missing(cfg, key):
-            return default
-        value = cfg[key]
-        if isinstance(value, DictConfig | ListConfig):
-            value = OmegaConf.to_container(value, resolve=True)
-    else:
-        value = cfg.get(key)
-    return default if value is None else value
 
 
 @dataclass
@@ -74,39 +58,29 @@ class ClusterHandle:
         self.shutdown()
 
 
-def start_cluster(cluster_cfg: Mapping) -> ClusterHandle:
-    """Connect to (or start) the cluster of `cluster_cfg` (the `cluster` group of the config)."""
+def start_cluster(cluster: ClusterSettings) -> ClusterHandle:
+    """Connect to (or start) the cluster the `cluster` section describes."""
     import ray
 
-    name = setting(cluster_cfg, "name", "local")
-    if name not in CLUSTERS:
-        raise ConfigError(f"cluster.name='{name}': choose one of {', '.join(CLUSTERS)} (cluster=<name>)")
-    address = setting(cluster_cfg, "address")
-    if name == "remote" and not address:
-        raise ConfigError(
-            "cluster=remote needs the cluster's address: cluster.address=<host:port>, "
-            "ray://<host>:10001 or auto"
-        )
     if ray.is_initialized():
         log.info("roll-device: already connected to Ray; using that cluster")
-        return ClusterHandle(name, ray.get_runtime_context().gcs_address)
-    include_dashboard = bool(setting(cluster_cfg, "include_dashboard", False))
-    if name == "remote":
-        check_reachable(address)
-        ray.init(address=address)
-        return _owned(ClusterHandle(name, address))
-    if name == "local":
+        return ClusterHandle(cluster.name, ray.get_runtime_context().gcs_address)
+    if isinstance(cluster, RemoteCluster):
+        check_reachable(cluster.address)
+        ray.init(address=cluster.address)
+        return _owned(ClusterHandle(cluster.name, cluster.address))
+    if isinstance(cluster, LocalCluster):
         if os.environ.get("RAY_ADDRESS"):
             ray.init()
         else:
             ray.init(
                 address="local",
-                num_cpus=setting(cluster_cfg, "num_cpus"),
-                resources=setting(cluster_cfg, "resources"),
-                include_dashboard=include_dashboard,
+                num_cpus=cluster.num_cpus,
+                resources=cluster.resources,
+                include_dashboard=cluster.include_dashboard,
             )
-        return _owned(ClusterHandle(name, ray.get_runtime_context().gcs_address))
-    return _start_sim(cluster_cfg, include_dashboard)
+        return _owned(ClusterHandle(cluster.name, ray.get_runtime_context().gcs_address))
+    return _start_sim(cluster)
 
 
 def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
@@ -130,17 +104,14 @@ def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
         ) from None
 
 
-def _start_sim(cluster_cfg: Mapping, include_dashboard: bool) -> ClusterHandle:
+def _start_sim(cluster: SimCluster) -> ClusterHandle:
     import ray
 
-    head, entries = setting(cluster_cfg, "head", {}), setting(cluster_cfg, "nodes", [])
-    node_args(head, HEAD_NAME)  # a bad node entry fails before any node starts
-    for entry in entries:
-        node_args(entry)
-    nodes = SimNodes(include_dashboard=include_dashboard)
+    nodes = SimNodes(include_dashboard=cluster.include_dashboard)
     handle = _owned(ClusterHandle("sim", nodes.gcs_address, nodes.dashboard_url, nodes=nodes))
+    (head_name, head), *entries = cluster.entries()
     try:
-        nodes.start_head(head)
+        nodes.start_head(head_name, head)
         ray.init(address=nodes.gcs_address)
         handle.owns_connection = True
 

@@ -12,7 +12,7 @@ and `colocate_with`, and places every role on devices of its kind, one worker pe
 - A colocated role (`colocate_with: other`) shares the first `num_devices` devices of `other`
   (chains resolve to the role that owns the devices); each worker then requests an equal
   fraction of its device.
-- A CPU "device" is a worker slot of `cpu_per_worker` CPUs (default 0.25, `cluster.cpu_per_worker`):
+- A CPU "device" is a worker slot of `cpu_per_worker` CPUs (`cluster.cpu_per_worker`):
   a node with C CPUs offers floor(C / cpu_per_worker) of them. Accelerator workers request no CPU.
 
 Device ids in the plan are node-local slots (0, 1, ... per kind and node); they are the bundle
@@ -32,11 +32,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roll_device.cluster.inventory import Inventory, NodeInfo, format_table
-from roll_device.errors import ConfigError, PlanError
-from roll_device.platforms import HOST_KIND, get_platform, known_kinds
+from roll_device.cluster.settings import RoleSettings, check_colocation, owner
+from roll_device.errors import PlanError
+from roll_device.platforms import HOST_KIND, get_platform
 from roll_device.platforms.registry import AUTO
 
-DEFAULT_CPU_PER_WORKER = 0.25
 RAY_RESOURCE_STEP = 1e-4  # Ray keeps resource amounts to 4 decimal places
 
 
@@ -81,7 +81,7 @@ class Plan:
 
     roles: dict[str, RolePlan]
     inventory: Inventory
-    cpu_per_worker: float = DEFAULT_CPU_PER_WORKER
+    cpu_per_worker: float
     reservation: Any = field(default=None, repr=False, compare=False)
 
     def groups(self) -> dict[tuple[str, str], int]:
@@ -133,35 +133,21 @@ def compute_kind(kind: str, simulated: bool) -> str:
     return get_platform(kind).simulated_kind or HOST_KIND
 
 
-@dataclass(frozen=True)
-class RoleSpec:
-    """One role as configured (before placement)."""
-
-    role: str
-    device: str
-    num_devices: int
-    colocate_with: str | None
-
-
-def build_plan(
-    roles_cfg: Mapping, inventory: Inventory, cpu_per_worker: float = DEFAULT_CPU_PER_WORKER
-) -> Plan:
-    """Place every role of `roles_cfg` (`roles` of the config) on `inventory`."""
-    if not (isinstance(cpu_per_worker, int | float) and 0 < cpu_per_worker):
-        raise ConfigError(f"cluster.cpu_per_worker={cpu_per_worker!r}: give a positive number of CPUs")
-    specs = parse_roles(roles_cfg)
-    owners = {name: _owner(name, specs) for name in specs}
-    kinds = {name: _kind(specs[owners[name]].device, inventory) for name in specs if owners[name] == name}
-    for name, spec in specs.items():
+def build_plan(roles: Mapping[str, RoleSettings], inventory: Inventory, cpu_per_worker: float) -> Plan:
+    """Place every role of `roles` (the `roles` section, by role name) on `inventory`."""
+    check_colocation(roles)
+    owners = {name: owner(name, roles) for name in roles}
+    kinds = {name: _kind(roles[name].device, inventory) for name in roles if owners[name] == name}
+    for name, spec in roles.items():
         if owners[name] != name:
-            kinds[name] = _colocated_kind(spec, specs[owners[name]], kinds[owners[name]])
+            kinds[name] = _colocated_kind(name, spec, kinds[owners[name]])
 
     placer = _Placer(inventory, kinds, cpu_per_worker)
     slots: dict[str, tuple[Slot, ...]] = {}
-    owning = [name for name in specs if owners[name] == name]
-    for name in sorted(owning, key=lambda n: -specs[n].num_devices):
-        slots[name] = placer.allocate(specs[name])
-    for name, spec in specs.items():
+    owning = [name for name in roles if owners[name] == name]
+    for name in sorted(owning, key=lambda n: -roles[n].num_devices):
+        slots[name] = placer.allocate(name, roles[name].num_devices)
+    for name, spec in roles.items():
         if owners[name] != name:
             have = slots[owners[name]]
             if spec.num_devices > len(have):
@@ -176,11 +162,11 @@ def build_plan(
     for role_slots in slots.values():
         for slot in role_slots:
             sharing[slot] = sharing.get(slot, 0) + 1
-    roles = {}
-    for name, spec in specs.items():
+    placed = {}
+    for name, spec in roles.items():
         kind = kinds[name]
         simulated = kind != HOST_KIND and any(inventory.node(s.node_id).simulated for s in slots[name])
-        roles[name] = RolePlan(
+        placed[name] = RolePlan(
             role=name,
             kind=kind,
             num_devices=spec.num_devices,
@@ -189,7 +175,7 @@ def build_plan(
             shares=tuple(share_of(sharing[s]) for s in slots[name]),
             simulated=simulated,
         )
-    return Plan(roles=roles, inventory=inventory, cpu_per_worker=float(cpu_per_worker))
+    return Plan(roles=placed, inventory=inventory, cpu_per_worker=float(cpu_per_worker))
 
 
 def share_of(sharers: int) -> float:
@@ -202,48 +188,6 @@ def round_down(amount: float) -> float:
     return round(math.floor(amount / RAY_RESOURCE_STEP + 1e-9) * RAY_RESOURCE_STEP, 4)
 
 
-def parse_roles(roles_cfg: Mapping) -> dict[str, RoleSpec]:
-    """The roles of the config, checked on their own (kinds, counts, colocation targets and
-    cycles): a ConfigError before any cluster is touched."""
-    if not roles_cfg:
-        raise ConfigError("no roles configured: `roles` needs at least one role")
-    valid = known_kinds()
-    specs = {}
-    for name, cfg in roles_cfg.items():
-        if cfg is None:  # a role switched off with `roles.<role>=null`
-            continue
-        device = str(cfg.get("device", AUTO)).strip().lower()
-        if device != AUTO and device not in valid:
-            raise ConfigError(f"roles.{name}.device='{device}': valid values are {AUTO}, {', '.join(valid)}")
-        num = cfg.get("num_devices", 1)
-        if isinstance(num, bool) or not isinstance(num, int) or num < 1:
-            raise ConfigError(f"roles.{name}.num_devices={num!r}: give a whole number of devices >= 1")
-        colocate = cfg.get("colocate_with")
-        specs[name] = RoleSpec(str(name), device, num, None if colocate is None else str(colocate))
-    for spec in specs.values():
-        if spec.colocate_with is not None and spec.colocate_with not in specs:
-            raise ConfigError(
-                f"roles.{spec.role}.colocate_with='{spec.colocate_with}' names no configured role "
-                f"(roles: {', '.join(specs)})"
-            )
-        if spec.colocate_with == spec.role:
-            raise ConfigError(f"roles.{spec.role}.colocate_with names the role itself: set it to null")
-    for name in specs:
-        _owner(name, specs)
-    return specs
-
-
-def _owner(name: str, specs: dict[str, RoleSpec]) -> str:
-    """The role that owns the devices `name` runs on (follows colocate_with chains)."""
-    seen = [name]
-    while specs[seen[-1]].colocate_with is not None:
-        nxt = specs[seen[-1]].colocate_with
-        if nxt in seen:
-            raise ConfigError(f"colocate_with forms a cycle: {' -> '.join(seen + [nxt])}")
-        seen.append(nxt)
-    return seen[-1]
-
-
 def _kind(device: str, inventory: Inventory) -> str:
     if device != AUTO:
         return device
@@ -251,14 +195,14 @@ def _kind(device: str, inventory: Inventory) -> str:
     return max(kinds, key=inventory.total) if kinds else HOST_KIND
 
 
-def _colocated_kind(spec: RoleSpec, owner: RoleSpec, owner_kind: str) -> str:
+def _colocated_kind(name: str, spec: RoleSettings, owner_kind: str) -> str:
     if spec.device in (AUTO, owner_kind):
         return owner_kind
     raise PlanError(
-        f"role '{spec.role}' wants {spec.num_devices} {spec.device} device(s) colocated with "
+        f"role '{name}' wants {spec.num_devices} {spec.device} device(s) colocated with "
         f"'{spec.colocate_with}', which runs on {owner_kind} (available {spec.device} devices to "
-        f"share: 0): a role shares only devices of its own kind; set roles.{spec.role}.device="
-        f"{owner_kind} (or {AUTO}), or roles.{spec.role}.colocate_with=null"
+        f"share: 0): a role shares only devices of its own kind; set roles.{name}.device="
+        f"{owner_kind} (or {AUTO}), or roles.{name}.colocate_with=null"
     )
 
 
@@ -280,32 +224,32 @@ class _Placer:
     def free(self, node: NodeInfo, kind: str) -> int:
         return self.capacity(node, kind) - self.used.get((kind, node.node_id), 0)
 
-    def allocate(self, spec: RoleSpec) -> tuple[Slot, ...]:
-        kind = self.kinds[spec.role]
+    def allocate(self, role: str, wanted: int) -> tuple[Slot, ...]:
+        kind = self.kinds[role]
         nodes = self.inventory.nodes
         available = sum(self.free(n, kind) for n in nodes)
-        if available < spec.num_devices:
-            raise PlanError(self._not_enough(spec, kind, available))
+        if available < wanted:
+            raise PlanError(self._not_enough(role, wanted, kind, available))
         # Fewest nodes first; CPU roles keep off accelerator nodes while they can.
         order = sorted(nodes, key=lambda n: (kind == HOST_KIND and bool(n.devices), -self.free(n, kind)))
         slots: list[Slot] = []
         for node in order:
             key = (kind, node.node_id)
-            while self.free(node, kind) > 0 and len(slots) < spec.num_devices:
+            while self.free(node, kind) > 0 and len(slots) < wanted:
                 slots.append(Slot(node.node_id, node.name, self.used.get(key, 0)))
                 self.used[key] = self.used.get(key, 0) + 1
-        self.placed[spec.role] = len(slots)
+        self.placed[role] = len(slots)
         return tuple(slots)
 
-    def _not_enough(self, spec: RoleSpec, kind: str, available: int) -> str:
+    def _not_enough(self, role: str, wanted: int, kind: str, available: int) -> str:
         inventory = self.inventory
         total = sum(self.capacity(n, kind) for n in inventory.nodes)
-        wants = f"role '{spec.role}' wants {spec.num_devices} {kind} device(s)"
+        wants = f"role '{role}' wants {wanted} {kind} device(s)"
         if total == 0:
             present = inventory.accelerator_kinds() + [HOST_KIND]
             return (
                 f"{wants}, but no node of this cluster has {kind} devices (available: 0; cluster: "
-                f"{inventory.describe()}): set roles.{spec.role}.device to one of "
+                f"{inventory.describe()}): set roles.{role}.device to one of "
                 f"{', '.join(present)}, or add {kind} nodes"
             )
         unit = f" ({self.cpu_per_worker:g} CPU per worker slot)" if kind == HOST_KIND else ""
@@ -313,6 +257,6 @@ class _Placer:
         after = f" after {', '.join(taken)} planned for other roles" if taken else ""
         return (
             f"{wants}, but only {available} of the cluster's {total}{unit} are available{after} "
-            f"(cluster: {inventory.describe()}): lower roles.{spec.role}.num_devices or colocate "
+            f"(cluster: {inventory.describe()}): lower roles.{role}.num_devices or colocate "
             f"the role with another {kind} role"
         )

@@ -9,9 +9,10 @@ it), a free port for every service, the dashboard only when asked. Nodes start o
 `ray start` process, which takes its node's processes down, and removes the temp dir; on Linux a
 node also gets SIGTERM when the process that started it dies without stopping it.
 
-Node entries: `name` (required except for the head), `num_cpus` (default 1), `num_gpus` (default
-0), `resources` (custom resources, never CPU or GPU), `accelerator_type` (e.g. `AMD-Instinct-MI300X`
-for GPUs of another vendor). Ray maps 127.0.0.1 to the machine's own address; every node is on it.
+Node entries (`SimNode` in settings.py): `name` (required except for the head), `num_cpus`,
+`num_gpus`, `resources` (custom resources, never CPU or GPU), `accelerator_type` (e.g.
+`AMD-Instinct-MI300X` for GPUs of another vendor). Ray maps 127.0.0.1 to the machine's own
+address; every node is on it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 from roll_device.cluster.inventory import (
@@ -36,11 +37,11 @@ from roll_device.cluster.inventory import (
     Inventory,
     inventory_from_nodes,
 )
-from roll_device.errors import ConfigError, RollDeviceError
+from roll_device.cluster.settings import SimCluster, SimNode
+from roll_device.errors import RollDeviceError
 
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
-HEAD_NAME = "head"
 AUTH_MODE_ENV = "RAY_AUTH_MODE"
 # Ask Linux for SIGTERM when the parent dies (prctl PR_SET_PDEATHSIG = 1), then become the command:
 # a driver killed outright leaves no node behind.
@@ -60,47 +61,25 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _name(entry: Mapping, default_name: str | None) -> str:
-    name = entry.get("name") or default_name
-    if not name:
-        raise ConfigError(f"sim cluster node {dict(entry)} has no name: give each node a `name`")
-    return str(name)
-
-
-def whole_count(entry: Mapping, key: str, name: str, default: int) -> int:
-    """`entry[key]` (num_cpus, num_gpus) as a whole number >= 0, or a ConfigError naming the node."""
-    value = entry.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"sim cluster node '{name}': {key}={value!r} must be a whole number >= 0")
-    return value
-
-
-def declared_resources(entry: Mapping, name: str) -> dict[str, float]:
-    """The custom resources of one node entry (its accelerator type included), checked."""
-    resources = dict(entry.get("resources") or {})
-    for key, count in resources.items():
-        if isinstance(count, bool) or not isinstance(count, int | float) or count < 0:
-            raise ConfigError(f"sim cluster node '{name}': resources.{key}={count!r} must be a number >= 0")
-    reserved = {"CPU", "GPU"} & set(resources)
-    if reserved:
-        raise ConfigError(
-            f"sim node '{name}': {', '.join(sorted(reserved))} cannot be a custom resource: use "
-            "num_cpus / num_gpus"
-        )
-    if entry.get("accelerator_type"):
-        resources[ACCELERATOR_TYPE_RESOURCE + str(entry["accelerator_type"])] = 1
+def declared_resources(node: SimNode) -> dict[str, float]:
+    """The custom resources of one node (its accelerator type included)."""
+    resources = dict(node.resources)
+    if node.accelerator_type:
+        resources[ACCELERATOR_TYPE_RESOURCE + node.accelerator_type] = 1
     return resources
 
 
-def node_args(entry: Mapping, default_name: str | None = None) -> list[str]:
-    """`ray start` arguments for one node entry of the sim cluster config."""
-    name = _name(entry, default_name)
-    resources = declared_resources(entry, name)
-    num_gpus = whole_count(entry, "num_gpus", name, 0)
+def simulated(node: SimNode) -> bool:
+    """Whether the node declares accelerators (it has none: they are simulated)."""
+    return bool(node.num_gpus or declared_resources(node))
+
+
+def node_args(name: str, node: SimNode) -> list[str]:
+    """`ray start` arguments for one node of the sim cluster."""
     args = [
         f"--node-name={name}",
-        f"--num-cpus={whole_count(entry, 'num_cpus', name, 1)}",
-        f"--num-gpus={num_gpus}",
+        f"--num-cpus={node.num_cpus}",
+        f"--num-gpus={node.num_gpus}",
         "--node-ip-address=127.0.0.1",
         "--min-worker-port=0",
         "--max-worker-port=0",
@@ -108,26 +87,23 @@ def node_args(entry: Mapping, default_name: str | None = None) -> list[str]:
         "--disable-usage-stats",
         "--block",
     ]
+    resources = declared_resources(node)
     if resources:
         args.append(f"--resources={json.dumps(resources)}")
-    if num_gpus or resources:  # its accelerators are declared, not real
+    if simulated(node):
         args.append(f"--labels={SIMULATED_LABEL}=true")
     return args
 
 
-def declared_inventory(head: Mapping, entries: list[Mapping]) -> Inventory:
-    """The inventory the sim cluster of `head` and `entries` will have, without starting it (the
-    node ids are the names: a plan on it is for checking, not for reserving)."""
+def declared_inventory(cluster: SimCluster) -> Inventory:
+    """The inventory `cluster` will have, without starting it (the node ids are the names: a plan
+    on it is for checking, not for reserving)."""
     records = []
-    for entry, default_name in [(head, HEAD_NAME)] + [(entry, None) for entry in entries]:
-        name = _name(entry, default_name)
-        resources = declared_resources(entry, name)
-        labels = {SIMULATED_LABEL: "true"} if entry.get("num_gpus") or resources else {}
-        resources.update(
-            CPU=float(whole_count(entry, "num_cpus", name, 1)),
-            GPU=float(whole_count(entry, "num_gpus", name, 0)),
-        )
-        if entry is head:
+    for number, (name, node) in enumerate(cluster.entries()):
+        resources = declared_resources(node)
+        labels = {SIMULATED_LABEL: "true"} if simulated(node) else {}
+        resources.update(CPU=float(node.num_cpus), GPU=float(node.num_gpus))
+        if number == 0:
             resources[HEAD_RESOURCE] = 1.0
         records.append(
             {"Alive": True, "NodeID": name, "NodeName": name, "Resources": resources, "Labels": labels}
@@ -169,8 +145,8 @@ class SimNodes:
         self.procs.append((name, proc))
         return proc
 
-    def start_head(self, entry: Mapping) -> None:
-        args = node_args(entry, default_name=HEAD_NAME) + [
+    def start_head(self, name: str, node: SimNode) -> None:
+        args = node_args(name, node) + [
             "--head",
             f"--port={self.gcs_port}",
             f"--temp-dir={self.temp_dir}",
@@ -180,20 +156,19 @@ class SimNodes:
         ]
         if self.include_dashboard:
             args.append("--dashboard-host=127.0.0.1")
-        name = entry.get("name") or HEAD_NAME
         proc = self._spawn(name, args)
         self._wait(name, proc, self._gcs_listening)
 
-    def add_nodes(self, entries: list[Mapping], alive_nodes: Callable[[], int]) -> None:
+    def add_nodes(self, entries: list[tuple[str, SimNode]], alive_nodes: Callable[[], int]) -> None:
         """Start the worker nodes together (each in a temp dir of its own, so that they do not
         race for socket names) and wait until the cluster counts them all alive."""
         want = alive_nodes() + len(entries)
         started = []
-        for number, entry in enumerate(entries, 1):
+        for number, (name, node) in enumerate(entries, 1):
             temp_dir = self.temp_dir / f"n{number}"
             temp_dir.mkdir()
-            args = node_args(entry) + [f"--address={self.gcs_address}", f"--temp-dir={temp_dir}"]
-            started.append((str(entry.get("name")), self._spawn(str(entry.get("name")), args)))
+            args = node_args(name, node) + [f"--address={self.gcs_address}", f"--temp-dir={temp_dir}"]
+            started.append((name, self._spawn(name, args)))
         for name, proc in started:
             self._wait(name, proc, lambda: alive_nodes() >= want)
 

@@ -1,4 +1,4 @@
-"""The `weight_sync` config group as a checked value: which path, bucket size, verification, timeout.
+"""The `weight_sync` config section, typed: which path, bucket size, verification, timeout.
 
 ```yaml
 weight_sync:
@@ -11,51 +11,26 @@ weight_sync:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated
 
-from roll_device.comm.paths import AUTO, check_path
-from roll_device.errors import ConfigError
+from pydantic import Field, StrictBool, StrictInt, field_validator
+
+from roll_device.comm.paths import check_path
+from roll_device.settings import Section
 
 MIN_BUCKET_BYTES = 4096
 
 
-@dataclass(frozen=True)
-class WeightSyncOptions:
-    path: str = AUTO
-    bucket_bytes: int = 64 << 20
-    verify: bool = False
-    timeout_s: float = 600.0
+class WeightSyncOptions(Section):
+    path: str = Field(description="auto, colocated, collective, bridge or rdt")
+    bucket_bytes: Annotated[
+        StrictInt, Field(ge=MIN_BUCKET_BYTES, description="bytes per bucket; 64 MiB is a good default")
+    ]
+    verify: StrictBool = Field(description="a CRC32 per bucket; a mismatch keeps the old weights")
+    timeout_s: Annotated[float, Field(gt=0, description="seconds one end waits for the other")]
 
-    def __post_init__(self) -> None:
-        check_path(self.path)
-        if isinstance(self.bucket_bytes, bool) or not isinstance(self.bucket_bytes, int):
-            raise ConfigError(f"weight_sync.bucket_bytes must be a whole number, got {self.bucket_bytes!r}")
-        if self.bucket_bytes < MIN_BUCKET_BYTES:
-            raise ConfigError(
-                f"weight_sync.bucket_bytes={self.bucket_bytes} is too small: use at least "
-                f"{MIN_BUCKET_BYTES} (64 MiB is a good default)"
-            )
-        if not isinstance(self.verify, bool):
-            raise ConfigError(f"weight_sync.verify must be true or false, got {self.verify!r}")
-        if (
-            isinstance(self.timeout_s, bool)
-            or not isinstance(self.timeout_s, int | float)
-            or self.timeout_s <= 0
-        ):
-            raise ConfigError(
-                f"weight_sync.timeout_s must be a number of seconds > 0, got {self.timeout_s!r}"
-            )
-
+    @field_validator("path")
     @classmethod
-    def from_config(cls, group: Mapping[str, Any] | None) -> WeightSyncOptions:
-        """Options from the `weight_sync` group (a DictConfig or dict); unknown keys are refused."""
-        values = dict(group or {})
-        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ConfigError(
-                f"unknown weight_sync key(s) {', '.join(unknown)}: the keys are "
-                f"{', '.join(cls.__dataclass_fields__)}"
-            )
-        return cls(**values)
+    def _known_path(cls, path: str) -> str:
+        check_path(path)
+        return path

@@ -13,13 +13,13 @@ What a strategy needs comes from the strategy itself (`requirements(kind)`, `set
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 from roll_device.doctor.capabilities import Capabilities
 from roll_device.doctor.facts import TORCH, TORCHVISION, StackFacts
 from roll_device.errors import ConfigError
 from roll_device.packages import Package, local_label, release_parts
+from roll_device.settings import Section
 from strategies.base import NO_GRAPHS, Requirements
 from strategies.registry import strategy_class
 
@@ -46,7 +46,8 @@ class Problem:
 @dataclass(frozen=True)
 class RoleRequest:
     """One role as placed on one node: its kind, the device slots of that kind the plan uses on
-    the node, and the strategy (None for a role without a registered strategy) with its settings."""
+    the node, and the strategy (None for a role without a registered strategy) with its settings
+    (its config section; `colocated`: it shares its devices with a trainer)."""
 
     role: str
     kind: str
@@ -56,7 +57,8 @@ class RoleRequest:
     devices: int
     strategy_type: str | None
     strategy: str
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: Section | None = None
+    colocated: bool = False
 
 
 def stack_problems(facts: StackFacts, packages: list[Package]) -> list[Problem]:
@@ -142,7 +144,7 @@ def _strategy_problems(request: RoleRequest, caps: Capabilities, facts: StackFac
     try:
         cls = strategy_class(request.strategy_type, request.strategy, kind)
         needs = cls.requirements(kind)
-        wants = cls.settings_need(kind, request.settings)
+        wants = cls.settings_need(kind, request.settings, request.colocated)
     except ConfigError as exc:
         return [_problem(request, str(exc))]
     label = f"the {request.strategy} strategy on {kind}"

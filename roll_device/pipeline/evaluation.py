@@ -9,46 +9,21 @@ pass@1 is the share of prompts whose response earns the full reward (1.0; for th
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-
-from omegaconf import DictConfig
 
 from roll_device.pipeline.metrics import PASS_KEY
 from strategies.base import SamplingConfig
-
-
-@dataclass(frozen=True)
-class EvalSettings:
-    every_n_steps: int  # 0: no evaluation
-    size: int | None  # held-out prompts per evaluation (null: all of them)
-    max_new_tokens: int
-
-    @classmethod
-    def from_config(cls, cfg: DictConfig) -> EvalSettings:
-        section = cfg.get("eval") or {}
-        return cls(  # ranges checked by the schema (pipeline/schema.py)
-            every_n_steps=int(section.get("every_n_steps", 0)),
-            size=section.get("size"),
-            max_new_tokens=int(section.get("max_new_tokens") or cfg.algorithm.max_new_tokens),
-        )
-
-    @property
-    def enabled(self) -> bool:
-        return self.every_n_steps > 0
-
-    def due(self, step: int, last_step: int) -> bool:
-        return self.enabled and (step % self.every_n_steps == 0 or step == last_step)
 
 
 def greedy(max_new_tokens: int, stop_token_ids: list[int]) -> SamplingConfig:
     return SamplingConfig(n=1, max_tokens=max_new_tokens, temperature=0.0, stop_token_ids=stop_token_ids)
 
 
-def evaluate(step, samples, settings: EvalSettings, at_step: int) -> dict:
-    """Greedy pass@1 of `samples` through the `GrpoStep` `step`'s roles; the metrics record."""
+def evaluate(step, samples, max_new_tokens: int, at_step: int) -> dict:
+    """Greedy pass@1 of `samples` (responses up to `max_new_tokens`) through the `GrpoStep`
+    `step`'s roles; the metrics record."""
     start = time.perf_counter()
     prompt_ids = [step.encoder.encode(s.prompt) for s in samples]
-    completions = step.generate(prompt_ids, greedy(settings.max_new_tokens, list(step.encoder.tokens.stop)))
+    completions = step.generate(prompt_ids, greedy(max_new_tokens, list(step.encoder.tokens.stop)))
     rewards = step.score(samples, completions)
     return {
         "step": at_step,

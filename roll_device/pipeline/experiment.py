@@ -1,10 +1,11 @@
-"""Run one experiment: check the config, make the model if needed, connect the cluster, plan and
-start the roles, run GRPO steps with a progress bar, checkpoint, and write metrics and a plot.
+"""Run one experiment: make the model if needed, connect the cluster, plan and start the roles,
+run GRPO steps with a progress bar, checkpoint, and write metrics and a plot.
 
-`run_experiment(cfg, run_dir, on_step=None)`: `on_step(record, roles)` is called after each step
-(for custom logging or fault drills). Everything the config asks for is checked before Ray starts
-(validate.py), the model files and the checkpoint to resume from too; nothing in `run_dir` is
-written before that. A lost worker of any role ends the run with a `WorkerLostError` (a worker
+`run_experiment(config, run_dir, model, start=None, on_step=None)` runs the checked configuration
+on the model directory `model` (`model_path(config.model)`: the tiny model is made there): the
+commands' gate (roll_device/commands/gate.py) checked it and found `start`, the checkpoint a
+resumed run continues from, before anything was written. `on_step(record, roles)` is called
+after each step (for custom logging or fault drills). A lost worker of any role ends the run with a `WorkerLostError` (a worker
 call that raised: a `WorkerFailedError`, its traceback in the run's logs/), Ctrl-C with a
 `RunInterruptedError`, a user reward function that raises with a `RewardFunctionError` (with the
 offending sample), a weight sync that fails with a `WeightSyncError`; each says which checkpoint
@@ -19,22 +20,23 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf, open_dict
+import yaml
 
-from roll_device.cluster import plan_from_config, start_cluster
+from roll_device.cluster import plan_for, start_cluster
 from roll_device.cluster.placement import release
 from roll_device.doctor.preflight import preflight
 from roll_device.errors import RollDeviceError, WeightSyncError
 from roll_device.files import make_folder
+from roll_device.inputs.loading import RunInputs, load_inputs, load_tokenizer, read_data
+from roll_device.inputs.prompts import PromptEncoder
+from roll_device.inputs.rewards import RewardFunctionError
+from roll_device.pipeline.config import ModelSettings, RunConfig
 from roll_device.pipeline.evaluation import evaluate
-from roll_device.pipeline.inputs import RunInputs, load_inputs, load_tokenizer, read_data
 from roll_device.pipeline.loop import GrpoStep
 from roll_device.pipeline.metrics import PASS_KEY, MetricsLog
 from roll_device.pipeline.output import LOG_DIR, quiet_driver, summarise_worker_logs
-from roll_device.pipeline.rewards import RewardFunctionError
 from roll_device.pipeline.role_settings import role_requests
 from roll_device.pipeline.roles import (
     RoleGroups,
@@ -43,38 +45,30 @@ from roll_device.pipeline.roles import (
     WorkerLostError,
     start_roles,
 )
-from roll_device.pipeline.schema import check_model_files
 from roll_device.pipeline.state import Checkpoints, PipelineState
-from roll_device.pipeline.validate import check_model, validate
 
 POLICY_DIR = "policy"
+ResumePoint = tuple[Path, PipelineState]
 
 
-def model_path(cfg: DictConfig) -> str:
-    """`model.path` (checked by `check_before_start`), or the tiny model made locally."""
-    if cfg.model.path:
-        return str(cfg.model.path)
+def model_path(model: ModelSettings) -> str:
+    """`model.path` (checked by the gate), or the tiny model made locally."""
+    if model.path:
+        return model.path
     from roll_device.models.tiny import make_tiny_model
 
-    tiny_dir = make_folder(cfg.model.tiny_dir, "model.tiny_dir")
-    return str(make_tiny_model(tiny_dir, num_layers=cfg.model.tiny_layers, hidden_size=cfg.model.tiny_hidden))
-
-
-def _drop_unused_reference(cfg: DictConfig) -> None:
-    if cfg.algorithm.kl_coef == 0 and cfg.roles.get("reference") is not None:
-        with open_dict(cfg):
-            del cfg.roles["reference"]
-        print("reference: not started (algorithm.kl_coef=0 needs no reference logprobs)")
+    tiny_dir = make_folder(model.tiny_dir, "model.tiny_dir")
+    return str(make_tiny_model(tiny_dir, num_layers=model.tiny_layers, hidden_size=model.tiny_hidden))
 
 
 class Run:
     """The state of one run: checkpoints, metrics, and the roles it drives."""
 
-    def __init__(self, cfg: DictConfig, run_dir: Path, roles: RoleGroups, inputs: RunInputs) -> None:
-        self.cfg, self.run_dir, self.roles, self.inputs = cfg, run_dir, roles, inputs
+    def __init__(self, config: RunConfig, run_dir: Path, roles: RoleGroups, inputs: RunInputs) -> None:
+        self.config, self.run_dir, self.roles, self.inputs = config, run_dir, roles, inputs
         self.checkpoints = Checkpoints(run_dir)
         self.metrics = MetricsLog(run_dir)
-        self.step = GrpoStep(cfg, roles, inputs)
+        self.step = GrpoStep(config, roles, inputs)
         self.state = PipelineState()
         self.saved_step = 0
         self.last_step = inputs.last_step
@@ -102,18 +96,19 @@ class Run:
         return self.checkpoints.commit(staging, self.state)
 
     def due(self) -> bool:
-        every = self.cfg.save_every
+        every = self.config.save_every
         return self.state.step == self.last_step or (every > 0 and self.state.step % every == 0)
 
     def evaluate(self) -> dict:
-        record = evaluate(self.step, self.inputs.eval_samples, self.inputs.evaluation, self.state.step)
+        tokens = self.config.eval_max_new_tokens
+        record = evaluate(self.step, self.inputs.eval_samples, tokens, self.state.step)
         self.metrics.append(record)
         return record
 
     def loop(self, on_step: Callable | None) -> None:
         from tqdm import tqdm
 
-        if self.inputs.evaluation.enabled and self.state.step == 0:
+        if self.config.eval.enabled and self.state.step == 0:
             self.evaluate()
         bar = tqdm(total=self.last_step, initial=self.state.step, desc="grpo", unit="step")
         try:
@@ -125,7 +120,7 @@ class Run:
                     self.metrics.append(record)
                 bar.update(1)
                 postfix = {"reward": f"{record['reward_mean']:.3f}"}
-                if self.inputs.evaluation.due(self.state.step, self.last_step):
+                if self.config.eval.due(self.state.step, self.last_step):
                     postfix["pass@1"] = f"{self.evaluate()[PASS_KEY]:.3f}"
                 postfix.update({k: f"{record[k + '_s']:.2f}s" for k in ("rollout", "train", "sync")})
                 bar.set_postfix(postfix)
@@ -176,39 +171,18 @@ class Run:
         return error(f"{what}; {self.resume_advice(unsaved)}")
 
 
-@dataclass(frozen=True)
-class Checked:
-    """What `check_before_start` found for `run_dir`: where a resumed run continues (None: afresh)."""
-
-    run_dir: Path
-    start: tuple[Path, PipelineState] | None
-
-
-def check_before_start(cfg: DictConfig, run_dir: Path) -> Checked:
-    """Everything checked before anything starts or is written: the config, the model files and
-    the checkpoint a resumed run continues from (its files read once: sizes and CRC32s); last, the
-    run's folder is made (empty), or refused when it cannot be."""
-    validate(cfg)
-    check_model_files(cfg)
-    start = Checkpoints(run_dir).resume_point(cfg.resume) if cfg.resume else None
-    make_folder(run_dir, "hydra.run.dir")  # the last check: the run's folder, empty, can be made
-    return Checked(run_dir, start)
-
-
 def run_experiment(
-    cfg: DictConfig, run_dir: Path, on_step: Callable | None = None, checked: Checked | None = None
+    config: RunConfig,
+    run_dir: Path,
+    model: str,
+    start: ResumePoint | None = None,
+    on_step: Callable | None = None,
 ) -> Path:
-    """Run `cfg` with outputs in `run_dir`; returns the run directory. `checked`: the result of
-    `check_before_start` for this run, when the caller has made it already (not made twice)."""
-    if checked is None or checked.run_dir.resolve() != run_dir.resolve():
-        checked = check_before_start(cfg, run_dir)
-    start = checked.start
-    _drop_unused_reference(cfg)
-    path = model_path(cfg)
-    check_model(cfg, path)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    """Run the checked `config` on the model at `model` with outputs in `run_dir` (made by the
+    gate), continuing from `start` when resumed; returns the run directory."""
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     try:
-        _run(cfg, run_dir, path, start, on_step)
+        _run(config, run_dir, model, start, on_step)
     except KeyboardInterrupt:
         raise RunInterruptedError(
             "interrupted (Ctrl-C) before the first step of this run: run the same command again"
@@ -226,26 +200,39 @@ def _tokenizer_while_ray_starts(path: str) -> Future:
     return tokenizer
 
 
-def _run(cfg: DictConfig, run_dir: Path, path: str, start, on_step: Callable | None) -> None:
+def _inputs(config: RunConfig, tokenizer, path: str, data) -> RunInputs:
+    encoder = PromptEncoder(tokenizer, config.model.chat_template, path)
+    return load_inputs(
+        config.data,
+        config.eval,
+        data,
+        encoder,
+        prompt_budget=config.rollout.max_model_len - config.algorithm.max_new_tokens,
+        rollout_workers=config.roles.actor_infer.num_devices,
+        max_steps=config.max_steps,
+    )
+
+
+def _run(config: RunConfig, run_dir: Path, path: str, start, on_step: Callable | None) -> None:
     quiet_driver()
-    data = read_data(cfg)
+    data = read_data(config.data, config.seed)
     tokenizer = _tokenizer_while_ray_starts(path)
     started = time.perf_counter()
-    with start_cluster(cfg.cluster):
-        plan = plan_from_config(cfg)
+    with start_cluster(config.cluster):
+        plan = plan_for(config.roles_to_run().present(), config.cluster)
         print(
             f"cluster ready in {time.perf_counter() - started:.1f}s; device plan:\n{plan.format()}",
             flush=True,
         )
-        inputs = load_inputs(cfg, tokenizer.result(), path, data)
+        inputs = _inputs(config, tokenizer.result(), path, data)
         checking = time.perf_counter()
-        nodes = preflight(plan, role_requests(cfg, plan))
+        nodes = preflight(plan, role_requests(config, plan))
         print(
             f"preflight: {nodes} node(s) ready for their roles ({time.perf_counter() - checking:.1f}s)",
             flush=True,
         )
         try:
-            roles = start_roles(cfg, plan, path, inputs.reward, log_dir=run_dir / LOG_DIR)
+            roles = start_roles(config, plan, path, log_dir=run_dir / LOG_DIR)
         except WorkerLostError as lost:
             release(plan)
             again = "no step ran; run the same command again once the cause is fixed"
@@ -256,7 +243,7 @@ def _run(cfg: DictConfig, run_dir: Path, path: str, start, on_step: Callable | N
                 f"workers ready in {time.perf_counter() - started:.1f}s; weight sync: {roles.sync.describe()}{hosted}",
                 flush=True,
             )
-            run = Run(cfg, run_dir, roles, inputs)
+            run = Run(config, run_dir, roles, inputs)
             try:
                 run.begin(start)
                 run.loop(on_step)
@@ -269,7 +256,8 @@ def _run(cfg: DictConfig, run_dir: Path, path: str, start, on_step: Callable | N
                 raise run.ended(WeightSyncError, str(failed)) from failed
             except KeyboardInterrupt:
                 raise run.ended(RunInterruptedError, "interrupted (Ctrl-C)") from None
-            png = run.metrics.plot(f"{cfg.experiment.name}: GRPO, {data_summary(cfg)} ({plan_summary(plan)})")
+            title = f"{config.experiment.name}: GRPO, {data_summary(config)} ({plan_summary(plan)})"
+            png = run.metrics.plot(title)
             print(f"{run.metrics.summary()}; plot: {png}")
         finally:
             roles.shutdown()
@@ -288,10 +276,10 @@ def final_error(error: WorkerLostError, advice: str, log_dir: Path) -> WorkerLos
     return error.advised(advice)
 
 
-def data_summary(cfg: DictConfig) -> str:
-    if cfg.data.get("path"):
-        return f"{Path(cfg.data.path).name}, reward {cfg.reward.function}"
-    return f"task '{cfg.data.task}'"
+def data_summary(config: RunConfig) -> str:
+    if config.data.path:
+        return f"{Path(config.data.path).name}, reward {config.reward.function}"
+    return f"task '{config.data.task}'"
 
 
 def plan_summary(plan) -> str:

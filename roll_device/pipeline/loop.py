@@ -14,12 +14,12 @@ from __future__ import annotations
 import time
 
 import torch
-from omegaconf import DictConfig
 
 from roll_device.cluster import shard
+from roll_device.inputs import Sample
+from roll_device.inputs.loading import RunInputs
 from roll_device.pipeline.batching import build_batch
-from roll_device.pipeline.data import Sample
-from roll_device.pipeline.inputs import RunInputs
+from roll_device.pipeline.config import RunConfig
 from roll_device.pipeline.roles import RoleGroups
 from roll_device.pipeline.state import PipelineState
 from strategies.base import Completion, SamplingConfig
@@ -27,11 +27,11 @@ from strategies.training.losses import group_normalized_advantages
 
 
 class GrpoStep:
-    def __init__(self, cfg: DictConfig, roles: RoleGroups, inputs: RunInputs) -> None:
-        self.cfg, self.roles = cfg, roles
+    def __init__(self, config: RunConfig, roles: RoleGroups, inputs: RunInputs) -> None:
+        self.config, self.roles = config, roles
         self.source, self.encoder = inputs.source, inputs.encoder
         self.tokens = inputs.encoder.tokens
-        self.algo = cfg.algorithm
+        self.algo = config.algorithm
         self.use_reference = roles.has("reference")
         self.training = False
 
@@ -40,7 +40,7 @@ class GrpoStep:
             n=self.algo.samples_per_prompt,
             max_tokens=self.algo.max_new_tokens,
             temperature=self.algo.temperature,
-            seed=self.cfg.seed * 1_000_003 + step,
+            seed=self.config.seed * 1_000_003 + step,
             stop_token_ids=list(self.tokens.stop),
         )
 
@@ -78,7 +78,7 @@ class GrpoStep:
             timings[name] = now - since
             return now
 
-        samples = self.source.batch(state.data_position, self.cfg.data.prompts_per_step)
+        samples = self.source.batch(state.data_position, self.config.data.prompts_per_step)
         prompt_ids = [self.encoder.encode(s.prompt) for s in samples]
         completions = self.generate(prompt_ids, self.sampling(state.step))
         t = lap("rollout_s", start)

@@ -8,8 +8,7 @@ start-up noise are summarised once at the end of the run.
 file, so output from C extensions and child processes (a vLLM engine core) lands there too, and
 Ray's log monitor, which streams the worker's original log files to the driver, has nothing to
 stream. `quiet_driver()` drops Ray's start-up notices on the driver (the "started a local
-instance" line and the token-authentication notice); `quiet_transformers()` the transformers
-progress bars, where the driver imports transformers.
+instance" line and the token-authentication notice).
 """
 
 from __future__ import annotations
@@ -80,12 +79,6 @@ def setup_progress(refs_by_role: dict[str, list]) -> Iterator[Callable[[str], No
             bar.update(1)
 
         yield ready
-
-
-def quiet_transformers() -> None:
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
 
 
 def quiet_driver() -> None:

@@ -1,12 +1,12 @@
 """`RewardWorker` (`reward`): scores responses with the run's reward
-(`roll_device.pipeline.rewards`). The driver decodes the responses with the tokenizer that encoded
+(`roll_device.inputs.rewards`). The driver decodes the responses with the tokenizer that encoded
 the prompts and sends text, so this worker needs neither a tokenizer nor the strategies: its
 process imports little beyond torch (through the platform) and starts in about a second.
 """
 
 from __future__ import annotations
 
-from roll_device.pipeline.rewards import resolve_reward, score_sample
+from roll_device.inputs.rewards import resolve_reward, score_sample
 from roll_device.pipeline.worker_base import PipelineWorker
 
 

@@ -27,19 +27,19 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from omegaconf import DictConfig
 
 from roll_device.cluster import Plan, WorkerGroup, shard
 from roll_device.comm import Endpoint, SyncPlan, WeightSyncOptions, abort_sync, sync_actor_options
 from roll_device.comm.paths import COLOCATED
 from roll_device.errors import RollDeviceError, WeightSyncError
-from roll_device.pipeline.inputs import RewardSettings
+from roll_device.pipeline.config import RunConfig
 from roll_device.pipeline.output import setup_progress
 from roll_device.pipeline.reward_worker import RewardWorker
-from roll_device.pipeline.role_settings import compute_platform, strategy_settings, sync_plan
+from roll_device.pipeline.role_settings import compute_platform, sync_plan
+from roll_device.pipeline.worker_base import PipelineWorker
 from roll_device.pipeline.workers import RolloutWorker, TrainWorker
-from strategies.base import TRAIN
-from strategies.registry import strategy_class
+from strategies.base import INFERENCE, TRAIN
+from strategies.registry import qualified_name, strategy_class
 
 ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # in Ray's task error headers
 
@@ -144,15 +144,16 @@ def watching(role: str) -> Iterator[None]:
         raise WorkerFailedError(role, exc) from exc
 
 
-def hosted_reference(cfg: DictConfig, plan: Plan) -> bool:
+def hosted_reference(config: RunConfig, plan: Plan) -> bool:
     """Whether the reference runs inside the `actor_train` workers (see the module docstring)."""
-    if "reference" not in plan.roles or cfg.roles.reference.strategy != cfg.roles.actor_train.strategy:
+    roles = config.roles
+    if "reference" not in plan.roles or roles.reference.strategy != roles.actor_train.strategy:
         return False
     reference, train = plan.roles["reference"], plan.roles["actor_train"]
     if (reference.kind, reference.slots) != (train.kind, train.slots):
         return False
     kind = compute_platform(plan, "reference").kind
-    return strategy_class(TRAIN, cfg.roles.reference.strategy, kind).hosts_reference
+    return strategy_class(TRAIN, roles.reference.strategy, kind).hosts_reference
 
 
 @dataclass
@@ -172,10 +173,10 @@ class RoleGroups:
         rank; a hosted reference answers from its host's workers."""
         host = self.hosted.get(role)
         if host is None:
-            return self.data_parallel(role, "logprobs", batch)
-        return self.data_parallel(host, "reference_logprobs", batch)
+            return self.data_parallel(role, TrainWorker.logprobs, batch)
+        return self.data_parallel(host, TrainWorker.reference_logprobs, batch)
 
-    def data_parallel(self, role: str, method: str, batch, *args: Any) -> list:
+    def data_parallel(self, role: str, method: Callable, batch, *args: Any) -> list:
         """Call `method` with each worker's data-parallel shard of `batch` (ranks of one
         model-parallel group get the same rows); one result per data-parallel rank, in order."""
         ranks = self.dp_ranks[role]
@@ -186,10 +187,10 @@ class RoleGroups:
             first.setdefault(rank, result)
         return [first[r] for r in sorted(first)]
 
-    def call(self, role: str, method: str, *args: Any, **kwargs: Any) -> list:
+    def call(self, role: str, method: Callable, *args: Any, **kwargs: Any) -> list:
         return self.wait({role: self.groups[role].async_call_all(method, *args, **kwargs)})[role]
 
-    def scatter(self, role: str, method: str, shards: list, *args: Any) -> list:
+    def scatter(self, role: str, method: Callable, shards: list, *args: Any) -> list:
         return self.wait({role: self.groups[role].async_scatter(method, shards, *args)})[role]
 
     def wait(
@@ -215,8 +216,10 @@ class RoleGroups:
         try:
             done = self.wait(
                 {
-                    "actor_train": self.groups["actor_train"].async_call_all("send_weights", version),
-                    "actor_infer": self.groups["actor_infer"].async_call_all("receive_weights"),
+                    "actor_train": self.groups["actor_train"].async_call_all(
+                        TrainWorker.send_weights, version
+                    ),
+                    "actor_infer": self.groups["actor_infer"].async_call_all(RolloutWorker.receive_weights),
                 }
             )
         except (WorkerLostError, WeightSyncError) as failed:  # free the other end's waits
@@ -232,46 +235,50 @@ class RoleGroups:
             group.kill()
 
 
-def start_roles(
-    cfg: DictConfig, plan: Plan, model_path: str, reward: RewardSettings, log_dir: Path | None = None
-) -> RoleGroups:
+def start_roles(config: RunConfig, plan: Plan, model_path: str, log_dir: Path | None = None) -> RoleGroups:
     """Start and set up every planned role (their output in `log_dir` when given); connect the
     weight sync."""
-    options = WeightSyncOptions.from_config(cfg.weight_sync)
+    options = config.weight_sync
     sync_ends = {"ray_options": sync_actor_options(options.path)}
     groups = {
         "actor_train": WorkerGroup(plan, "actor_train", TrainWorker, **sync_ends),
         "actor_infer": WorkerGroup(plan, "actor_infer", RolloutWorker, **sync_ends),
         "reward": WorkerGroup(plan, "reward", RewardWorker),
     }
-    hosted = {"reference": "actor_train"} if hosted_reference(cfg, plan) else {}
+    hosted = {"reference": "actor_train"} if hosted_reference(config, plan) else {}
     if "reference" in plan.roles and not hosted:
         groups["reference"] = WorkerGroup(plan, "reference", TrainWorker)
     roles = RoleGroups(groups, sync_plan(plan, options.path), options, hosted=hosted)
     # each worker runs its calls in order: the capture comes first, and nothing waits for it here
     capture = {
-        role: group.async_call_all("capture_output", str(log_dir))
+        role: group.async_call_all(PipelineWorker.capture_output, str(log_dir))
         for role, group in groups.items()
         if log_dir is not None
     }
-    colocated = roles.sync.path == COLOCATED
-    trainer_cfg = strategy_settings(cfg, "actor_train", colocated)
-    rollout_cfg = strategy_settings(cfg, "actor_infer", colocated)
     setups = {
         "actor_infer": groups["actor_infer"].async_call_all(
-            "setup", model_path, cfg.roles.actor_infer.strategy, rollout_cfg
+            RolloutWorker.setup,
+            model_path,
+            qualified_name(INFERENCE, config.roles.actor_infer.strategy),
+            config.rollout,
+            roles.sync.path == COLOCATED,
         ),
-        "reward": groups["reward"].async_call_all("setup", reward.function, reward.task, reward.name),
+        "reward": groups["reward"].async_call_all(
+            RewardWorker.setup, config.reward.function, config.data.task, config.reward.name(config.data.task)
+        ),
     }
+    trainer = qualified_name(TRAIN, config.trainer.name)
     for role in ("actor_train", "reference"):
         if role in groups:
-            master = roles.wait({role: [groups[role].workers[0].get_master_addr_port.remote()]})[role][0]
+            master = roles.wait({role: [groups[role].async_call_rank0(TrainWorker.get_master_addr_port)]})[
+                role
+            ][0]
             setups[role] = groups[role].async_call_all(
-                "setup", model_path, cfg.roles[role].strategy, trainer_cfg, master
+                TrainWorker.setup, model_path, trainer, config.trainer, master
             )
     if hosted:  # after the policy's setup in each worker (a worker runs its calls in order)
         setups["reference"] = groups["actor_train"].async_call_all(
-            "setup_reference", model_path, cfg.roles.reference.strategy, trainer_cfg
+            TrainWorker.setup_reference, model_path, trainer, config.trainer
         )
     try:
         with setup_progress(setups) as ready:
@@ -284,16 +291,16 @@ def start_roles(
     endpoint = roles.wait(
         {
             "actor_train": groups["actor_train"].async_call_all(
-                "open_sender", roles.sync, groups["actor_infer"].world_size, options
+                TrainWorker.open_sender, roles.sync, groups["actor_infer"].world_size, options
             )
         }
     )["actor_train"][0]
     roles.endpoint = endpoint
     roles.wait(
         {
-            "actor_train": groups["actor_train"].async_call_all("connect_sender"),
+            "actor_train": groups["actor_train"].async_call_all(TrainWorker.connect_sender),
             "actor_infer": groups["actor_infer"].async_call_all(
-                "connect_receiver", endpoint, options.timeout_s
+                RolloutWorker.connect_receiver, endpoint, options.timeout_s
             ),
         }
     )

@@ -20,16 +20,18 @@ import torch.distributed as dist
 
 from roll_device.comm import Endpoint, SyncPlan, WeightReceiver, WeightSender, WeightSyncOptions, weights_hash
 from roll_device.pipeline.worker_base import PipelineWorker
-from strategies.base import INFERENCE, TRAIN, Completion, SamplingConfig, TrainBatch
-from strategies.registry import strategy_class
+from strategies.base import Completion, SamplingConfig, TrainBatch
+from strategies.inference.settings import RolloutSettings
 from strategies.training.losses import grpo_policy_loss
+from strategies.training.settings import TrainSettings
 
 
 class TrainWorker(PipelineWorker):
     """One rank of a train strategy."""
 
-    def setup(self, model_path: str, strategy: str, config: dict, master: tuple[str, int]) -> int:
-        """Start the strategy; returns this rank's data-parallel rank."""
+    def setup(self, model_path: str, strategy: str, settings: TrainSettings, master: tuple[str, int]) -> int:
+        """Start the strategy (`strategy`: its qualified class name, strategies/registry.py);
+        returns this rank's data-parallel rank."""
         if self.world_size > 1:
             addr, port = master
             dist.init_process_group(
@@ -38,16 +40,16 @@ class TrainWorker(PipelineWorker):
                 rank=self.rank,
                 world_size=self.world_size,
             )
-        self.strategy = strategy_class(TRAIN, strategy, self.platform.kind)(self.platform)
-        self.strategy.initialize(model_path, config)
+        self.strategy = self.new_strategy(strategy)
+        self.strategy.initialize(model_path, settings)
         self.sender: WeightSender | None = None
         return self.strategy.data_parallel_rank
 
-    def setup_reference(self, model_path: str, strategy: str, config: dict) -> int:
+    def setup_reference(self, model_path: str, strategy: str, settings: TrainSettings) -> int:
         """Start the reference model in this worker, beside the policy (same device and process
         group); returns its data-parallel rank."""
-        self.reference = strategy_class(TRAIN, strategy, self.platform.kind)(self.platform)
-        self.reference.initialize(model_path, config)
+        self.reference = self.new_strategy(strategy)
+        self.reference.initialize(model_path, settings)
         return self.reference.data_parallel_rank
 
     def logprobs(self, batch: TrainBatch) -> torch.Tensor:
@@ -99,9 +101,11 @@ class TrainWorker(PipelineWorker):
 class RolloutWorker(PipelineWorker):
     """One inference engine."""
 
-    def setup(self, model_path: str, strategy: str, config: dict) -> None:
-        self.strategy = strategy_class(INFERENCE, strategy, self.platform.kind)(self.platform)
-        self.strategy.initialize(model_path, config)
+    def setup(self, model_path: str, strategy: str, settings: RolloutSettings, colocated: bool) -> None:
+        """Start the engine (`strategy`: its qualified class name; `colocated`: it shares its
+        devices with a trainer)."""
+        self.strategy = self.new_strategy(strategy)
+        self.strategy.initialize(model_path, settings, colocated)
         self.receiver: WeightReceiver | None = None
 
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> list[Completion]:

@@ -25,7 +25,8 @@ from typing import Any
 from roll_device.errors import ConfigError
 from roll_device.platforms import Platform
 from roll_device.platforms.engines import VLLM
-from strategies.inference.vllm_args import DEFAULT_CPU_KV_CACHE_BYTES, text_model_config
+from strategies.inference.settings import VllmSettings
+from strategies.inference.vllm_args import DEFAULT_CPU_KV_CACHE_BYTES, engine_env, text_model_config
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 LONG_CONTEXT_ENV = "VLLM_ALLOW_LONG_MAX_MODEL_LEN"
@@ -36,16 +37,14 @@ PURPOSE = "check rollout.max_model_len and the KV cache against it"
 LARGEST_BLOCK = 256
 
 
-def check_engine_fit(platform: Platform | None, settings: Mapping[str, Any], model_path: str) -> None:
-    """A ConfigError when the engine that `settings` (the rollout section) describes cannot hold
-    one sequence of the model at `model_path`."""
-    max_model_len = settings.get("max_model_len")
-    if not isinstance(max_model_len, int) or isinstance(max_model_len, bool):
-        return  # the schema refuses it, naming the key
+def check_engine_fit(platform: Platform | None, settings: VllmSettings, model_path: str) -> None:
+    """A ConfigError when the engine that `settings` describe cannot hold one sequence of the
+    model at `model_path`."""
+    max_model_len = settings.max_model_len
     config = text_model_config(model_path, PURPOSE, required=False)  # other names: no check
-    _check_positions(config, max_model_len, settings, model_path)
+    _check_positions(config, settings, model_path)
     kv_bytes, source = _kv_cache_bytes(platform, settings)
-    per_token = kv_bytes_per_token(config, str(settings.get("dtype", "auto")))
+    per_token = kv_bytes_per_token(config, settings.dtype)
     if kv_bytes is None or per_token is None:
         return
     need = per_token.total * max_model_len
@@ -88,10 +87,10 @@ def kv_bytes_per_token(config: Mapping[str, Any], dtype: str) -> TokenBytes | No
     return TokenBytes(layers, kv_heads, head_dim, DTYPE_BYTES.get(dtype, 2))
 
 
-def _kv_cache_bytes(platform: Platform | None, settings: Mapping[str, Any]) -> tuple[int | None, str]:
-    given = settings.get("kv_cache_bytes")
+def _kv_cache_bytes(platform: Platform | None, settings: VllmSettings) -> tuple[int | None, str]:
+    given = settings.kv_cache_bytes
     if given is not None:
-        return (given, f"rollout.kv_cache_bytes={given}") if isinstance(given, int) else (None, "")
+        return given, f"rollout.kv_cache_bytes={given}"
     engine = platform.rollout_engines.get(VLLM) if platform is not None else None
     if engine is None or not engine.in_process:
         return None, ""  # a share of device memory: measured by vLLM on the device
@@ -102,13 +101,11 @@ def _kv_cache_bytes(platform: Platform | None, settings: Mapping[str, Any]) -> t
     )
 
 
-def _check_positions(
-    config: Mapping[str, Any], max_model_len: int, settings: Mapping, model_path: str
-) -> None:
-    limit = config.get("max_position_embeddings")
+def _check_positions(config: Mapping[str, Any], settings: VllmSettings, model_path: str) -> None:
+    limit, max_model_len = config.get("max_position_embeddings"), settings.max_model_len
     if not isinstance(limit, int) or max_model_len <= limit or _rope_scaled(config):
         return
-    env = {**os.environ, **{str(k): str(v) for k, v in (settings.get("env") or {}).items()}}
+    env = {**os.environ, **engine_env(settings)}
     if env.get(LONG_CONTEXT_ENV, "0").strip().lower() in ("1", "true"):
         return
     raise ConfigError(

@@ -32,14 +32,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from roll_device.errors import ConfigError
-from roll_device.graph import (
-    DecodeGraphRunner,
-    check_capture_sizes,
-    default_capture_sizes,
-    default_prefill_sizes,
-    fit_capture_sizes,
-    graphs_per_size,
-)
+from roll_device.graph import DecodeGraphRunner, fit_capture_sizes, graphs_per_size
 from roll_device.platforms import get_platform
 from strategies.base import (
     NO_GRAPHS,
@@ -52,24 +45,12 @@ from strategies.base import (
 )
 from strategies.inference.hf_sampling import sample
 from strategies.inference.requests import check_request
-from strategies.inference.vllm_args import LOGPROBS_MODES
+from strategies.inference.settings import HfSettings
 from strategies.inference.weights import check_update, weight_buckets
 
 if TYPE_CHECKING:
     from strategies.inference.hf_prefill import PackedPrefill
 
-CONFIG_KEYS = {
-    "name",
-    "max_model_len",
-    "max_batch_size",
-    "use_graphs",
-    "capture_sizes",
-    "prefill_graphs",
-    "prefill_capture_sizes",
-    "dtype",
-    "update_bucket_bytes",
-    "logprobs_mode",
-}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DECODE_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 # vLLM's names for what is captured: decode graphs, piecewise prefill graphs, both.
@@ -84,74 +65,12 @@ GRAPH_MODES = {  # (decode graphs, prefill graphs) asked for -> the mode
 }
 
 
-def _positive(config: dict[str, Any], key: str) -> int:
-    value = config.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"rollout.{key} must be a positive integer, got {value!r}")
-    return value
-
-
-def parse_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The hf rollout settings, checked: unknown keys, ranges, capture sizes against the batch."""
-    unknown = sorted(set(config) - CONFIG_KEYS)
-    if unknown:
-        raise ConfigError(f"unknown rollout keys for hf: {unknown}; known keys: {sorted(CONFIG_KEYS)}")
-    max_batch = _positive(config, "max_batch_size")
-    sizes = config.get("capture_sizes")
-    sizes = (
-        default_capture_sizes(max_batch)
-        if sizes is None
-        else check_capture_sizes(list(sizes), max_batch, "rollout.capture_sizes")
-    )
-    dtype = config.get("dtype", "auto")
-    if dtype != "auto" and dtype not in DTYPES:
-        raise ConfigError(f"rollout.dtype={dtype!r}: choose auto or one of {', '.join(DTYPES)}")
-    mode = config.get("logprobs_mode", "raw_logprobs")
-    if mode not in LOGPROBS_MODES:
-        raise ConfigError(f"rollout.logprobs_mode={mode!r}: choose one of {', '.join(LOGPROBS_MODES)}")
-    use_graphs = config.get("use_graphs")
-    if use_graphs not in (None, True, False):
-        raise ConfigError(f"rollout.use_graphs must be null, true or false, got {use_graphs!r}")
-    max_len = _positive(config, "max_model_len")
-    prefill_graphs = config.get("prefill_graphs", False)
-    if not isinstance(prefill_graphs, bool):
-        raise ConfigError(f"rollout.prefill_graphs must be true or false, got {prefill_graphs!r}")
-    prefill_sizes = config.get("prefill_capture_sizes")
-    if prefill_sizes is not None and not prefill_graphs:
-        raise ConfigError(
-            "rollout.prefill_capture_sizes is set but rollout.prefill_graphs is false: set "
-            "prefill_graphs to true or prefill_capture_sizes to null"
-        )
-    max_tokens = max_batch * max_len  # the most tokens one prefill holds
-    prefill_sizes = (
-        default_prefill_sizes(max_tokens)
-        if prefill_sizes is None
-        else check_capture_sizes(
-            list(prefill_sizes),
-            max_tokens,
-            "rollout.prefill_capture_sizes",
-            reach_max=False,
-            limit="max_batch_size x max_model_len =",
-        )
-    )
-    return {
-        "max_model_len": max_len,
-        "max_batch_size": max_batch,
-        "capture_sizes": sizes,
-        "dtype": dtype,
-        "logprobs_mode": mode,
-        "use_graphs": use_graphs,
-        "prefill_graphs": prefill_graphs,
-        "prefill_capture_sizes": prefill_sizes,
-        "update_bucket_bytes": _positive(config, "update_bucket_bytes"),
-    }
-
-
 class HfStrategy(InferenceStrategy):
     """transformers + static KV cache + decode graphs behind the rollout interface."""
 
     model: Any = None
     packed_prefill: PackedPrefill | None = None
+    settings_cls = HfSettings
 
     @classmethod
     def requirements(cls, kind: str) -> Requirements:
@@ -159,10 +78,10 @@ class HfStrategy(InferenceStrategy):
         return Requirements(graph_modes=tuple(GRAPH_MODES.values()) if graphs else (NO_GRAPHS,))
 
     @classmethod
-    def settings_need(cls, kind: str, settings: dict[str, Any]) -> SettingsNeed:
+    def settings_need(cls, kind: str, settings: HfSettings, colocated: bool = False) -> SettingsNeed:
         """Graphs only when asked for (`use_graphs: true`, `prefill_graphs: true`); null decode
         graphs take them where they exist."""
-        asked = (settings.get("use_graphs") is True, settings.get("prefill_graphs") is True)
+        asked = (settings.use_graphs is True, settings.prefill_graphs)
         if asked[1] and PREFILL_GRAPHS not in cls.requirements(kind).graph_modes:
             raise ConfigError(
                 f"rollout.prefill_graphs=true but kind '{kind}' has no device graphs: "
@@ -170,30 +89,27 @@ class HfStrategy(InferenceStrategy):
             )
         return SettingsNeed(graph_mode=GRAPH_MODES[asked])
 
-    def initialize(self, model_path: str, config: dict[str, Any]) -> None:
-        self.settings = parse_config(config)
-        if self.settings["prefill_graphs"] and not self.platform.supports_graphs:
+    def initialize(self, model_path: str, settings: HfSettings, colocated: bool = False) -> None:
+        self.settings = settings
+        if settings.prefill_graphs and not self.platform.supports_graphs:
             raise ConfigError(
                 f"rollout.prefill_graphs=true but platform '{self.platform.name}' has no device graphs: "
                 "set rollout.prefill_graphs to false"
             )
-        self.settings["capture_sizes"] = self._budgeted(
-            self.settings, config.get("capture_sizes") is not None
-        )
+        self.capture_sizes = self._budgeted()
         from transformers import AutoModelForCausalLM
 
         from strategies.inference.hf_prefill import PIECEWISE_ATTENTION
 
-        dtype = self.settings["dtype"]
+        dtype = settings.dtype
         model = AutoModelForCausalLM.from_pretrained(
             model_path,
             dtype=dtype if dtype == "auto" else DTYPES[dtype],
-            attn_implementation=PIECEWISE_ATTENTION if self.settings["prefill_graphs"] else "sdpa",
+            attn_implementation=PIECEWISE_ATTENTION if settings.prefill_graphs else "sdpa",
         )
-        if self.settings["prefill_graphs"]:
-            self.settings["prefill_capture_sizes"] = self._budgeted_prefill(
-                model.config.num_hidden_layers, config.get("prefill_capture_sizes") is not None
-            )
+        self.prefill_capture_sizes = (
+            self._budgeted_prefill(model.config.num_hidden_layers) if settings.prefill_graphs else None
+        )
         self.model = model.to(self.platform.device()).eval()
         self.vocab_size = int(self.model.config.vocab_size)
         eos = self.model.generation_config.eos_token_id
@@ -201,25 +117,27 @@ class HfStrategy(InferenceStrategy):
         self.pad_id = self.model.config.pad_token_id or 0
         self._start_decoding()
 
-    def _budgeted(self, settings: dict[str, Any], explicit: bool) -> list[int]:
+    def _budgeted(self) -> list[int]:
         """The capture sizes within the platform's graph budget (one full graph per size), by the
         rule vLLM's arguments use: derived sizes thinned, listed sizes over it refused."""
-        graphs = settings["use_graphs"] is not False and self.platform.supports_graphs
+        graphs = self.settings.use_graphs is not False and self.platform.supports_graphs
         budget = self.platform.graph_budget if graphs else None
-        sizes = settings["capture_sizes"]
-        return fit_capture_sizes(sizes, 1, budget, explicit=explicit, key="rollout.capture_sizes")
+        explicit = self.settings.capture_sizes is not None
+        return fit_capture_sizes(
+            self.settings.decode_sizes(), 1, budget, explicit=explicit, key="rollout.capture_sizes"
+        )
 
-    def _budgeted_prefill(self, num_layers: int, explicit: bool) -> list[int]:
+    def _budgeted_prefill(self, num_layers: int) -> list[int]:
         """The prefill capture sizes within what the decode graphs leave of the graph budget, by the
         same rule: a piecewise prefill costs layers + 1 graphs per size."""
         budget = self.platform.graph_budget
-        if budget is not None and self.settings["use_graphs"] is not False:
-            budget -= len(self.settings["capture_sizes"])
+        if budget is not None and self.settings.use_graphs is not False:
+            budget -= len(self.capture_sizes)
         return fit_capture_sizes(
-            self.settings["prefill_capture_sizes"],
+            self.settings.prefill_sizes(),
             graphs_per_size(PREFILL_GRAPHS, num_layers),
             budget,
-            explicit=explicit,
+            explicit=self.settings.prefill_capture_sizes is not None,
             key="rollout.prefill_capture_sizes",
             fewer_graphs="set rollout.prefill_graphs=false",
         )
@@ -232,15 +150,15 @@ class HfStrategy(InferenceStrategy):
         s = self.settings
         device = self.platform.device()
         self.store = SharedKVStore(
-            self.model.config, s["max_batch_size"], s["max_model_len"], self.model.dtype, device
+            self.model.config, s.max_batch_size, s.max_model_len, self.model.dtype, device
         )
         self.bucket_caches: dict[int, Any] = {}
         self.runner = DecodeGraphRunner(
-            self.platform, s["capture_sizes"], self._make_inputs, self._decode_step, s["use_graphs"]
+            self.platform, self.capture_sizes, self._make_inputs, self._decode_step, s.use_graphs
         )
         self.packed_prefill = (
-            PackedPrefill(self.model, self.store, self.platform, s["prefill_capture_sizes"], self.pad_id)
-            if s["prefill_graphs"]
+            PackedPrefill(self.model, self.store, self.platform, self.prefill_capture_sizes, self.pad_id)
+            if s.prefill_graphs
             else None
         )
         with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION):
@@ -340,7 +258,7 @@ class HfStrategy(InferenceStrategy):
         token_logprobs: list[list[float]] = [[] for _ in range(n)]
         reasons: list[str | None] = [None] * n
         for step in range(sampling.max_tokens):
-            drawn, drawn_logprobs = sample(logprobs, sampling, self.settings["logprobs_mode"])
+            drawn, drawn_logprobs = sample(logprobs, sampling, self.settings.logprobs_mode)
             for row, (token, logprob) in enumerate(
                 zip(drawn.to("cpu").tolist(), drawn_logprobs.to("cpu").tolist())
             ):
@@ -361,10 +279,10 @@ class HfStrategy(InferenceStrategy):
         self._require_started("generate")
         if self.store is None:
             raise ConfigError("generate on an offloaded hf strategy: call reload() first")
-        check_request(prompt_token_ids, sampling, self.settings["max_model_len"], self.vocab_size)
+        check_request(prompt_token_ids, sampling, self.settings.max_model_len, self.vocab_size)
         rows = [(i, s, list(p)) for i, p in enumerate(prompt_token_ids) for s in range(sampling.n)]
         completions = []
-        chunk = self.settings["max_batch_size"]
+        chunk = self.settings.max_batch_size
         with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION), self._seeded(sampling.seed):
             for start in range(0, len(rows), chunk):
                 part = rows[start : start + chunk]
@@ -380,7 +298,7 @@ class HfStrategy(InferenceStrategy):
         captured graphs stay valid)."""
         self._require_started("update_weights")
         targets = self.model.state_dict(keep_vars=True)
-        for bucket in weight_buckets(named_tensors, self.settings["update_bucket_bytes"]):
+        for bucket in weight_buckets(named_tensors, self.settings.update_bucket_bytes):
             check_update((name for name, _ in bucket), set(targets), [])
             with torch.no_grad():
                 for name, tensor in bucket:

@@ -34,8 +34,8 @@ from strategies.base import (
 )
 from strategies.inference.engine_fit import check_engine_fit
 from strategies.inference.requests import check_request
+from strategies.inference.settings import GRAPH_MODES, VllmSettings
 from strategies.inference.vllm_args import (
-    GRAPH_MODES,
     EngineSpec,
     build_engine_spec,
     engine_of,
@@ -51,6 +51,7 @@ class VllmStrategy(InferenceStrategy):
 
     llm: Any = None
     spec: EngineSpec | None = None
+    settings_cls = VllmSettings
 
     @classmethod
     def serves(cls, platform: Platform) -> bool:
@@ -64,19 +65,19 @@ class VllmStrategy(InferenceStrategy):
         return Requirements(packages=engine.packages, graph_modes=modes, sleep_levels=engine.sleep_levels)
 
     @classmethod
-    def settings_need(cls, kind: str, settings: dict[str, Any]) -> SettingsNeed:
-        _eager, mode, sleep_level = graph_mode_and_sleep_level(kind, settings)
+    def settings_need(cls, kind: str, settings: VllmSettings, colocated: bool = False) -> SettingsNeed:
+        _eager, mode, sleep_level = graph_mode_and_sleep_level(kind, settings, colocated)
         return SettingsNeed(graph_mode=mode, sleep_level=sleep_level)
 
     @classmethod
-    def check_model(cls, platform: Platform | None, settings: dict[str, Any], model_path: str) -> None:
+    def check_model(cls, platform: Platform | None, settings: VllmSettings, model_path: str) -> None:
         """max_model_len within the model's positions, one such sequence within the KV cache."""
         check_engine_fit(platform, settings, model_path)
 
-    def initialize(self, model_path: str, config: dict[str, Any]) -> None:
-        self.spec = build_engine_spec(self.platform, model_path, config)
-        self.max_model_len = self.spec.kwargs["max_model_len"]
-        self.bucket_bytes = config["update_bucket_bytes"]
+    def initialize(self, model_path: str, settings: VllmSettings, colocated: bool = False) -> None:
+        self.spec = build_engine_spec(self.platform, model_path, settings, colocated)
+        self.max_model_len = settings.max_model_len
+        self.bucket_bytes = settings.update_bucket_bytes
         for package in self.requirements(self.platform.kind).packages:
             _require(package.module, self.platform.kind)
         os.environ.update(self.spec.env)

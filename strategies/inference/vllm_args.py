@@ -1,6 +1,6 @@
 """The vLLM engine arguments and environment for a device kind, checked before any engine starts.
 
-`build_engine_spec(platform, model_path, config)` turns the `rollout` config group into the
+`build_engine_spec(platform, model_path, settings)` turns the `rollout` section (`VllmSettings`) into the
 keyword arguments of `vllm.LLM` and the environment variables of the engine process. What vLLM
 needs and offers on a kind is the platform's to say (`platform.rollout_engines["vllm"]`, see
 roll_device/platforms/engines.py): its packages there, its default graph mode, whether capture
@@ -32,33 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from roll_device.errors import ConfigError
-from roll_device.graph import check_capture_sizes, default_capture_sizes, fit_capture_sizes, graphs_per_size
+from roll_device.graph import default_capture_sizes, fit_capture_sizes, graphs_per_size
 from roll_device.platforms import Platform, get_platform, known_kinds
 from roll_device.platforms.engines import VLLM, RolloutEngine
+from strategies.inference.settings import VllmSettings
 
-GRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
-LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
 WORKER_EXTENSION = "strategies.inference.vllm_worker.RolloutWorkerExtension"
 DEFAULT_CPU_KV_CACHE_BYTES = 256 << 20
-
-CONFIG_KEYS = {
-    "name",
-    "max_model_len",
-    "max_num_seqs",
-    "dtype",
-    "tensor_parallel_size",
-    "enforce_eager",
-    "graph_mode",
-    "capture_sizes",
-    "kv_cache_bytes",
-    "gpu_memory_utilization",
-    "update_bucket_bytes",
-    "colocated",
-    "sleep_when_colocated",
-    "logprobs_mode",
-    "seed",
-    "env",
-}
 
 
 @dataclass
@@ -98,35 +78,15 @@ def num_hidden_layers(model_path: str) -> int:
     return text_model_config(model_path, "size the graph budget")["num_hidden_layers"]
 
 
-def _positive_int(config: Mapping, key: str) -> int:
-    value = config.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ConfigError(f"rollout.{key} must be a positive integer, got {value!r}")
-    return value
-
-
-def _check_keys(config: Mapping) -> None:
-    unknown = sorted(set(config) - CONFIG_KEYS)
-    if unknown:
-        raise ConfigError(f"unknown rollout keys for vllm: {unknown}; known keys: {sorted(CONFIG_KEYS)}")
-
-
-def _graph_settings(engine: RolloutEngine, kind: str, config: Mapping) -> tuple[bool, str]:
-    eager = config.get("enforce_eager")
-    mode = config.get("graph_mode")
-    if mode is not None:
-        mode = str(mode).upper()
-        if mode not in GRAPH_MODES:
-            raise ConfigError(
-                f"rollout.graph_mode={config['graph_mode']!r}: choose one of {', '.join(GRAPH_MODES)}"
-            )
+def _graph_settings(engine: RolloutEngine, kind: str, settings: VllmSettings) -> tuple[bool, str]:
+    eager, mode = settings.enforce_eager, settings.graph_mode
     if not engine.graphs:
         if mode not in (None, "NONE"):
             raise ConfigError(
                 f"vLLM has no device graphs on kind '{kind}': set rollout.graph_mode=null "
                 "(rollout.enforce_eager=false turns on torch.compile instead)"
             )
-        return (True if eager is None else bool(eager)), "NONE"
+        return (True if eager is None else eager), "NONE"
     if eager:
         if mode not in (None, "NONE"):
             raise ConfigError(
@@ -139,10 +99,9 @@ def _graph_settings(engine: RolloutEngine, kind: str, config: Mapping) -> tuple[
 
 
 def _capture_sizes(
-    engine: RolloutEngine, budget: int | None, mode: str, config: Mapping, model_path: str
+    engine: RolloutEngine, budget: int | None, mode: str, settings: VllmSettings, model_path: str
 ) -> list[int] | None:
-    sizes = config.get("capture_sizes")
-    max_num_seqs = config["max_num_seqs"]
+    sizes = settings.capture_sizes
     if mode == "NONE":
         if sizes is not None:
             raise ConfigError(
@@ -151,23 +110,27 @@ def _capture_sizes(
             )
         return None
     if sizes is not None:
-        sizes = check_capture_sizes(list(sizes), max_num_seqs, "rollout.capture_sizes", reach_max=False)
+        sizes = sorted(sizes)  # within max_num_seqs: checked by VllmSettings
     elif engine.derive_capture_sizes:
-        sizes = default_capture_sizes(max_num_seqs)
+        sizes = default_capture_sizes(settings.max_num_seqs)
     if budget is None or sizes is None:
         return sizes
     per_size = graphs_per_size(mode, num_hidden_layers(model_path) if "PIECEWISE" in mode else 0)
-    explicit = config.get("capture_sizes") is not None
+    explicit = settings.capture_sizes is not None
     return fit_capture_sizes(
         sizes, per_size, budget, explicit=explicit, key="rollout.capture_sizes", mode=mode
     )
 
 
-def _environment(platform: Platform, engine: RolloutEngine, graphs: bool, config: Mapping) -> dict[str, str]:
-    extra = config.get("env") or {}
-    if not isinstance(extra, Mapping):
-        raise ConfigError(f"rollout.env must map variable names to values, got {extra!r}")
-    env = {str(k): str(v) for k, v in extra.items()}
+def engine_env(settings: VllmSettings) -> dict[str, str]:
+    """`rollout.env` as the engine process's variables (strings)."""
+    return {str(k): str(v) for k, v in settings.env.items()}
+
+
+def _environment(
+    platform: Platform, engine: RolloutEngine, graphs: bool, settings: VllmSettings
+) -> dict[str, str]:
+    env = engine_env(settings)
     if engine.in_process:
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     env.update(platform.rollout_env(graphs))
@@ -194,39 +157,38 @@ def engine_of(platform: Platform) -> RolloutEngine:
     return engine
 
 
-def graph_mode_and_sleep_level(kind: str, config: Mapping) -> tuple[bool, str, int | None]:
-    """(eager, graph mode, sleep level or None) that `config` (the rollout section) asks for on
-    `kind`; a ConfigError for graph settings vLLM cannot honour there."""
-    return _graph_mode_and_sleep_level(get_platform(kind), config)
+def graph_mode_and_sleep_level(
+    kind: str, settings: VllmSettings, colocated: bool
+) -> tuple[bool, str, int | None]:
+    """(eager, graph mode, sleep level or None) that `settings` ask for on `kind` (an engine that
+    shares its devices with a trainer when `colocated`); a ConfigError for graph settings vLLM
+    cannot honour there."""
+    return _graph_mode_and_sleep_level(get_platform(kind), settings, colocated)
 
 
-def _graph_mode_and_sleep_level(platform: Platform, config: Mapping) -> tuple[bool, str, int | None]:
+def _graph_mode_and_sleep_level(
+    platform: Platform, settings: VllmSettings, colocated: bool
+) -> tuple[bool, str, int | None]:
     engine = engine_of(platform)
-    eager, mode = _graph_settings(engine, platform.kind, config)
-    colocated_sleep = config.get("colocated") and config.get("sleep_when_colocated")
-    return eager, mode, engine.sleep_level if colocated_sleep else None
+    eager, mode = _graph_settings(engine, platform.kind, settings)
+    sleeps = colocated and settings.sleep_when_colocated
+    return eager, mode, engine.sleep_level if sleeps else None
 
 
 def build_engine_spec(
-    platform: Platform, model_path: str, config: Mapping, environ: Mapping[str, str] = os.environ
+    platform: Platform,
+    model_path: str,
+    settings: VllmSettings,
+    colocated: bool = False,
+    environ: Mapping[str, str] = os.environ,
 ) -> EngineSpec:
-    """Engine arguments and environment for `platform`; `environ` is the process environment the
-    engine would inherit (checked for settings that conflict with graphs)."""
-    _check_keys(config)
+    """Engine arguments and environment for `platform` (an engine sharing its devices with a
+    trainer when `colocated`); `environ` is the process environment the engine would inherit
+    (checked for settings that conflict with graphs)."""
     engine = engine_of(platform)
-    max_model_len = _positive_int(config, "max_model_len")
-    max_num_seqs = _positive_int(config, "max_num_seqs")
-    tensor_parallel = _positive_int(config, "tensor_parallel_size")
-    _positive_int(config, "update_bucket_bytes")
-    logprobs_mode = config.get("logprobs_mode", "raw_logprobs")
-    if logprobs_mode not in LOGPROBS_MODES:
-        raise ConfigError(
-            f"rollout.logprobs_mode={logprobs_mode!r}: choose one of {', '.join(LOGPROBS_MODES)}"
-        )
-
-    eager, mode, sleep_level = _graph_mode_and_sleep_level(platform, config)
-    sizes = _capture_sizes(engine, platform.graph_budget, mode, config, model_path)
-    env = _environment(platform, engine, mode != "NONE", config)
+    eager, mode, sleep_level = _graph_mode_and_sleep_level(platform, settings, colocated)
+    sizes = _capture_sizes(engine, platform.graph_budget, mode, settings, model_path)
+    env = _environment(platform, engine, mode != "NONE", settings)
     blocking = platform.launch_blocking_env
     if blocking and mode != "NONE" and {**environ, **env}.get(blocking, "0") not in ("", "0"):
         raise ConfigError(
@@ -237,26 +199,23 @@ def build_engine_spec(
     kwargs: dict[str, Any] = {
         "model": model_path,
         "tokenizer": model_path,
-        "dtype": config.get("dtype", "auto"),
-        "max_model_len": max_model_len,
-        "max_num_seqs": max_num_seqs,
-        "tensor_parallel_size": tensor_parallel,
-        "seed": int(config.get("seed") or 0),
+        "dtype": settings.dtype,
+        "max_model_len": settings.max_model_len,
+        "max_num_seqs": settings.max_num_seqs,
+        "tensor_parallel_size": settings.tensor_parallel_size,
+        "seed": settings.seed,
         "enforce_eager": eager,
-        "logprobs_mode": logprobs_mode,
+        "logprobs_mode": settings.logprobs_mode,
         "worker_extension_cls": WORKER_EXTENSION,
         "enable_sleep_mode": sleep_level is not None,
     }
-    kv_bytes = config.get("kv_cache_bytes")
+    kv_bytes = settings.kv_cache_bytes
     if kv_bytes is None and engine.in_process:
         kv_bytes = DEFAULT_CPU_KV_CACHE_BYTES
     if kv_bytes is not None:
-        kwargs["kv_cache_memory_bytes"] = _positive_int({"kv_cache_bytes": kv_bytes}, "kv_cache_bytes")
+        kwargs["kv_cache_memory_bytes"] = kv_bytes
     else:
-        utilization = config.get("gpu_memory_utilization")
-        if not isinstance(utilization, (int, float)) or not 0 < utilization <= 1:
-            raise ConfigError(f"rollout.gpu_memory_utilization must be in (0, 1], got {utilization!r}")
-        kwargs["gpu_memory_utilization"] = float(utilization)
+        kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization
     if mode != "NONE":
         compilation: dict[str, Any] = {"cudagraph_mode": mode}
         if sizes is not None:

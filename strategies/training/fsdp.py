@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -59,18 +58,19 @@ class FsdpTrainStrategy(TrainStrategy):
     """FSDP2 (`torch.distributed.fsdp.fully_shard`) on any platform with a collective backend."""
 
     hosts_reference = True  # each instance shards its own model over the process's group
+    settings_cls = FsdpSettings
 
     @classmethod
     def serves(cls, platform: Platform) -> bool:
         """Any kind with a torch device and a torch.distributed backend."""
         return super().serves(platform) and bool(platform.dist_backend)
 
-    def initialize(self, model_path: str, config: dict[str, Any]) -> None:
+    def initialize(self, model_path: str, settings: FsdpSettings) -> None:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         from transformers import AutoModelForCausalLM
 
-        self.settings = FsdpSettings.from_dict(config)
+        self.settings = settings
         check_model_path(model_path)
         self._owns_group = ensure_process_group(self.platform)
         self.device = self.platform.device()

@@ -114,6 +114,8 @@ def _leave_parallel_state() -> None:
 class MegatronTrainStrategy(TrainStrategy):
     """Megatron-core GPT training, tensor x data parallel."""
 
+    settings_cls = MegatronSettings
+
     @classmethod
     def serves(cls, platform: Platform) -> bool:
         """The kinds roll_device/compat adapts megatron-core to."""
@@ -124,21 +126,19 @@ class MegatronTrainStrategy(TrainStrategy):
         return Requirements(packages=megatron_compat.packages(kind))
 
     @classmethod
-    def check_model(cls, platform: Platform | None, settings: dict[str, Any], model_path: str) -> None:
+    def check_model(cls, platform: Platform | None, settings: MegatronSettings, model_path: str) -> None:
         """The model's family, heads, vocabulary and layers take the tensor and pipeline sizes."""
         from transformers import AutoConfig
 
         try:
-            megatron_model.describe(
-                AutoConfig.from_pretrained(model_path), MegatronSettings.from_dict(settings)
-            )
+            megatron_model.describe(AutoConfig.from_pretrained(model_path), settings)
         except ConfigError as exc:
             raise ConfigError(f"{exc} (model.path={model_path})") from None
 
-    def initialize(self, model_path: str, config: dict[str, Any]) -> None:
+    def initialize(self, model_path: str, settings: MegatronSettings) -> None:
         from transformers import AutoConfig
 
-        self.settings = MegatronSettings.from_dict(config)
+        self.settings = settings
         check_model_path(model_path)
         self.plan = megatron_model.describe(AutoConfig.from_pretrained(model_path), self.settings)
         hf_weights = HfWeights(model_path)

@@ -1,56 +1,39 @@
-"""The trainer config group (`configs/trainer/*.yaml`) as checked dataclasses: unknown keys and
-out-of-range values raise `ConfigError` before any model is loaded."""
+"""The `trainer` config section of each trainer strategy (`configs/trainer/<name>.yaml` holds the
+values a run starts from): typed once, read by `roll_device.settings.read_section`. Unknown keys
+and out-of-range values are refused before Ray starts."""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from roll_device.errors import ConfigError
+from pydantic import Field, StrictBool, StrictInt
 
-MIXED_PRECISION = (None, "bf16", "fp32")
+from roll_device.settings import Count, NonNegative, Section
+
+Positive = Annotated[float, Field(gt=0)]
 
 
-@dataclass
-class TrainSettings:
+class TrainSettings(Section):
     """Keys every trainer understands."""
 
-    name: str = ""
-    lr: float = 1.0e-3
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    micro_batch_size: int = 16
-    warmup_steps: int = 0
-    mixed_precision: str | None = None  # None: bf16 on accelerators, fp32 on the CPU
+    name: str
+    lr: Positive
+    weight_decay: Annotated[float, Field(ge=0, description="applied to weights, not to norms or biases")]
+    max_grad_norm: Positive
+    micro_batch_size: Annotated[Count, Field(description="rows per forward/backward")]
+    warmup_steps: Annotated[NonNegative, Field(description="linear warmup over this many optimizer steps")]
+    mixed_precision: Literal["bf16", "fp32"] | None = Field(
+        description="null: bf16 where the kind supports it, fp32 on the CPU"
+    )
 
-    @classmethod
-    def from_dict(cls, config: dict[str, Any] | None):
-        config = dict(config or {})
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(config) - known)
-        if unknown:
-            raise ConfigError(
-                f"trainer '{config.get('name', cls.__name__)}': unknown key(s) {', '.join(unknown)}; "
-                f"valid keys are {', '.join(sorted(known))}"
-            )
-        settings = cls(**config)
-        settings.check()
-        return settings
+    @property
+    def model_parallel_size(self) -> int:
+        """Workers one model replica takes."""
+        return 1
 
-    def check(self) -> None:
-        _require(self.lr > 0, f"lr must be > 0, got {self.lr}")
-        _require(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
-        _require(self.max_grad_norm > 0, f"max_grad_norm must be > 0, got {self.max_grad_norm}")
-        _require(
-            isinstance(self.micro_batch_size, int) and self.micro_batch_size >= 1,
-            f"micro_batch_size must be an integer >= 1, got {self.micro_batch_size}",
-        )
-        _require(self.warmup_steps >= 0, f"warmup_steps must be >= 0, got {self.warmup_steps}")
-        _require(
-            self.mixed_precision in MIXED_PRECISION,
-            f"mixed_precision must be null, bf16 or fp32, got {self.mixed_precision!r}",
-        )
+    def model_parallel_layout(self) -> str:
+        """How `model_parallel_size` comes about, in the config's keys."""
+        return "1 (one worker per model replica)"
 
     def param_dtype_name(self, device_type: str) -> str:
         """The compute dtype: the configured one, else bf16 on accelerators and fp32 on the CPU."""
@@ -65,30 +48,30 @@ class TrainSettings:
         return min(1.0, (step + 1) / self.warmup_steps)
 
 
-@dataclass
 class FsdpSettings(TrainSettings):
     """FSDP2 keys: how attention is computed (a transformers `attn_implementation`)."""
 
-    attn_implementation: str = "sdpa"
+    attn_implementation: str = Field(
+        description="a transformers attention kernel: sdpa, eager, flash_attention_2, ..."
+    )
 
 
-@dataclass
 class MegatronSettings(TrainSettings):
     """Megatron-core keys: the parallel layout, the optimizer kind, the seed, MindSpeed options."""
 
-    tensor_parallel: int = 1
-    pipeline_parallel: int = 1
-    use_distributed_optimizer: bool = True
-    seed: int = 42
-    mindspeed: dict[str, Any] = field(default_factory=dict)
+    tensor_parallel: Annotated[Count, Field(description="ranks that split each layer")]
+    pipeline_parallel: Annotated[Count, Field(description="stages; must divide the layers")]
+    use_distributed_optimizer: StrictBool
+    seed: StrictInt
+    mindspeed: dict[str, Any] = Field(description="NPU only: extra options for MindSpeed's repatch()")
 
-    def check(self) -> None:
-        super().check()
-        _require(self.tensor_parallel >= 1, f"tensor_parallel must be >= 1, got {self.tensor_parallel}")
-        _require(self.pipeline_parallel >= 1, f"pipeline_parallel must be >= 1, got {self.pipeline_parallel}")
-        _require(isinstance(self.mindspeed, dict), f"mindspeed must be a mapping, got {self.mindspeed!r}")
+    @property
+    def model_parallel_size(self) -> int:
+        """Workers one model replica takes (tensor x pipeline parallel)."""
+        return self.tensor_parallel * self.pipeline_parallel
 
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(f"trainer config: {message}")
+    def model_parallel_layout(self) -> str:
+        return (
+            f"trainer.tensor_parallel x trainer.pipeline_parallel = {self.tensor_parallel} x "
+            f"{self.pipeline_parallel}"
+        )

@@ -15,7 +15,7 @@ from roll_device.cluster import (
 )
 from roll_device.cluster.commands import plan_command
 from roll_device.cluster.placement import release
-from roll_device.config import compose
+from roll_device.commands.compose import compose
 from roll_device.errors import ConfigError, PlanError
 from tests.cluster.role_workers import ProbeWorker
 

@@ -7,7 +7,7 @@ import pytest
 
 import roll_device as rd
 from roll_device.comm import WeightSyncOptions, choose_path, plan_sync
-from roll_device.config import compose
+from roll_device.commands.compose import compose
 from roll_device.errors import ConfigError, UnknownDeviceError
 
 KINDS = ["cuda", "rocm", "npu", "cpu"]

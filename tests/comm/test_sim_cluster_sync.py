@@ -14,7 +14,7 @@ from omegaconf import OmegaConf
 from roll_device.cluster import WorkerGroup, plan_from_config, start_cluster
 from roll_device.cluster.placement import release
 from roll_device.comm import WeightSyncOptions
-from roll_device.config import compose
+from roll_device.commands.compose import compose
 from roll_device.models.tiny import make_tiny_model
 from roll_device.pipeline.role_settings import sync_plan
 from roll_device.pipeline.workers import RolloutWorker, TrainWorker

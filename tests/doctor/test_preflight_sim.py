@@ -12,7 +12,7 @@ import pytest
 import ray
 
 from roll_device.cluster import plan_from_config, start_cluster
-from roll_device.config import compose
+from roll_device.commands.compose import compose
 from roll_device.doctor.preflight import PreflightError, preflight
 from roll_device.pipeline.role_settings import role_requests
 

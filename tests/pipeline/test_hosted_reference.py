@@ -8,7 +8,7 @@ import pytest
 
 from roll_device.cluster import plan_from_config
 from roll_device.cluster.inventory import Inventory, NodeInfo
-from roll_device.config import compose
+from roll_device.commands.compose import compose
 from roll_device.pipeline.experiment import run_experiment
 from roll_device.pipeline.roles import hosted_reference
 

@@ -6,9 +6,9 @@ import json
 import pytest
 import ray
 
-from roll_device.config import compose
+from roll_device.commands.compose import compose
 from roll_device.pipeline.experiment import run_experiment
-from roll_device.pipeline.rewards import RewardFunctionError
+from roll_device.inputs.rewards import RewardFunctionError
 
 
 def _config(tmp_path, *overrides):

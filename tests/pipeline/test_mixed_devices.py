@@ -6,7 +6,7 @@ the CPU. What is real: the Ray cluster of three nodes, the placement, FSDP2 over
 hccl backend, vLLM, and the host bridge over gloo between the nodes.
 """
 
-from roll_device.config import compose
+from roll_device.commands.compose import compose
 from roll_device.pipeline.experiment import run_experiment
 
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from roll_device.config import compose
+from roll_device.commands.compose import compose
 from roll_device.models.tiny import build_tokenizer, vocabulary
-from roll_device.pipeline.data.arithmetic import make_arithmetic_dataset
+from roll_device.inputs.arithmetic import make_arithmetic_dataset
 from roll_device.pipeline.experiment import run_experiment
 
 CHAT_TEMPLATE = (

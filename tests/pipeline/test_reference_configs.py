@@ -5,7 +5,7 @@ inventories: no Ray, no devices needed."""
 import pytest
 
 from roll_device.cluster import Inventory, NodeInfo, plan_from_config
-from roll_device.config import compose
+from roll_device.commands.compose import compose
 from roll_device.errors import PlanError
 from roll_device.pipeline.validate import validate
 

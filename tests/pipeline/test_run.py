@@ -6,7 +6,7 @@ import json
 import pytest
 import ray
 
-from roll_device.config import compose
+from roll_device.commands.compose import compose
 from roll_device.pipeline.experiment import run_experiment
 
 

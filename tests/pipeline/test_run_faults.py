@@ -12,7 +12,7 @@ import time
 import pytest
 import ray
 
-from roll_device.config import compose
+from roll_device.commands.compose import compose
 from roll_device.pipeline.experiment import run_experiment
 from roll_device.pipeline.roles import WorkerLostError
 

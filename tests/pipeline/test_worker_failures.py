@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from roll_device.comm import Endpoint
-from roll_device.config import compose
+from roll_device.commands.compose import compose
 from roll_device.errors import WeightSyncError
 from roll_device.pipeline.experiment import run_experiment
 from roll_device.pipeline.roles import WorkerFailedError, first_line, raised_in, summarised

@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import roll_device as rd
-from roll_device.config import compose
+from roll_device.commands.compose import compose
 from strategies.registry import strategy_class
 
 

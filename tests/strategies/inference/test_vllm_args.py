@@ -175,7 +175,7 @@ def test_only_an_eager_engine_in_this_process_runs_compiled_helpers_eager(
 def test_reference_npu_experiment_would_pass_its_capture_sizes():
     from omegaconf import OmegaConf
 
-    from roll_device.config import compose
+    from roll_device.commands.compose import compose
 
     cfg = compose(["experiment=qwen2_5_7b_npu8"])
     spec = build_engine_spec(

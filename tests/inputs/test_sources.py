@@ -7,9 +7,9 @@ import pytest
 from omegaconf import OmegaConf
 
 from roll_device.errors import ConfigError
-from roll_device.pipeline.data import DatasetPrompts, DataSettings, TaskPrompts, load_source
-from roll_device.pipeline.data.arithmetic import TEST_SIZE, make_arithmetic_dataset, problems
-from roll_device.pipeline.rewards import math_reward
+from roll_device.inputs import DatasetPrompts, DataSettings, TaskPrompts, load_source
+from roll_device.inputs.arithmetic import TEST_SIZE, make_arithmetic_dataset, problems
+from roll_device.inputs.rewards import math_reward
 
 
 def _settings(path=None, **data):

@@ -4,7 +4,7 @@ functions by dotted path, and the report of a user function that raises."""
 import pytest
 
 from roll_device.errors import ConfigError
-from roll_device.pipeline.rewards import (
+from roll_device.inputs.rewards import (
     RewardFunctionError,
     exact_reward,
     final_answer,

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from roll_device.errors import ConfigError
-from roll_device.pipeline.data.arithmetic import GENERATORS
-from roll_device.pipeline.data.records import read_records
-from roll_device.pipeline.data.settings import DataSettings
-from roll_device.pipeline.tasks import get_task
+from roll_device.inputs.arithmetic import GENERATORS
+from roll_device.inputs.records import read_records
+from roll_device.inputs.settings import DataSettings
+from roll_device.inputs.tasks import get_task
 
 TASK_EVAL_SIZE = 64  # evaluation prompts of a toy task when eval.size is null
 
@@ -44,11 +44,11 @@ class PromptSource(Protocol):
 class TaskPrompts:
     """A toy task's endless stream; evaluation prompts come from negative indices (never trained)."""
 
-    def __init__(self, settings: DataSettings) -> None:
-        self.task, self.settings = get_task(settings.task), settings
+    def __init__(self, settings: DataSettings, seed: int) -> None:
+        self.task, self.settings, self.seed = get_task(settings.task), settings, seed
 
     def _sample(self, index: int) -> Sample:
-        return Sample(self.task.prompt(self.settings.seed, index, self.settings.prompt_length), None)
+        return Sample(self.task.prompt(self.seed, index, self.settings.prompt_length), None)
 
     def batch(self, position: int, size: int) -> list[Sample]:
         return [self._sample(position + i) for i in range(size)]
@@ -139,10 +139,10 @@ def _count(size: float, total: int) -> int:
     return round(size * total) if size < 1 else int(size)
 
 
-def split(samples: list[Sample], settings: DataSettings) -> tuple[list[Sample], list[Sample]]:
-    """(training, held-out) by a seeded permutation of the records."""
+def split(samples: list[Sample], settings: DataSettings, seed: int) -> tuple[list[Sample], list[Sample]]:
+    """(training, held-out) by a permutation of the records seeded with `seed`."""
     order = list(range(len(samples)))
-    random.Random(f"split:{settings.seed}").shuffle(order)
+    random.Random(f"split:{seed}").shuffle(order)
     count = _count(settings.eval_size, len(samples))
     if count >= len(samples):
         raise ConfigError(
@@ -152,11 +152,11 @@ def split(samples: list[Sample], settings: DataSettings) -> tuple[list[Sample], 
     return [samples[i] for i in sorted(order[count:])], [samples[i] for i in sorted(order[:count])]
 
 
-def load_source(settings: DataSettings) -> PromptSource:
-    """The source `settings` name, as the files give it (a missing key or an empty file refused);
-    `fitting` then drops the prompts too long for the engine."""
+def load_source(settings: DataSettings, seed: int) -> PromptSource:
+    """The source `settings` name, as the files give it (a missing key or an empty file refused),
+    its orders seeded with the run's `seed`; `fitting` then drops the prompts too long for the engine."""
     if settings.path is None:
-        return TaskPrompts(settings)
+        return TaskPrompts(settings, seed)
     if settings.generate is not None:
         GENERATORS[settings.generate](settings.path, settings.eval_path)
     samples = to_samples(read_records(settings.path, settings.format), settings, settings.path)
@@ -166,5 +166,5 @@ def load_source(settings: DataSettings) -> PromptSource:
         if settings.eval_size:
             held_out = held_out[: _count(settings.eval_size, len(held_out))]
     else:
-        train, held_out = split(samples, settings)
-    return DatasetPrompts(train, held_out, settings.seed, settings.shuffle, settings.epochs, settings.path)
+        train, held_out = split(samples, settings, seed)
+    return DatasetPrompts(train, held_out, seed, settings.shuffle, settings.epochs, settings.path)

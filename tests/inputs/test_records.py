@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from roll_device.errors import ConfigError
-from roll_device.pipeline.data.records import read_records
+from roll_device.inputs.records import read_records
 
 ROWS = [{"question": "what is 1+1?", "answer": "#### 2"}, {"question": "what is 2+2?", "answer": "#### 4"}]
 

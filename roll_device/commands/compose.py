@@ -1,4 +1,4 @@
-"""Compose the Hydra configuration outside `@hydra.main` (for `plan`, `submit` and tests).
+"""Compose the Hydra configuration once, outside `@hydra.main` (for every command and the tests).
 
 The config tree lives in `configs/` at the repository root; `ROLL_DEVICE_CONFIG_DIR` points
 elsewhere. Overrides use Hydra's syntax (`key=value`, `+new.key=value`, `group=option`).
@@ -23,7 +23,7 @@ NO_SUCH_KEY = re.compile(r"Could not override '([^']+)'\.\s+To append to your co
 
 def config_dir() -> Path:
     configured = os.environ.get("ROLL_DEVICE_CONFIG_DIR")
-    path = Path(configured) if configured else Path(__file__).resolve().parent.parent / "configs"
+    path = Path(configured) if configured else Path(__file__).resolve().parents[2] / "configs"
     if not (path / f"{CONFIG_NAME}.yaml").exists():
         raise ConfigError(
             f"no {CONFIG_NAME}.yaml in {path}: set ROLL_DEVICE_CONFIG_DIR to the configs/ folder "

@@ -7,7 +7,7 @@ import re
 import pytest
 import ray
 
-from roll_device.config import compose
+from roll_device.commands.compose import compose
 from roll_device.errors import ConfigError
 from roll_device.pipeline.experiment import run_experiment
 from roll_device.pipeline.schema import check_model_files

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 
 from roll_device.errors import ConfigError, RollDeviceError
-from roll_device.pipeline.tasks import get_task
+from roll_device.inputs.tasks import get_task
 
 RewardFunction = Callable[[str, str, "str | None"], float]
 GSM8K_MARK = "####"

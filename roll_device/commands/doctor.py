@@ -13,17 +13,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from omegaconf import DictConfig
-
-from roll_device.cluster.plan import Plan
-from roll_device.config import compose
+from roll_device.cluster import Plan, inventory_here, plan_for
+from roll_device.commands.gate import check_model, load_config
 from roll_device.doctor.capabilities import capabilities_of
 from roll_device.doctor.checks import Problem, role_problems, stack_problems
 from roll_device.doctor.facts import declared_packages, gather_facts
 from roll_device.doctor.report import format_capabilities, format_versions, problems_message
 from roll_device.errors import ConfigError, PlanError, RollDeviceError
+from roll_device.pipeline.config import RunConfig
 from roll_device.pipeline.role_settings import role_requests
-from roll_device.pipeline.validate import check_model, validate
 from roll_device.platforms import current_platform
 
 PLAN = "plan"  # the role of a problem with the plan itself
@@ -35,29 +33,27 @@ class DoctorError(RollDeviceError, RuntimeError):
 
 
 def doctor_command(overrides: list[str]) -> int:
-    from roll_device.cluster.commands import inventory_here, plan_from_config
-
-    cfg = compose(overrides)
-    validate(cfg)
+    config = load_config(overrides)
     packages = declared_packages()
     facts = gather_facts(packages)
     print(f"platform detected: {current_platform().name}\n")
     print(format_versions(facts), flush=True)
     problems = stack_problems(facts, packages)
     try:
-        plan: Plan | None = plan_from_config(cfg, inventory_here(cfg.cluster))
+        roles = config.roles_to_run().present()
+        plan: Plan | None = plan_for(roles, config.cluster, inventory_here(config.cluster))
     except PlanError as exc:
         plan = None
         problems.append(Problem(PLAN, "-", str(exc)))
     if plan is not None:
-        requests = role_requests(cfg, plan)
+        requests = role_requests(config, plan)
         caps = {(r.kind, r.simulated): None for r in requests}
         caps = {key: capabilities_of(*key) for key in caps}
         print("\ndevice kinds of this experiment:")
         print(format_capabilities(list(caps.values()), requests), flush=True)
         for request in requests:
             problems += role_problems(request, caps[(request.kind, request.simulated)], facts)
-    problems += _model_problems(cfg)
+    problems += _model_problems(config)
     if problems:
         headline = f"{len(problems)} problem(s) stop this experiment here:"
         raise DoctorError(problems_message(headline, [p.line() for p in problems]))
@@ -65,14 +61,14 @@ def doctor_command(overrides: list[str]) -> int:
     return 0
 
 
-def _model_problems(cfg: DictConfig) -> list[Problem]:
+def _model_problems(config: RunConfig) -> list[Problem]:
     """What the model must allow with the roles' settings (`check_model`), for a model already on
     disk (`model.path`, or the tiny model once made: the doctor makes none)."""
-    path = Path(cfg.model.path or cfg.model.tiny_dir)
+    path = Path(config.model.path or config.model.tiny_dir)
     if not (path / "config.json").is_file():
         return []
     try:
-        check_model(cfg, str(path))
+        check_model(config, str(path))
     except ConfigError as exc:
         return [Problem(MODEL, "-", str(exc))]
     return []

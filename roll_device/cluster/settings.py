@@ -1,0 +1,163 @@
+"""The `cluster` config section (one type per `cluster=` option, chosen by `name`) and one entry
+of the `roles` section: typed once, read by `roll_device.settings.read_section`.
+
+`configs/cluster/<name>.yaml` holds the values a run starts from; a simulated node's keys that
+an entry leaves out have their defaults here. `RoleSettings` is one role of any name;
+`check_colocation` what roles say of each other (targets and cycles); whether they fit a cluster
+is the plan's to say (plan.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StrictBool, field_validator, model_validator
+
+from roll_device.errors import ConfigError
+from roll_device.platforms import known_kinds
+from roll_device.platforms.registry import AUTO
+from roll_device.settings import Count, NonNegative, Section, read_section
+
+HEAD_NAME = "head"
+MISSING = "???"  # Hydra's mark of a mandatory value not given
+CpuPerWorker = Annotated[float, Field(gt=0, le=64, description="CPUs each CPU-role worker reserves")]
+ResourceCounts = dict[str, Annotated[float, Field(ge=0)]]
+
+
+class SimNode(Section):
+    """One node of the simulated cluster: a `ray start` process that declares accelerators."""
+
+    name: str | None = None
+    num_cpus: NonNegative = 1
+    num_gpus: NonNegative = 0
+    resources: ResourceCounts = Field(default_factory=dict, description="custom resources, e.g. {NPU: 4}")
+    accelerator_type: str | None = Field(None, description="e.g. AMD-Instinct-MI300X: the GPUs count as rocm")
+
+    @field_validator("resources")
+    @classmethod
+    def _no_reserved(cls, resources: dict[str, float]) -> dict[str, float]:
+        reserved = {"CPU", "GPU"} & set(resources)
+        if reserved:
+            raise ValueError(
+                f"{', '.join(sorted(reserved))} cannot be a custom resource: use num_cpus / num_gpus"
+            )
+        return resources
+
+
+class LocalCluster(Section):
+    """Embedded Ray on this machine (joins the job's cluster inside a Ray job)."""
+
+    name: Literal["local"]
+    address: None
+    num_cpus: Count | None = Field(description="null: all of this machine's")
+    resources: ResourceCounts | None = Field(description="custom resources this node declares")
+    include_dashboard: StrictBool
+    cpu_per_worker: CpuPerWorker
+
+
+class SimCluster(Section):
+    """Several Ray nodes on this machine that declare accelerators they do not have."""
+
+    name: Literal["sim"]
+    address: None
+    include_dashboard: StrictBool
+    cpu_per_worker: CpuPerWorker
+    head: SimNode
+    nodes: list[SimNode]
+
+    @model_validator(mode="after")
+    def _named(self) -> SimCluster:
+        for number, node in enumerate(self.nodes):
+            if not node.name:
+                raise ConfigError(f"cluster.nodes.{number} has no name: give each sim node a `name`")
+        return self
+
+    def entries(self) -> list[tuple[str, SimNode]]:
+        """(name, node) of the head and every node, in start order."""
+        return [(self.head.name or HEAD_NAME, self.head)] + [(str(n.name), n) for n in self.nodes]
+
+
+class RemoteCluster(Section):
+    """An existing Ray cluster, by address."""
+
+    name: Literal["remote"]
+    address: str = Field(description="<host>:6379, ray://<host>:10001 or auto")
+    dashboard_address: str | None
+    runtime_env: dict[str, Any] | None
+    cpu_per_worker: CpuPerWorker
+
+    @field_validator("address")
+    @classmethod
+    def _given(cls, address: str) -> str:
+        if not address.strip() or address == MISSING:
+            raise ConfigError(
+                "cluster=remote needs the cluster's address: cluster.address=<host:port>, "
+                "ray://<host>:10001 or auto"
+            )
+        return address
+
+
+ClusterSettings = LocalCluster | SimCluster | RemoteCluster
+CLUSTER_TYPES: dict[str, type[ClusterSettings]] = {
+    "local": LocalCluster,
+    "sim": SimCluster,
+    "remote": RemoteCluster,
+}
+
+
+def read_cluster(values: Any) -> ClusterSettings:
+    """The `cluster` section as the type its `name` chooses."""
+    if isinstance(values, LocalCluster | SimCluster | RemoteCluster):
+        return values
+    name = (values or {}).get("name")
+    if name not in CLUSTER_TYPES:
+        raise ConfigError(f"cluster.name={name!r}: choose one of {', '.join(CLUSTER_TYPES)} (cluster=<name>)")
+    return read_section(CLUSTER_TYPES[name], values, "cluster")
+
+
+class RoleSettings(Section):
+    """One role: the kind it runs on, how many devices, its strategy, whose devices it shares."""
+
+    device: str = Field(description="a device kind or auto")
+    num_devices: Annotated[Count, Field(description="one worker per device")]
+    strategy: str
+    colocate_with: str | None
+
+    @field_validator("device")
+    @classmethod
+    def _known_kind(cls, device: str) -> str:
+        device = device.strip().lower()
+        valid = known_kinds()
+        if device != AUTO and device not in valid:
+            raise ValueError(f"valid values are {AUTO}, {', '.join(valid)}")
+        return device
+
+
+def check_colocation(roles: Mapping[str, RoleSettings]) -> None:
+    """Colocation targets name roles that run, never the role itself, and form no cycle."""
+    if not roles:
+        raise ConfigError("no roles configured: `roles` needs at least one role")
+    for name, role in roles.items():
+        if role.colocate_with is None:
+            continue
+        if role.colocate_with == name:
+            raise ConfigError(f"roles.{name}.colocate_with names the role itself: set it to null")
+        if role.colocate_with not in roles:
+            raise ConfigError(
+                f"roles.{name}.colocate_with='{role.colocate_with}' names no configured role "
+                f"(roles: {', '.join(roles)})"
+            )
+    for name in roles:
+        owner(name, roles)
+
+
+def owner(name: str, roles: Mapping[str, RoleSettings]) -> str:
+    """The role that owns the devices `name` runs on (follows colocate_with chains)."""
+    seen = [name]
+    while roles[seen[-1]].colocate_with is not None:
+        nxt = roles[seen[-1]].colocate_with
+        if nxt in seen:
+            raise ConfigError(f"colocate_with forms a cycle: {' -> '.join(seen + [nxt])}")
+        seen.append(nxt)
+    return seen[-1]

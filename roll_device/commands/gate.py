@@ -1,0 +1,113 @@
+"""The config gate every command passes: compose the overrides once (compose.py), read them into
+the run's typed configuration (`RunConfig`: every section's types, ranges and choices, and the
+rules across sections), and check what can be checked before Ray or any worker starts.
+
+- `load_config(overrides)` / `read_config(cfg)`: the `RunConfig`, or one `ConfigError` line that
+  names the key, the bad value and what to do.
+- `check_before_start(config, run_dir)`: what only the machine that runs the job can check (the
+  data files and the reward's module, the model directory, the checkpoint a resumed run continues
+  from), then the run's folder is made; returns where a resumed run continues (None: afresh).
+- `check_model(config, model_path)`: once the model is on disk, what it allows with each role's
+  settings, as each strategy checks it (`Strategy.check_model`).
+
+`plan` and `submit` stop after `load_config`: their files live on the cluster.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from roll_device.cluster import inventory_here, plan_for
+from roll_device.cluster.settings import RemoteCluster
+from roll_device.commands.compose import compose
+from roll_device.errors import ConfigError, PlanError
+from roll_device.files import make_folder
+from roll_device.inputs.loading import check_files
+from roll_device.models.hf_dir import check_model_dir
+from roll_device.pipeline.config import ROLE_TYPES, RunConfig
+from roll_device.pipeline.role_settings import compute_platform
+from roll_device.pipeline.state import Checkpoints, PipelineState
+from roll_device.platforms import Platform, get_platform
+from roll_device.platforms.registry import AUTO
+from roll_device.settings import read_section
+from strategies.registry import strategy_type
+
+ResumePoint = tuple[Path, PipelineState]
+
+
+def resolved(cfg: DictConfig) -> dict[str, Any]:
+    """The composed config as plain values, interpolations resolved (a ConfigError naming a
+    broken one)."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as exc:
+        raise ConfigError(f"{exc.full_key}: {str(exc).splitlines()[0]}") from exc
+
+
+def read_config(cfg: DictConfig) -> RunConfig:
+    """The composed config (without its `hydra` node) as the run's typed configuration."""
+    values = resolved(cfg)
+    values.pop("hydra", None)
+    return read_section(RunConfig, values, "")
+
+
+def load_config(overrides: list[str] | None = None) -> RunConfig:
+    """The run's configuration for `overrides` (Hydra's syntax), composed once and read."""
+    return read_config(compose(overrides))
+
+
+def check_model_files(config: RunConfig) -> None:
+    """`model.path`, when set, is a Hugging Face model directory on this machine that the
+    strategies can run."""
+    given = config.model.path
+    if given is None:
+        return
+    path = Path(given).expanduser()
+    fix = "give a directory saved with save_pretrained (with config.json), or model.path=null for the tiny model"
+    if not given.strip() or not path.exists():
+        raise ConfigError(f"model.path='{given}' does not exist: {fix}")
+    if not path.is_dir():
+        raise ConfigError(f"model.path='{given}' is a file, not a model directory: {fix}")
+    check_model_dir(path)  # config.json of a supported family, and a tokenizer
+
+
+def check_before_start(config: RunConfig, run_dir: Path) -> ResumePoint | None:
+    """What the machine that runs the job checks before anything starts or is written (the files
+    are read once: sizes and CRC32s of a checkpoint); last, the run's folder is made (empty), or
+    refused when it cannot be. Returns where a resumed run continues (None: afresh)."""
+    check_files(config.data, config.reward)
+    check_model_files(config)
+    start = Checkpoints(run_dir).resume_point(config.resume) if config.resume else None
+    make_folder(run_dir, "hydra.run.dir")  # the last check: the run's folder, empty, can be made
+    return start
+
+
+def check_model(config: RunConfig, model_path: str) -> None:
+    """What the model itself must allow with each role's settings, before any worker loads it:
+    each strategy's own `check_model` (a Megatron layout the model's heads, vocabulary and layers
+    take; a vLLM engine that holds one sequence), told the role's compute platform where it is
+    known before the cluster starts."""
+    platforms = _compute_platforms_known_here(config)
+    for role, spec in config.roles_to_run().present().items():
+        settings = config.strategy_settings(role)
+        if settings is None:
+            continue
+        strategy_type(ROLE_TYPES[role], spec.strategy).check_model(platforms.get(role), settings, model_path)
+
+
+def _compute_platforms_known_here(config: RunConfig) -> dict[str, Platform]:
+    """Each role's compute platform as planned without Ray: on a local or simulated cluster from
+    the nodes it will hold; on a remote one only for roles that name their device kind."""
+    roles = config.roles_to_run().present()
+    if isinstance(config.cluster, RemoteCluster):
+        return {role: get_platform(spec.device) for role, spec in roles.items() if spec.device != AUTO}
+    try:
+        plan = plan_for(roles, config.cluster, inventory_here(config.cluster))
+    except PlanError:
+        return {}  # refused with the cluster's own inventory once it runs
+    return {role: compute_platform(plan, role) for role in plan.roles}

@@ -1,0 +1,101 @@
+"""The `data`, `reward` and `eval` config sections, typed: where prompts come from (a toy task, or
+a file of records with prompt and answer keys), how they are shuffled, repeated and held out for
+evaluation, the reward they are scored with, and how often evaluation runs.
+
+What the sections say on their own is checked here; what needs the files or the reward's module
+is checked where the run reads them (`loading.check_files`, `rewards.resolve_reward`), since
+`plan` and `submit` read configs whose files live on the cluster.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, StrictBool, field_validator, model_validator
+
+from roll_device.errors import ConfigError
+from roll_device.inputs.arithmetic import GENERATORS
+from roll_device.inputs.records import FORMATS
+from roll_device.inputs.rewards import BUILT_IN
+from roll_device.inputs.tasks import TASKS
+from roll_device.settings import Count, NonNegative, OpenSection, Section
+
+DATA_FORMATS = ("auto", *FORMATS)
+
+
+class DataSettings(OpenSection):
+    task: str = Field(description="the toy task whose prompts and rule are used when data.path is null")
+    prompts_per_step: Count
+    prompt_length: Annotated[Count, Field(description="letters per toy-task prompt; the longest prompt")]
+    path: str | None = Field(description="a .jsonl, .parquet or datasets folder; null: the toy task")
+    format: Literal[DATA_FORMATS]
+    prompt_key: str
+    answer_key: str
+    shuffle: StrictBool
+    epochs: Count | None = Field(description="null cycles until max_steps")
+    eval_size: Annotated[float, Field(ge=0, description="0 (none), a fraction < 1, or a count")]
+    eval_path: str | None = Field(description="a separate evaluation file (eval_size then caps its rows)")
+    generate: str | None = Field(description="a dataset roll-device writes at path / eval_path when absent")
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, task: str) -> str:
+        if task not in TASKS:
+            raise ValueError(f"unknown task: choose one of {', '.join(sorted(TASKS))}")
+        return task
+
+    @field_validator("path", "eval_path")
+    @classmethod
+    def _expanded(cls, value: str | None) -> str | None:
+        return None if value in (None, "") else str(Path(value).expanduser())
+
+    @field_validator("generate")
+    @classmethod
+    def _known_generator(cls, generate: str | None) -> str | None:
+        if generate is not None and generate not in GENERATORS:
+            raise ValueError(f"unknown dataset: choose {', '.join(GENERATORS)}")
+        return generate
+
+    @model_validator(mode="after")
+    def _files_named(self) -> DataSettings:
+        if self.generate is not None and (self.path is None or self.eval_path is None):
+            raise ConfigError(f"data.generate={self.generate} writes data.path and data.eval_path: set both")
+        if self.eval_path is not None and self.path is None:
+            raise ConfigError("data.eval_path is set but data.path is null: evaluation files need a dataset")
+        return self
+
+
+class RewardSettings(Section):
+    function: str | None = Field(description="math, exact, a dotted path, or null for the task's rule")
+
+    def name(self, task: str) -> str:
+        """How the reward is named in reports: the function, or the task's rule."""
+        return self.function or f"task:{task}"
+
+    def check_with(self, data: DataSettings) -> None:
+        """A reward that compares with answers needs a dataset that has them, and a dataset
+        needs such a reward (the toy task's rule knows no answers)."""
+        if self.function is None and data.path is not None:
+            raise ConfigError(
+                f"data.path={data.path} needs a reward that compares with its answers: set "
+                f"reward.function to {', '.join(BUILT_IN)} or a dotted path module.function"
+            )
+        if self.function in BUILT_IN and data.path is None:
+            raise ConfigError(
+                f"reward.function={self.function} compares responses with reference answers: set data.path "
+                "to a dataset (the toy data.task has none)"
+            )
+
+
+class EvalSettings(Section):
+    every_n_steps: Annotated[NonNegative, Field(description="0 turns evaluation off")]
+    size: Count | None = Field(description="null evaluates every held-out prompt")
+    max_new_tokens: Count | None = Field(description="null: algorithm.max_new_tokens")
+
+    @property
+    def enabled(self) -> bool:
+        return self.every_n_steps > 0
+
+    def due(self, step: int, last_step: int) -> bool:
+        return self.enabled and (step % self.every_n_steps == 0 or step == last_step)

@@ -1,0 +1,216 @@
+"""The run's configuration, typed once: `RunConfig`, the frozen result of reading the composed
+config (roll_device/commands/gate.py composes it and reads it; everything after gets this).
+
+Each section's type is owned by the code that consumes it: `cluster` and `roles` by the cluster
+layer, `weight_sync` by comm, `data`, `reward` and `eval` by the inputs, `trainer` and `rollout`
+by the strategy their `name` registers (strategies/registry.py), and the run's own keys, `model`,
+`algorithm` and `experiment` here. What crosses sections is checked here, once: which role runs
+which kind of strategy, batch splits across workers, model-parallel layouts, the context length,
+the reference the KL term needs, and a reward the data can be scored with.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, SerializeAsAny, StrictBool, StrictInt, field_validator, model_validator
+
+from roll_device.cluster.settings import ClusterSettings, RoleSettings, check_colocation, read_cluster
+from roll_device.comm.options import WeightSyncOptions
+from roll_device.errors import ConfigError
+from roll_device.inputs.settings import DataSettings, EvalSettings, RewardSettings
+from roll_device.settings import Count, NonNegative, OpenSection, Section, read_section
+from strategies.base import INFERENCE, TRAIN
+from strategies.inference.settings import RolloutSettings
+from strategies.registry import names, strategy_type
+from strategies.training.settings import TrainSettings
+
+REWARD = "reward"  # the role type of reward workers (the pipeline's own, no strategy registry)
+ROLE_TYPES = {"actor_infer": INFERENCE, "actor_train": TRAIN, "reference": TRAIN, "reward": REWARD}
+SECTION_OF = {INFERENCE: "rollout", TRAIN: "trainer"}  # the section a role type's strategy reads
+REQUIRED_ROLES = ("actor_infer", "actor_train", "reward")
+REWARD_STRATEGIES = ("rule",)
+RESUME_CHOICES = (True, False, "latest_valid")
+
+
+class ModelSettings(Section):
+    path: str | None = Field(description="a Hugging Face model directory, or null for the tiny model")
+    tiny_dir: str
+    tiny_layers: Count
+    tiny_hidden: Annotated[StrictInt, Field(ge=32, description="attention heads need 32 dims or more")]
+    chat_template: StrictBool
+
+
+class AlgorithmSettings(Section):
+    """GRPO."""
+
+    samples_per_prompt: Annotated[
+        StrictInt, Field(ge=2, description="GRPO compares samples of one prompt, use 2 or more")
+    ]
+    max_new_tokens: Count
+    temperature: Annotated[float, Field(ge=0, description="0 samples greedily")]
+    clip_ratio: Annotated[float, Field(gt=0)]
+    kl_coef: Annotated[float, Field(ge=0, description="0 runs without the reference role")]
+    ppo_epochs: Count
+
+
+class ExperimentSettings(OpenSection):
+    name: str
+
+
+class RolesSettings(Section):
+    """The pipeline's roles (`roles.<role>=null` drops one)."""
+
+    actor_infer: RoleSettings | None
+    actor_train: RoleSettings | None
+    reference: RoleSettings | None
+    reward: RoleSettings | None
+
+    @model_validator(mode="after")
+    def _colocation(self) -> RolesSettings:
+        check_colocation(self.present())
+        return self
+
+    def present(self) -> dict[str, RoleSettings]:
+        """The roles that run, by name, in declaration order."""
+        return {name: role for name in type(self).model_fields if (role := getattr(self, name)) is not None}
+
+    def without(self, name: str) -> RolesSettings:
+        """These roles less `name`."""
+        return self.model_copy(update={name: None})
+
+
+def _strategy_section(role_type: str, values: Any) -> Any:
+    """The `trainer` or `rollout` section as the type its `name`'s strategy reads."""
+    section = SECTION_OF[role_type]
+    if isinstance(values, TrainSettings | RolloutSettings):
+        return values
+    name = (values or {}).get("name")
+    if (role_type, name) not in {(role_type, n) for n in names(role_type)}:
+        raise ConfigError(f"{section}.name={name!r}: choose one of {', '.join(names(role_type))}")
+    return read_section(strategy_type(role_type, name).settings_cls, values, section)
+
+
+class RunConfig(Section):
+    """The top level: the run's own keys and every section."""
+
+    seed: StrictInt
+    max_steps: Annotated[StrictInt, Field(ge=1, description="a run needs at least one step")]
+    resume: Literal[RESUME_CHOICES] = Field(
+        description="latest_valid: the newest checkpoint that passes its checks"
+    )
+    save_every: Annotated[NonNegative, Field(description="0 checkpoints only at the end")]
+    model: ModelSettings
+    roles: RolesSettings
+    weight_sync: WeightSyncOptions
+    data: DataSettings
+    reward: RewardSettings
+    eval: EvalSettings
+    algorithm: AlgorithmSettings
+    experiment: ExperimentSettings
+    cluster: ClusterSettings
+    trainer: SerializeAsAny[TrainSettings]
+    rollout: SerializeAsAny[RolloutSettings]
+
+    @field_validator("cluster", mode="before")
+    @classmethod
+    def _cluster_by_name(cls, values: Any) -> ClusterSettings:
+        return read_cluster(values)
+
+    @field_validator("trainer", mode="before")
+    @classmethod
+    def _trainer_by_name(cls, values: Any) -> TrainSettings:
+        return _strategy_section(TRAIN, values)
+
+    @field_validator("rollout", mode="before")
+    @classmethod
+    def _rollout_by_name(cls, values: Any) -> RolloutSettings:
+        return _strategy_section(INFERENCE, values)
+
+    @model_validator(mode="after")
+    def _across_sections(self) -> RunConfig:
+        self._check_roles()
+        self._check_sizes()
+        self.reward.check_with(self.data)
+        return self
+
+    # ---- what the run derives from it ----------------------------------------------------------
+    def roles_to_run(self) -> RolesSettings:
+        """The roles that start: the reference only when the KL term needs its logprobs."""
+        return self.roles.without("reference") if self.algorithm.kl_coef == 0 else self.roles
+
+    def strategy_settings(self, role: str) -> TrainSettings | RolloutSettings | None:
+        """The section `role`'s strategy is started with (None for the reward role)."""
+        section = SECTION_OF.get(ROLE_TYPES[role])
+        return None if section is None else getattr(self, section)
+
+    @property
+    def eval_max_new_tokens(self) -> int:
+        return self.eval.max_new_tokens or self.algorithm.max_new_tokens
+
+    # ---- rules across sections ---------------------------------------------------------------
+    def _check_roles(self) -> None:
+        roles = self.roles.present()
+        for role in REQUIRED_ROLES:
+            if role not in roles:
+                raise ConfigError(f"roles.{role} is missing: the GRPO pipeline needs it")
+        for role, spec in roles.items():
+            self._check_strategy(role, spec)
+
+    def _check_strategy(self, role: str, spec: RoleSettings) -> None:
+        role_type = ROLE_TYPES[role]
+        if role_type == REWARD:
+            if spec.strategy not in REWARD_STRATEGIES:
+                raise ConfigError(
+                    f"roles.reward.strategy='{spec.strategy}' is unknown: choose {', '.join(REWARD_STRATEGIES)}"
+                )
+            return
+        if spec.strategy not in names(role_type):
+            raise ConfigError(
+                f"roles.{role}.strategy='{spec.strategy}' is unknown for {role_type}: choose one of "
+                f"{', '.join(names(role_type))}"
+            )
+        section = SECTION_OF[role_type]
+        configured = getattr(self, section).name
+        if spec.strategy != configured:
+            raise ConfigError(
+                f"roles.{role}.strategy='{spec.strategy}' but the {section} section is {configured}'s: "
+                f"choose {section}={spec.strategy} (its roles then follow), or roles.{role}.strategy={configured}"
+            )
+
+    def _check_sizes(self) -> None:
+        prompts, samples = self.data.prompts_per_step, self.algorithm.samples_per_prompt
+        roles = self.roles_to_run().present()
+        infer = roles["actor_infer"].num_devices
+        if prompts % infer:
+            raise ConfigError(
+                f"data.prompts_per_step={prompts} does not split across {infer} actor_infer workers: "
+                f"make it a multiple of roles.actor_infer.num_devices"
+            )
+        per_replica = self.trainer.model_parallel_size
+        for role in ("actor_train", "reference"):
+            if role not in roles:
+                continue
+            workers = roles[role].num_devices
+            if (prompts * samples) % workers:
+                raise ConfigError(
+                    f"the batch of {prompts * samples} sequences (data.prompts_per_step x "
+                    f"algorithm.samples_per_prompt) does not split across {workers} {role} workers: "
+                    f"make it a multiple of roles.{role}.num_devices"
+                )
+            if workers % per_replica:
+                raise ConfigError(
+                    f"roles.{role}.num_devices={workers} is not a multiple of "
+                    f"{self.trainer.model_parallel_layout()}: every model replica needs that many workers"
+                )
+        longest = self.data.prompt_length + 1 + self.algorithm.max_new_tokens
+        if longest > self.rollout.max_model_len:
+            raise ConfigError(
+                f"prompt ({self.data.prompt_length + 1}) + algorithm.max_new_tokens "
+                f"({self.algorithm.max_new_tokens}) exceeds rollout.max_model_len ({self.rollout.max_model_len})"
+            )
+        if self.algorithm.kl_coef > 0 and "reference" not in roles:
+            raise ConfigError(
+                f"algorithm.kl_coef={self.algorithm.kl_coef} needs reference logprobs: configure "
+                "roles.reference, or set algorithm.kl_coef=0"
+            )
