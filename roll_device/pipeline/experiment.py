@@ -46,6 +46,7 @@ from roll_device.pipeline.roles import (
     start_roles,
 )
 from roll_device.pipeline.state import Checkpoints, PipelineState
+from roll_device.pipeline.workers import TrainWorker
 
 POLICY_DIR = "policy"
 ResumePoint = tuple[Path, PipelineState]
@@ -84,14 +85,14 @@ class Run:
     def restore(self, path: Path, state: PipelineState) -> None:
         self.state = state
         self.saved_step = state.step
-        self.roles.call("actor_train", "load", str(path / POLICY_DIR))
+        self.roles.call("actor_train", TrainWorker.load, str(path / POLICY_DIR))
         self.metrics.truncate_after(state.step)
         self.roles.sync_weights(version=state.step)
         print(f"resumed from {path} at step {state.step}")
 
     def save(self) -> Path:
         staging = self.checkpoints.staging_dir(self.state.step)
-        self.roles.call("actor_train", "save", str(staging / POLICY_DIR))
+        self.roles.call("actor_train", TrainWorker.save, str(staging / POLICY_DIR))
         self.saved_step = self.state.step
         return self.checkpoints.commit(staging, self.state)
 

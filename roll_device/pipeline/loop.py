@@ -20,7 +20,9 @@ from roll_device.inputs import Sample
 from roll_device.inputs.loading import RunInputs
 from roll_device.pipeline.batching import build_batch
 from roll_device.pipeline.config import RunConfig
+from roll_device.pipeline.reward_worker import RewardWorker
 from roll_device.pipeline.roles import RoleGroups
+from roll_device.pipeline.workers import RolloutWorker, TrainWorker
 from roll_device.pipeline.state import PipelineState
 from strategies.base import Completion, SamplingConfig
 from strategies.training.losses import group_normalized_advantages
@@ -48,7 +50,7 @@ class GrpoStep:
         """Responses from the `actor_infer` workers, each prompt's index into `prompt_ids`."""
         shards = shard(prompt_ids, self.roles.groups["actor_infer"].world_size)
         completions, offset = [], 0
-        for part, result in zip(shards, self.roles.scatter("actor_infer", "generate", shards, sampling)):
+        for part, result in zip(shards, self.roles.scatter("actor_infer", RolloutWorker.generate, shards, sampling)):
             for c in result:
                 c.prompt_index += offset
             completions.extend(result)
@@ -62,7 +64,9 @@ class GrpoStep:
             (samples[c.prompt_index].prompt, text, samples[c.prompt_index].answer)
             for c, text in zip(completions, responses)
         ]
-        scored = self.roles.scatter("reward", "score", shard(items, self.roles.groups["reward"].world_size))
+        scored = self.roles.scatter(
+            "reward", RewardWorker.score, shard(items, self.roles.groups["reward"].world_size)
+        )
         return [r for part in scored for r in part]
 
     def logprobs(self, role: str, batch) -> torch.Tensor:
@@ -93,7 +97,7 @@ class GrpoStep:
         self.training = True
         for _ in range(self.algo.ppo_epochs):
             metrics = self.roles.data_parallel(
-                "actor_train", "train", batch, self.algo.clip_ratio, self.algo.kl_coef
+                "actor_train", TrainWorker.train, batch, self.algo.clip_ratio, self.algo.kl_coef
             )[0]
         state.step += 1
         state.data_position += len(samples)

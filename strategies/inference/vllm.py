@@ -2,7 +2,7 @@
 on NPUs), one class whose engine arguments come from `vllm_args.build_engine_spec`.
 
 Weights move in buckets (`weights.weight_buckets`) as safetensors bytes through
-`collective_rpc` to the worker extension (`vllm_worker`), which reloads them in place; the prefix
+`collective_rpc` (given the worker extension's method itself, `vllm_worker`), which reloads them in place; the prefix
 cache is reset afterwards, since cached prompt states were computed with the old weights.
 `read_weights()` returns what the engine computes with, in HF names, for verification.
 `offload()` / `reload()` are vLLM's sleep (level 1) / wake-up where sleep mode is on (colocated on
@@ -41,6 +41,7 @@ from strategies.inference.vllm_args import (
     engine_of,
     graph_mode_and_sleep_level,
 )
+from strategies.inference.vllm_worker import RolloutWorkerExtension
 from strategies.inference.weights import check_update, pack, unpack, weight_buckets
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,7 @@ class VllmStrategy(InferenceStrategy):
         with self._stance():
             self.llm = LLM(**self.spec.kwargs)
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
-        self.layout = self.llm.collective_rpc("roll_device_weight_layout")[0]
+        self.layout = self.llm.collective_rpc(RolloutWorkerExtension.roll_device_weight_layout)[0]
         self._known = set(self.layout["names"]) | set(self.layout["ignored"])
         self._ignored = set(self.layout["ignored"])
         self.sleeping = False
@@ -139,13 +140,13 @@ class VllmStrategy(InferenceStrategy):
             bucket = [(name, t) for name, t in bucket if name not in self._ignored]
             check_update((name for name, _ in bucket), self._known, self.layout["fused"])
             if bucket:
-                self.llm.collective_rpc("roll_device_load_weights", args=(pack(bucket),))
+                self.llm.collective_rpc(RolloutWorkerExtension.roll_device_load_weights, args=(pack(bucket),))
         self.llm.reset_prefix_cache()
 
     def read_weights(self) -> dict[str, Any]:
         """The engine's weights in HF names, on the CPU (first worker), for verification."""
         self._require_started("read_weights")
-        return unpack(self.llm.collective_rpc("roll_device_read_weights")[0])
+        return unpack(self.llm.collective_rpc(RolloutWorkerExtension.roll_device_read_weights)[0])
 
     def offload(self) -> None:
         self._require_started("offload")
