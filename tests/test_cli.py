@@ -235,12 +235,12 @@ def test_ctrl_c_checkpoints_and_says_how_to_resume(tmp_path):
 
 
 def test_ctrl_c_outside_a_run_ends_without_a_traceback(capsys, monkeypatch):
-    import roll_device.commands.compose
+    import roll_device.commands.plan
     from roll_device.cli import main
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(roll_device.commands.compose, "compose", interrupted)
+    monkeypatch.setattr(roll_device.commands.plan, "load_config", interrupted)
     assert main(["plan"]) == 130
     assert capsys.readouterr().err == "roll-device plan: interrupted (Ctrl-C)\n"

@@ -106,8 +106,9 @@ class WorkerGroup:
         (or of a class it derives from: the actor runs its own override)."""
         name = getattr(method, "__name__", None)
         if not any(vars(cls).get(str(name)) is method for cls in self.worker_cls.__mro__):
+            shown = getattr(method, "__qualname__", None) or repr(method)  # a function: no address
             raise DispatchError(
-                f"{method!r} is not a method of {self.worker_cls.__name__}: pass the worker method "
+                f"{shown} is not a method of {self.worker_cls.__name__}: pass the worker method "
                 f"itself (e.g. {self.worker_cls.__name__}.info), not its name or another class's"
             )
         return name

@@ -22,7 +22,7 @@ from roll_device.settings import Count, NonNegative, Section, read_section
 HEAD_NAME = "head"
 MISSING = "???"  # Hydra's mark of a mandatory value not given
 CpuPerWorker = Annotated[float, Field(gt=0, le=64, description="CPUs each CPU-role worker reserves")]
-ResourceCounts = dict[str, Annotated[float, Field(ge=0)]]
+ResourceCounts = dict[str, NonNegative]  # Ray declares a node's resources in whole numbers
 
 
 class SimNode(Section):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, StrictBool, StrictInt, field_validator
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, field_validator
 
 from roll_device.comm.paths import check_path
 from roll_device.settings import Section
@@ -27,7 +27,7 @@ class WeightSyncOptions(Section):
         StrictInt, Field(ge=MIN_BUCKET_BYTES, description="bytes per bucket; 64 MiB is a good default")
     ]
     verify: StrictBool = Field(description="a CRC32 per bucket; a mismatch keeps the old weights")
-    timeout_s: Annotated[float, Field(gt=0, description="seconds one end waits for the other")]
+    timeout_s: Annotated[StrictFloat, Field(gt=0, description="seconds one end waits for the other")]
 
     @field_validator("path")
     @classmethod

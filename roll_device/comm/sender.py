@@ -1,7 +1,7 @@
 """The trainer's side of a weight sync, run on the trainer's rank 0.
 
 ```python
-sender = WeightSender(plan, platform, receivers=2, options=WeightSyncOptions())
+sender = WeightSender(plan, platform, receivers=2, options=config.weight_sync)
 endpoint = sender.endpoint          # hand it to every rollout worker's WeightReceiver
 sender.connect()                    # together with the receivers' connect()
 stats = sender.send(trainer.export_weights(), version=step)   # together with their receive()
@@ -43,10 +43,11 @@ class WeightSender:
         plan: SyncPlan,
         platform: Platform,
         receivers: int,
-        options: WeightSyncOptions | None = None,
+        options: WeightSyncOptions,
         host: str = "127.0.0.1",
     ) -> None:
-        """`host`: the address receivers reach this process at (its node's IP across nodes)."""
+        """`options`: the `weight_sync` section (no defaults: the run's config holds them); `host`:
+        the address receivers reach this process at (its node's IP across nodes)."""
         if isinstance(receivers, bool) or not isinstance(receivers, int) or receivers < 1:
             raise WeightSyncError(f"a weight sender needs at least one receiver, got receivers={receivers!r}")
         if platform.kind != plan.src_kind:
@@ -54,7 +55,7 @@ class WeightSender:
                 f"the plan syncs from a {plan.src_kind} trainer but this sender runs on {platform.name}"
             )
         self.plan, self.platform = plan, platform
-        self.options = options or WeightSyncOptions()
+        self.options = options
         self.control = Control.serve(host, self.options.timeout_s)
         self.setup = Setup(plan, receivers, self.options.bucket_bytes)
         self.control.put(SETUP_KEY, self.setup)

@@ -50,10 +50,9 @@ def resolved(cfg: DictConfig) -> dict[str, Any]:
 
 
 def read_config(cfg: DictConfig) -> RunConfig:
-    """The composed config (without its `hydra` node) as the run's typed configuration."""
-    values = resolved(cfg)
-    values.pop("hydra", None)
-    return read_section(RunConfig, values, "")
+    """The composed config (its `hydra` node left out) as the run's typed configuration."""
+    job = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"]) if "hydra" in cfg else cfg
+    return read_section(RunConfig, resolved(job), "")
 
 
 def load_config(overrides: list[str] | None = None) -> RunConfig:

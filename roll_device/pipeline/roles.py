@@ -146,14 +146,13 @@ def watching(role: str) -> Iterator[None]:
 
 def hosted_reference(config: RunConfig, plan: Plan) -> bool:
     """Whether the reference runs inside the `actor_train` workers (see the module docstring)."""
-    roles = config.roles
-    if "reference" not in plan.roles or roles.reference.strategy != roles.actor_train.strategy:
-        return False
+    if "reference" not in plan.roles:
+        return False  # trainer roles share the one `trainer` section: the same strategy
     reference, train = plan.roles["reference"], plan.roles["actor_train"]
     if (reference.kind, reference.slots) != (train.kind, train.slots):
         return False
     kind = compute_platform(plan, "reference").kind
-    return strategy_class(TRAIN, roles.reference.strategy, kind).hosts_reference
+    return strategy_class(TRAIN, config.trainer.name, kind).hosts_reference
 
 
 @dataclass

@@ -3,32 +3,59 @@
 import pytest
 
 from roll_device.cluster.inventory import Inventory, NodeInfo, inventory_from_nodes
-from roll_device.cluster.plan import build_plan, parse_roles
+from roll_device.cluster.plan import build_plan
+from roll_device.cluster.settings import RoleSettings, check_colocation
 from roll_device.errors import ConfigError, PlanError
+from roll_device.settings import read_section
+from tests.configs import cluster_settings, run_config
 
 HEAD = NodeInfo("h" * 56, "10.0.0.1", "head", cpus=2, is_head=True)
 NPU8 = NodeInfo("n" * 56, "10.0.0.2", "npu-a", cpus=8, devices={"npu": 8})
 NPU4 = NodeInfo("m" * 56, "10.0.0.3", "npu-b", cpus=8, devices={"npu": 4})
 GPU2 = NodeInfo("g" * 56, "10.0.0.4", "gpu-a", cpus=4, devices={"cuda": 2})
 MIXED = Inventory((HEAD, NPU8, NPU4, GPU2))
+CPU_PER_WORKER = cluster_settings().cpu_per_worker  # the shipped cluster's (configs/cluster/local.yaml)
 
 
-def roles(**spec):
-    """roles config: name=(device, num_devices[, colocate_with])."""
+def role_values(**spec) -> dict[str, dict]:
+    """The `roles` section's values: name=(device, num_devices[, colocate_with])."""
     return {
-        name: {"device": s[0], "num_devices": s[1], "colocate_with": s[2] if len(s) > 2 else None}
+        name: {
+            "device": s[0],
+            "num_devices": s[1],
+            "strategy": "standin",  # the plan does not read it
+            "colocate_with": s[2] if len(s) > 2 else None,
+        }
         for name, s in spec.items()
     }
 
 
+def read_roles(values: dict[str, dict]) -> dict[str, RoleSettings]:
+    """Each role read as `roles.<name>` is read, then what the roles say of each other checked."""
+    roles = {name: read_section(RoleSettings, role, f"roles.{name}") for name, role in values.items()}
+    check_colocation(roles)
+    return roles
+
+
+def roles(**spec) -> dict[str, RoleSettings]:
+    """Typed roles: name=(device, num_devices[, colocate_with])."""
+    return read_roles(role_values(**spec))
+
+
+def plan_of(
+    spec: dict[str, RoleSettings], inventory: Inventory = MIXED, cpu_per_worker: float = CPU_PER_WORKER
+):
+    return build_plan(spec, inventory, cpu_per_worker)
+
+
 def test_auto_takes_the_most_numerous_accelerator_kind_else_cpu():
-    plan = build_plan(roles(a=("auto", 2)), MIXED)
+    plan = plan_of(roles(a=("auto", 2)))
     assert plan.roles["a"].kind == "npu"
-    assert build_plan(roles(a=("auto", 1)), Inventory((HEAD,))).roles["a"].kind == "cpu"
+    assert plan_of(roles(a=("auto", 1)), Inventory((HEAD,))).roles["a"].kind == "cpu"
 
 
 def test_roles_get_distinct_devices_on_as_few_nodes_as_possible():
-    plan = build_plan(roles(train=("npu", 8), infer=("npu", 4), gen=("cuda", 2)), MIXED)
+    plan = plan_of(roles(train=("npu", 8), infer=("npu", 4), gen=("cuda", 2)))
     train, infer = plan.roles["train"], plan.roles["infer"]
     assert train.node_ids == [NPU8.node_id] and train.device_ids(NPU8.node_id) == list(range(8))
     assert infer.node_ids == [NPU4.node_id] and infer.device_ids(NPU4.node_id) == [0, 1, 2, 3]
@@ -37,33 +64,33 @@ def test_roles_get_distinct_devices_on_as_few_nodes_as_possible():
 
 
 def test_a_role_spans_nodes_when_one_is_not_enough():
-    plan = build_plan(roles(train=("npu", 10)), MIXED)
+    plan = plan_of(roles(train=("npu", 10)))
     assert plan.roles["train"].node_ids == [NPU8.node_id, NPU4.node_id]
     assert len(set(plan.roles["train"].slots)) == 10
 
 
 def test_colocated_role_shares_devices_and_kind():
-    plan = build_plan(roles(train=("npu", 2), ref=("auto", 2, "train"), critic=("auto", 1, "ref")), MIXED)
+    plan = plan_of(roles(train=("npu", 2), ref=("auto", 2, "train"), critic=("auto", 1, "ref")))
     train, ref, critic = plan.roles["train"], plan.roles["ref"], plan.roles["critic"]
     assert ref.kind == critic.kind == "npu"
     assert ref.slots == train.slots and critic.slots == train.slots[:1]
     assert train.shares == (0.3333, 0.5) and ref.shares == (0.3333, 0.5) and critic.shares == (0.3333,)
     assert plan.groups() == {("npu", NPU8.node_id): 2}
     assert plan.colocated("critic", "train") and plan.colocated("train", "ref")
-    apart = build_plan(roles(train=("npu", 2), infer=("npu", 2)), MIXED)
+    apart = plan_of(roles(train=("npu", 2), infer=("npu", 2)))
     assert not apart.colocated("train", "infer")
 
 
 def test_cpu_roles_use_cpu_slots_and_keep_off_accelerator_nodes():
-    plan = build_plan(roles(reward=("cpu", 10)), MIXED, cpu_per_worker=0.25)
+    plan = plan_of(roles(reward=("cpu", 10)), cpu_per_worker=0.25)
     assert plan.roles["reward"].node_ids == [HEAD.node_id, NPU8.node_id]  # head first: no accelerators
     assert plan.roles["reward"].device_ids(HEAD.node_id) == list(range(8))
     with pytest.raises(PlanError, match=r"'reward' wants 9 cpu device\(s\), but only 8 of the cluster's 8"):
-        build_plan(roles(reward=("cpu", 9)), Inventory((HEAD,)), cpu_per_worker=0.25)
+        plan_of(roles(reward=("cpu", 9)), Inventory((HEAD,)), cpu_per_worker=0.25)
 
 
 def test_format_lists_each_role_and_node():
-    text = build_plan(roles(train=("npu", 10), ref=("auto", 2, "train")), MIXED).format()
+    text = plan_of(roles(train=("npu", 10), ref=("auto", 2, "train"))).format()
     lines = text.splitlines()
     assert lines[0].split() == [
         "role",
@@ -90,7 +117,7 @@ def test_simulated_roles_say_what_they_compute_on():
             NodeInfo("t" * 56, "1", "sim-gpu", 2, {"cuda": 2}, simulated=True),
         )
     )
-    plan = build_plan(roles(a=("npu", 1), b=("cuda", 1), c=("cpu", 1)), sim)
+    plan = plan_of(roles(a=("npu", 1), b=("cuda", 1), c=("cpu", 1)), sim)
     assert [plan.roles[r].simulated for r in "abc"] == [True, True, False]
     assert "yes (computes on npu-sim)" in plan.format() and "yes (computes on cpu)" in plan.format()
 
@@ -125,26 +152,78 @@ def test_simulated_roles_say_what_they_compute_on():
 )
 def test_plans_that_do_not_fit_name_role_kind_wanted_and_available(spec, message):
     with pytest.raises(PlanError, match=message):
-        build_plan(spec, MIXED)
+        plan_of(spec)
 
 
 @pytest.mark.parametrize(
-    "spec, message",
+    "values, message",
     [
-        (roles(a=("tpu", 1)), r"roles.a.device='tpu': valid values are auto, npu, cuda, rocm, cpu"),
-        (roles(a=("npu", 0)), r"roles.a.num_devices=0: give a whole number"),
-        (roles(a=("npu", 1, "nobody")), r"roles.a.colocate_with='nobody' names no configured role"),
-        (roles(a=("npu", 1, "b"), b=("npu", 1, "a")), r"colocate_with forms a cycle: a -> b -> a"),
-        ({}, r"no roles configured"),
+        (
+            role_values(a=("tpu", 1)),
+            "roles.a.device='tpu': valid values are auto, npu, cuda, rocm, cpu (a device kind or auto)",
+        ),
+        (
+            role_values(a=("npu", 0)),
+            "roles.a.num_devices=0: input should be greater than or equal to 1 (one worker per device)",
+        ),
+        (
+            role_values(a=("npu", 1.5)),
+            "roles.a.num_devices=1.5: input should be a valid integer (one worker per device)",
+        ),
+        (
+            role_values(a=("npu", True)),
+            "roles.a.num_devices=True: input should be a valid integer (one worker per device)",
+        ),
+        (
+            role_values(a=("npu", 1, "nobody")),
+            "roles.a.colocate_with='nobody' names no configured role (roles: a)",
+        ),
+        (role_values(a=("npu", 1, "a")), "roles.a.colocate_with names the role itself: set it to null"),
+        (role_values(a=("npu", 1, "b"), b=("npu", 1, "a")), "colocate_with forms a cycle: a -> b -> a"),
+        ({}, "no roles configured: `roles` needs at least one role"),
     ],
 )
-def test_bad_role_settings_are_config_errors(spec, message):
-    with pytest.raises(ConfigError, match=message):
-        parse_roles(spec)
+def test_bad_role_settings_are_config_errors(values, message):
+    with pytest.raises(ConfigError) as refused:
+        read_roles(values)
+    assert str(refused.value) == message
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (
+            "roles.actor_train.device=tpu",
+            "roles.actor_train.device='tpu': valid values are auto, npu, cuda, rocm, cpu (a device kind or auto)",
+        ),
+        (
+            "roles.actor_infer.num_devices=0",
+            "roles.actor_infer.num_devices=0: input should be greater than or equal to 1 (one worker per device)",
+        ),
+        (
+            "roles.reference.colocate_with=nobody",
+            (
+                "roles.reference.colocate_with='nobody' names no configured role "
+                "(roles: actor_infer, actor_train, reference, reward)"
+            ),
+        ),
+        (
+            "roles.actor_train.colocate_with=reference",
+            "colocate_with forms a cycle: actor_train -> reference -> actor_train",
+        ),
+    ],
+)
+def test_bad_role_settings_are_refused_when_the_config_is_read(override, message):
+    """Before any plan: `run`, `plan`, `submit` and `doctor` read the config first."""
+    with pytest.raises(ConfigError) as refused:
+        run_config(override)
+    assert str(refused.value) == message
 
 
 def test_switched_off_role_is_left_out():
-    assert list(build_plan({**roles(a=("cpu", 1)), "reference": None}, MIXED).roles) == ["a"]
+    config = run_config("roles.reference=null", "algorithm.kl_coef=0")
+    assert list(config.roles.present()) == ["actor_infer", "actor_train", "reward"]
+    assert list(plan_of(config.roles.present()).roles) == ["actor_infer", "actor_train", "reward"]
 
 
 def test_inventory_maps_ray_resources_to_kinds():

@@ -5,19 +5,12 @@ plans refused before any worker starts. Every device result here is a simulation
 import pytest
 import ray
 
-from roll_device.cluster import (
-    DispatchError,
-    WorkerGroup,
-    plan_from_config,
-    read_inventory,
-    shard,
-    start_cluster,
-)
-from roll_device.cluster.commands import plan_command
+from roll_device.cluster import DispatchError, WorkerGroup, plan_for, read_inventory, shard, start_cluster
 from roll_device.cluster.placement import release
-from roll_device.commands.compose import compose
+from roll_device.commands.plan import plan_command
 from roll_device.errors import ConfigError, PlanError
-from tests.cluster.role_workers import ProbeWorker
+from tests.cluster.role_workers import DeviceIdentityWorker, ProbeWorker
+from tests.configs import cluster_settings, run_config
 
 NODES = (
     "[{name: npu-node, num_cpus: 1, resources: {NPU: 4}}, {name: gpu-node, num_cpus: 1, num_gpus: 2}, "
@@ -39,14 +32,15 @@ ROLES = [
 
 @pytest.fixture(scope="module")
 def cluster():
-    handle = start_cluster(compose(SIM).cluster)
+    handle = start_cluster(cluster_settings(*SIM))
     yield handle
     handle.shutdown()
 
 
 @pytest.fixture(scope="module")
 def placed(cluster):
-    plan = plan_from_config(compose(SIM + ROLES))
+    config = run_config(*SIM, *ROLES)
+    plan = plan_for(config.roles_to_run().present(), config.cluster)
     groups = {role: WorkerGroup(plan, role, ProbeWorker, scale=2.0) for role in plan.roles}
     yield plan, groups
     for group in groups.values():
@@ -111,18 +105,47 @@ def test_colocated_reference_shares_the_trainer_devices(placed):
 def test_dispatch_patterns(placed):
     _, groups = placed
     infer = groups["actor_infer"]
-    assert infer.scatter_gather("weighted_sum", shard([1.0, 2.0, 3.0, 4.0, 5.0], 2)) == [
+    assert infer.scatter_gather(ProbeWorker.weighted_sum, shard([1.0, 2.0, 3.0, 4.0, 5.0], 2)) == [
         (0, 6.0, "cpu"),
         (1, 24.0, "cpu"),
     ]  # shards [1, 2] and [3, 4, 5], times 2
-    assert groups["actor_train"].call_all("weighted_sum", [1.0]) == [(0, 2.0, "npu:0"), (1, 2.0, "npu:0")]
-    assert groups["reward"].call_rank0("weighted_sum", [0.5]) == (0, 1.0, "cpu")
-    refs = infer.async_call_all("weighted_sum", [3.0])
+    assert groups["actor_train"].call_all(ProbeWorker.weighted_sum, [1.0]) == [
+        (0, 2.0, "npu:0"),
+        (1, 2.0, "npu:0"),
+    ]
+    assert groups["reward"].call_rank0(ProbeWorker.weighted_sum, [0.5]) == (0, 1.0, "cpu")
+    refs = infer.async_call_all(ProbeWorker.weighted_sum, [3.0])
     assert [r[1] for r in ray.get(refs)] == [6.0, 6.0]
     addr, port = groups["actor_train"].master_addr_port()
     assert addr == groups["actor_train"].infos[0]["ip"] and 0 < port < 65536
     with pytest.raises(DispatchError, match=r"3 shards for the 2 workers of role 'actor_infer'"):
-        infer.scatter_gather("weighted_sum", [[1.0]] * 3)
+        infer.scatter_gather(ProbeWorker.weighted_sum, [[1.0]] * 3)
+
+
+def test_dispatch_takes_the_worker_method_itself(placed):
+    """A method's name in a string, or another worker class's method, is refused before any call."""
+    _, groups = placed
+    infer = groups["actor_infer"]
+    by_name = (
+        "'weighted_sum' is not a method of ProbeWorker: pass the worker method itself "
+        "(e.g. ProbeWorker.info), not its name or another class's"
+    )
+    elsewhere = by_name.replace("'weighted_sum'", "DeviceIdentityWorker.identity")
+    one, shards = ([1.0],), ([[1.0], [2.0]],)
+    dispatches = [
+        (infer.call_all, one),
+        (infer.async_call_all, one),
+        (infer.call_rank0, one),
+        (infer.async_call_rank0, one),
+        (infer.scatter_gather, shards),
+        (infer.async_scatter, shards),
+    ]
+    for method, message in (("weighted_sum", by_name), (DeviceIdentityWorker.identity, elsewhere)):
+        for dispatch, args in dispatches:
+            with pytest.raises(DispatchError) as refused:
+                dispatch(method, *args)
+            assert str(refused.value) == message, dispatch.__name__
+    assert infer.call_all(ProbeWorker.info)[0]["role"] == "actor_infer", "inherited methods pass"
 
 
 @pytest.mark.parametrize(

@@ -12,13 +12,20 @@ import pytest
 from roll_device.cli import main
 from roll_device.cluster import start_cluster
 from roll_device.cluster.submit import status_detail
+from tests.configs import cluster_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def head():
-    handle = start_cluster({"name": "sim", "include_dashboard": True, "head": {"num_cpus": 2}, "nodes": []})
+    head_only = [
+        "cluster=sim",
+        "cluster.include_dashboard=true",
+        "cluster.head.num_cpus=2",
+        "cluster.nodes=[]",
+    ]
+    handle = start_cluster(cluster_settings(*head_only))
     yield handle
     handle.shutdown()
 

@@ -21,22 +21,18 @@ def gpu_uuids() -> list[str]:
 
 
 def test_colocated_workers_compute_on_the_gpu_ray_assigned():
-    import ray
-
-    from roll_device.cluster import WorkerGroup, build_plan, read_inventory, start_cluster
+    from roll_device.cluster import WorkerGroup, plan_for, start_cluster
     from tests.cluster.role_workers import DeviceIdentityWorker
+    from tests.cluster.test_plan import roles
+    from tests.configs import cluster_settings
 
     uuids = gpu_uuids()
-    with start_cluster({"name": "local", "num_cpus": 2}):
-        inventory = read_inventory()
-        roles = {
-            "train": {"device": "auto", "num_devices": 1, "colocate_with": None},
-            "infer": {"device": "auto", "num_devices": 1, "colocate_with": "train"},
-        }
-        plan = build_plan(roles, inventory)
+    cluster = cluster_settings("cluster.num_cpus=2")
+    with start_cluster(cluster):
+        plan = plan_for(roles(train=("auto", 1), infer=("auto", 1, "train")), cluster)
         assert {role: p.kind for role, p in plan.roles.items()} == {"train": "cuda", "infer": "cuda"}
         groups = {role: WorkerGroup(plan, role, DeviceIdentityWorker) for role in plan.roles}
-        seen = {role: ray.get(group.workers[0].identity.remote()) for role, group in groups.items()}
+        seen = {role: group.call_rank0(DeviceIdentityWorker.identity) for role, group in groups.items()}
         for group in groups.values():
             group.kill()
     for role, worker in seen.items():

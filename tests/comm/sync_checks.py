@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 
 import roll_device as rd
-from roll_device.comm import WeightReceiver, WeightSender, WeightSyncOptions, plan_sync, weights_hash
+from roll_device.comm import WeightReceiver, WeightSender, plan_sync, weights_hash
+from tests.configs import weight_sync
 
 PROMPT = [[1, 5, 6, 7, 8]]
 _state: dict = {}
@@ -62,7 +63,7 @@ def start_sender(
 ) -> dict:
     platform = _platform(src)
     plan = plan_sync(src, dst, colocated=colocated, same_node=same_node, forced=forced)
-    options = WeightSyncOptions(bucket_bytes=bucket_bytes, verify=verify, timeout_s=60)
+    options = weight_sync(path=forced, bucket_bytes=bucket_bytes, verify=verify, timeout_s=60)
     _state["sender"] = WeightSender(plan, platform, receivers, options)
     _state["platform"] = platform
     return {"endpoint": _state["sender"].endpoint, "plan": plan.describe()}

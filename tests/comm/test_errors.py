@@ -6,20 +6,23 @@ from __future__ import annotations
 import pytest
 
 import roll_device as rd
-from roll_device.comm import Endpoint, WeightReceiver, WeightSender, WeightSyncOptions, plan_sync
+from roll_device.comm import Endpoint, WeightReceiver, WeightSender, plan_sync
 from roll_device.comm.buffers import ShmSlot
 from roll_device.errors import WeightSyncError
+from tests.configs import weight_sync
 
 CPU_PLAN = plan_sync("cpu", "cpu", colocated=False, same_node=True)
-QUICK = WeightSyncOptions(timeout_s=1)
+QUICK = weight_sync(timeout_s=1)
 
 
-def test_sender_needs_receivers_and_its_own_kind():
+def test_sender_needs_receivers_its_own_kind_and_options():
     with pytest.raises(WeightSyncError, match="needs at least one receiver, got receivers=0"):
-        WeightSender(CPU_PLAN, rd.get_platform("cpu"), 0)
+        WeightSender(CPU_PLAN, rd.get_platform("cpu"), 0, QUICK)
     npu_plan = plan_sync("npu", "cpu", colocated=False, same_node=False)
     with pytest.raises(WeightSyncError, match="syncs from a npu trainer but this sender runs on cpu"):
-        WeightSender(npu_plan, rd.get_platform("cpu"), 1)
+        WeightSender(npu_plan, rd.get_platform("cpu"), 1, QUICK)
+    with pytest.raises(TypeError, match="missing 1 required positional argument: 'options'"):
+        WeightSender(CPU_PLAN, rd.get_platform("cpu"), 1)  # no defaults: the config holds them
 
 
 def test_receiver_rank_and_kind_are_checked_against_the_sender():
@@ -69,7 +72,7 @@ def test_an_aborted_sync_stops_waiting_before_its_timeout():
 
     from roll_device.comm import abort_sync
 
-    sender = WeightSender(CPU_PLAN, rd.get_platform("cpu"), 1, WeightSyncOptions(timeout_s=600))
+    sender = WeightSender(CPU_PLAN, rd.get_platform("cpu"), 1, weight_sync(timeout_s=600))
     threading.Timer(0.2, abort_sync, (sender.endpoint, "a worker of role 'actor_infer' was lost")).start()
     with pytest.raises(
         WeightSyncError,

@@ -7,8 +7,9 @@ import pytest
 
 import roll_device as rd
 from roll_device.comm import WeightSyncOptions, choose_path, plan_sync
-from roll_device.commands.compose import compose
 from roll_device.errors import ConfigError, UnknownDeviceError
+from roll_device.settings import read_section
+from tests.configs import run_config, weight_sync
 
 KINDS = ["cuda", "rocm", "npu", "cpu"]
 
@@ -95,28 +96,72 @@ def test_unknown_kind_is_refused():
 
 
 def test_options_from_the_composed_config():
-    options = WeightSyncOptions.from_config(compose().weight_sync)
-    assert options == WeightSyncOptions(path="auto", bucket_bytes=64 << 20, verify=False, timeout_s=600)
-    forced = WeightSyncOptions.from_config(
-        compose(
-            ["weight_sync.path=bridge", "weight_sync.verify=true", "weight_sync.bucket_bytes=1048576"]
-        ).weight_sync
-    )
+    shipped = {"path": "auto", "bucket_bytes": 64 << 20, "verify": False, "timeout_s": 600}
+    assert run_config().weight_sync == read_section(WeightSyncOptions, shipped, "weight_sync")
+    forced = run_config(
+        "weight_sync.path=bridge", "weight_sync.verify=true", "weight_sync.bucket_bytes=1048576"
+    ).weight_sync
     assert (forced.path, forced.verify, forced.bucket_bytes) == ("bridge", True, 1 << 20)
 
 
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"path": "rdma"}, "weight_sync.path='rdma' is not a path: choose one of auto, colocated"),
-        ({"bucket_bytes": 100}, "weight_sync.bucket_bytes=100 is too small: use at least 4096"),
-        ({"bucket_bytes": 1.5e6}, "weight_sync.bucket_bytes must be a whole number"),
-        ({"verify": "yes"}, "weight_sync.verify must be true or false"),
-        ({"timeout_s": 0}, "weight_sync.timeout_s must be a number of seconds > 0"),
-        ({"bucket_size": 4096}, "unknown weight_sync key(s) bucket_size: the keys are path, bucket_bytes"),
+        (
+            {"path": "rdma"},
+            "weight_sync.path='rdma' is not a path: choose one of auto, colocated, collective, bridge, rdt",
+        ),
+        (
+            {"bucket_bytes": 100},
+            (
+                "weight_sync.bucket_bytes=100: input should be greater than or equal to 4096 "
+                "(bytes per bucket; 64 MiB is a good default)"
+            ),
+        ),
+        (
+            {"bucket_bytes": 1.5e6},
+            (
+                "weight_sync.bucket_bytes=1500000.0: input should be a valid integer "
+                "(bytes per bucket; 64 MiB is a good default)"
+            ),
+        ),
+        (
+            {"verify": "yes"},
+            (
+                "weight_sync.verify='yes': input should be a valid boolean "
+                "(a CRC32 per bucket; a mismatch keeps the old weights)"
+            ),
+        ),
+        (
+            {"timeout_s": 0},
+            "weight_sync.timeout_s=0: input should be greater than 0 (seconds one end waits for the other)",
+        ),
+        (
+            {"timeout_s": True},
+            "weight_sync.timeout_s=True: input should be a valid number (seconds one end waits for the other)",
+        ),
+        (
+            {"bucket_size": 4096},
+            "unknown key weight_sync.bucket_size: the keys here are path, bucket_bytes, verify, timeout_s",
+        ),
     ],
 )
 def test_bad_options_are_refused(values, message):
     with pytest.raises(ConfigError) as info:
-        WeightSyncOptions.from_config(values)
-    assert message in str(info.value)
+        weight_sync(**values)
+    assert str(info.value) == message
+
+
+def test_options_have_no_defaults_of_their_own():
+    """The YAML holds the values a run starts from; a section without a key names it."""
+    with pytest.raises(ConfigError) as info:
+        read_section(WeightSyncOptions, {"timeout_s": 1}, "weight_sync")
+    assert str(info.value) == "weight_sync.path is missing: set it (docs/configuration.md lists every key)"
+
+
+def test_bad_options_are_refused_when_the_config_is_read():
+    with pytest.raises(ConfigError) as info:
+        run_config("weight_sync.bucket_bytes=100")
+    assert str(info.value).startswith(
+        "weight_sync.bucket_bytes=100: input should be greater than or equal to 4096"
+    )

@@ -74,9 +74,10 @@ def test_rdt_sync_into_a_vllm_engine(tiny_model_path):
 def test_rdt_ends_outside_a_ray_actor_are_refused():
     import roll_device as rd
     from roll_device.comm import WeightSender
+    from tests.configs import weight_sync
 
     plan = plan_sync("cpu", "cpu", colocated=False, same_node=True, forced="rdt")
-    sender = WeightSender(plan, rd.get_platform("cpu"), 1)
+    sender = WeightSender(plan, rd.get_platform("cpu"), 1, weight_sync(path="rdt"))
     try:
         with pytest.raises(
             WeightSyncError,

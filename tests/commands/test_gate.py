@@ -1,5 +1,6 @@
-"""Bad input is refused by one schema pass over the composed config, before Ray or any worker
-starts: one line that names the key, the value and what is allowed (no Ray in these tests)."""
+"""Bad input is refused when the composed config is read into the run's typed configuration,
+before Ray or any worker starts: one line that names the key, the value and what is allowed (no
+Ray in these tests)."""
 
 import json
 import re
@@ -7,11 +8,9 @@ import re
 import pytest
 import ray
 
-from roll_device.commands.compose import compose
+from roll_device.commands.gate import check_model, check_model_files, load_config
+from roll_device.commands.run import run_checked
 from roll_device.errors import ConfigError
-from roll_device.pipeline.experiment import run_experiment
-from roll_device.pipeline.schema import check_model_files
-from roll_device.pipeline.validate import check_model, validate
 
 BAD_VALUES = [
     (["max_steps=abc"], "max_steps='abc': input should be a valid integer"),
@@ -25,13 +24,16 @@ BAD_VALUES = [
     (["seed=true"], "seed=True: input should be a valid integer"),
     (["resume=maybe"], "resume='maybe': input should be True, False or 'latest_valid'"),
     (["trainer.lr=abc"], "trainer.lr='abc': input should be a valid number"),
-    (["trainer.lr=-1"], "trainer config: lr must be > 0, got -1"),
-    (["trainer.micro_batch_size=0"], "trainer config: micro_batch_size must be an integer >= 1, got 0"),
+    (["trainer.lr=-1"], "trainer.lr=-1: input should be greater than 0"),
+    (
+        ["trainer.micro_batch_size=0"],
+        "trainer.micro_batch_size=0: input should be greater than or equal to 1 (rows per forward/backward)",
+    ),
     (
         ["trainer.mixed_precision=fp16"],
-        "trainer config: mixed_precision must be null, bf16 or fp32, got 'fp16'",
+        "trainer.mixed_precision='fp16': input should be 'bf16' or 'fp32' (null: bf16 where the kind",
     ),
-    (["+trainer.momentum=0.9"], "unknown key trainer.momentum: the keys of trainer are name, lr,"),
+    (["+trainer.momentum=0.9"], "unknown key trainer.momentum: the keys here are name, lr,"),
     (["trainer=megatron", "+trainer.zero_stage=1"], "unknown key trainer.zero_stage"),
     (
         ["trainer=megatron", "trainer.tensor_parallel=x"],
@@ -63,10 +65,10 @@ BAD_VALUES = [
         ["weight_sync.path=bogus"],
         "weight_sync.path='bogus' is not a path: choose one of auto, colocated, collective, bridge",
     ),
-    (["weight_sync.timeout_s=0"], "weight_sync.timeout_s must be a number of seconds > 0"),
+    (["weight_sync.timeout_s=0"], "weight_sync.timeout_s=0: input should be greater than 0"),
     (["weight_sync.bucket_bytes=lots"], "weight_sync.bucket_bytes='lots': input should be a valid integer"),
     (["weight_sync.verify=maybe"], "weight_sync.verify='maybe': input should be a valid boolean"),
-    (["+weight_sync.retries=3"], "unknown key weight_sync.retries: the keys of weight_sync are path,"),
+    (["+weight_sync.retries=3"], "unknown key weight_sync.retries: the keys here are path,"),
     (["rollout.graph_mode=bogus"], "rollout.graph_mode='bogus': input should be 'NONE', 'PIECEWISE'"),
     (
         ["rollout.dtype=int8"],
@@ -106,6 +108,10 @@ BAD_VALUES = [
     (["cluster.num_cpus=abc"], "cluster.num_cpus='abc': input should be a valid integer"),
     (["cluster.resources={X:-1}"], "cluster.resources.X=-1: input should be greater than or equal to 0"),
     (["+max_step=3"], "unknown key max_step: the keys here are seed, max_steps, resume,"),
+    (
+        ["roles.reference.strategy=megatron"],
+        "roles.reference.strategy='megatron' but the trainer section is fsdp's: choose trainer=megatron",
+    ),
     (["max_steps=${nothing}"], "max_steps: Interpolation key 'nothing' not found"),
     (
         ["trainer=megatron", "trainer.pipeline_parallel=3"],
@@ -143,19 +149,19 @@ BAD_VALUES = [
 @pytest.mark.parametrize("overrides, message", BAD_VALUES)
 def test_each_bad_value_is_one_line_naming_key_value_and_choices(overrides, message):
     with pytest.raises(ConfigError) as err:
-        validate(compose(overrides))
+        load_config(overrides)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("experiment", ["tiny_grpo", "mixed_devices", "qwen2_5_7b_gpu8", "qwen2_5_7b_npu8"])
 def test_shipped_experiments_pass_the_schema(experiment):
-    validate(compose([f"experiment={experiment}"]))
+    load_config([f"experiment={experiment}"])
 
 
 @pytest.mark.parametrize("resume", ["true", "false", "latest_valid"])
 def test_resume_choices(resume):
-    validate(compose([f"resume={resume}"]))
+    assert load_config([f"resume={resume}"]).resume == {"true": True, "false": False}.get(resume, resume)
 
 
 @pytest.mark.parametrize(
@@ -171,10 +177,9 @@ def test_resume_choices(resume):
     ],
 )
 def test_model_path_must_be_a_model_directory(tmp_path, make, message):
-    cfg = compose([f"model.path={make(tmp_path)}"])
-    validate(cfg)  # plan and submit accept paths of other machines
+    config = load_config([f"model.path={make(tmp_path)}"])  # plan and submit accept paths of other machines
     with pytest.raises(ConfigError, match=message):
-        check_model_files(cfg)
+        check_model_files(config)
 
 
 @pytest.mark.parametrize(
@@ -187,7 +192,7 @@ def test_model_path_must_be_a_model_directory(tmp_path, make, message):
 )
 def test_files_and_resume_state_are_refused_before_ray(tmp_path, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        run_experiment(compose([f"model.tiny_dir={tmp_path / 'tiny'}", *overrides]), tmp_path / "run")
+        run_checked(load_config([f"model.tiny_dir={tmp_path / 'tiny'}", *overrides]), tmp_path / "run")
     assert not ray.is_initialized(), "no cluster was started"
     assert not (tmp_path / "run").exists(), "nothing was written"
     assert not (tmp_path / "tiny").exists(), "no model was made"
@@ -218,9 +223,8 @@ MEGATRON_PP3 = [
     ids=["megatron-layout", "kv-cache", "positions"],
 )
 def test_settings_the_model_cannot_take_are_refused_before_ray(tmp_path, tiny_model_path, overrides, message):
-    cfg = compose([f"model.path={tiny_model_path}", *overrides])
     with pytest.raises(ConfigError, match=re.escape(message)):
-        run_experiment(cfg, tmp_path / "run")
+        run_checked(load_config([f"model.path={tiny_model_path}", *overrides]), tmp_path / "run")
     assert not ray.is_initialized()
 
 
@@ -236,6 +240,6 @@ def test_on_a_remote_cluster_the_default_kv_cache_counts_for_a_role_that_names_i
     }
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", **geometry}))
     remote = ["cluster=remote", "cluster.address=192.0.2.1:6379", "rollout.max_model_len=2048"]
-    check_model(compose(remote), str(tmp_path))
+    check_model(load_config(remote), str(tmp_path))
     with pytest.raises(ConfigError, match=r"^the KV cache of an engine on cpu \(256 MiB"):
-        check_model(compose([*remote, "roles.actor_infer.device=cpu"]), str(tmp_path))
+        check_model(load_config([*remote, "roles.actor_infer.device=cpu"]), str(tmp_path))

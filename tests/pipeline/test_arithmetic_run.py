@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from roll_device.commands.compose import compose
-from roll_device.pipeline.experiment import run_experiment
+from tests.configs import run_config
+from roll_device.commands.run import run_checked
 
 
 @pytest.mark.slow
 def test_reward_and_eval_pass_at_1_rise_on_the_arithmetic_dataset(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("ROLL_DEVICE_HOME", str(tmp_path / "home"))
-    cfg = compose(["experiment=arithmetic_math", f"model.tiny_dir={tmp_path / 'tiny'}", "save_every=0"])
-    run_dir = run_experiment(cfg, tmp_path / "run")
+    cfg = run_config("experiment=arithmetic_math", f"model.tiny_dir={tmp_path / 'tiny'}", "save_every=0")
+    run_dir = run_checked(cfg, tmp_path / "run")
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "reward_mean" in r]
     evals = [r for r in records if "eval_pass@1" in r]

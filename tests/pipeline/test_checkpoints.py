@@ -7,9 +7,9 @@ import json
 import pytest
 import ray
 
-from roll_device.commands.compose import compose
+from tests.configs import run_config
 from roll_device.errors import ConfigError
-from roll_device.pipeline.experiment import run_experiment
+from roll_device.commands.run import run_checked
 from roll_device.pipeline.state import Checkpoints, PipelineState
 
 # The files a checkpoint of the FSDP trainer holds (DCP shards and metadata, the optimizer state).
@@ -98,9 +98,9 @@ def test_latest_naming_a_missing_folder_with_nothing_complete_before_it(tmp_path
 def test_run_refuses_a_damaged_checkpoint_before_ray_and_writes_nothing(run_dir, tmp_path):
     _truncate(run_dir / "checkpoints" / "step_4" / "policy" / "__0_0.distcp")
     before = _snapshot(run_dir)
-    cfg = compose([f"model.tiny_dir={tmp_path / 'tiny'}", "resume=true"])
+    cfg = run_config(f"model.tiny_dir={tmp_path / 'tiny'}", "resume=true")
     with pytest.raises(ConfigError, match="policy/__0_0.distcp has 2048 bytes"):
-        run_experiment(cfg, run_dir)
+        run_checked(cfg, run_dir)
     assert not ray.is_initialized(), "no cluster was started"
     assert _snapshot(run_dir) == before, "nothing in the run directory was written"
     assert not (tmp_path / "tiny").exists(), "no model was made"

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from roll_device.cluster import plan_from_config
+from roll_device.cluster import plan_for
 from roll_device.cluster.inventory import Inventory, NodeInfo
-from roll_device.commands.compose import compose
-from roll_device.pipeline.experiment import run_experiment
+from tests.configs import run_config
+from roll_device.commands.run import run_checked
 from roll_device.pipeline.roles import hosted_reference
 
 HOST = Inventory((NodeInfo("h" * 56, "10.0.0.1", "head", cpus=2, is_head=True),))
@@ -24,12 +24,11 @@ GPUS = Inventory((NodeInfo("h" * 56, "10.0.0.1", "head", cpus=8, is_head=True, d
         (["roles.actor_train.num_devices=2"], GPUS, False),  # one of the trainer's two devices
         (["roles.actor_train.num_devices=2", "roles.reference.num_devices=2"], GPUS, True),
         (["trainer=megatron"], GPUS, False),  # Megatron's parallel state is once per process
-        (["roles.reference.strategy=megatron"], GPUS, False),  # not the trainer's strategy
     ],
 )
 def test_which_references_run_in_the_trainers_workers(overrides, inventory, hosted):
-    cfg = compose(overrides)
-    assert hosted_reference(cfg, plan_from_config(cfg, inventory)) is hosted
+    config = run_config(*overrides)
+    assert hosted_reference(config, plan_for(config.roles_to_run().present(), config.cluster, inventory)) is hosted
 
 
 @pytest.mark.slow
@@ -40,8 +39,8 @@ def test_a_hosted_reference_computes_what_its_own_workers_compute(tmp_path):
         def on_step(record, roles):
             seen[name] = (set(roles.groups), dict(roles.hosted))
 
-        cfg = compose([f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=3", "save_every=0", *overrides])
-        run_dir = run_experiment(cfg, tmp_path / name, on_step=on_step)
+        cfg = run_config(f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=3", "save_every=0", *overrides)
+        run_dir = run_checked(cfg, tmp_path / name, on_step=on_step)
         return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
     hosted = records("hosted")

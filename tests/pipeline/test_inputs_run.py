@@ -6,13 +6,13 @@ import json
 import pytest
 import ray
 
-from roll_device.commands.compose import compose
-from roll_device.pipeline.experiment import run_experiment
+from tests.configs import run_config
+from roll_device.commands.run import run_checked
 from roll_device.inputs.rewards import RewardFunctionError
 
 
 def _config(tmp_path, *overrides):
-    return compose([f"model.tiny_dir={tmp_path / 'tiny'}", *overrides])
+    return run_config(f"model.tiny_dir={tmp_path / 'tiny'}", *overrides)
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def test_bad_inputs_fail_before_anything_starts(tmp_path, arithmetic, overrides,
     empty.write_text("")
     names = {"rows": arithmetic, "empty": empty, "tmp": tmp_path}
     with pytest.raises(Exception) as err:
-        run_experiment(_config(tmp_path, *(o.format(**names) for o in overrides)), tmp_path / "run")
+        run_checked(_config(tmp_path, *(o.format(**names) for o in overrides)), tmp_path / "run")
     assert message.format(**names) in str(err.value) and "\n" not in str(err.value)
     assert not ray.is_initialized(), "no cluster was started"
 
@@ -75,7 +75,7 @@ def test_a_raising_user_reward_ends_the_run_with_the_finished_step_saved(tmp_pat
         "reward.function=tests.pipeline.user_rewards.failing_after_64_calls",
     ]
     with pytest.raises(RewardFunctionError) as failed:
-        run_experiment(_config(tmp_path, *overrides), run_dir)
+        run_checked(_config(tmp_path, *overrides), run_dir)
     message = str(failed.value)
     assert message.startswith(
         "reward.function='tests.pipeline.user_rewards.failing_after_64_calls' failed with ValueError: "

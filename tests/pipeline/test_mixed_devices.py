@@ -6,8 +6,9 @@ the CPU. What is real: the Ray cluster of three nodes, the placement, FSDP2 over
 hccl backend, vLLM, and the host bridge over gloo between the nodes.
 """
 
-from roll_device.commands.compose import compose
-from roll_device.pipeline.experiment import run_experiment
+from tests.configs import run_config
+from roll_device.commands.run import run_checked
+from roll_device.pipeline.workers import RolloutWorker, TrainWorker
 
 
 def test_mixed_devices_step_on_the_sim_cluster(tmp_path):
@@ -17,19 +18,17 @@ def test_mixed_devices_step_on_the_sim_cluster(tmp_path):
         seen["record"] = record
         seen["infos"] = {role: group.infos for role, group in roles.groups.items()}
         seen["hosted"] = roles.hosted
-        seen["trainer_hash"] = roles.call("actor_train", "export_hash")
-        seen["engine_hash"] = roles.call("actor_infer", "engine_hash")
+        seen["trainer_hash"] = roles.call("actor_train", TrainWorker.export_hash)
+        seen["engine_hash"] = roles.call("actor_infer", RolloutWorker.engine_hash)
 
-    cfg = compose(
-        [
-            "experiment=mixed_devices",
-            "cluster=sim",
-            "max_steps=1",
-            "rollout.dtype=float32",
-            f"model.tiny_dir={tmp_path / 'tiny'}",
-        ]
+    cfg = run_config(
+        "experiment=mixed_devices",
+        "cluster=sim",
+        "max_steps=1",
+        "rollout.dtype=float32",
+        f"model.tiny_dir={tmp_path / 'tiny'}",
     )
-    run_experiment(cfg, tmp_path / "run", on_step=on_step)
+    run_checked(cfg, tmp_path / "run", on_step=on_step)
 
     infos = seen["infos"]
     assert seen["hosted"] == {"reference": "actor_train"}, "FSDP on the trainer's devices: hosted"

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from roll_device.commands.compose import compose
+from tests.configs import run_config
 from roll_device.models.tiny import build_tokenizer, vocabulary
 from roll_device.inputs.arithmetic import make_arithmetic_dataset
-from roll_device.pipeline.experiment import run_experiment
+from roll_device.commands.run import run_checked
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<bos>{{ m['role'][0] }}:{{ m['content'] }}<eos>{% endfor %}"
@@ -55,24 +55,22 @@ def make_model_dir(path, family: str):
 def test_a_users_model_and_data_run_through_the_pipeline(tmp_path, family):
     model = make_model_dir(tmp_path / family, family)
     make_arithmetic_dataset(tmp_path / "train.jsonl", tmp_path / "test.jsonl")
-    cfg = compose(
-        [
-            f"model.path={model}",
-            f"data.path={tmp_path / 'train.jsonl'}",
-            f"data.eval_path={tmp_path / 'test.jsonl'}",
-            "eval.size=4",
-            "eval.every_n_steps=2",
-            "reward.function=math",
-            "data.epochs=1",
-            "data.prompts_per_step=45",
-            "algorithm.samples_per_prompt=2",
-            "algorithm.max_new_tokens=4",
-            "algorithm.kl_coef=0",
-            "max_steps=5",
-            "save_every=0",
-        ]
+    cfg = run_config(
+        f"model.path={model}",
+        f"data.path={tmp_path / 'train.jsonl'}",
+        f"data.eval_path={tmp_path / 'test.jsonl'}",
+        "eval.size=4",
+        "eval.every_n_steps=2",
+        "reward.function=math",
+        "data.epochs=1",
+        "data.prompts_per_step=45",
+        "algorithm.samples_per_prompt=2",
+        "algorithm.max_new_tokens=4",
+        "algorithm.kl_coef=0",
+        "max_steps=5",
+        "save_every=0",
     )  # 90 training problems, 45 a step: one epoch is 2 steps, so the run ends after step 2
-    run_dir = run_experiment(cfg, tmp_path / "run")
+    run_dir = run_checked(cfg, tmp_path / "run")
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], "eval_pass@1" in r) for r in records] == [
         (0, True),

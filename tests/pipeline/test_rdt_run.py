@@ -6,14 +6,14 @@ import json
 
 import pytest
 
-from roll_device.commands.compose import compose
-from roll_device.pipeline.experiment import run_experiment
+from tests.configs import run_config
+from roll_device.commands.run import run_checked
 
 
 @pytest.mark.slow
 def test_a_run_syncs_its_weights_by_rdt(tmp_path):
-    cfg = compose([f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=2", "weight_sync.path=rdt"])
-    run_dir = run_experiment(cfg, tmp_path / "run")
+    cfg = run_config(f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=2", "weight_sync.path=rdt")
+    run_dir = run_checked(cfg, tmp_path / "run")
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["weights_version"], r["sync_path"]) for r in records] == [
         (1, 1, "rdt"),

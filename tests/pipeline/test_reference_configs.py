@@ -4,10 +4,9 @@ inventories: no Ray, no devices needed."""
 
 import pytest
 
-from roll_device.cluster import Inventory, NodeInfo, plan_from_config
-from roll_device.commands.compose import compose
+from roll_device.cluster import Inventory, NodeInfo, plan_for
+from tests.configs import run_config
 from roll_device.errors import PlanError
-from roll_device.pipeline.validate import validate
 
 
 def _node(kind, count):
@@ -18,9 +17,8 @@ def _node(kind, count):
 
 @pytest.mark.parametrize("experiment, kind", [("qwen2_5_7b_npu8", "npu"), ("qwen2_5_7b_gpu8", "cuda")])
 def test_reference_layout_fits_one_eight_device_node(experiment, kind):
-    cfg = compose([f"experiment={experiment}"])
-    validate(cfg)
-    plan = plan_from_config(cfg, _node(kind, 8))
+    cfg = run_config(f"experiment={experiment}")  # read and checked as a run reads it
+    plan = plan_for(cfg.roles_to_run().present(), cfg.cluster, _node(kind, 8))
     assert plan.roles["actor_train"].kind == plan.roles["actor_infer"].kind == kind
     train = {s.index for s in plan.roles["actor_train"].slots}
     infer = {s.index for s in plan.roles["actor_infer"].slots}
@@ -31,6 +29,6 @@ def test_reference_layout_fits_one_eight_device_node(experiment, kind):
 
 
 def test_reference_layout_on_a_smaller_node_names_what_is_missing():
-    cfg = compose(["experiment=qwen2_5_7b_npu8"])
+    cfg = run_config("experiment=qwen2_5_7b_npu8")
     with pytest.raises(PlanError, match=r"role 'actor_train' wants 4 npu device\(s\), but only 2"):
-        plan_from_config(cfg, _node("npu", 6))
+        plan_for(cfg.roles_to_run().present(), cfg.cluster, _node("npu", 6))

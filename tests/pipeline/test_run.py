@@ -6,8 +6,8 @@ import json
 import pytest
 import ray
 
-from roll_device.commands.compose import compose
-from roll_device.pipeline.experiment import run_experiment
+from tests.configs import run_config
+from roll_device.commands.run import run_checked
 
 
 def _records(run_dir):
@@ -15,11 +15,11 @@ def _records(run_dir):
 
 
 def _config(tmp_path, *overrides):
-    return compose([f"model.tiny_dir={tmp_path / 'tiny'}", *overrides])
+    return run_config(f"model.tiny_dir={tmp_path / 'tiny'}", *overrides)
 
 
 def test_default_run_learns_and_writes_its_outputs(tmp_path, capsys):
-    run_dir = run_experiment(_config(tmp_path, "max_steps=12", "save_every=6"), tmp_path / "run")
+    run_dir = run_checked(_config(tmp_path, "max_steps=12", "save_every=6"), tmp_path / "run")
     records = _records(run_dir)
     assert [r["step"] for r in records] == list(range(1, 13))
     assert all(r["weights_version"] == r["step"] for r in records), "the rollout got each step's weights"
@@ -62,14 +62,14 @@ def test_default_run_learns_and_writes_its_outputs(tmp_path, capsys):
             "roles.actor_train.num_devices=1 is not a multiple of trainer.tensor_parallel x trainer.pipeline_parallel = 1 x 2",
         ),
         (["algorithm.samples_per_prompt=1"], "use 2 or more"),
-        (["data.task=sudoku"], "unknown data.task 'sudoku'"),
+        (["data.task=sudoku"], "data.task='sudoku': unknown task: choose one of digits, echo_first"),
         (["algorithm.max_new_tokens=300"], "exceeds rollout.max_model_len"),
         (["roles.reference=null"], "algorithm.kl_coef=0.01 needs reference logprobs"),
     ],
 )
 def test_bad_configs_fail_before_anything_starts(tmp_path, overrides, message):
     with pytest.raises(Exception) as err:
-        run_experiment(_config(tmp_path, *overrides), tmp_path / "run")
+        run_checked(_config(tmp_path, *overrides), tmp_path / "run")
     assert message in str(err.value)
     assert not ray.is_initialized(), "no cluster was started"
     assert not (tmp_path / "run").exists(), "no output was written"
@@ -87,7 +87,7 @@ def test_megatron_model_parallel_trainer_in_the_pipeline(tmp_path, layout):
         "max_steps=2",
         "save_every=0",
     ]
-    run_dir = run_experiment(_config(tmp_path, *overrides), tmp_path / "run")
+    run_dir = run_checked(_config(tmp_path, *overrides), tmp_path / "run")
     records = _records(run_dir)
     assert [r["weights_version"] for r in records] == [1, 2]
     assert all(r["rollout_vs_train_logprob_gap"] < 0.05 for r in records), "rollout follows the trainer"

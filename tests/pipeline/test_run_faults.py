@@ -12,8 +12,8 @@ import time
 import pytest
 import ray
 
-from roll_device.commands.compose import compose
-from roll_device.pipeline.experiment import run_experiment
+from tests.configs import run_config
+from roll_device.commands.run import run_checked
 from roll_device.pipeline.roles import WorkerLostError
 
 MAX_STEPS = 5
@@ -32,7 +32,7 @@ def _kill_at_next(role: str, method: str, killed_at: list):
             original = getattr(group, name)
 
             def killing(called, *args, _original=original, **kwargs):
-                if called == method and not killed_at:
+                if called.__name__ == method and not killed_at:
                     os.kill(pid, signal.SIGKILL)
                     killed_at.append(time.monotonic())
                 return _original(called, *args, **kwargs)
@@ -70,7 +70,7 @@ def test_a_killed_worker_ends_the_run_and_resume_records_every_step_once(
     base = [f"model.tiny_dir={tmp_path / 'tiny'}", f"max_steps={MAX_STEPS}", "save_every=2", *overrides]
     killed_at = []
     with pytest.raises(WorkerLostError) as lost:
-        run_experiment(compose(base), run_dir, on_step=_kill_at_next(role, method, killed_at))
+        run_checked(run_config(*base), run_dir, on_step=_kill_at_next(role, method, killed_at))
     print(
         f"{role} killed: the run ended {time.monotonic() - killed_at[0]:.1f}s later"
     )  # for docs, not asserted
@@ -79,7 +79,7 @@ def test_a_killed_worker_ends_the_run_and_resume_records_every_step_once(
     assert f"the last checkpoint is step {kept} in {run_dir / 'checkpoints' / f'step_{kept}'}" in message
     assert f"continue with: roll-device run resume=true hydra.run.dir={run_dir}" in message
 
-    run_experiment(compose([*base, "resume=true"]), run_dir)
+    run_checked(run_config(*base, "resume=true"), run_dir)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(1, MAX_STEPS + 1)), "every step once, none lost"
     assert records[-1]["weights_version"] == MAX_STEPS

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from roll_device.comm import Endpoint
-from roll_device.commands.compose import compose
+from tests.configs import run_config
 from roll_device.errors import WeightSyncError
-from roll_device.pipeline.experiment import run_experiment
+from roll_device.commands.run import run_checked
+from roll_device.pipeline.workers import RolloutWorker, TrainWorker
 from roll_device.pipeline.roles import WorkerFailedError, first_line, raised_in, summarised
 
 
@@ -22,9 +23,9 @@ def test_an_engine_that_fails_to_start_ends_the_run_in_one_line_with_its_traceba
     """vLLM's own refusal of a setting no check of ours foresees (its scheduler's batch of 4,096
     tokens on the CPU cannot hold 100,000 sequences)."""
     run_dir = tmp_path / "run"
-    cfg = compose([f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=1", "rollout.max_num_seqs=100000"])
+    cfg = run_config(f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=1", "rollout.max_num_seqs=100000")
     with pytest.raises(WorkerFailedError) as failed:
-        run_experiment(cfg, run_dir)
+        run_checked(cfg, run_dir)
     message = str(failed.value)
     traceback = run_dir / "logs" / "actor_infer_traceback.txt"
     assert "\n" not in message
@@ -73,10 +74,10 @@ def test_the_error_a_traceback_ends_with_is_found():
     assert raised_in("ray::RolloutWorker.setup() (pid=1)\n  File x, line 2") is None
 
 
-def _instead_once(role: str, method: str, call):
-    """An on_step hook: after step 1, the next call of `method` on `role`'s workers (in step 2) is
-    made as `call(call_all, *args)` instead, where `call_all(method, *args)` calls every worker;
-    later calls go through."""
+def _instead_once(role: str, method, call):
+    """An on_step hook: after step 1, the next call of worker method `method` on `role`'s workers
+    (in step 2) is made as `call(call_all, *args)` instead, where `call_all(method, *args)` calls
+    every worker; later calls go through."""
 
     def on_step(record, roles):
         if record["step"] != 1:
@@ -100,7 +101,7 @@ def _failed_run(tmp_path, error: type[Exception], on_step, save_every: int) -> t
     run_dir = tmp_path / "run"
     overrides = [f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=3", f"save_every={save_every}"]
     with pytest.raises(error) as failed:
-        run_experiment(compose([*overrides, "algorithm.kl_coef=0"]), run_dir, on_step=on_step)
+        run_checked(run_config(*overrides, "algorithm.kl_coef=0"), run_dir, on_step=on_step)
     message = str(failed.value)
     assert "\n" not in message
     return run_dir, message
@@ -111,7 +112,7 @@ def _checkpoint_into_a_file(blocker):
 
     def call(call_all, _directory):
         blocker.write_text("a file, not a folder")
-        return call_all("save", str(blocker / "policy"))
+        return call_all(TrainWorker.save, str(blocker / "policy"))
 
     return call
 
@@ -119,7 +120,7 @@ def _checkpoint_into_a_file(blocker):
 @pytest.mark.timeout(600)
 def test_a_worker_that_raises_in_a_step_ends_the_run_with_its_traceback_and_the_resume_command(tmp_path):
     blocker = tmp_path / "blocker"
-    failing = _instead_once("actor_train", "save", _checkpoint_into_a_file(blocker))
+    failing = _instead_once("actor_train", TrainWorker.save, _checkpoint_into_a_file(blocker))
     run_dir, message = _failed_run(tmp_path, WorkerFailedError, failing, save_every=2)
     traceback = run_dir / "logs" / "actor_train_traceback.txt"
     assert message.startswith(
@@ -137,12 +138,12 @@ def test_a_worker_that_raises_in_a_step_ends_the_run_with_its_traceback_and_the_
 def _receive_from_nowhere(call_all):
     """The rollout workers connect to a sender that is not there instead of receiving, so each
     fails with a WeightSyncError while the trainer's sender waits for them."""
-    return call_all("connect_receiver", Endpoint("127.0.0.1", 1), 0.5)
+    return call_all(RolloutWorker.connect_receiver, Endpoint("127.0.0.1", 1), 0.5)
 
 
 @pytest.mark.timeout(240)  # the sender would otherwise wait weight_sync.timeout_s=600 for the rollout
 def test_a_failed_weight_sync_frees_the_sender_and_ends_the_run_with_the_resume_command(tmp_path):
-    failing = _instead_once("actor_infer", "receive_weights", _receive_from_nowhere)
+    failing = _instead_once("actor_infer", RolloutWorker.receive_weights, _receive_from_nowhere)
     run_dir, message = _failed_run(tmp_path, WeightSyncError, failing, save_every=0)
     assert message.startswith("cannot reach the weight-sync sender at 127.0.0.1:1 within 0.5s")
     assert message.endswith(

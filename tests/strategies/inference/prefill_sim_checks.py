@@ -25,8 +25,8 @@ def hf_prefill_graphs(model_path: str) -> dict:
     out["greedy_seconds"] = time.monotonic() - start
     out["greedy_prefill_graphs_equal_eager"] = True
 
-    strategy = _start(HfStrategy, model_path, "max_batch_size=4", "max_model_len=16", "prefill_graphs=true")
-    out["default_sizes"] = strategy.settings["prefill_capture_sizes"]
+    strategy = _start(HfStrategy, model_path, max_batch_size=4, max_model_len=16, prefill_graphs=True)
+    out["default_sizes"] = strategy.prefill_capture_sizes
     out["graphs"] = strategy.runner.capture_order, strategy.packed_prefill.runner.graph_count
     greedy = SamplingConfig(max_tokens=6, temperature=0.0)
     before = [c.token_ids for c in strategy.generate([[5, 6, 7], [8]], greedy)]
@@ -38,17 +38,17 @@ def hf_prefill_graphs(model_path: str) -> dict:
     strategy.shutdown()
 
     NpuPlatform.graph_budget = 10  # decode [1, 2, 4] takes 3; each prefill size 3 (2 layers + 1)
-    fitted = _start(HfStrategy, model_path, "max_batch_size=4", "max_model_len=16", "prefill_graphs=true")
-    out["thinned_sizes"] = fitted.settings["prefill_capture_sizes"]
+    fitted = _start(HfStrategy, model_path, max_batch_size=4, max_model_len=16, prefill_graphs=True)
+    out["thinned_sizes"] = fitted.prefill_capture_sizes
     fitted.shutdown()
     out["over_budget"] = error_of(
         lambda: _start(
             HfStrategy,
             model_path,
-            "max_batch_size=4",
-            "max_model_len=16",
-            "prefill_graphs=true",
-            "prefill_capture_sizes=[16,32,64]",
+            max_batch_size=4,
+            max_model_len=16,
+            prefill_graphs=True,
+            prefill_capture_sizes=[16, 32, 64],
         )
     )
     return out

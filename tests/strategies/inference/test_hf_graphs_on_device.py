@@ -9,7 +9,7 @@ import pytest
 import roll_device as rd
 from strategies.base import SamplingConfig
 from strategies.inference.hf import HfStrategy
-from tests.strategies.inference.conftest import rollout_config
+from tests.configs import rollout_settings
 
 pytestmark = pytest.mark.gpu
 BATCHES = (1, 2, 4, 8, 13, 16)
@@ -27,9 +27,7 @@ def test_greedy_with_graphs_equals_eager_at_every_batch_size(tiny_model_path):
     outputs = {}
     for use_graphs in (True, False):
         strategy = HfStrategy(platform)
-        strategy.initialize(
-            tiny_model_path, rollout_config("hf", "max_batch_size=16", f"use_graphs={use_graphs}")
-        )
+        strategy.initialize(tiny_model_path, rollout_settings("hf", max_batch_size=16, use_graphs=use_graphs))
         try:
             assert strategy.runner.use_graphs is use_graphs
             if use_graphs:
@@ -69,11 +67,12 @@ def test_greedy_with_prefill_graphs_equals_eager_prefill(tiny_model_path):
     sampling = SamplingConfig(max_tokens=10, temperature=0.0)
     outputs, packed_runs = {}, []
     for prefill_graphs in (True, False):  # decode eager in both: the prefill is what differs
-        overrides = ["max_batch_size=16", "use_graphs=false", f"prefill_graphs={str(prefill_graphs).lower()}"]
-        if prefill_graphs:
-            overrides.append(f"prefill_capture_sizes={PREFILL_SIZES}".replace(" ", ""))
+        sizes = PREFILL_SIZES if prefill_graphs else None
+        settings = rollout_settings(
+            "hf", max_batch_size=16, use_graphs=False, prefill_graphs=prefill_graphs, prefill_capture_sizes=sizes
+        )
         strategy = HfStrategy(platform)
-        strategy.initialize(tiny_model_path, rollout_config("hf", *overrides))
+        strategy.initialize(tiny_model_path, settings)
         try:
             if prefill_graphs:
                 runner = strategy.packed_prefill.runner

@@ -2,15 +2,17 @@
 the graph modes the planner sees, and on the SIMULATED NPU (a process of its own) greedy output
 equal to the eager prefill, sizes fitted to the graph budget, capture again after a reload."""
 
+import re
+
 import pytest
 
 import roll_device as rd
 from roll_device.errors import ConfigError
 from roll_device.graph import default_prefill_sizes
 from strategies.base import NO_GRAPHS
-from strategies.inference.hf import HfStrategy, parse_config
+from strategies.inference.hf import HfStrategy
 from tests.isolated import run_isolated
-from tests.strategies.inference.conftest import rollout_config
+from tests.configs import rollout_settings
 
 
 def test_prefill_graphs_are_refused_where_the_platform_has_none(tiny_model_path):
@@ -20,42 +22,40 @@ def test_prefill_graphs_are_refused_where_the_platform_has_none(tiny_model_path)
         match=r"^rollout.prefill_graphs=true but platform 'cpu' has no device graphs: "
         r"set rollout.prefill_graphs to false$",
     ):
-        strategy.initialize(tiny_model_path, rollout_config("hf", "prefill_graphs=true"))
+        strategy.initialize(tiny_model_path, rollout_settings("hf", prefill_graphs=True))
 
 
 @pytest.mark.parametrize(
-    ("overrides", "message"),
+    ("changes", "message"),
     [
-        (["prefill_graphs=1"], "rollout.prefill_graphs must be true or false, got 1"),
+        ({"prefill_graphs": 1}, "rollout.prefill_graphs=1: input should be a valid boolean"),
         (
-            ["prefill_capture_sizes=[16]"],
+            {"prefill_capture_sizes": [16]},
             (
                 "rollout.prefill_capture_sizes is set but rollout.prefill_graphs is false: set "
                 "prefill_graphs to true or prefill_capture_sizes to null"
             ),
         ),
         (
-            ["prefill_graphs=true", "max_batch_size=2", "max_model_len=8", "prefill_capture_sizes=[8,32]"],
+            {"prefill_graphs": True, "max_batch_size": 2, "max_model_len": 8, "prefill_capture_sizes": [8, 32]},
             "rollout.prefill_capture_sizes has 32, larger than max_batch_size x max_model_len = 16: drop it",
         ),
         (
-            ["prefill_graphs=true", "prefill_capture_sizes=[16,16]"],
+            {"prefill_graphs": True, "prefill_capture_sizes": [16, 16]},
             "rollout.prefill_capture_sizes lists a size twice",
         ),
     ],
 )
-def test_bad_prefill_settings(overrides, message):
-    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
-        parse_config(rollout_config("hf", *overrides))
+def test_bad_prefill_settings_are_refused_when_the_section_is_read(changes, message):
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        rollout_settings("hf", **changes)
 
 
 def test_prefill_sizes_default_to_powers_of_two_up_to_1024_tokens():
     assert default_prefill_sizes(100_000) == [16, 32, 64, 128, 256, 512, 1024]
     assert default_prefill_sizes(200) == [16, 32, 64, 128, 200]
-    settings = parse_config(
-        rollout_config("hf", "prefill_graphs=true", "max_batch_size=2", "max_model_len=20")
-    )
-    assert settings["prefill_capture_sizes"] == [16, 32, 40]
+    settings = rollout_settings("hf", prefill_graphs=True, max_batch_size=2, max_model_len=20)
+    assert settings.prefill_sizes() == [16, 32, 40]
 
 
 def test_graph_modes_the_planner_sees():
@@ -64,7 +64,7 @@ def test_graph_modes_the_planner_sees():
         ConfigError,
         match=r"^rollout.prefill_graphs=true but kind 'cpu' has no device graphs: set rollout.prefill_graphs to false$",
     ):
-        HfStrategy.settings_need("cpu", {"prefill_graphs": True})
+        HfStrategy.settings_need("cpu", rollout_settings("hf", prefill_graphs=True))
     assert set(HfStrategy.requirements("npu").graph_modes) == {
         "NONE",
         "FULL_DECODE_ONLY",
@@ -73,7 +73,7 @@ def test_graph_modes_the_planner_sees():
     }
     modes = {
         (use, prefill): HfStrategy.settings_need(
-            "npu", {"use_graphs": use, "prefill_graphs": prefill}
+            "npu", rollout_settings("hf", use_graphs=use, prefill_graphs=prefill)
         ).graph_mode
         for use in (None, True, False)
         for prefill in (True, False)

@@ -2,6 +2,8 @@
 equal to transformers' own generate, the model's logprobs, sampling, chunking, stops, weight
 updates, offload, and config errors."""
 
+import re
+
 import pytest
 import torch
 
@@ -10,10 +12,11 @@ from roll_device.comm import weights_hash
 from roll_device.errors import ConfigError
 from roll_device.platforms.cpu import CpuPlatform
 from strategies.base import SamplingConfig
-from strategies.inference.hf import HfStrategy, parse_config
+from strategies.inference.hf import HfStrategy
 from strategies.inference.hf_cache import SharedKVStore
 from strategies.registry import registered, strategy_class
-from tests.strategies.inference.conftest import rollout_config, start, teacher_forced_logprobs
+from tests.configs import rollout_settings
+from tests.strategies.inference.conftest import start, teacher_forced_logprobs
 
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14]]
 GREEDY = SamplingConfig(n=1, max_tokens=12, temperature=0.0)
@@ -93,7 +96,7 @@ def test_stop_token_ends_a_response_and_is_kept(hf_cpu):
 
 
 def test_processed_logprobs_follow_the_temperature(tiny_model_path, reference_model):
-    strategy = start("hf", tiny_model_path, "max_batch_size=2", "logprobs_mode=processed_logprobs")
+    strategy = start("hf", tiny_model_path, max_batch_size=2, logprobs_mode="processed_logprobs")
     try:
         c = strategy.generate([PROMPTS[1]], SamplingConfig(max_tokens=6, temperature=0.5, seed=0))[0]
     finally:
@@ -127,7 +130,7 @@ def test_bad_weight_updates_are_refused(hf_cpu, checkpoint):
 
 
 def test_offload_and_reload(tiny_model_path):
-    strategy = start("hf", tiny_model_path, "max_batch_size=4")
+    strategy = start("hf", tiny_model_path, max_batch_size=4)
     try:
         before = strategy.generate(PROMPTS, GREEDY)
         strategy.offload()
@@ -147,19 +150,31 @@ def test_prompt_too_long_is_refused_before_work(hf_cpu):
 
 
 @pytest.mark.parametrize(
-    "overrides, message",
+    "changes, message",
     [
-        (["capture_sizes=[1,2,128]", "max_batch_size=64"], "has 128, larger than the largest batch 64"),
-        (["capture_sizes=[1,2]", "max_batch_size=64"], "does not reach the largest batch 64"),
-        (["dtype=int8"], "choose auto or one of float32"),
-        (["logprobs_mode=raw"], "choose one of raw_logprobs"),
-        (["max_batch_size=0"], "rollout.max_batch_size must be a positive integer"),
-        (["+batch=4"], r"unknown rollout keys for hf: \['batch'\]"),
+        (
+            {"capture_sizes": [1, 2, 128], "max_batch_size": 64},
+            "rollout.capture_sizes has 128, larger than the largest batch 64",
+        ),
+        (
+            {"capture_sizes": [1, 2], "max_batch_size": 64},
+            "rollout.capture_sizes [1, 2] does not reach the largest batch 64",
+        ),
+        (
+            {"dtype": "int8"},
+            "rollout.dtype='int8': input should be 'auto', 'float32', 'bfloat16' or 'float16'",
+        ),
+        (
+            {"logprobs_mode": "raw"},
+            "rollout.logprobs_mode='raw': input should be 'raw_logprobs' or 'processed_logprobs'",
+        ),
+        ({"max_batch_size": 0}, "rollout.max_batch_size=0: input should be greater than or equal to 1"),
+        ({"batch": 4}, "unknown key rollout.batch: the keys here are name, max_model_len,"),
     ],
 )
-def test_bad_settings(overrides, message):
-    with pytest.raises(ConfigError, match=message):
-        parse_config(rollout_config("hf", *overrides))
+def test_bad_settings_are_refused_when_the_section_is_read(changes, message):
+    with pytest.raises(ConfigError, match="^" + re.escape(message)):
+        rollout_settings("hf", **changes)
 
 
 class BudgetedPlatform(CpuPlatform):
@@ -169,28 +184,35 @@ class BudgetedPlatform(CpuPlatform):
     supports_graphs = True
 
 
+def budgeted(**changes) -> HfStrategy:
+    """An HF strategy on the budgeted platform with the shipped hf section and `changes` (not
+    started: `_budgeted` reads only the settings and the platform)."""
+    strategy = HfStrategy(BudgetedPlatform())
+    strategy.settings = rollout_settings("hf", **changes)
+    return strategy
+
+
 @pytest.mark.parametrize(
-    "overrides, explicit, expected",
+    "changes, expected",
     [
-        (["max_batch_size=64"], False, [1, 8, 64]),  # derived: thinned, the largest kept
-        (["max_batch_size=64", "use_graphs=false"], False, [1, 2, 4, 8, 16, 32, 64]),  # no graphs
-        (["max_batch_size=64", "capture_sizes=[4,16,64]"], True, [4, 16, 64]),
+        ({"max_batch_size": 64}, [1, 8, 64]),  # derived: thinned, the largest kept
+        ({"max_batch_size": 64, "use_graphs": False}, [1, 2, 4, 8, 16, 32, 64]),  # no graphs
+        ({"max_batch_size": 64, "capture_sizes": [4, 16, 64]}, [4, 16, 64]),  # listed: within budget
     ],
 )
-def test_capture_sizes_fit_the_graph_budget_by_the_shared_rule(overrides, explicit, expected):
-    strategy = HfStrategy(BudgetedPlatform())
-    assert strategy._budgeted(parse_config(rollout_config("hf", *overrides)), explicit) == expected
+def test_capture_sizes_fit_the_graph_budget_by_the_shared_rule(changes, expected):
+    assert budgeted(**changes)._budgeted() == expected
 
 
 def test_listed_capture_sizes_over_the_graph_budget_are_refused():
-    settings = parse_config(rollout_config("hf", "max_batch_size=64", "capture_sizes=[1,2,4,64]"))
+    strategy = budgeted(max_batch_size=64, capture_sizes=[1, 2, 4, 64])
     with pytest.raises(ConfigError, match=r"over the device's budget of 3: list at most 3 sizes$"):
-        HfStrategy(BudgetedPlatform())._budgeted(settings, explicit=True)
+        strategy._budgeted()
 
 
 def test_graphs_requested_on_the_cpu(tiny_model_path):
     with pytest.raises(ConfigError, match="use_graphs=true but platform 'cpu' has no device graphs"):
-        start("hf", tiny_model_path, "use_graphs=true")
+        start("hf", tiny_model_path, use_graphs=True)
 
 
 def test_bucket_caches_are_views_of_one_store(reference_model):

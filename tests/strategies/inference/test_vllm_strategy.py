@@ -10,7 +10,8 @@ from roll_device.errors import ConfigError, MissingPackageError
 from strategies.base import SamplingConfig
 from strategies.inference.vllm import VllmStrategy
 from strategies.registry import registered
-from tests.strategies.inference.conftest import rollout_config, teacher_forced_logprobs
+from tests.configs import rollout_settings
+from tests.strategies.inference.conftest import teacher_forced_logprobs
 
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14]]
 GREEDY = SamplingConfig(n=1, max_tokens=12, temperature=0.0)
@@ -132,4 +133,4 @@ def test_before_initialize():
 def test_npu_engine_needs_vllm_ascend(tiny_model_path):
     strategy = VllmStrategy(rd.get_platform("npu"))
     with pytest.raises(MissingPackageError, match="on kind 'npu' needs the package vllm_ascend"):
-        strategy.initialize(tiny_model_path, rollout_config("vllm"))
+        strategy.initialize(tiny_model_path, rollout_settings("vllm"))
