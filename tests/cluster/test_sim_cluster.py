@@ -151,15 +151,15 @@ def test_dispatch_takes_the_worker_method_itself(placed):
 @pytest.mark.parametrize(
     "overrides, error, message",
     [
-        (
-            ["roles.actor_train.num_devices=5"],
+        (  # counts the batch splits into: the config is fine, the cluster too small
+            ["roles.actor_train.num_devices=8"],
             PlanError,
-            r"role 'actor_train' wants 5 npu device\(s\), but only 4 of the cluster's 4 are available",
+            r"role 'actor_train' wants 8 npu device\(s\), but only 4 of the cluster's 4 are available",
         ),
         (
-            ["roles.actor_infer.num_devices=3"],
+            ["roles.actor_infer.num_devices=4"],
             PlanError,
-            r"role 'actor_infer' wants 3 cuda device\(s\), but only 2",
+            r"role 'actor_infer' wants 4 cuda device\(s\), but only 2",
         ),
         (
             ["roles.reference.device=cuda"],

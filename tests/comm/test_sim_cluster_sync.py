@@ -9,16 +9,16 @@ trainer's export and its greedy generation changes. A simulation: labelled as su
 
 from __future__ import annotations
 
-from omegaconf import OmegaConf
+import ray
 
-from roll_device.cluster import WorkerGroup, plan_from_config, start_cluster
+from roll_device.cluster import WorkerGroup, plan_for, start_cluster
 from roll_device.cluster.placement import release
-from roll_device.comm import WeightSyncOptions
-from roll_device.commands.compose import compose
 from roll_device.models.tiny import make_tiny_model
 from roll_device.pipeline.role_settings import sync_plan
 from roll_device.pipeline.workers import RolloutWorker, TrainWorker
-from strategies.base import SamplingConfig
+from strategies.base import INFERENCE, TRAIN, SamplingConfig
+from strategies.registry import qualified_name
+from tests.configs import run_config
 
 NODES = "[{name: npu-node, num_cpus: 1, resources: {NPU: 1}}, {name: gpu-node, num_cpus: 1, num_gpus: 1}]"
 CONFIG = [
@@ -27,7 +27,8 @@ CONFIG = [
     f"cluster.nodes={NODES}",
     "roles.actor_train.device=npu",
     "roles.actor_infer.device=cuda",
-    "~roles.reference",
+    "roles.reference=null",
+    "algorithm.kl_coef=0",
     "rollout.dtype=float32",
     "rollout.max_num_seqs=4",
     "rollout.kv_cache_bytes=33554432",
@@ -39,49 +40,51 @@ PROMPTS = [[1, 5, 6, 7, 8]]
 
 
 def test_simulated_npu_trainer_to_vllm_on_a_simulated_gpu_node(tiny_model_path, tmp_path):
-    cfg = compose(CONFIG)
+    config = run_config(*CONFIG)
     trainer_model = make_tiny_model(tmp_path / "trainer-model", seed=1)  # other weights than the engine's
-    with start_cluster(cfg.cluster):
-        plan = plan_from_config(cfg)
+    with start_cluster(config.cluster):
+        plan = plan_for(config.roles_to_run().present(), config.cluster)
         train = WorkerGroup(plan, "actor_train", TrainWorker)
         infer = WorkerGroup(plan, "actor_infer", RolloutWorker)
         try:
-            sync = sync_plan(plan, cfg.weight_sync.path)
+            options = config.weight_sync
+            sync = sync_plan(plan, options.path)
             assert (
                 sync.describe() == "bridge: npu -> cpu via gloo broadcast (host buckets) [simulated device]"
             )
             (trainer_info,), (rollout_info,) = train.infos, infer.infos
             assert (trainer_info["node_name"], trainer_info["platform"]) == ("npu-node", "npu (simulated)")
             assert (rollout_info["node_name"], rollout_info["kind"]) == ("gpu-node", "cuda")
-            import ray
-
+            trainer = qualified_name(TRAIN, config.trainer.name)
+            engine = qualified_name(INFERENCE, config.rollout.name)
             ray.get(
-                train.async_call_all(
-                    "setup", str(trainer_model), "fsdp", OmegaConf.to_container(cfg.trainer), ("", 0)
-                )
-                + infer.async_call_all(
-                    "setup", tiny_model_path, "vllm", OmegaConf.to_container(cfg.rollout, resolve=True)
-                )
+                train.async_call_all(TrainWorker.setup, str(trainer_model), trainer, config.trainer, ("", 0))
+                + infer.async_call_all(RolloutWorker.setup, tiny_model_path, engine, config.rollout, False)
             )
-            before = infer.call_all("generate", PROMPTS, GREEDY)[0][0].token_ids
-            options = WeightSyncOptions.from_config(cfg.weight_sync)
-            endpoint = train.call_rank0("open_sender", sync, 1, options)
+            before = infer.call_all(RolloutWorker.generate, PROMPTS, GREEDY)[0][0].token_ids
+            endpoint = train.call_rank0(TrainWorker.open_sender, sync, 1, options)
             ray.get(
-                train.async_call_all("connect_sender")
-                + infer.async_call_all("connect_receiver", endpoint, 120)
+                train.async_call_all(TrainWorker.connect_sender)
+                + infer.async_call_all(RolloutWorker.connect_receiver, endpoint, options.timeout_s)
             )
             sent, received = ray.get(
-                [train.workers[0].send_weights.remote(7), infer.workers[0].receive_weights.remote()]
+                [
+                    train.async_call_rank0(TrainWorker.send_weights, 7),
+                    infer.async_call_rank0(RolloutWorker.receive_weights),
+                ]
             )
             assert sent["version"] == received["version"] == 7 and sent["path"] == "bridge"
             assert received["tensors"] == sent["tensors"] > 0 and received["nbytes"] == sent["nbytes"]
-            assert infer.call_rank0("weights_version") == 7
-            assert infer.call_rank0("engine_hash") == train.call_rank0("export_hash")
-            after = infer.call_all("generate", PROMPTS, GREEDY)[0][0].token_ids
+            assert infer.call_rank0(RolloutWorker.weights_version) == 7
+            assert infer.call_rank0(RolloutWorker.engine_hash) == train.call_rank0(TrainWorker.export_hash)
+            after = infer.call_all(RolloutWorker.generate, PROMPTS, GREEDY)[0][0].token_ids
             assert after != before
-            ray.get(train.async_call_all("close_sender") + infer.async_call_all("close_receiver"))
+            ray.get(
+                train.async_call_all(TrainWorker.close_sender)
+                + infer.async_call_all(RolloutWorker.close_receiver)
+            )
         finally:
-            infer.call_all("shutdown")
+            infer.call_all(RolloutWorker.shutdown)
             train.kill()
             infer.kill()
             release(plan)

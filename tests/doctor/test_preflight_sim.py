@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 import ray
 
-from roll_device.cluster import plan_from_config, start_cluster
-from roll_device.commands.compose import compose
+from roll_device.cluster import Plan, plan_for, start_cluster
 from roll_device.doctor.preflight import PreflightError, preflight
+from roll_device.pipeline.config import RunConfig
 from roll_device.pipeline.role_settings import role_requests
+from tests.configs import cluster_settings, run_config
 
 ROOT = Path(__file__).resolve().parents[2]
 SIM = [
@@ -36,23 +37,27 @@ MISSING_ASCEND = (
 
 @pytest.fixture(scope="module")
 def cluster():
-    handle = start_cluster(compose(SIM).cluster)
+    handle = start_cluster(cluster_settings(*SIM))
     yield handle
     handle.shutdown()
 
 
+def planned(*overrides: str) -> tuple[RunConfig, Plan]:
+    """The run's config and its plan on the connected cluster, as `run` makes them."""
+    config = run_config(*overrides)
+    return config, plan_for(config.roles_to_run().present(), config.cluster)
+
+
 def test_roles_the_simulated_npu_node_can_serve_pass(cluster):
-    cfg = compose(SIM + NPU_ROLES + ["rollout=hf"])  # FSDP and the hf rollout need nothing more
-    plan = plan_from_config(cfg)
-    assert preflight(plan, role_requests(cfg, plan)) == 2, "the head (reward) and the NPU node"
+    config, plan = planned(*SIM, *NPU_ROLES, "rollout=hf")  # FSDP and the hf rollout need nothing more
+    assert preflight(plan, role_requests(config, plan)) == 2, "the head (reward) and the NPU node"
 
 
 def test_vllm_without_vllm_ascend_on_a_simulated_npu_node_is_refused_in_seconds(cluster):
-    cfg = compose(SIM + NPU_ROLES)
-    plan = plan_from_config(cfg)
+    config, plan = planned(*SIM, *NPU_ROLES)
     started = time.perf_counter()
     with pytest.raises(PreflightError) as refused:
-        preflight(plan, role_requests(cfg, plan))
+        preflight(plan, role_requests(config, plan))
     assert time.perf_counter() - started < 30
     message = str(refused.value)
     assert message.startswith("preflight found 2 problem(s) before any worker started:\n")
