@@ -65,15 +65,13 @@ def timed(platform, fn, repeat: int = 1) -> float:
 
 # ---- decode graphs ------------------------------------------------------------------------------
 def start_hf(platform, model_path: str, dtype: str, use_graphs: bool):
-    from omegaconf import OmegaConf
-
-    from roll_device.commands.compose import compose
+    from roll_device.commands.gate import load_config
     from strategies.registry import strategy_class
 
     overrides = [f"max_batch_size={max(BATCHES)}", f"use_graphs={str(use_graphs).lower()}", f"dtype={dtype}"]
-    cfg = compose(["rollout=hf", *(f"rollout.{o}" for o in overrides)])
+    config = load_config(["rollout=hf", *(f"rollout.{o}" for o in overrides)])
     strategy = strategy_class("inference", "hf", platform.kind)(platform)
-    strategy.initialize(model_path, OmegaConf.to_container(cfg.rollout, resolve=True))
+    strategy.initialize(model_path, config.rollout)
     return strategy
 
 

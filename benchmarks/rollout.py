@@ -117,14 +117,12 @@ def per_batch(
 
 
 def start(name: str, platform, model_path: str, *overrides: str):
-    from omegaconf import OmegaConf
-
-    from roll_device.commands.compose import compose
+    from roll_device.commands.gate import load_config
     from strategies.registry import strategy_class
 
-    cfg = compose([f"rollout={name}", *(f"rollout.{o}" for o in overrides)])
+    config = load_config([f"rollout={name}", *(f"rollout.{o}" for o in overrides)])
     strategy = strategy_class("inference", name, platform.kind)(platform)
-    strategy.initialize(model_path, OmegaConf.to_container(cfg.rollout, resolve=True))
+    strategy.initialize(model_path, config.rollout)
     return strategy
 
 

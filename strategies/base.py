@@ -25,9 +25,9 @@ from typing import ClassVar
 
 import torch
 
+from roll_device.compat.vllm import NO_GRAPHS
 from roll_device.packages import Package
 from roll_device.platforms.base import Platform
-from roll_device.platforms.engines import NO_GRAPHS
 from roll_device.settings import Section
 from strategies.inference.settings import RolloutSettings
 from strategies.training.settings import TrainSettings

@@ -1,7 +1,10 @@
 """No import circles in the cluster layer, the strategies, the pipeline, the doctor, the graph
-runners or the models: every import there, at module top or inside a function, points one way
-(plan -> placement never; the strategy packages -> base, and strategies/registry.py -> both;
-pipeline/roles.py -> role_settings.py, never back)."""
+runners, the models, the inputs or the commands: every import there, at module top or inside a
+function, points one way (plan -> placement never; the strategy packages -> base, and
+strategies/registry.py -> both; pipeline/roles.py -> role_settings.py, never back). And nothing
+points back up the floors: platforms and sim at the bottom, then the capabilities (comm, cluster,
+graph, models, inputs, compat), the strategies, the doctor, the pipeline, the commands, the CLI.
+The package's own `roll_device/__init__.py` (the public names) stands outside the floors."""
 
 import ast
 from pathlib import Path
@@ -9,12 +12,46 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CHECKED = (
     "roll_device.cluster",
+    "roll_device.commands",
+    "roll_device.compat",
     "roll_device.doctor",
     "roll_device.graph",
+    "roll_device.inputs",
     "roll_device.models",
     "roll_device.pipeline",
     "strategies",
 )
+
+
+FLOORS = (
+    ("roll_device.errors", "roll_device.packages", "roll_device.settings", "roll_device.files"),
+    ("roll_device.sim", "roll_device.platforms"),
+    ("roll_device.compat", "roll_device.comm", "roll_device.cluster", "roll_device.graph"),
+    ("roll_device.models", "roll_device.inputs"),
+    ("strategies",),
+    ("roll_device.doctor",),
+    ("roll_device.pipeline",),
+    ("roll_device.commands",),
+    ("roll_device.cli",),
+)
+
+
+def floor(module: str) -> int | None:
+    for number, packages in enumerate(FLOORS):
+        if any(module == p or module.startswith(p + ".") for p in packages):
+            return number
+    return None
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """`a -> b` for each import of a module on a higher floor than its importer's."""
+    found = []
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            below, above = floor(module), floor(target)
+            if below is not None and above is not None and above > below:
+                found.append(f"{module} -> {target}")
+    return found
 
 
 def module_names(root: Path) -> dict[str, Path]:
@@ -85,3 +122,18 @@ def test_the_check_finds_a_circle(tmp_path):
         "from roll_device.cluster.plan import Plan\n"
     )
     assert circles(imports(tmp_path)) == [["roll_device.cluster.placement", "roll_device.cluster.plan"]]
+
+
+def test_nothing_points_back_up():
+    assert upward_imports(imports(ROOT)) == [], "a lower floor imports a higher one"
+
+
+def test_the_check_finds_an_upward_import(tmp_path):
+    (tmp_path / "roll_device" / "platforms").mkdir(parents=True)
+    (tmp_path / "roll_device" / "pipeline").mkdir(parents=True)
+    (tmp_path / "strategies").mkdir()
+    (tmp_path / "roll_device" / "pipeline" / "loop.py").write_text("X = 1\n")
+    (tmp_path / "roll_device" / "platforms" / "cpu.py").write_text(
+        "def f():\n    from roll_device.pipeline.loop import X\n"
+    )
+    assert upward_imports(imports(tmp_path)) == ["roll_device.platforms.cpu -> roll_device.pipeline.loop"]

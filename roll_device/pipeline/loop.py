@@ -22,8 +22,8 @@ from roll_device.pipeline.batching import build_batch
 from roll_device.pipeline.config import RunConfig
 from roll_device.pipeline.reward_worker import RewardWorker
 from roll_device.pipeline.roles import RoleGroups
-from roll_device.pipeline.workers import RolloutWorker, TrainWorker
 from roll_device.pipeline.state import PipelineState
+from roll_device.pipeline.workers import RolloutWorker, TrainWorker
 from strategies.base import Completion, SamplingConfig
 from strategies.training.losses import group_normalized_advantages
 
@@ -50,7 +50,9 @@ class GrpoStep:
         """Responses from the `actor_infer` workers, each prompt's index into `prompt_ids`."""
         shards = shard(prompt_ids, self.roles.groups["actor_infer"].world_size)
         completions, offset = [], 0
-        for part, result in zip(shards, self.roles.scatter("actor_infer", RolloutWorker.generate, shards, sampling)):
+        for part, result in zip(
+            shards, self.roles.scatter("actor_infer", RolloutWorker.generate, shards, sampling)
+        ):
             for c in result:
                 c.prompt_index += offset
             completions.extend(result)

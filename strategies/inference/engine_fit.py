@@ -22,9 +22,9 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from roll_device.compat.vllm import profile_for
 from roll_device.errors import ConfigError
 from roll_device.platforms import Platform
-from roll_device.platforms.engines import VLLM
 from strategies.inference.settings import VllmSettings
 from strategies.inference.vllm_args import DEFAULT_CPU_KV_CACHE_BYTES, engine_env, text_model_config
 
@@ -91,7 +91,7 @@ def _kv_cache_bytes(platform: Platform | None, settings: VllmSettings) -> tuple[
     given = settings.kv_cache_bytes
     if given is not None:
         return given, f"rollout.kv_cache_bytes={given}"
-    engine = platform.rollout_engines.get(VLLM) if platform is not None else None
+    engine = profile_for(platform) if platform is not None else None
     if engine is None or not engine.in_process:
         return None, ""  # a share of device memory: measured by vLLM on the device
     default = DEFAULT_CPU_KV_CACHE_BYTES

@@ -20,11 +20,10 @@ from typing import Any
 
 import torch
 
+from roll_device.compat.vllm import NO_GRAPHS, profile_for
 from roll_device.errors import ConfigError, MissingPackageError
 from roll_device.platforms import Platform, get_platform
-from roll_device.platforms.engines import VLLM
 from strategies.base import (
-    NO_GRAPHS,
     Completion,
     InferenceStrategy,
     NamedTensors,
@@ -56,8 +55,8 @@ class VllmStrategy(InferenceStrategy):
 
     @classmethod
     def serves(cls, platform: Platform) -> bool:
-        """Kinds whose platform hosts vLLM (names its packages there)."""
-        return VLLM in platform.rollout_engines
+        """Kinds vLLM has an engine profile for."""
+        return profile_for(platform) is not None
 
     @classmethod
     def requirements(cls, kind: str) -> Requirements:

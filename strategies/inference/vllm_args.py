@@ -2,8 +2,8 @@
 
 `build_engine_spec(platform, model_path, settings)` turns the `rollout` section (`VllmSettings`) into the
 keyword arguments of `vllm.LLM` and the environment variables of the engine process. What vLLM
-needs and offers on a kind is the platform's to say (`platform.rollout_engines["vllm"]`, see
-roll_device/platforms/engines.py): its packages there, its default graph mode, whether capture
+needs and offers on a kind is its engine profile (roll_device/compat/vllm.py, beside the
+backend, with the hook a plugin kind fills): its packages there, its default graph mode, whether capture
 sizes are derived within the platform's `graph_budget`, in-process with an explicit KV-cache size
 (the host), sleep levels, the engine's environment and extra arguments, and whether Ray must leave
 the visible devices alone. Here the built-in kinds run:
@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from roll_device.compat.vllm import NO_GRAPHS, EngineProfile, profile_for
 from roll_device.errors import ConfigError
 from roll_device.graph import default_capture_sizes, fit_capture_sizes, graphs_per_size
 from roll_device.platforms import Platform, get_platform, known_kinds
-from roll_device.platforms.engines import VLLM, RolloutEngine
 from strategies.inference.settings import VllmSettings
 
 WORKER_EXTENSION = "strategies.inference.vllm_worker.RolloutWorkerExtension"
@@ -78,31 +78,31 @@ def num_hidden_layers(model_path: str) -> int:
     return text_model_config(model_path, "size the graph budget")["num_hidden_layers"]
 
 
-def _graph_settings(engine: RolloutEngine, kind: str, settings: VllmSettings) -> tuple[bool, str]:
+def _graph_settings(engine: EngineProfile, kind: str, settings: VllmSettings) -> tuple[bool, str]:
     eager, mode = settings.enforce_eager, settings.graph_mode
     if not engine.graphs:
-        if mode not in (None, "NONE"):
+        if mode not in (None, NO_GRAPHS):
             raise ConfigError(
                 f"vLLM has no device graphs on kind '{kind}': set rollout.graph_mode=null "
                 "(rollout.enforce_eager=false turns on torch.compile instead)"
             )
-        return (True if eager is None else eager), "NONE"
+        return (True if eager is None else eager), NO_GRAPHS
     if eager:
-        if mode not in (None, "NONE"):
+        if mode not in (None, NO_GRAPHS):
             raise ConfigError(
                 f"rollout.enforce_eager=true runs without graphs but rollout.graph_mode={mode}: "
                 "set graph_mode=null or enforce_eager=false"
             )
-        return True, "NONE"
+        return True, NO_GRAPHS
     mode = engine.default_graph_mode if mode is None else mode
-    return mode == "NONE", mode
+    return mode == NO_GRAPHS, mode
 
 
 def _capture_sizes(
-    engine: RolloutEngine, budget: int | None, mode: str, settings: VllmSettings, model_path: str
+    engine: EngineProfile, budget: int | None, mode: str, settings: VllmSettings, model_path: str
 ) -> list[int] | None:
     sizes = settings.capture_sizes
-    if mode == "NONE":
+    if mode == NO_GRAPHS:
         if sizes is not None:
             raise ConfigError(
                 "rollout.capture_sizes is set but no graphs are captured (eager or graph_mode=NONE): "
@@ -128,7 +128,7 @@ def engine_env(settings: VllmSettings) -> dict[str, str]:
 
 
 def _environment(
-    platform: Platform, engine: RolloutEngine, graphs: bool, settings: VllmSettings
+    platform: Platform, engine: EngineProfile, graphs: bool, settings: VllmSettings
 ) -> dict[str, str]:
     env = engine_env(settings)
     if engine.in_process:
@@ -142,13 +142,13 @@ def _environment(
 
 def hosting_kinds() -> list[str]:
     """The device kinds whose platform hosts vLLM."""
-    return [kind for kind in known_kinds() if VLLM in get_platform(kind).rollout_engines]
+    return [kind for kind in known_kinds() if profile_for(get_platform(kind)) is not None]
 
 
-def engine_of(platform: Platform) -> RolloutEngine:
-    """What vLLM needs and offers on `platform`'s kind (the platform says), or a ConfigError
+def engine_of(platform: Platform) -> EngineProfile:
+    """What vLLM needs and offers on `platform`'s kind (its engine profile), or a ConfigError
     naming the kinds it runs on."""
-    engine = platform.rollout_engines.get(VLLM)
+    engine = profile_for(platform)
     if engine is None:
         raise ConfigError(
             f"the vllm strategy has no engine profile for device kind '{platform.kind}': it runs on "
@@ -188,9 +188,9 @@ def build_engine_spec(
     engine = engine_of(platform)
     eager, mode, sleep_level = _graph_mode_and_sleep_level(platform, settings, colocated)
     sizes = _capture_sizes(engine, platform.graph_budget, mode, settings, model_path)
-    env = _environment(platform, engine, mode != "NONE", settings)
+    env = _environment(platform, engine, mode != NO_GRAPHS, settings)
     blocking = platform.launch_blocking_env
-    if blocking and mode != "NONE" and {**environ, **env}.get(blocking, "0") not in ("", "0"):
+    if blocking and mode != NO_GRAPHS and {**environ, **env}.get(blocking, "0") not in ("", "0"):
         raise ConfigError(
             f"{blocking}=1 is incompatible with graph_mode={mode}: unset {blocking} "
             "or run eager (rollout.enforce_eager=true)"
@@ -216,7 +216,7 @@ def build_engine_spec(
         kwargs["kv_cache_memory_bytes"] = kv_bytes
     else:
         kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization
-    if mode != "NONE":
+    if mode != NO_GRAPHS:
         compilation: dict[str, Any] = {"cudagraph_mode": mode}
         if sizes is not None:
             compilation["cudagraph_capture_sizes"] = sizes

@@ -6,9 +6,9 @@ import json
 import pytest
 
 from roll_device.errors import ConfigError
+from roll_device.inputs.prompts import PromptEncoder
 from roll_device.models.hf_dir import check_model_dir
 from roll_device.models.tiny import build_tokenizer
-from roll_device.inputs.prompts import PromptEncoder
 
 TEMPLATE = (
     "{% for m in messages %}<bos>{{ m['role'][0] }}:{{ m['content'] }}<eos>{% endfor %}"

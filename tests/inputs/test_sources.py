@@ -55,18 +55,14 @@ def test_unshuffled_epochs_and_their_step_count(tmp_path):
 
 def test_an_eval_file_and_a_count(tmp_path):
     train, test = _write(tmp_path / "t.jsonl", 5), _write(tmp_path / "e.jsonl", 4)
-    source = _source(
-        _settings(str(train), eval_path=str(test), prompt_key="q", answer_key="a", eval_size=3)
-    )
+    source = _source(_settings(str(train), eval_path=str(test), prompt_key="q", answer_key="a", eval_size=3))
     assert len(source.train) == 5 and [s.prompt for s in source.eval_samples(None)] == ["p0", "p1", "p2"]
     assert len(source.eval_samples(2)) == 2
 
 
 def test_too_long_prompts_are_dropped_and_none_left_is_refused(tmp_path):
     path = _write(tmp_path / "d.jsonl", 4)
-    source = _source(_settings(str(path), prompt_key="q", answer_key="a")).fitting(
-        lambda s: s.prompt != "p2"
-    )
+    source = _source(_settings(str(path), prompt_key="q", answer_key="a")).fitting(lambda s: s.prompt != "p2")
     assert [s.prompt for s in source.train] == ["p0", "p1", "p3"]
     with pytest.raises(
         ConfigError, match="every prompt of data.path=.* is too long for rollout.max_model_len"

@@ -7,10 +7,10 @@ import json
 import pytest
 import ray
 
-from tests.configs import run_config
-from roll_device.errors import ConfigError
 from roll_device.commands.run import run_checked
+from roll_device.errors import ConfigError
 from roll_device.pipeline.state import Checkpoints, PipelineState
+from tests.configs import run_config
 
 # The files a checkpoint of the FSDP trainer holds (DCP shards and metadata, the optimizer state).
 POLICY_FILES = {"policy/.metadata": 400, "policy/__0_0.distcp": 4096, "policy/trainer_state.pt": 300}

@@ -6,9 +6,9 @@ import json
 import pytest
 import ray
 
-from tests.configs import run_config
 from roll_device.commands.run import run_checked
 from roll_device.inputs.rewards import RewardFunctionError
+from tests.configs import run_config
 
 
 def _config(tmp_path, *overrides):

@@ -6,9 +6,9 @@ the CPU. What is real: the Ray cluster of three nodes, the placement, FSDP2 over
 hccl backend, vLLM, and the host bridge over gloo between the nodes.
 """
 
-from tests.configs import run_config
 from roll_device.commands.run import run_checked
 from roll_device.pipeline.workers import RolloutWorker, TrainWorker
+from tests.configs import run_config
 
 
 def test_mixed_devices_step_on_the_sim_cluster(tmp_path):

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from tests.configs import run_config
-from roll_device.models.tiny import build_tokenizer, vocabulary
-from roll_device.inputs.arithmetic import make_arithmetic_dataset
 from roll_device.commands.run import run_checked
+from roll_device.inputs.arithmetic import make_arithmetic_dataset
+from roll_device.models.tiny import build_tokenizer, vocabulary
+from tests.configs import run_config
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<bos>{{ m['role'][0] }}:{{ m['content'] }}<eos>{% endfor %}"

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from roll_device.errors import ConfigError
+from roll_device.inputs.tasks import get_task
 from roll_device.pipeline.batching import build_batch
 from roll_device.pipeline.metrics import MetricsLog
 from roll_device.pipeline.state import Checkpoints, PipelineState
-from roll_device.inputs.tasks import get_task
 from strategies.base import Completion
 
 

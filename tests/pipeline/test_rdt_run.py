@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tests.configs import run_config
 from roll_device.commands.run import run_checked
+from tests.configs import run_config
 
 
 @pytest.mark.slow

@@ -5,8 +5,8 @@ inventories: no Ray, no devices needed."""
 import pytest
 
 from roll_device.cluster import Inventory, NodeInfo, plan_for
-from tests.configs import run_config
 from roll_device.errors import PlanError
+from tests.configs import run_config
 
 
 def _node(kind, count):

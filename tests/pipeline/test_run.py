@@ -6,8 +6,8 @@ import json
 import pytest
 import ray
 
-from tests.configs import run_config
 from roll_device.commands.run import run_checked
+from tests.configs import run_config
 
 
 def _records(run_dir):

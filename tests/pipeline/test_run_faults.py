@@ -12,9 +12,9 @@ import time
 import pytest
 import ray
 
-from tests.configs import run_config
 from roll_device.commands.run import run_checked
 from roll_device.pipeline.roles import WorkerLostError
+from tests.configs import run_config
 
 MAX_STEPS = 5
 

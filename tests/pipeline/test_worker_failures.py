@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from roll_device.comm import Endpoint
-from tests.configs import run_config
-from roll_device.errors import WeightSyncError
 from roll_device.commands.run import run_checked
-from roll_device.pipeline.workers import RolloutWorker, TrainWorker
+from roll_device.errors import WeightSyncError
 from roll_device.pipeline.roles import WorkerFailedError, first_line, raised_in, summarised
+from roll_device.pipeline.workers import RolloutWorker, TrainWorker
+from tests.configs import run_config
 
 
 def test_an_engine_that_fails_to_start_ends_the_run_in_one_line_with_its_traceback(tmp_path):

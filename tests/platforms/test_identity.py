@@ -85,7 +85,6 @@ def test_allocator_env(kind, env):
 def test_npu_rollout_env_follows_graph_mode():
     npu = rd.get_platform("npu")
     assert npu.rollout_env(graph_mode=True) == {"TASK_QUEUE_ENABLE": "1"}
-    assert npu.rollout_engine("vllm").env == {"VLLM_ASCEND_ENABLE_NZ": "0"}, "vLLM-Ascend's, under vLLM's key"
     assert npu.rollout_env(graph_mode=False)["TASK_QUEUE_ENABLE"] == "2"
     assert rd.get_platform("cpu").rollout_env(graph_mode=False) == {}
 
@@ -93,15 +92,6 @@ def test_npu_rollout_env_follows_graph_mode():
 def test_ipc_support_by_kind():
     assert rd.get_platform("cuda").supports_ipc and rd.get_platform("rocm").supports_ipc
     assert not rd.get_platform("npu").supports_ipc and not rd.get_platform("cpu").supports_ipc
-
-
-def test_a_rollout_engine_the_kind_does_not_host_fails_loudly():
-    with pytest.raises(NotImplementedError) as err:
-        rd.get_platform("cpu").rollout_engine("sglang")
-    assert (
-        str(err.value)
-        == "platform 'cpu' does not support the rollout engine 'sglang': engines on this kind: vllm"
-    )
 
 
 def test_simulation_facts_are_the_platforms():

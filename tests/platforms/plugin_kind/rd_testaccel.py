@@ -10,7 +10,6 @@ by `RD_TESTACCEL_LOG`, so that a test can see that workers computed on this plat
 from __future__ import annotations
 
 import os
-from types import MappingProxyType
 
 from roll_device.platforms.cpu import CpuPlatform
 
@@ -23,7 +22,6 @@ class TestAccelPlatform(CpuPlatform):
 
     kind = "testaccel"
     ray_resource = "TESTACCEL"  # nodes declare it: ray start --resources='{"TESTACCEL": 2}'
-    rollout_engines = MappingProxyType({})  # hosts no engine of its own (the HF strategy needs none)
     install_hint = "install rd-testaccel"
 
     @classmethod

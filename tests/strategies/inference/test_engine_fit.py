@@ -36,7 +36,9 @@ def model_dir(tmp_path, **changes) -> str:
 
 def settings(**changes) -> VllmSettings:
     """The shipped vllm section for a 1024-token sequence in bf16, with `changes`."""
-    return rollout_settings("vllm", **{"max_model_len": 1024, "dtype": "bfloat16", "kv_cache_bytes": None, **changes})
+    return rollout_settings(
+        "vllm", **{"max_model_len": 1024, "dtype": "bfloat16", "kv_cache_bytes": None, **changes}
+    )
 
 
 # 2 (keys and values) x 4 layers x 2 KV heads x 64 dims x 2 bytes

@@ -69,7 +69,11 @@ def test_greedy_with_prefill_graphs_equals_eager_prefill(tiny_model_path):
     for prefill_graphs in (True, False):  # decode eager in both: the prefill is what differs
         sizes = PREFILL_SIZES if prefill_graphs else None
         settings = rollout_settings(
-            "hf", max_batch_size=16, use_graphs=False, prefill_graphs=prefill_graphs, prefill_capture_sizes=sizes
+            "hf",
+            max_batch_size=16,
+            use_graphs=False,
+            prefill_graphs=prefill_graphs,
+            prefill_capture_sizes=sizes,
         )
         strategy = HfStrategy(platform)
         strategy.initialize(tiny_model_path, settings)

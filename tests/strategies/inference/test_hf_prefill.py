@@ -11,8 +11,8 @@ from roll_device.errors import ConfigError
 from roll_device.graph import default_prefill_sizes
 from strategies.base import NO_GRAPHS
 from strategies.inference.hf import HfStrategy
-from tests.isolated import run_isolated
 from tests.configs import rollout_settings
+from tests.isolated import run_isolated
 
 
 def test_prefill_graphs_are_refused_where_the_platform_has_none(tiny_model_path):
@@ -37,7 +37,12 @@ def test_prefill_graphs_are_refused_where_the_platform_has_none(tiny_model_path)
             ),
         ),
         (
-            {"prefill_graphs": True, "max_batch_size": 2, "max_model_len": 8, "prefill_capture_sizes": [8, 32]},
+            {
+                "prefill_graphs": True,
+                "max_batch_size": 2,
+                "max_model_len": 8,
+                "prefill_capture_sizes": [8, 32],
+            },
             "rollout.prefill_capture_sizes has 32, larger than max_batch_size x max_model_len = 16: drop it",
         ),
         (

@@ -7,7 +7,6 @@ started for real in test_vllm_strategy.py.
 
 import json
 import re
-from types import MappingProxyType
 
 import pytest
 
@@ -245,8 +244,10 @@ def test_impossible_combinations_are_refused_before_start(tmp_path, kind, change
     [
         (
             {"graph_mode": "SOMETIMES"},
-            "rollout.graph_mode='SOMETIMES': input should be 'NONE', 'PIECEWISE', 'FULL', "
-            "'FULL_DECODE_ONLY' or 'FULL_AND_PIECEWISE'",
+            (
+                "rollout.graph_mode='SOMETIMES': input should be 'NONE', 'PIECEWISE', 'FULL', "
+                "'FULL_DECODE_ONLY' or 'FULL_AND_PIECEWISE'"
+            ),
         ),
         ({"capture_sizes": [8, 128]}, "rollout.capture_sizes has 128, larger than the largest batch 64"),
         ({"capture_sizes": [8, 8]}, "rollout.capture_sizes lists a size twice"),
@@ -307,9 +308,7 @@ def test_unreadable_model_config_for_piecewise_budget(tmp_path):
 
 def test_kind_without_a_profile():
     class OtherPlatform(CpuPlatform):
-        kind = "other"
-        # hosts no rollout engine (a CPU subclass would inherit vllm-cpu)
-        rollout_engines = MappingProxyType({})
+        kind = "other"  # a CPU subclass, but vLLM has no profile for its kind
 
     with pytest.raises(ConfigError, match="no engine profile for device kind 'other'"):
         build_engine_spec(OtherPlatform(), "/m", rollout_settings("vllm"), environ={})

