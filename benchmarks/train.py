@@ -72,14 +72,16 @@ def measure(
     """Runs in each rank: initialize the trainer, then time `warmup + steps` train steps."""
 
     import roll_device as rd
+    from roll_device.commands.gate import load_config
     from strategies.registry import strategy_class
     from strategies.training.losses import grpo_policy_loss
 
     platform = rd.current_platform()
     before = platform.memory_allocated()
     trainer = strategy_class("train", name, platform.kind)(platform)
-    config = {"name": name, "lr": 1e-4, "micro_batch_size": rows, **overrides}
-    trainer.initialize(model_path, config)
+    changes = {"lr": 1e-4, "micro_batch_size": rows, **overrides}
+    config = load_config([f"trainer={name}", *(f"trainer.{key}={value}" for key, value in changes.items())])
+    trainer.initialize(model_path, config.trainer)
     batch = make_batch(
         seed=trainer.data_parallel_rank, rows=rows, length=length
     )  # a replica's ranks share rows

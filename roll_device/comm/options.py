@@ -3,7 +3,7 @@
 ```yaml
 weight_sync:
   path: auto             # auto | colocated | collective | bridge | rdt
-  bucket_bytes: 67108864 # bytes per bucket (a tensor larger than a bucket is split across several)
+  bucket_bytes: 67108864 # bytes per bucket (a larger tensor travels alone in a bucket of its own size)
   verify: false          # a CRC32 per bucket; a mismatch fails the sync and keeps the old weights
   timeout_s: 600         # how long one side waits for the other before the sync fails
 ```

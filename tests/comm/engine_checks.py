@@ -10,7 +10,7 @@ from roll_device.comm import WeightReceiver, weights_hash
 from strategies.base import SamplingConfig
 from strategies.registry import strategy_class
 from tests.comm.sync_checks import PROMPT
-from tests.strategies.inference.conftest import rollout_config
+from tests.configs import rollout_settings
 
 GREEDY = SamplingConfig(n=1, max_tokens=6, temperature=0.0)
 _state: dict = {}
@@ -30,8 +30,8 @@ def start_engine(model_path: str) -> dict:
     engine = strategy_class("inference", "vllm", platform.kind)(platform)
     engine.initialize(
         model_path,
-        rollout_config(
-            "vllm", "max_num_seqs=4", "kv_cache_bytes=33554432", "dtype=float32", "update_bucket_bytes=131072"
+        rollout_settings(
+            "vllm", max_num_seqs=4, kv_cache_bytes=33554432, dtype="float32", update_bucket_bytes=131072
         ),
     )
     _state["engine"] = engine

@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from tests.configs import trainer_settings
 from tests.isolated import error_of, simulated_npu
 
 STANDIN = str(Path(__file__).parent / "standin")
@@ -24,8 +25,8 @@ def order_and_options(model_path: str) -> dict:
     sys.path.insert(0, STANDIN)
     os.environ["MINDSPEED_STANDIN_STOP"] = "1"
     trainer = _npu_trainer()
-    config = {"tensor_parallel": 2, "mindspeed": {"use_fused_rmsnorm": True}}
-    error = error_of(lambda: trainer.initialize(model_path, config))
+    settings = trainer_settings("megatron", tensor_parallel=2, mindspeed={"use_fused_rmsnorm": True})
+    error = error_of(lambda: trainer.initialize(model_path, settings))
     import mindspeed
 
     from roll_device.compat import mindspeed as glue
@@ -41,7 +42,7 @@ def order_and_options(model_path: str) -> dict:
 
 def missing_then_too_late(model_path: str) -> dict:
     """Without MindSpeed: the error names it. With megatron imported first: refused."""
-    out = {"missing": error_of(lambda: _npu_trainer().initialize(model_path, {}))}
+    out = {"missing": error_of(lambda: _npu_trainer().initialize(model_path, trainer_settings("megatron")))}
     import megatron.core  # noqa: F401  (imported first on purpose)
 
     from roll_device.compat import mindspeed as glue

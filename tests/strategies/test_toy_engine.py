@@ -12,7 +12,6 @@ from roll_device.commands.compose import config_dir
 from roll_device.commands.run import run_checked
 from roll_device.errors import ConfigError
 from strategies.base import INFERENCE
-from strategies import registry
 from strategies.registry import register_strategy
 from tests.configs import run_config
 from tests.strategies.toy_engine import ToySettings
@@ -50,7 +49,9 @@ def test_the_toy_engine_has_its_own_typed_section(toy):
         ConfigError, match=r"rollout.greedy_only='sometimes': input should be a valid boolean"
     ):
         run_config("rollout=toy", "rollout.greedy_only=sometimes")
-    with pytest.raises(ConfigError, match="unknown key rollout.max_batch_size: the keys here are name, .*, greedy_only"):
+    with pytest.raises(
+        ConfigError, match="unknown key rollout.max_batch_size: the keys here are name, .*, greedy_only"
+    ):
         run_config("rollout=toy", "+rollout.max_batch_size=4")
 
 

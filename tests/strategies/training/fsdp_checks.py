@@ -9,16 +9,22 @@ import roll_device as rd
 from strategies.registry import strategy_class
 from strategies.training.fsdp import token_logprobs
 from strategies.training.losses import grpo_policy_loss, masked_mean, nll_loss
+from tests.configs import trainer_settings
 from tests.isolated import error_of, simulated_npu
 from tests.strategies.training.data import concat, make_batch
 
-CONFIG = {"name": "fsdp", "lr": 5.0e-3, "micro_batch_size": 1, "max_grad_norm": 1.0}
+CHANGES = {"lr": 5.0e-3, "micro_batch_size": 1, "max_grad_norm": 1.0}  # to the shipped trainer sections
+
+
+def settings_of(name: str = "fsdp", **overrides):
+    """The shipped `trainer=<name>` section with these tests' CHANGES and `overrides`."""
+    return trainer_settings(name, **{**CHANGES, **overrides})
 
 
 def new_trainer(model_path: str, **overrides):
     platform = rd.current_platform()
     trainer = strategy_class("train", "fsdp", platform.kind)(platform)
-    trainer.initialize(model_path, {**CONFIG, **overrides})
+    trainer.initialize(model_path, settings_of(**overrides))
     return trainer
 
 
@@ -33,11 +39,11 @@ def reference_step(model_path: str, batch):
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=CONFIG["lr"], weight_decay=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=CHANGES["lr"], weight_decay=0.0)
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
     logprobs = token_logprobs(logits, batch.input_ids, batch.attention_mask)
     masked_mean(-logprobs, batch.response_mask).backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CONFIG["max_grad_norm"])
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CHANGES["max_grad_norm"])
     optimizer.step()
     return float(grad_norm), {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -145,7 +151,7 @@ def simulated_npu_step(model_path: str) -> dict:
     npu.shutdown()
 
     cpu = strategy_class("train", "fsdp", "cpu")(rd.get_platform("cpu"))
-    cpu.initialize(model_path, {**CONFIG, **settings})
+    cpu.initialize(model_path, settings_of(**settings))
     out["logprob_diff_vs_cpu"] = (cpu.forward_logprobs(batch) - logprobs).abs().max().item()
     out["cpu_losses"] = [cpu.train_step(batch, nll_loss())["loss"] for _ in range(4)]
     return out

@@ -23,11 +23,12 @@ from strategies.registry import strategy_class
 from strategies.training.losses import masked_mean, nll_loss
 from tests.strategies.training.data import make_batch
 from tests.strategies.training.fsdp_checks import (
-    CONFIG,
+    CHANGES,
     max_diff,
     plain_logprobs,
     policy_beside_reference,
     reference_step,
+    settings_of,
 )
 
 STEPS = 4
@@ -38,7 +39,7 @@ MIB = 1 << 20
 def new_trainer(name: str, model_path: str, **overrides):
     platform = rd.current_platform()
     trainer = strategy_class("train", name, platform.kind)(platform)
-    trainer.initialize(model_path, {**CONFIG, "name": name, **overrides})
+    trainer.initialize(model_path, settings_of(name, **overrides))
     return trainer
 
 
@@ -172,7 +173,7 @@ def reference_losses(model_path: str, batch: TrainBatch, steps: int) -> list[flo
     from strategies.training.fsdp import token_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=CONFIG["lr"], weight_decay=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=CHANGES["lr"], weight_decay=0.0)
     losses = []
     for _ in range(steps):
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
@@ -180,7 +181,7 @@ def reference_losses(model_path: str, batch: TrainBatch, steps: int) -> list[flo
             -token_logprobs(logits, batch.input_ids, batch.attention_mask), batch.response_mask
         )
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CONFIG["max_grad_norm"])
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CHANGES["max_grad_norm"])
         optimizer.step()
         optimizer.zero_grad()
         losses.append(loss.item())

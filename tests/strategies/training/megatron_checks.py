@@ -10,13 +10,13 @@ from strategies.registry import strategy_class
 from strategies.training.losses import grpo_policy_loss, nll_loss
 from tests.isolated import error_of
 from tests.strategies.training.data import concat, make_batch
-from tests.strategies.training.fsdp_checks import CONFIG, max_diff, plain_logprobs, reference_step
+from tests.strategies.training.fsdp_checks import max_diff, plain_logprobs, reference_step, settings_of
 
 
 def new_trainer(model_path: str, **overrides):
     platform = rd.current_platform()
     trainer = strategy_class("train", "megatron", platform.kind)(platform)
-    trainer.initialize(model_path, {**CONFIG, "name": "megatron", **overrides})
+    trainer.initialize(model_path, settings_of("megatron", **overrides))
     return trainer
 
 
@@ -88,7 +88,7 @@ def single_process(model_path: str, checkpoint_dir: str) -> dict:
     offload and reload."""
     batch = make_batch(seed=11, rows=3)
     fsdp = strategy_class("train", "fsdp", "cpu")(rd.current_platform())
-    fsdp.initialize(model_path, {**CONFIG, "weight_decay": 0.1})
+    fsdp.initialize(model_path, settings_of(weight_decay=0.1))
     megatron = new_trainer(model_path, use_distributed_optimizer=False, weight_decay=0.1)
     twin = new_trainer(model_path, use_distributed_optimizer=False, weight_decay=0.1)
     out = {
@@ -133,7 +133,7 @@ def bf16_steps(model_path: str) -> dict:
     """mixed_precision=bf16 on both trainers (on the CPU too): the same loss to bf16 precision."""
     batch = make_batch(seed=13)
     fsdp = strategy_class("train", "fsdp", "cpu")(rd.current_platform())
-    fsdp.initialize(model_path, {**CONFIG, "mixed_precision": "bf16"})
+    fsdp.initialize(model_path, settings_of(mixed_precision="bf16"))
     megatron = new_trainer(model_path, mixed_precision="bf16")
     out = {
         "bf16_fsdp_losses": [fsdp.train_step(batch, nll_loss())["loss"] for _ in range(2)],
@@ -175,7 +175,7 @@ def llama_tied(directory: str) -> dict:
     batch = make_batch(seed=21)
     megatron = new_trainer(directory)
     fsdp = strategy_class("train", "fsdp", "cpu")(rd.current_platform())
-    fsdp.initialize(directory, CONFIG)
+    fsdp.initialize(directory, settings_of())
     plain = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
     out = {
         "logprob_diff": (megatron.forward_logprobs(batch) - plain_logprobs(plain, batch)).abs().max().item(),

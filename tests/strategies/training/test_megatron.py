@@ -13,6 +13,7 @@ from roll_device.errors import ConfigError
 from strategies.registry import strategy_class
 from strategies.training.local_ranks import run_ranks
 from strategies.training.megatron import MegatronTrainStrategy
+from tests.configs import trainer_settings
 from tests.isolated import run_isolated
 
 LAYOUTS = {"tp2": (2, 1), "pp2": (1, 2), "dp2": (1, 1)}  # (tensor_parallel, pipeline_parallel) on 2 ranks
@@ -144,13 +145,26 @@ def test_bf16_compute_trains_like_fsdp_bf16(single_process):
             {"pipeline_parallel": 2},
             "tensor_parallel x pipeline_parallel = 1 x 2 must divide the world size 1",
         ),
-        ({"tensor_parallel": 0}, "tensor_parallel must be >= 1"),
-        ({"mindspeed": "on"}, "mindspeed must be a mapping"),
     ],
 )
 def test_bad_layouts_are_rejected_before_megatron_starts(tiny_model_path, config, message):
     with pytest.raises(ConfigError, match=message):
-        MegatronTrainStrategy(rd.get_platform("cpu")).initialize(tiny_model_path, config)
+        MegatronTrainStrategy(rd.get_platform("cpu")).initialize(
+            tiny_model_path, trainer_settings("megatron", **config)
+        )
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"tensor_parallel": 0}, "trainer.tensor_parallel=0: input should be greater than or equal to 1"),
+        ({"mindspeed": "on"}, "trainer.mindspeed='on': input should be a valid dictionary"),
+    ],
+)
+def test_bad_values_are_rejected_when_the_section_is_read(config, message):
+    with pytest.raises(ConfigError) as refused:
+        trainer_settings("megatron", **config)
+    assert str(refused.value).startswith(message)
 
 
 def test_unsupported_model_family_is_named(tmp_path):
@@ -158,7 +172,7 @@ def test_unsupported_model_family_is_named(tmp_path):
 
     GPT2Config(n_layer=1, n_embd=64, n_head=2).save_pretrained(tmp_path)
     with pytest.raises(ConfigError, match="converts the qwen2, llama families, not 'gpt2'"):
-        MegatronTrainStrategy(rd.get_platform("cpu")).initialize(str(tmp_path), {})
+        MegatronTrainStrategy(rd.get_platform("cpu")).initialize(str(tmp_path), trainer_settings("megatron"))
 
 
 def test_llama_with_tied_embeddings(tmp_path):
