@@ -5,6 +5,7 @@ the trainer opens around each of its calls:
 - cpu: no preparation; the scope redirects megatron's hard-coded CUDA calls (megatron_cuda);
 - npu: MindSpeed is applied (import, then `repatch(options)`); no scope;
 - cuda, rocm: megatron runs as written; no scope.
+A plugin kind that megatron-core runs on fills the one hook, `register(kind, adapter, packages)`.
 On every kind it also silences the notices megatron-core prints in every process about optional
 packages it falls back from (Transformer Engine, apex) and about its own deprecated defaults:
 they repeat once per worker and say nothing about the run.
@@ -35,17 +36,16 @@ def _npu(platform: Platform, options: dict[str, Any]) -> Callable[[], Any]:
     return contextlib.nullcontext
 
 
-def _native(platform: Platform, options: dict[str, Any]) -> Callable[[], Any]:
+def run_as_written(platform: Platform, options: dict[str, Any]) -> Callable[[], Any]:
     return contextlib.nullcontext
 
 
 ADAPTERS: dict[str, Callable[[Platform, dict[str, Any]], Callable[[], Any]]] = {
     "cpu": _cpu,
     "npu": _npu,
-    "cuda": _native,
-    "rocm": _native,
+    "cuda": run_as_written,
+    "rocm": run_as_written,
 }
-KINDS = tuple(ADAPTERS)
 MEGATRON_CORE = Package("megatron", "megatron-core")
 # What megatron needs on each kind beyond megatron-core (MindSpeed installs as `mindspeed`).
 PACKAGES: dict[str, tuple[Package, ...]] = {"npu": (MEGATRON_CORE, Package("mindspeed", "mindspeed"))}
@@ -66,6 +66,27 @@ QUIET_NOTICES = (  # (category, start of the message, module the warning is attr
 )
 
 
+def register(
+    kind: str,
+    adapter: Callable[[Platform, dict[str, Any]], Callable[[], Any]] = run_as_written,
+    packages: tuple[Package, ...] = (MEGATRON_CORE,),
+) -> None:
+    """The hook of a plugin kind that megatron-core runs on: its adapter (`run_as_written` where
+    megatron needs nothing) and the packages it imports there, filled once when its platform
+    module is imported (a second, different adapter for a kind is refused)."""
+    if ADAPTERS.get(kind, adapter) is not adapter:
+        raise ConfigError(
+            f"the Megatron trainer already has an adapter for device kind '{kind}': register it once"
+        )
+    ADAPTERS[kind] = adapter
+    PACKAGES[kind] = tuple(packages)
+
+
+def kinds() -> tuple[str, ...]:
+    """The device kinds the Megatron trainer runs on."""
+    return tuple(ADAPTERS)
+
+
 def packages(kind: str) -> tuple[Package, ...]:
     """The packages the Megatron trainer imports on `kind`."""
     return PACKAGES.get(kind, (MEGATRON_CORE,))
@@ -77,7 +98,7 @@ def prepare(platform: Platform, options: dict[str, Any]) -> Callable[[], Any]:
     if adapter is None:
         raise ConfigError(
             f"the Megatron trainer has no adapter for device kind '{platform.kind}' "
-            f"(it runs on {', '.join(KINDS)}): use the fsdp trainer on this kind"
+            f"(it runs on {', '.join(kinds())}): use the fsdp trainer on this kind"
         )
     for category, message, module in QUIET_NOTICES:
         warnings.filterwarnings("ignore", message=message, category=category, module=module)

@@ -119,7 +119,7 @@ class MegatronTrainStrategy(TrainStrategy):
     @classmethod
     def serves(cls, platform: Platform) -> bool:
         """The kinds roll_device/compat adapts megatron-core to."""
-        return platform.kind in megatron_compat.KINDS
+        return platform.kind in megatron_compat.kinds()
 
     @classmethod
     def requirements(cls, kind: str) -> Requirements:

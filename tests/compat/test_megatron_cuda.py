@@ -11,6 +11,7 @@ import roll_device as rd
 from roll_device.compat import megatron as megatron_compat
 from roll_device.compat.megatron_cuda import is_active, redirect_cuda
 from roll_device.errors import ConfigError
+from strategies.training.megatron import MegatronTrainStrategy
 from tests.isolated import run_isolated
 
 CPU = rd.get_platform("cpu")
@@ -67,10 +68,28 @@ def test_megatron_without_the_redirect_fails_on_cpu(tiny_model_path):
 
 def test_adapters_by_kind():
     assert megatron_compat.prepare(rd.get_platform("cuda"), {}) is contextlib.nullcontext
-    assert megatron_compat.KINDS == ("cpu", "npu", "cuda", "rocm")
+    assert megatron_compat.kinds() == ("cpu", "npu", "cuda", "rocm")
 
     class Other(type(CPU)):
         kind = "tpu"
 
     with pytest.raises(ConfigError, match="no adapter for device kind 'tpu'"):
         megatron_compat.prepare(Other(), {})
+
+
+def test_a_plugin_kind_registers_its_adapter(monkeypatch):
+    monkeypatch.setattr(megatron_compat, "ADAPTERS", dict(megatron_compat.ADAPTERS))
+    monkeypatch.setattr(megatron_compat, "PACKAGES", dict(megatron_compat.PACKAGES))
+
+    class Plugin(type(CPU)):
+        kind = "plugin-accel"
+
+    assert not MegatronTrainStrategy.serves(Plugin())
+    megatron_compat.register("plugin-accel")
+    assert (
+        MegatronTrainStrategy.serves(Plugin())
+        and megatron_compat.prepare(Plugin(), {}) is contextlib.nullcontext
+    )
+    assert megatron_compat.packages("plugin-accel") == (megatron_compat.MEGATRON_CORE,)
+    with pytest.raises(ConfigError, match="already has an adapter for device kind 'plugin-accel'"):
+        megatron_compat.register("plugin-accel", lambda platform, options: contextlib.nullcontext)

@@ -24,6 +24,7 @@ from roll_device.platforms import registry
 from strategies.inference.hf import HfStrategy
 from strategies.registry import strategy_class
 from strategies.training.fsdp import FsdpTrainStrategy
+from tests.cluster.test_plan import CPU_PER_WORKER, roles
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_SOURCE = Path(__file__).with_name("plugin_kind") / "rd_testaccel.py"
@@ -89,15 +90,11 @@ def node(**resources):
     return {"Alive": True, "NodeID": "n1", "NodeName": "n1", "Resources": {"CPU": 2.0, **resources}}
 
 
-ROLES = {
-    "actor_train": {"device": "testaccel", "num_devices": 1},
-    "actor_infer": {"device": "auto", "num_devices": 1},
-    "reward": {"device": "cpu", "num_devices": 1},
-}
+ROLES = {"actor_train": ("testaccel", 1), "actor_infer": ("auto", 1), "reward": ("cpu", 1)}
 
 
 def test_the_plugin_kind_is_counted_planned_and_served(plugin_installed):
-    plan = build_plan(ROLES, inventory_from_nodes([node(TESTACCEL=2.0)]))
+    plan = build_plan(roles(**ROLES), inventory_from_nodes([node(TESTACCEL=2.0)]), CPU_PER_WORKER)
     assert {role: p.kind for role, p in plan.roles.items()} == {
         "actor_train": "testaccel",
         "actor_infer": "testaccel",
@@ -109,9 +106,9 @@ def test_the_plugin_kind_is_counted_planned_and_served(plugin_installed):
 
 
 def test_the_plugin_kind_that_does_not_fit_is_named(plugin_installed):
-    roles = {**ROLES, "actor_train": {"device": "testaccel", "num_devices": 2}}
+    wider = roles(**{**ROLES, "actor_train": ("testaccel", 2)})
     with pytest.raises(PlanError) as err:
-        build_plan(roles, inventory_from_nodes([node(TESTACCEL=2.0)]))
+        build_plan(wider, inventory_from_nodes([node(TESTACCEL=2.0)]), CPU_PER_WORKER)
     assert str(err.value).startswith(
         "role 'actor_infer' wants 1 testaccel device(s), but only 0 of the cluster's 2 are available "
         "after 2 for actor_train planned for other roles (cluster: n1: 2 CPU, 2 testaccel)"
