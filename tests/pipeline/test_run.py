@@ -75,7 +75,9 @@ def test_bad_configs_fail_before_anything_starts(tmp_path, overrides, message):
     assert not (tmp_path / "run").exists(), "no output was written"
 
 
-@pytest.mark.parametrize("layout", ["tensor_parallel", "pipeline_parallel"])
+@pytest.mark.parametrize(
+    "layout", ["tensor_parallel", pytest.param("pipeline_parallel", marks=pytest.mark.slow)]
+)
 def test_megatron_model_parallel_trainer_in_the_pipeline(tmp_path, layout):
     """Two Megatron ranks of one model replica (2 tensor-parallel ranks, or 2 pipeline stages)
     get the same rows; the weights the rollout receives come from both."""
