@@ -25,7 +25,10 @@ SHOWN_CHARS = 200  # of each field of a failing sample
 
 
 class RewardFunctionError(RollDeviceError, RuntimeError):
-    """A user reward function raised (or returned a non-number) on a sample."""
+    """A user reward function raised (or returned a non-number) on a sample: the run failed on the
+    way (exit 1), as a lost worker does."""
+
+    exit_code = 1
 
 
 def final_answer(text: str) -> str:

@@ -77,6 +77,7 @@ def test_a_raising_user_reward_ends_the_run_with_the_finished_step_saved(tmp_pat
     with pytest.raises(RewardFunctionError) as failed:
         run_checked(_config(tmp_path, *overrides), run_dir)
     message = str(failed.value)
+    assert failed.value.exit_code == 1, "a run that failed on the way, as docs/configuration.md says"
     assert message.startswith(
         "reward.function='tests.pipeline.user_rewards.failing_after_64_calls' failed with ValueError: "
         "the grader is out of service on the sample prompt='"
