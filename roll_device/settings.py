@@ -18,7 +18,8 @@ them all (the run's configuration).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, TypeVar, get_args, get_origin
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
@@ -109,3 +110,20 @@ def _keys_at(model: type[BaseModel] | None, loc: tuple) -> list[str]:
 def _description(model: type[BaseModel] | None, loc: tuple) -> str | None:
     field = _walk(model, loc)[0]
     return None if field is None else field.description
+
+
+def takes_new_key(cls: Any, parts: list[str]) -> bool:
+    """Whether a section of type `cls` accepts the key at the path `parts` although no field
+    names it: the key lies inside an open section or a free mapping (`+key=value` adds it)."""
+    if get_origin(cls) is Annotated:
+        return takes_new_key(get_args(cls)[0], parts)
+    if get_origin(cls) in (Union, UnionType):
+        return any(takes_new_key(option, parts) for option in get_args(cls))
+    if isinstance(cls, type) and issubclass(cls, OpenSection):
+        return True
+    if get_origin(cls) is dict or cls is dict:
+        return True
+    if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or len(parts) < 2:
+        return False
+    field = cls.model_fields.get(parts[0])
+    return field is not None and takes_new_key(field.annotation, parts[1:])

@@ -129,6 +129,28 @@ def test_hydra_flags_pass_through_run(capsys):
     assert "tensor_parallel: 1" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--cfg", "job", "foo=1"], "foo is not a key of the configuration"),
+        (["-m", "max_steps=1,2", "foo=1,2"], "foo is not a key of the configuration"),
+        (["-m", "rollout=hf,nope"], "rollout=nope: no such option; choose one of hf, vllm"),
+        (
+            ["-m", "max_steps=1,2", "trainer=fsdp,megatron", "trainer.tensor_parallel=2"],
+            "trainer.tensor_parallel",
+        ),
+    ],
+)
+def test_a_key_or_option_no_job_has_is_one_line_with_a_hydra_flag(tmp_path, capsys, args, message):
+    """As without a flag: exit 2 and one line, before Hydra prints or sweeps anything."""
+    from roll_device.cli import main
+
+    assert main(["run", *args, f"hydra.sweep.dir={tmp_path}"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [captured.err.strip()] and message in captured.err
+    assert captured.out == "" and not any(tmp_path.iterdir()), "nothing printed or run"
+
+
 def test_multirun_refuses_each_bad_job_in_one_line(tmp_path, capsys):
     from roll_device.cli import main
 

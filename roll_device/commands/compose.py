@@ -63,14 +63,24 @@ def explain(exc: Exception) -> str:
         add = append if full_key == key else f"+{full_key}=VALUE"
         near = close_keys(full_key)
         meant = f"did you mean {' or '.join(near)}? " if near else ""
-        return (
-            f"{full_key} is not a key of the configuration: {meant}`roll-device run --cfg job` "
-            f"prints every key; a new key is added with {add}"
-        )
+        new = f"; a new key is added with {add}" if _takes_new(full_key) else ""
+        return f"{full_key} is not a key of the configuration: {meant}`roll-device run --cfg job` prints every key{new}"
     if missing:
         group, option, options = missing.groups()
         return f"{group}={option}: no such option; choose one of {', '.join(options.split())}"
     return f"bad configuration or override: {one_line(text)}"
+
+
+def _takes_new(key: str) -> bool:
+    """Whether `+key=...` would be read (in an open section or a free mapping of the default
+    configuration's sections), so that the hint to add it leads somewhere."""
+    from roll_device.pipeline.config import accepts_new_key
+
+    try:
+        defaults = compose([])
+    except ConfigError:
+        return False
+    return accepts_new_key(key, {"trainer": defaults.trainer.name, "rollout": defaults.rollout.name})
 
 
 def close_keys(key: str) -> list[str]:

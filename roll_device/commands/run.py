@@ -9,7 +9,8 @@ then gets what Hydra's own job runner writes (`.hydra/config.yaml`, `hydra.yaml`
 
 With a Hydra flag (`--help`, `--cfg job`, `--info`, `-m`/`--multirun`, `-c`, `--resolve`) the
 command is Hydra's app (`@hydra.main`): Hydra composes and prints or sweeps, and each job it runs
-is read, checked and run the same way.
+is read, checked and run the same way. Each job's overrides (every value of a sweep) are composed
+first, so that an unknown key or option is the same one line (exit 2) as without a flag.
 
 Exit status: 0 on success; else the `exit_code` of the `RollDeviceError` that ended the run (2 bad
 input, 1 a lost worker, 130 Ctrl-C), its message one line on stderr.
@@ -23,9 +24,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from roll_device.commands.compose import CONFIG_NAME, compose, config_dir
+from roll_device.commands.compose import CONFIG_NAME, compose, config_dir, explain
 from roll_device.commands.gate import check_before_start, check_model, read_config
-from roll_device.errors import RollDeviceError
+from roll_device.errors import ConfigError, RollDeviceError
 from roll_device.pipeline.config import RunConfig
 from roll_device.pipeline.experiment import model_path, run_experiment
 
@@ -60,8 +61,29 @@ def save_hydra_files(cfg: DictConfig, run_dir: Path, overrides: list[str]) -> No
     OmegaConf.save(OmegaConf.create(list(overrides)), folder / "overrides.yaml")
 
 
+def compose_each_job(overrides: list[str]) -> None:
+    """Compose every job `overrides` sweep over (each value of a sweep once, the others at their
+    first), or the ConfigError of the first that does not compose."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as exc:
+        raise ConfigError(explain(exc)) from None
+    values = [list(o.sweep_string_iterator()) if o.is_sweep_override() else [None] for o in parsed]
+    line = [o.input_line if v == [None] else f"{o.get_key_element()}={v[0]}" for o, v in zip(parsed, values)]
+    compose(line)
+    for index, (override, options) in enumerate(zip(parsed, values)):
+        for value in options[1:]:
+            compose([*line[:index], f"{override.get_key_element()}={value}", *line[index + 1 :]])
+
+
 def run_command(args: list[str]) -> int:
     if any(arg.startswith("-") for arg in args):
+        compose_each_job(
+            [arg for arg in args if not arg.startswith("-") and ("=" in arg or arg.startswith("~"))]
+        )
         return _hydra_app(args)
     cfg = compose(args, with_hydra=True)
     run_dir = Path(cfg.hydra.run.dir)

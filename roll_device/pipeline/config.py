@@ -11,6 +11,7 @@ the reference the KL term needs, and a reward the data can be scored with.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, SerializeAsAny, StrictBool, StrictInt, field_validator, model_validator
@@ -19,7 +20,7 @@ from roll_device.cluster.settings import ClusterSettings, RoleSettings, check_co
 from roll_device.comm.options import WeightSyncOptions
 from roll_device.errors import ConfigError
 from roll_device.inputs.settings import DataSettings, EvalSettings, RewardSettings
-from roll_device.settings import Count, NonNegative, OpenSection, Section, read_section
+from roll_device.settings import Count, NonNegative, OpenSection, Section, read_section, takes_new_key
 from strategies.base import INFERENCE, TRAIN
 from strategies.inference.settings import RolloutSettings
 from strategies.registry import names, strategy_type
@@ -214,3 +215,16 @@ class RunConfig(Section):
                 f"algorithm.kl_coef={self.algorithm.kl_coef} needs reference logprobs: configure "
                 "roles.reference, or set algorithm.kl_coef=0"
             )
+
+
+def accepts_new_key(key: str, chosen: Mapping[str, str]) -> bool:
+    """Whether `+key=...` adds a key the run's configuration reads: one inside an open section or
+    a free mapping. `chosen` names the trainer and the rollout (whose types their sections are)."""
+    first, *rest = key.split(".")
+    for role_type, section in SECTION_OF.items():
+        if first == section:
+            if (role_type, chosen.get(section)) not in {(role_type, n) for n in names(role_type)}:
+                return False
+            return takes_new_key(strategy_type(role_type, chosen[section]).settings_cls, rest)
+    field = RunConfig.model_fields.get(first)
+    return field is not None and takes_new_key(field.annotation, rest)

@@ -119,10 +119,7 @@ BAD_VALUES = [
     ),
     (
         ["nosuchkey=1"],
-        (
-            "nosuchkey is not a key of the configuration: `roll-device run --cfg job` prints every key; "
-            "a new key is added with +nosuchkey=1"
-        ),
+        ("nosuchkey is not a key of the configuration: `roll-device run --cfg job` prints every key"),
     ),
     (
         ["rollout.temperature=0.5"],
@@ -152,6 +149,23 @@ def test_each_bad_value_is_one_line_naming_key_value_and_choices(overrides, mess
         load_config(overrides)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "override, added",
+    [
+        ("nosuchkey=1", None),  # the top level takes no new keys: no hint to add it
+        ("cluster.foo=1", None),
+        ("rollout.env={CUDA_LAUNCH_BLOCKING:1}", "+rollout.env.CUDA_LAUNCH_BLOCKING=1"),
+        ("experiment.tag=1", "+experiment.tag=1"),
+    ],
+)
+def test_the_hint_to_add_a_key_is_given_only_where_the_key_is_read(override, added):
+    with pytest.raises(ConfigError) as err:
+        load_config([override])
+    assert ("a new key is added with" in str(err.value)) == (added is not None)
+    if added is not None:
+        load_config([added])  # following the hint gives a configuration that reads
 
 
 @pytest.mark.parametrize("experiment", ["tiny_grpo", "mixed_devices", "qwen2_5_7b_gpu8", "qwen2_5_7b_npu8"])
