@@ -6,29 +6,39 @@ rules across sections), and check what can be checked before Ray or any worker s
   names the key, the bad value and what to do.
 - `check_before_start(config, run_dir)`: what only the machine that runs the job can check (the
   data files and the reward's module, the model directory, the checkpoint a resumed run continues
-  from), then the run's folder is made; returns where a resumed run continues (None: afresh).
+  from, the roles on a cluster of this machine alone), then the run's folder is made; returns
+  where a resumed run continues (None: afresh).
+  A resumed run is checked against the configuration that wrote its checkpoints (the run
+  directory's `config.yaml`): the same trainer and model-parallel layout.
 - `check_model(config, model_path)`: once the model is on disk, what it allows with each role's
   settings, as each strategy checks it (`Strategy.check_model`).
+- `check_roles_here(config)` (part of the above): on a cluster of this machine alone, the preflight's checks of
+  each role (packages, graph modes, sleep levels the kind has) before Ray starts.
 
 `plan` and `submit` stop after `load_config`: their files live on the cluster.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from roll_device.cluster import inventory_here, plan_for
-from roll_device.cluster.settings import RemoteCluster
+from roll_device.cluster.plan import Plan
+from roll_device.cluster.settings import LocalCluster, RemoteCluster
 from roll_device.commands.compose import compose
+from roll_device.doctor.preflight import check_here
 from roll_device.errors import ConfigError, PlanError
 from roll_device.files import make_folder
 from roll_device.inputs.loading import check_files
 from roll_device.models.hf_dir import check_model_dir
 from roll_device.pipeline.config import ROLE_TYPES, RunConfig
-from roll_device.pipeline.role_settings import compute_platform
+from roll_device.pipeline.experiment import RUN_CONFIG_FILE
+from roll_device.pipeline.role_settings import compute_platform, role_requests
 from roll_device.pipeline.state import Checkpoints, PipelineState
 from roll_device.platforms import Platform, get_platform
 from roll_device.platforms.registry import AUTO
@@ -82,8 +92,37 @@ def check_before_start(config: RunConfig, run_dir: Path) -> ResumePoint | None:
     check_files(config.data, config.reward)
     check_model_files(config)
     start = Checkpoints(run_dir).resume_point(config.resume) if config.resume else None
+    if start is not None:
+        check_same_trainer(config, run_dir)
+    check_roles_here(config)
     make_folder(run_dir, "hydra.run.dir")  # the last check: the run's folder, empty, can be made
     return start
+
+
+def check_same_trainer(config: RunConfig, run_dir: Path) -> None:
+    """The trainer of a resumed run reads the checkpoints its predecessor wrote: the same trainer
+    and model-parallel layout as in the run directory's saved `config.yaml` (a folder without
+    one, or with a section this version cannot read, is left to the trainer's own check)."""
+    try:
+        saved = yaml.safe_load((run_dir / RUN_CONFIG_FILE).read_text())["trainer"]
+        written = (
+            read_section(type(config.trainer), saved, "trainer")
+            if saved["name"] == config.trainer.name
+            else None
+        )
+    except (OSError, KeyError, TypeError, yaml.YAMLError, ConfigError):
+        return
+    again = "resume with the checkpoints' trainer, or start afresh in another directory (hydra.run.dir=...)"
+    if written is None:
+        raise ConfigError(
+            f"resume={config.resume}: {run_dir}'s checkpoints were written by trainer={saved['name']}, "
+            f"which trainer={config.trainer.name} cannot read: {again} (trainer={saved['name']})"
+        )
+    if written.model_parallel_layout() != config.trainer.model_parallel_layout():
+        raise ConfigError(
+            f"resume={config.resume}: {run_dir}'s checkpoints were written with "
+            f"{written.model_parallel_layout()}, this run has {config.trainer.model_parallel_layout()}: {again}"
+        )
 
 
 def check_model(config: RunConfig, model_path: str) -> None:
@@ -99,14 +138,32 @@ def check_model(config: RunConfig, model_path: str) -> None:
         strategy_type(ROLE_TYPES[role], spec.strategy).check_model(platforms.get(role), settings, model_path)
 
 
+def check_roles_here(config: RunConfig) -> None:
+    """On a cluster that is this machine alone (`cluster=local`, no RAY_ADDRESS to join), the
+    preflight's checks of each role, in this process before Ray starts: a kind that lacks what a
+    role's settings ask (graphs, a sleep level, a package) is refused in seconds, not after Ray's
+    start. Other clusters are checked by the preflight on their nodes."""
+    if not isinstance(config.cluster, LocalCluster) or os.environ.get("RAY_ADDRESS"):
+        return
+    plan = _plan_here(config)
+    if plan is not None:
+        check_here(role_requests(config, plan))
+
+
+def _plan_here(config: RunConfig) -> Plan | None:
+    """The plan on a local or simulated cluster from the nodes it will hold, without Ray (None
+    where it does not fit: refused with the cluster's own inventory once it runs)."""
+    try:
+        return plan_for(config.roles_to_run().present(), config.cluster, inventory_here(config.cluster))
+    except PlanError:
+        return None
+
+
 def _compute_platforms_known_here(config: RunConfig) -> dict[str, Platform]:
     """Each role's compute platform as planned without Ray: on a local or simulated cluster from
     the nodes it will hold; on a remote one only for roles that name their device kind."""
     roles = config.roles_to_run().present()
     if isinstance(config.cluster, RemoteCluster):
         return {role: get_platform(spec.device) for role, spec in roles.items() if spec.device != AUTO}
-    try:
-        plan = plan_for(roles, config.cluster, inventory_here(config.cluster))
-    except PlanError:
-        return {}  # refused with the cluster's own inventory once it runs
-    return {role: compute_platform(plan, role) for role in plan.roles}
+    plan = _plan_here(config)
+    return {} if plan is None else {role: compute_platform(plan, role) for role in plan.roles}

@@ -76,7 +76,18 @@ def preflight(plan: Plan, requests: list[RoleRequest], timeout_s: float = TIMEOU
             lines.append(f"{where}: the preflight task failed ({cause})")
     for ref in set(refs.values()) - set(ready):
         ray.cancel(ref, force=True)
+    refuse(lines)
+    return len(by_node)
+
+
+def check_here(requests: list[RoleRequest]) -> None:
+    """The preflight of a cluster that is this machine alone, in this process before Ray starts
+    (its workers will run this interpreter and its packages)."""
+    refuse([p.line() for p in check_node(requests)])
+
+
+def refuse(lines: list[str]) -> None:
+    """A PreflightError with one line per problem, when there is any."""
     if lines:
         headline = f"preflight found {len(lines)} problem(s) before any worker started:"
         raise PreflightError(problems_message(headline, lines))
-    return len(by_node)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
@@ -50,6 +49,8 @@ from roll_device.pipeline.workers import TrainWorker
 
 POLICY_DIR = "policy"
 ResumePoint = tuple[Path, PipelineState]
+
+RUN_CONFIG_FILE = "config.yaml"  # the run's typed configuration, in its run directory
 
 
 def model_path(model: ModelSettings) -> str:
@@ -181,7 +182,7 @@ def run_experiment(
 ) -> Path:
     """Run the checked `config` on the model at `model` with outputs in `run_dir` (made by the
     gate), continuing from `start` when resumed; returns the run directory."""
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    (run_dir / RUN_CONFIG_FILE).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     try:
         _run(config, run_dir, model, start, on_step)
     except KeyboardInterrupt:
@@ -190,15 +191,6 @@ def run_experiment(
         ) from None
     print(f"run directory: {run_dir} (metrics.jsonl, metrics.png, checkpoints/)")
     return run_dir
-
-
-def _tokenizer_while_ray_starts(path: str) -> Future:
-    """The tokenizer, loaded on a thread: the driver's transformers import (about 2 s on 2 cores)
-    overlaps Ray's start, which mostly waits for Ray's own processes."""
-    pool = ThreadPoolExecutor(1, thread_name_prefix="roll-device-tokenizer")
-    tokenizer = pool.submit(load_tokenizer, path)
-    pool.shutdown(wait=False)
-    return tokenizer
 
 
 def _inputs(config: RunConfig, tokenizer, path: str, data) -> RunInputs:
@@ -216,8 +208,7 @@ def _inputs(config: RunConfig, tokenizer, path: str, data) -> RunInputs:
 
 def _run(config: RunConfig, run_dir: Path, path: str, start, on_step: Callable | None) -> None:
     quiet_driver()
-    data = read_data(config.data, config.seed)
-    tokenizer = _tokenizer_while_ray_starts(path)
+    inputs = _inputs(config, load_tokenizer(path), path, read_data(config.data, config.seed))  # before Ray
     started = time.perf_counter()
     with start_cluster(config.cluster):
         plan = plan_for(config.roles_to_run().present(), config.cluster)
@@ -225,7 +216,6 @@ def _run(config: RunConfig, run_dir: Path, path: str, start, on_step: Callable |
             f"cluster ready in {time.perf_counter() - started:.1f}s; device plan:\n{plan.format()}",
             flush=True,
         )
-        inputs = _inputs(config, tokenizer.result(), path, data)
         checking = time.perf_counter()
         nodes = preflight(plan, role_requests(config, plan))
         print(

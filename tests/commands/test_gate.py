@@ -7,10 +7,19 @@ import re
 
 import pytest
 import ray
+import yaml
 
-from roll_device.commands.gate import check_model, check_model_files, load_config
+from roll_device.commands.gate import (
+    check_before_start,
+    check_model,
+    check_model_files,
+    check_same_trainer,
+    load_config,
+)
 from roll_device.commands.run import run_checked
+from roll_device.doctor.preflight import PreflightError
 from roll_device.errors import ConfigError
+from roll_device.pipeline.experiment import RUN_CONFIG_FILE
 
 BAD_VALUES = [
     (["max_steps=abc"], "max_steps='abc': input should be a valid integer"),
@@ -257,3 +266,52 @@ def test_on_a_remote_cluster_the_default_kv_cache_counts_for_a_role_that_names_i
     check_model(load_config(remote), str(tmp_path))
     with pytest.raises(ConfigError, match=r"^the KV cache of an engine on cpu \(256 MiB"):
         check_model(load_config([*remote, "roles.actor_infer.device=cpu"]), str(tmp_path))
+
+
+def _resumable(tmp_path, *overrides: str):
+    """A run directory whose saved configuration (as a run writes it) has `overrides`."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    saved = load_config(list(overrides)).model_dump(mode="json")
+    (run_dir / RUN_CONFIG_FILE).write_text(yaml.safe_dump(saved))
+    return run_dir
+
+
+@pytest.mark.parametrize(
+    "saved, now, message",
+    [
+        (
+            [],
+            ["trainer=megatron"],
+            "checkpoints were written by trainer=fsdp, which trainer=megatron cannot read",
+        ),
+        (
+            ["trainer=megatron"],
+            [
+                "trainer=megatron",
+                "trainer.tensor_parallel=2",
+                "roles.actor_train.num_devices=2",
+                "algorithm.kl_coef=0",
+            ],
+            (
+                "written with trainer.tensor_parallel x trainer.pipeline_parallel = 1 x 1, this run has "
+                "trainer.tensor_parallel x trainer.pipeline_parallel = 2 x 1"
+            ),
+        ),
+    ],
+)
+def test_a_resumed_run_keeps_the_trainer_that_wrote_its_checkpoints(tmp_path, saved, now, message):
+    run_dir = _resumable(tmp_path, *saved)
+    with pytest.raises(ConfigError) as refused:
+        check_same_trainer(load_config(["resume=true", *now]), run_dir)
+    assert message in str(refused.value) and "hydra.run.dir" in str(refused.value)
+    check_same_trainer(load_config(["resume=true", *saved]), run_dir)  # the same trainer resumes
+
+
+def test_what_the_local_kind_lacks_is_refused_before_ray_and_the_run_folder(tmp_path):
+    config = load_config(["rollout=hf", "rollout.prefill_graphs=true", "roles.actor_infer.device=cpu"])
+    with pytest.raises(
+        PreflightError, match="rollout.prefill_graphs=true but kind 'cpu' has no device graphs"
+    ):
+        check_before_start(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists() and not ray.is_initialized()

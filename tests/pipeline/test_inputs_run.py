@@ -50,20 +50,20 @@ def arithmetic(tmp_path):
             ["data.path={rows}", "reward.function=exact", "data.epochs=1"],
             "data.epochs=1 gives less than one step",
         ),
-        (  # found once the tokenizer (loaded while Ray starts) is there, before any worker starts
+        (  # found once the tokenizer is loaded, before Ray starts
             ["data.path={rows}", "reward.function=exact", "rollout.max_model_len=16"],
             "every prompt of data.path={rows} is too long for rollout.max_model_len",
         ),
     ],
 )
-def test_bad_inputs_fail_before_anything_starts(tmp_path, arithmetic, overrides, message):
+def test_bad_inputs_fail_before_anything_starts(tmp_path, capsys, arithmetic, overrides, message):
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
     names = {"rows": arithmetic, "empty": empty, "tmp": tmp_path}
     with pytest.raises(Exception) as err:
         run_checked(_config(tmp_path, *(o.format(**names) for o in overrides)), tmp_path / "run")
     assert message.format(**names) in str(err.value) and "\n" not in str(err.value)
-    assert not ray.is_initialized(), "no cluster was started"
+    assert not ray.is_initialized() and "cluster ready" not in capsys.readouterr().out, "Ray never started"
 
 
 def test_a_raising_user_reward_ends_the_run_with_the_finished_step_saved(tmp_path):
