@@ -83,22 +83,25 @@ def start_cluster(cluster: ClusterSettings) -> ClusterHandle:
     return _start_sim(cluster)
 
 
-def check_reachable(address: str, timeout_s: float = REACH_TIMEOUT_S) -> None:
-    """A ConfigError for a cluster address that is malformed or where nothing answers, found in
-    seconds (Ray itself retries for minutes before it gives up); `auto` is Ray's to resolve."""
+def check_reachable(
+    address: str, timeout_s: float = REACH_TIMEOUT_S, setting: str = "cluster.address"
+) -> None:
+    """A ConfigError for a cluster address (given as `setting`) that is malformed or where nothing
+    answers, found in seconds (Ray itself retries for minutes before it gives up); `auto` is Ray's
+    to resolve."""
     if address == "auto":
         return
     host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not host or not port.isdigit():
         raise ConfigError(
-            f"cluster.address={address!r}: give <host>:<port> (the head's GCS port, 6379 unless changed), "
+            f"{setting}={address!r}: give <host>:<port> (the head's GCS port, 6379 unless changed), "
             "ray://<host>:10001 or auto"
         )
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
     except OSError as exc:
         raise ConfigError(
-            f"cluster.address={address}: nothing answers at {host}:{port} within {timeout_s:g}s "
+            f"{setting}={address}: nothing answers at {host}:{port} within {timeout_s:g}s "
             f"({exc.strerror or type(exc).__name__}): start the cluster there (`ray start --head`) or "
             "correct the address"
         ) from None

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from roll_device.cluster.launcher import check_reachable
 from roll_device.errors import ConfigError
 
 TERMINAL_WAIT_S = 60.0
@@ -46,11 +47,16 @@ def submit_job(
     address: str, command_line: str, job_runtime_env: dict[str, Any], no_wait: bool = False
 ) -> int:
     """Submit `command_line`; unless `no_wait`, stream its log and return its exit status."""
+    from ray.exceptions import RpcError
     from ray.job_submission import JobStatus, JobSubmissionClient
 
+    if not address.startswith(("http://", "https://")):
+        check_reachable(
+            address, setting="--address"
+        )  # a head's GCS address: Ray would retry it for 40 s, then trace back
     try:
         client = JobSubmissionClient(address)
-    except (ConnectionError, RuntimeError, ValueError) as exc:
+    except (ConnectionError, RuntimeError, ValueError, RpcError) as exc:
         raise ConfigError(
             f"no Ray Jobs API at {address} ({exc}): give the dashboard address of a running cluster, "
             "e.g. --address http://<head>:8265"

@@ -98,6 +98,8 @@ def test_submit_refuses_before_sending_anything(capsys, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     assert main(["submit", "--command", "plan"]) == 2
     assert "submit needs the cluster's dashboard address" in capsys.readouterr().err
+    assert main(["submit", "--address", "127.0.0.1:9"]) == 2, "a GCS address where nothing answers"
+    assert "--address=127.0.0.1:9: nothing answers at 127.0.0.1:9" in capsys.readouterr().err
     assert main(["submit", "--address", "http://127.0.0.1:9", "cluster=sim"]) == 2
     assert "cluster=sim starts its own cluster on this machine" in capsys.readouterr().err
     assert main(["submit", "--address", "http://127.0.0.1:9", "roles.reward.device=abacus"]) == 2
