@@ -121,3 +121,16 @@ def test_submit_refuses_before_sending_anything(capsys, monkeypatch):
 )
 def test_final_status_line_ends_without_a_dangling_log_pointer(message, detail):
     assert status_detail(message) == detail
+
+
+def test_files_and_modules_on_the_cluster_are_left_to_the_job(capsys, monkeypatch):
+    """`plan` and `submit` read the overrides here but check the data file and the reward's module
+    where the job runs: a path or a module (shipped through cluster.runtime_env) that this
+    machine lacks is not refused here."""
+    for var in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
+        monkeypatch.delenv(var, raising=False)
+    cluster_side = ["data.path=/on/the/cluster.jsonl", "reward.function=shipped_module.score"]
+    assert main(["submit", "--address", "http://127.0.0.1:9", *cluster_side]) == 2
+    err = capsys.readouterr().err
+    assert "no Ray Jobs API at http://127.0.0.1:9" in err, "refused only for the absent cluster"
+    assert "does not exist" not in err and "shipped_module" not in err
