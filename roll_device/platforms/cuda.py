@@ -33,7 +33,21 @@ class CudaPlatform(Platform):
         "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
     }
     training_env_vars: ClassVar[dict[str, str]] = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
-    deterministic_env_vars: ClassVar[dict[str, str]] = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    # NVLink SHARP reductions are not deterministic: NCCL must not pick them (torch does the same
+    # under deterministic algorithms, for a process group made after it is switched on).
+    deterministic_env_vars: ClassVar[dict[str, str]] = {
+        "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
+        "NCCL_ALGO": "^NVLS",
+    }
+    collective_debug_var = "NCCL_DEBUG"
+    switch_reduction_var = "NCCL_NVLS_ENABLE"
+    device_connections_var = "CUDA_DEVICE_MAX_CONNECTIONS"
+    kernel_arch_var = "TORCH_CUDA_ARCH_LIST"
+    module_loading_var = ("CUDA_MODULE_LOADING", "LAZY", "EAGER")
+    has_transformer_engine = True
+    host_registration_missing = None
+    toolkit_home_envs = ("CUDA_HOME", "CUDA_PATH")
+    toolkit_default_homes = ("/usr/local/cuda",)
 
     @classmethod
     def unavailable_hint(cls) -> str:
@@ -50,6 +64,26 @@ class CudaPlatform(Platform):
         except Exception:  # noqa: BLE001 - a broken driver must not break detection
             return False
 
+    def kernel_arch(self, index: int | None = None) -> str:
+        """`9.0` on an H100: the form `TORCH_CUDA_ARCH_LIST` takes."""
+        return "{}.{}".format(*self.device_capability(index))
+
+    def set_dnn_library_enabled(self, enabled: bool) -> None:
+        torch.backends.cudnn.enabled = enabled
+
+    def _pci_address(self, index: int) -> str:
+        props = self.device_properties(index)
+        ids = [getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")]
+        if None in ids:
+            self._unsupported("pci_bus_id", "this torch build's device properties have no PCI ids")
+        return "{:04x}:{:02x}:{:02x}.0".format(*ids)
+
+    def _register_host(self, address: int, nbytes: int) -> None:
+        _check_runtime(torch.cuda.cudart().cudaHostRegister(address, nbytes, 0), "cudaHostRegister")
+
+    def _unregister_host(self, address: int) -> None:
+        _check_runtime(torch.cuda.cudart().cudaHostUnregister(address), "cudaHostUnregister")
+
     def _set_library_determinism(self, enabled: bool) -> None:
         torch.backends.cudnn.deterministic = enabled
         if enabled:  # autotuning picks kernels by timing: off while determinism is asked for
@@ -63,3 +97,9 @@ class CudaPlatform(Platform):
             super().set_allocator_settings(settings)
         else:
             setter(settings)
+
+
+def _check_runtime(status, call: str) -> None:
+    """Raise the runtime's error for a failed `call` (its status is an error enum; 0 is success)."""
+    if int(status) != 0:
+        raise RuntimeError(f"{call} failed: {status}")

@@ -1,6 +1,7 @@
 """Memory members of `Platform` beyond the basic counters: reserved peak, the allocator's stats,
-a per-process fraction, IPC collection, memory history and snapshots, allocator settings changed
-in the running process, library workspaces, and pinned host memory.
+the memory every process uses on a device, a per-process fraction, IPC collection, memory history
+and snapshots, allocator settings changed in the running process, library workspaces, pinned host
+memory, and host memory registered (page-locked) in place.
 
 Caching-allocator internals (`memory._record_memory_history`, `_dump_snapshot`,
 `_set_allocator_settings`) are reached under the same names in `torch.cuda.memory` and torch_npu's
@@ -9,13 +10,18 @@ Caching-allocator internals (`memory._record_memory_history`, `_dump_snapshot`,
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
 
 class MemoryExtras:
     """Mixed into `Platform`; the CPU overrides what a host process can answer."""
+
+    # Why the kind cannot page-lock host memory in place (None: it can, `_register_host`).
+    host_registration_missing: ClassVar[str | None] = (
+        "this kind's runtime offers no such call: use pin_memory()"
+    )
 
     def _memory_call(self, member: str, torch_name: str, *args: Any, **kwargs: Any) -> Any:
         """Call `torch.<device>.memory.<torch_name>` for the platform member `member`."""
@@ -30,6 +36,12 @@ class MemoryExtras:
     def memory_stats(self) -> dict[str, Any]:
         """The allocator's counters under torch's names (`allocated_bytes.all.current`, ...)."""
         return dict(self._call("memory_stats"))
+
+    def device_memory_used(self, index: int | None = None) -> int:
+        """Bytes in use on device `index` by every process (what the vendor's tool reports), not
+        only by this one: the device's total less what the driver reports free."""
+        free, total = self._call_as("device_memory_used", "mem_get_info", self._index(index))
+        return int(total) - int(free)
 
     def set_memory_fraction(self, fraction: float) -> None:
         """Cap this process's allocations on the current device at `fraction` of its memory."""
@@ -79,3 +91,26 @@ class MemoryExtras:
         if not self.supports_pinned_memory or tensor.is_pinned():
             return tensor
         return tensor.pin_memory()
+
+    def _host_memory(self, member: str, tensor: torch.Tensor) -> tuple[int, int]:
+        if tensor.device.type != "cpu" or not tensor.is_contiguous():
+            raise ValueError(
+                f"platform '{self.name}': {member} takes a contiguous host tensor, not {tensor.device}"
+            )
+        if self.host_registration_missing is not None:
+            self._unsupported(member, self.host_registration_missing)
+        return tensor.data_ptr(), tensor.numel() * tensor.element_size()
+
+    def register_host_memory(self, tensor: torch.Tensor) -> None:
+        """Page-lock `tensor`'s host memory in place (no copy, unlike `pin_memory`), so that this
+        kind's devices copy to and from it asynchronously; `unregister_host_memory` undoes it."""
+        self._register_host(*self._host_memory("register_host_memory", tensor))
+
+    def unregister_host_memory(self, tensor: torch.Tensor) -> None:
+        self._unregister_host(self._host_memory("unregister_host_memory", tensor)[0])
+
+    def _register_host(self, address: int, nbytes: int) -> None:
+        self._unsupported("register_host_memory", self.host_registration_missing or "")
+
+    def _unregister_host(self, address: int) -> None:
+        self._unsupported("unregister_host_memory", self.host_registration_missing or "")

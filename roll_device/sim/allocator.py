@@ -1,13 +1,21 @@
-"""`torch.npu.memory` of the simulated NPU: the allocator settings a running process may change.
+"""`torch.npu.memory` of the simulated NPU: the allocator settings a running process may change,
+and memory history and snapshots under torch_npu's names (`_record_memory_history`, `_snapshot`,
+`_dump_snapshot`), from the ledger of `memory.py`.
 
 torch_npu's caching allocator takes `key:value` pairs, comma-separated (the keys it documents for
 `PYTORCH_NPU_ALLOC_CONF`), and rejects unknown keys (the wording here is the simulation's).
 The simulation models no caching, so the settings change nothing but are checked and kept
 (`current_settings()`), so that code toggling expandable segments around sleep runs as on a device.
-Allocation history and snapshots are not simulated: those members are absent.
+With no caching, a snapshot's segments are the live storages, one block each.
 """
 
 from __future__ import annotations
+
+import pickle
+import sys
+
+from roll_device.sim.devices import device_count
+from roll_device.sim.memory import LEDGER
 
 KNOWN_KEYS = (
     "expandable_segments",
@@ -31,3 +39,36 @@ def _set_allocator_settings(settings: str) -> None:
 
 def current_settings() -> dict[str, str]:
     return dict(_settings)
+
+
+def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, **_) -> None:
+    """Record allocations with their stacks from now on (`enabled` None: stop; the trace stays)."""
+    LEDGER.record_history(max_entries if enabled else None)
+
+
+def _snapshot(device=None) -> dict:
+    """Live storages as segments and the recorded events per device, as torch's snapshot has them."""
+    segments = []
+    for (index, address), nbytes, pool in LEDGER.live_storages():
+        block = {"address": address, "size": nbytes, "requested_size": nbytes, "state": "active_allocated"}
+        segments.append(
+            {
+                "device": index,
+                "address": address,
+                "total_size": nbytes,
+                "allocated_size": nbytes,
+                "active_size": nbytes,
+                "requested_size": nbytes,
+                "stream": 0,
+                "segment_pool_id": pool.id if pool else (0, 0),
+                "is_expandable": False,
+                "blocks": [{**block, "frames": []}],
+            }
+        )
+    traces = [[e for e in LEDGER.history if e["device"] == i] for i in range(device_count())]
+    return {"segments": segments, "device_traces": traces}
+
+
+def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
+    with open(filename, "wb") as f:
+        pickle.dump(_snapshot(), f)

@@ -11,7 +11,9 @@ What a user of torch_npu's caching allocator observes, modelled without the cach
 - an allocation that would take `reserved` past the capacity (`ROLL_SIM_NPU_MEMORY_BYTES`, default
   64 GiB, times the process's fraction from `set_per_process_memory_fraction`) raises
   `torch.OutOfMemoryError` with torch_npu's wording, before any memory is taken;
-- `memory_stats()` reports these counters under torch's names, current and peak.
+- `memory_stats()` reports these counters under torch's names, current and peak;
+- while memory history records, each storage taken or given back is an event with its stack
+  (torch's `alloc` / `free_completed` trace entries); a snapshot shows live storages as segments.
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import traceback
 import weakref
+from collections import deque
 
 from roll_device.sim import errors
 
@@ -56,6 +60,8 @@ class MemoryLedger:
         self.peak: dict[int, int] = {}
         self.peak_reserved: dict[int, int] = {}
         self.fraction: dict[int, float] = {}
+        self.history: deque = deque()  # allocation events, recorded while `recording`
+        self.recording = False
 
     def capacity(self, index: int) -> int:
         """Bytes this process may reserve on device `index`."""
@@ -105,6 +111,7 @@ class MemoryLedger:
             if entry is None:
                 self._take(index, nbytes, pool)
                 entry = self._live[key] = [nbytes, 0, pool]
+                self._record("alloc", key, nbytes)
             entry[1] += 1
         weakref.finalize(wrapper, self._release, key)
 
@@ -148,6 +155,7 @@ class MemoryLedger:
             del self._live[key]
             nbytes, _, pool = entry
             self._give(key[0], nbytes, pool)
+            self._record("free_completed", key, nbytes)
 
     def _give(self, index: int, nbytes: int, pool: Pool | None) -> None:
         self.allocated[index] -= nbytes
@@ -155,6 +163,27 @@ class MemoryLedger:
             self._outside[index] -= nbytes
         else:
             pool.live -= nbytes
+
+    def record_history(self, max_entries: int | None) -> None:
+        """Record allocation events from now on (the last `max_entries`), or stop (None)."""
+        with self._lock:
+            if max_entries:
+                self.history = deque(maxlen=max_entries)
+            self.recording = bool(max_entries)
+
+    def _record(self, action: str, key: tuple[int, int], nbytes: int) -> None:
+        if self.recording:
+            frames = [
+                {"filename": f.filename, "line": f.lineno, "name": f.name} for f in traceback.extract_stack()[:-3]
+            ]
+            self.history.append(
+                {"action": action, "device": key[0], "addr": key[1], "size": nbytes, "stream": 0, "frames": frames}
+            )
+
+    def live_storages(self) -> list[tuple[tuple[int, int], int, Pool | None]]:
+        """(key, bytes, pool) of every live storage."""
+        with self._lock:
+            return [(key, entry[0], entry[2]) for key, entry in self._live.items()]
 
     def reset_peak(self, index: int) -> None:
         with self._lock:
