@@ -7,9 +7,9 @@ below): attributes of a device module (`torch.cuda.X`, `torch.npu.X`, verl's `ge
 ROLL's `current_platform.X` and `roll_current_platform.X`), `torch_npu` uses, NVML, cupy and
 PyNccl-style communicators, the frameworks' own device helpers, hard-coded device and backend
 strings, `.cuda()`, `.is_cuda`, `num_gpus`, cuDNN switches, vendor environment variables (each by its
-name), the IPC rebuild patch and engines' device-graph flags. Inside the frameworks' own device
-layers and their `torch_npu` code too: those are call sites a port replaces like any other.
-`current_platform` bound to vLLM's (`from vllm.platforms import current_platform`) is vLLM's device
+name), the IPC rebuild patch and engines' device-graph flags. Left out: the frameworks' own device
+layers (`DEVICE_LAYERS`: what a port replaces with roll-device) and their torch_npu code (modules
+that import torch_npu at top level, which run on Ascend only). `current_platform` bound to vLLM's (`from vllm.platforms import current_platform`) is vLLM's device
 layer, not the framework's: its uses are not counted.
 
 Each use is one call site and has one need: the exact thing it does. A rule names the `Platform`
@@ -46,6 +46,11 @@ FRAMEWORKS = {  # name: (mirror directory under --mirrors, runtime packages, sna
     "OpenRLHF": ("OpenRLHF+OpenRLHF", ("openrlhf/",), "3c3be623"),
 }
 SKIP = re.compile(r"(^|/)(tests?|examples?|docs?)/|(^|/)test_[^/]*\.py$")
+# The frameworks' own device layers: what a port replaces with roll-device, not call sites it serves.
+DEVICE_LAYERS = re.compile(r"^(?:roll/platforms/|mcore_adapter/src/mcore_adapter/platforms/|verl/utils/device\.py$)")
+# torch_npu code: a module that imports torch_npu at its top level runs on Ascend only (kernels
+# patched in, torch_npu's profiler): the framework's NPU port itself, not a need of its generic code.
+TORCH_NPU_MODULE = re.compile(r"^(?:import torch_npu\b|from torch_npu\b)", re.MULTILINE)
 DM = (
     r"\b(?:torch\.cuda|torch\.npu|torch_npu\.npu|get_torch_device\(\)|(?:roll_)?current_platform)"
     r"\.(?:memory\.|random\.)?"
@@ -164,7 +169,7 @@ RULES: list[tuple[str, str | None, tuple[str, ...]]] = [
     (
         DM + r"get_custom_env_vars\b",
         "ROLL's worker environment (allocator, NCCL cuMem and NVLS, TE SM margin)",
-        ("allocator_env", "collective_env", "collective_multicast_env", "sm_margin_env"),
+        ("allocator_env", "collective_env", "switch_reduction_env", "sm_margin_env"),
     ),
     (
         DM + r"get_vllm_run_time_env_vars\b",
@@ -172,7 +177,7 @@ RULES: list[tuple[str, str | None, tuple[str, ...]]] = [
         ("rank_env", "allocator_conf_env"),
     ),
     (r"\bNCCL_DEBUG(?:_SUBSYS|_FILE)?\b", "NCCL_DEBUG (collective library logging)", ("collective_debug_env",)),
-    (r"\bNCCL_NVLS_ENABLE\b", "NCCL_NVLS_ENABLE (NVLink SHARP)", ("collective_multicast_env",)),
+    (r"\bNCCL_NVLS_ENABLE\b", "NCCL_NVLS_ENABLE (NVLink SHARP)", ("switch_reduction_env",)),
     (
         r"\bHCCL_(?:HOST|NPU)_SOCKET_PORT_RANGE\b",
         "HCCL socket port ranges (colocated processes)",
@@ -190,7 +195,7 @@ RULES: list[tuple[str, str | None, tuple[str, ...]]] = [
         "cudnn.deterministic / benchmark, deterministic algorithms",
         ("set_deterministic",),
     ),
-    (r"\btorch\.backends\.cudnn\.enabled\b", "cudnn on/off", ("set_conv_library_enabled",)),
+    (r"\btorch\.backends\.cudnn\.enabled\b", "cudnn on/off", ("set_dnn_library_enabled",)),
     (r"\btorch\.backends\.cudnn\.\w+", SAME, NOT_SERVED),
     (r"\bNCCL_CUMEM_ENABLE\b", "NCCL_CUMEM_ENABLE", ("collective_env",)),
     (r"\bTORCH_NCCL_AVOID_RECORD_STREAMS\b", "TORCH_NCCL_AVOID_RECORD_STREAMS", ("collective_env",)),
@@ -199,7 +204,7 @@ RULES: list[tuple[str, str | None, tuple[str, ...]]] = [
     (
         r"\bCUDA_DEVICE_MAX_CONNECTIONS\b",
         "CUDA_DEVICE_MAX_CONNECTIONS (the value an engine asks for)",
-        ("device_queues_env",),
+        ("device_connections_env",),
     ),
     (r"\bTORCH_CUDA_ARCH_LIST\b", "TORCH_CUDA_ARCH_LIST", ("kernel_build_env",)),
     (r"\bCUDA_MODULE_LOADING\b", "CUDA_MODULE_LOADING", ("module_loading_env",)),
@@ -212,7 +217,7 @@ RULES: list[tuple[str, str | None, tuple[str, ...]]] = [
     (r"\bNVTE_\w+", SAME, NOT_SERVED),
     (r"\bPYTORCH_(?:CUDA|HIP|NPU)_ALLOC_CONF\b", "PYTORCH_CUDA_ALLOC_CONF", ("allocator_conf_env",)),
     (r"\bTASK_QUEUE_ENABLE\b", "TASK_QUEUE_ENABLE", ("rollout_env",)),
-    (r"\bVLLM_ASCEND_\w+|\bVLLM_ROCM_\w+", SAME, ("rollout_engine",)),
+    (r"\bVLLM_ASCEND_\w+|\bVLLM_ROCM_\w+", SAME, NOT_SERVED),  # the engine's own variables
     # memory
     (DM + r"mem_get_info\b", "torch.cuda.mem_get_info", ("mem_get_info",)),
     (
@@ -274,7 +279,7 @@ RULES: list[tuple[str, str | None, tuple[str, ...]]] = [
         "engine graphs on/off (enforce_eager, disable_cuda_graph, ...)",
         ("supports_graphs",),
     ),
-    (r"\bcudagraph_mode\b|\bcuda_graph_scope\b", "engine graph mode / scope", ("rollout_engine",)),
+    (r"\bcudagraph_mode\b|\bcuda_graph_scope\b", "engine graph mode / scope", NOT_SERVED),
     (
         r"\bcudagraph_capture_sizes\b|\bcuda_graph_sizes\b",
         "engine graph capture sizes",
@@ -296,7 +301,7 @@ def source_files(mirror: Path, packages: tuple[str, ...]) -> list[tuple[str, str
     names = subprocess.run(
         [*git, "ls-tree", "-r", "--name-only", "HEAD", *packages], check=True, capture_output=True, text=True
     ).stdout.split()
-    names = [n for n in names if n.endswith(".py") and not SKIP.search(n)]
+    names = [n for n in names if n.endswith(".py") and not SKIP.search(n) and not DEVICE_LAYERS.search(n)]
     blob = subprocess.run(
         [*git, "cat-file", "--batch"],
         input="".join(f"HEAD:{n}\n" for n in names).encode(),
@@ -307,7 +312,9 @@ def source_files(mirror: Path, packages: tuple[str, ...]) -> list[tuple[str, str
     for name in names:
         header_end = blob.index(b"\n", pos)
         size = int(blob[pos:header_end].split()[2])
-        files.append((name, blob[header_end + 1 : header_end + 1 + size].decode(errors="replace")))
+        text = blob[header_end + 1 : header_end + 1 + size].decode(errors="replace")
+        if not TORCH_NPU_MODULE.search(text):
+            files.append((name, text))
         pos = header_end + 2 + size
     return files
 

@@ -33,12 +33,7 @@ class CudaPlatform(Platform):
         "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
     }
     training_env_vars: ClassVar[dict[str, str]] = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
-    # NVLink SHARP reductions are not deterministic: NCCL must not pick them (torch does the same
-    # under deterministic algorithms, for a process group made after it is switched on).
-    deterministic_env_vars: ClassVar[dict[str, str]] = {
-        "CUBLAS_WORKSPACE_CONFIG": ":4096:8",
-        "NCCL_ALGO": "^NVLS",
-    }
+    deterministic_env_vars: ClassVar[dict[str, str]] = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
     collective_debug_var = "NCCL_DEBUG"
     switch_reduction_var = "NCCL_NVLS_ENABLE"
     device_connections_var = "CUDA_DEVICE_MAX_CONNECTIONS"

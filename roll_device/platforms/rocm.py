@@ -5,8 +5,6 @@ process must not carry it."""
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from roll_device.platforms.cuda import CudaPlatform
 
 
@@ -20,7 +18,6 @@ class RocmPlatform(CudaPlatform):
     extra_visible_devices_envs = ("ROCR_VISIBLE_DEVICES",)
     extra_ray_noset_envs = ("RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES",)
     switch_reduction_var = None  # no NVLink SHARP on AMD GPUs: RCCL reduces in software
-    deterministic_env_vars: ClassVar[dict[str, str]] = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
     kernel_arch_var = "PYTORCH_ROCM_ARCH"
     module_loading_var = None
     toolkit_home_envs = ("ROCM_PATH", "ROCM_HOME")

@@ -41,15 +41,21 @@ def current_settings() -> dict[str, str]:
     return dict(_settings)
 
 
-def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, **_) -> None:
-    """Record allocations with their stacks from now on (`enabled` None: stop; the trace stays)."""
-    LEDGER.record_history(max_entries if enabled else None)
+# torch's split between its small and large pools: a segment above it is "large".
+LARGE_SEGMENT_BYTES = 1 << 20
+
+
+def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None) -> None:
+    """torch_npu's signature: `enabled` None stops, "state" keeps the stacks of live storages,
+    "all" also records every allocation and free (the last `max_entries`)."""
+    LEDGER.record_history(enabled, max_entries)
 
 
 def _snapshot(device=None) -> dict:
-    """Live storages as segments and the recorded events per device, as torch's snapshot has them."""
+    """Live storages as segments (one block each: nothing is cached) and the recorded events per
+    device, under the keys of torch_npu's snapshot."""
     segments = []
-    for (index, address), nbytes, pool in LEDGER.live_storages():
+    for (index, address), nbytes, pool, frames in LEDGER.live_storages():
         block = {"address": address, "size": nbytes, "requested_size": nbytes, "state": "active_allocated"}
         segments.append(
             {
@@ -60,9 +66,10 @@ def _snapshot(device=None) -> dict:
                 "active_size": nbytes,
                 "requested_size": nbytes,
                 "stream": 0,
+                "segment_type": "large" if nbytes > LARGE_SEGMENT_BYTES else "small",
                 "segment_pool_id": pool.id if pool else (0, 0),
                 "is_expandable": False,
-                "blocks": [{**block, "frames": []}],
+                "blocks": [{**block, "frames": frames}],
             }
         )
     traces = [[e for e in LEDGER.history if e["device"] == i] for i in range(device_count())]
@@ -70,5 +77,6 @@ def _snapshot(device=None) -> dict:
 
 
 def _dump_snapshot(filename: str = "dump_snapshot.pickle") -> None:
+    """`_snapshot()` pickled into `filename` (what pytorch.org/memory_viz opens)."""
     with open(filename, "wb") as f:
         pickle.dump(_snapshot(), f)

@@ -12,8 +12,9 @@ What a user of torch_npu's caching allocator observes, modelled without the cach
   64 GiB, times the process's fraction from `set_per_process_memory_fraction`) raises
   `torch.OutOfMemoryError` with torch_npu's wording, before any memory is taken;
 - `memory_stats()` reports these counters under torch's names, current and peak;
-- while memory history records, each storage taken or given back is an event with its stack
-  (torch's `alloc` / `free_completed` trace entries); a snapshot shows live storages as segments.
+- while memory history records ("state": the stacks of live storages; "all": also every storage
+  taken or given back, as torch's `alloc` / `free_completed` trace entries, with their stacks),
+  a snapshot shows live storages as segments, each with the stack that allocated it.
 """
 
 from __future__ import annotations
@@ -60,8 +61,9 @@ class MemoryLedger:
         self.peak: dict[int, int] = {}
         self.peak_reserved: dict[int, int] = {}
         self.fraction: dict[int, float] = {}
-        self.history: deque = deque()  # allocation events, recorded while `recording`
-        self.recording = False
+        self.history: deque = deque()  # allocation events, recorded while `recording` is "all"
+        self.recording: str | None = None  # None, "state" or "all", as torch_npu's `enabled`
+        self.frames: dict[tuple[int, int], list[dict]] = {}  # live storage -> its allocation stack
 
     def capacity(self, index: int) -> int:
         """Bytes this process may reserve on device `index`."""
@@ -111,7 +113,7 @@ class MemoryLedger:
             if entry is None:
                 self._take(index, nbytes, pool)
                 entry = self._live[key] = [nbytes, 0, pool]
-                self._record("alloc", key, nbytes)
+                self._record("alloc", key, nbytes, pool)
             entry[1] += 1
         weakref.finalize(wrapper, self._release, key)
 
@@ -155,7 +157,7 @@ class MemoryLedger:
             del self._live[key]
             nbytes, _, pool = entry
             self._give(key[0], nbytes, pool)
-            self._record("free_completed", key, nbytes)
+            self._record("free_completed", key, nbytes, pool)
 
     def _give(self, index: int, nbytes: int, pool: Pool | None) -> None:
         self.allocated[index] -= nbytes
@@ -164,26 +166,36 @@ class MemoryLedger:
         else:
             pool.live -= nbytes
 
-    def record_history(self, max_entries: int | None) -> None:
-        """Record allocation events from now on (the last `max_entries`), or stop (None)."""
+    def record_history(self, enabled: str | None, max_entries: int) -> None:
+        """Record from now on ("state": stacks of live storages; "all": also the last `max_entries`
+        events), or stop (None; what was recorded stays for the next snapshot)."""
+        if enabled not in (None, "state", "all"):
+            raise ValueError(f"[simulated NPU] memory history 'enabled' must be None, 'state' or 'all', not {enabled!r}")
         with self._lock:
-            if max_entries:
-                self.history = deque(maxlen=max_entries)
-            self.recording = bool(max_entries)
+            if enabled == "all":
+                self.history = deque(self.history, maxlen=max(max_entries, 1))
+            self.recording = enabled
 
-    def _record(self, action: str, key: tuple[int, int], nbytes: int) -> None:
-        if self.recording:
-            frames = [
-                {"filename": f.filename, "line": f.lineno, "name": f.name} for f in traceback.extract_stack()[:-3]
-            ]
+    def _record(self, action: str, key: tuple[int, int], nbytes: int, pool: Pool | None) -> None:
+        if self.recording is None:
+            self.frames.pop(key, None)
+            return
+        frames = [{"filename": f.filename, "line": f.lineno, "name": f.name} for f in traceback.extract_stack()[:-3]]
+        if action == "alloc":
+            self.frames[key] = frames
+        else:
+            self.frames.pop(key, None)
+        if self.recording == "all":
+            pool_id = pool.id if pool else (0, 0)
             self.history.append(
-                {"action": action, "device": key[0], "addr": key[1], "size": nbytes, "stream": 0, "frames": frames}
+                {"action": action, "device": key[0], "addr": key[1], "size": nbytes, "stream": 0,
+                 "pool_id": pool_id, "frames": frames}
             )
 
-    def live_storages(self) -> list[tuple[tuple[int, int], int, Pool | None]]:
-        """(key, bytes, pool) of every live storage."""
+    def live_storages(self) -> list[tuple[tuple[int, int], int, Pool | None, list[dict]]]:
+        """(key, bytes, pool, allocation stack: empty where none was recorded) of every live storage."""
         with self._lock:
-            return [(key, entry[0], entry[2]) for key, entry in self._live.items()]
+            return [(key, entry[0], entry[2], self.frames.get(key, [])) for key, entry in self._live.items()]
 
     def reset_peak(self, index: int) -> None:
         with self._lock:

@@ -84,26 +84,33 @@ def memory() -> dict:
 
 
 def memory_history(p) -> dict:
-    """What torch_npu's memory history records of one kept and one freed allocation."""
+    """What torch_npu's memory history records of one kept and one freed allocation ("all"), and of
+    one more kept allocation while only the state of live memory is recorded ("state")."""
     import pickle
     import tempfile
 
     p.record_memory_history(True)
     kept = torch.empty(3 << 10, dtype=torch.uint8, device=p.device())
-    del p  # noqa: F821 - the platform is not needed past here; keeps frames short
-    torch.empty(5 << 10, dtype=torch.uint8, device=kept.device)
+    torch.empty(5 << 10, dtype=torch.uint8, device=p.device())
     with tempfile.TemporaryDirectory() as tmp:
-        from roll_device.platforms import current_platform
-
-        current_platform().dump_memory_snapshot(f"{tmp}/snapshot.pickle")
-        current_platform().record_memory_history(False)
+        p.dump_memory_snapshot(f"{tmp}/snapshot.pickle")
         with open(f"{tmp}/snapshot.pickle", "rb") as f:
             snapshot = pickle.load(f)
+    p.device_module().memory._record_memory_history("state")
+    also_kept = torch.empty(2 << 20, dtype=torch.uint8, device=p.device())
+    state = p.device_module().memory._snapshot()
+    p.record_memory_history(False)
     trace = snapshot["device_traces"][kept.device.index]
+    blocks = {s["total_size"]: (s["segment_type"], s["blocks"][0]["frames"]) for s in state["segments"]}
+    del also_kept
     return {
         "segments": sorted(s["total_size"] for s in snapshot["segments"]),
         "trace": [[e["action"], e["size"]] for e in trace],
         "stack_names_this_check": any(fr["name"] == "memory_history" for fr in trace[0]["frames"]),
+        "block_stack_names_this_check": any(fr["name"] == "memory_history" for fr in blocks[3 << 10][1]),
+        "state_trace_unchanged": len(state["device_traces"][kept.device.index]) == len(trace),
+        "segment_types": {str(size): kind for size, (kind, _) in blocks.items()},
+        "bad_mode": error_of(lambda: p.device_module().memory._record_memory_history("everything")),
     }
 
 

@@ -55,7 +55,10 @@ def test_memory_extras_follow_the_ledger_and_the_fraction():
     assert r["used"] == 0, "nothing lives on the device at the end of the check"
     # memory history: one kept and one freed allocation, with the stack that made them
     assert r["trace"] == [["alloc", 3 << 10], ["alloc", 5 << 10], ["free_completed", 5 << 10]]
-    assert r["segments"] == [3 << 10] and r["stack_names_this_check"]
+    assert r["segments"] == [3 << 10] and r["stack_names_this_check"] and r["block_stack_names_this_check"]
+    # "state": live storages keep their stacks, no events are added; segments are typed by size
+    assert r["state_trace_unchanged"] and r["segment_types"] == {"3072": "small", "2097152": "large"}
+    assert "memory history 'enabled' must be None, 'state' or 'all'" in r["bad_mode"]
 
 
 def test_rng_of_all_devices_and_determinism():
