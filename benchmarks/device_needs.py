@@ -47,7 +47,9 @@ FRAMEWORKS = {  # name: (mirror directory under --mirrors, runtime packages, sna
 }
 SKIP = re.compile(r"(^|/)(tests?|examples?|docs?)/|(^|/)test_[^/]*\.py$")
 # The frameworks' own device layers: what a port replaces with roll-device, not call sites it serves.
-DEVICE_LAYERS = re.compile(r"^(?:roll/platforms/|mcore_adapter/src/mcore_adapter/platforms/|verl/utils/device\.py$)")
+DEVICE_LAYERS = re.compile(
+    r"^(?:roll/platforms/|mcore_adapter/src/mcore_adapter/platforms/|verl/utils/device\.py$)"
+)
 # torch_npu code: a module that imports torch_npu at its top level runs on Ascend only (kernels
 # patched in, torch_npu's profiler): the framework's NPU port itself, not a need of its generic code.
 TORCH_NPU_MODULE = re.compile(r"^(?:import torch_npu\b|from torch_npu\b)", re.MULTILINE)
@@ -176,7 +178,11 @@ RULES: list[tuple[str, str | None, tuple[str, ...]]] = [
         "ROLL's vLLM rank environment (pin, allocator conf cleared)",
         ("rank_env", "allocator_conf_env"),
     ),
-    (r"\bNCCL_DEBUG(?:_SUBSYS|_FILE)?\b", "NCCL_DEBUG (collective library logging)", ("collective_debug_env",)),
+    (
+        r"\bNCCL_DEBUG(?:_SUBSYS|_FILE)?\b",
+        "NCCL_DEBUG (collective library logging)",
+        ("collective_debug_env",),
+    ),
     (r"\bNCCL_NVLS_ENABLE\b", "NCCL_NVLS_ENABLE (NVLink SHARP)", ("switch_reduction_env",)),
     (
         r"\bHCCL_(?:HOST|NPU)_SOCKET_PORT_RANGE\b",
@@ -261,8 +267,10 @@ RULES: list[tuple[str, str | None, tuple[str, ...]]] = [
         ("open_ipc_handle", "device_index_of_uuid"),
     ),
     (
-        r"\bPy[NH]cclCommunicator\b|\bStatelessProcessGroup\b|\bpy[nh]ccl\b|\bNcclCommunicator\b"
-        r"|\bcupy\.cuda\.nccl\b|\bget_unique_id\b",
+        (
+            r"\bPy[NH]cclCommunicator\b|\bStatelessProcessGroup\b|\bpy[nh]ccl\b|\bNcclCommunicator\b"
+            r"|\bcupy\.cuda\.nccl\b|\bget_unique_id\b"
+        ),
         "device communicator outside torch.distributed (PyNccl / PyHccl / cupy NCCL)",
         ("device_communicator",),
     ),
@@ -403,7 +411,9 @@ def render(result: dict) -> str:
             f"({100 * t['served_needs'] / t['needs']:.1f}%)**."
         ),
         "",
-        "| Framework use (the need) | Platform member | " + " | ".join(f"{f} sites" for f in FRAMEWORKS) + " |",
+        "| Framework use (the need) | Platform member | "
+        + " | ".join(f"{f} sites" for f in FRAMEWORKS)
+        + " |",
         "|---|---|" + "---|" * len(FRAMEWORKS),
     ]
     order = sorted(sites, key=lambda n: (not served[n], -sum(sites[n].values()), n))
@@ -416,7 +426,9 @@ def render(result: dict) -> str:
 
 def print_sites(result: dict, need: str) -> None:
     for name in sorted(result["where"]) if need == "all" else [need]:
-        print(f"{name}: {'served by ' + ' + '.join(result['served'][name]) if result['served'][name] else 'unserved'}")
+        print(
+            f"{name}: {'served by ' + ' + '.join(result['served'][name]) if result['served'][name] else 'unserved'}"
+        )
         for (framework, path, matched), n in sorted(result["where"][name].items()):
             print(f"    {framework} {path} {matched!r} x{n}")
 

@@ -45,7 +45,9 @@ def current_settings() -> dict[str, str]:
 LARGE_SEGMENT_BYTES = 1 << 20
 
 
-def _record_memory_history(enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None) -> None:
+def _record_memory_history(
+    enabled="all", context="all", stacks="all", max_entries=sys.maxsize, device=None
+) -> None:
     """torch_npu's signature: `enabled` None stops, "state" keeps the stacks of live storages,
     "all" also records every allocation and free (the last `max_entries`)."""
     LEDGER.record_history(enabled, max_entries)

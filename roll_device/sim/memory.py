@@ -170,7 +170,9 @@ class MemoryLedger:
         """Record from now on ("state": stacks of live storages; "all": also the last `max_entries`
         events), or stop (None; what was recorded stays for the next snapshot)."""
         if enabled not in (None, "state", "all"):
-            raise ValueError(f"[simulated NPU] memory history 'enabled' must be None, 'state' or 'all', not {enabled!r}")
+            raise ValueError(
+                f"[simulated NPU] memory history 'enabled' must be None, 'state' or 'all', not {enabled!r}"
+            )
         with self._lock:
             if enabled == "all":
                 self.history = deque(self.history, maxlen=max(max_entries, 1))
@@ -180,7 +182,9 @@ class MemoryLedger:
         if self.recording is None:
             self.frames.pop(key, None)
             return
-        frames = [{"filename": f.filename, "line": f.lineno, "name": f.name} for f in traceback.extract_stack()[:-3]]
+        frames = [
+            {"filename": f.filename, "line": f.lineno, "name": f.name} for f in traceback.extract_stack()[:-3]
+        ]
         if action == "alloc":
             self.frames[key] = frames
         else:
@@ -188,8 +192,15 @@ class MemoryLedger:
         if self.recording == "all":
             pool_id = pool.id if pool else (0, 0)
             self.history.append(
-                {"action": action, "device": key[0], "addr": key[1], "size": nbytes, "stream": 0,
-                 "pool_id": pool_id, "frames": frames}
+                {
+                    "action": action,
+                    "device": key[0],
+                    "addr": key[1],
+                    "size": nbytes,
+                    "stream": 0,
+                    "pool_id": pool_id,
+                    "frames": frames,
+                }
             )
 
     def live_storages(self) -> list[tuple[tuple[int, int], int, Pool | None, list[dict]]]:

@@ -139,7 +139,7 @@ def test_host_properties_memory_used_and_topology(cpu):
     props = cpu.device_properties()
     assert props.name == cpu.device_name() and props.total_memory == cpu.total_memory()
     assert props.multi_processor_count == len(os.sched_getaffinity(0))
-    available, total = cpu.mem_get_info()
+    _, total = cpu.mem_get_info()
     assert 0 < cpu.device_memory_used() <= total
     assert cpu.cpu_affinity() == sorted(os.sched_getaffinity(0)) == cpu.set_cpu_affinity()
     assert cpu.numa_node() >= 0
@@ -167,7 +167,9 @@ def test_registering_host_memory_is_a_no_op(cpu):
     t = torch.ones(8)
     cpu.register_host_memory(t)
     cpu.unregister_host_memory(t)
-    with pytest.raises(ValueError, match="platform 'cpu': register_host_memory takes a contiguous host tensor"):
+    with pytest.raises(
+        ValueError, match="platform 'cpu': register_host_memory takes a contiguous host tensor"
+    ):
         cpu.register_host_memory(torch.ones(4, 4).t())
 
 
@@ -182,7 +184,9 @@ def test_process_env_by_name_per_kind(kind):
         assert p.switch_reduction_env(True) == {"NCCL_NVLS_ENABLE": "1"}
     else:
         assert p.switch_reduction_env(False) == {}
-        with pytest.raises(NotImplementedError, match=f"platform '{kind}' does not support switch_reduction_env"):
+        with pytest.raises(
+            NotImplementedError, match=f"platform '{kind}' does not support switch_reduction_env"
+        ):
             p.switch_reduction_env(True)
     ports = {"HCCL_HOST_SOCKET_PORT_RANGE": "auto", "HCCL_NPU_SOCKET_PORT_RANGE": "auto"}
     assert p.collective_ports_env() == (ports if kind == "npu" else {})
@@ -205,7 +209,10 @@ def test_transformer_engine_switches(kind):
     assert env == {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "1", "NVTE_UNFUSED_ATTN": "0"}
     assert p.attention_backend(env) == "fused" and p.attention_backend({}) == "auto"
     assert p.attention_backend(p.attention_backend_env("local")) == "local"
-    assert p.sm_margin_env(backward=8) == {"NVTE_FWD_LAYERNORM_SM_MARGIN": "0", "NVTE_BWD_LAYERNORM_SM_MARGIN": "8"}
+    assert p.sm_margin_env(backward=8) == {
+        "NVTE_FWD_LAYERNORM_SM_MARGIN": "0",
+        "NVTE_BWD_LAYERNORM_SM_MARGIN": "8",
+    }
     with pytest.raises(ValueError, match=f"platform '{kind}': attention backend 'sdpa' is not one of"):
         p.attention_backend_env("sdpa")
 

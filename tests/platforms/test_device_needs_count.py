@@ -62,9 +62,17 @@ def test_vllm_current_platform_is_vllm_s_device_layer_not_the_framework_s():
 
 
 def test_device_layers_and_torch_npu_modules_are_out_of_scope():
-    for path in ("roll/platforms/cuda.py", "mcore_adapter/src/mcore_adapter/platforms/npu.py", "verl/utils/device.py"):
+    for path in (
+        "roll/platforms/cuda.py",
+        "mcore_adapter/src/mcore_adapter/platforms/npu.py",
+        "verl/utils/device.py",
+    ):
         assert DEVICE_LAYERS.search(path), path
-    for path in ("roll/utils/context_managers.py", "verl/utils/device_utils.py", "verl/workers/fsdp_workers.py"):
+    for path in (
+        "roll/utils/context_managers.py",
+        "verl/utils/device_utils.py",
+        "verl/workers/fsdp_workers.py",
+    ):
         assert not DEVICE_LAYERS.search(path), path
     assert TORCH_NPU_MODULE.search('"""Doc."""\nimport torch\nimport torch_npu\n')
     assert TORCH_NPU_MODULE.search("from torch_npu import npu_rms_norm\n")
