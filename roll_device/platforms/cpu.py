@@ -47,7 +47,6 @@ class CpuPlatform(Platform):
     ray_resource = None
     visible_devices_env = None
     dist_backend = "gloo"
-    host_registration_missing = None  # host memory is the CPU's own: registering it is a no-op
 
     @classmethod
     def is_available(cls) -> bool:
@@ -158,11 +157,8 @@ class CpuPlatform(Platform):
     def set_dnn_library_enabled(self, enabled: bool) -> None:
         torch.backends.mkldnn.enabled = enabled
 
-    def _register_host(self, address: int, nbytes: int) -> None:
-        """The CPU reads host memory directly: nothing to page-lock for it."""
-
-    def _unregister_host(self, address: int) -> None:
-        """Nothing was registered."""
+    def _runtime_call(self, member: str, name: str, *args: object) -> None:
+        """The CPU reads host memory directly: registering it (or undoing that) has nothing to do."""
 
     def total_memory(self, index: int | None = None) -> int:
         return self.mem_get_info()[1]

@@ -40,7 +40,6 @@ class CudaPlatform(Platform):
     kernel_arch_var = "TORCH_CUDA_ARCH_LIST"
     module_loading_var = ("CUDA_MODULE_LOADING", "LAZY", "EAGER")
     has_transformer_engine = True
-    host_registration_missing = None
     toolkit_home_envs = ("CUDA_HOME", "CUDA_PATH")
     toolkit_default_homes = ("/usr/local/cuda",)
 
@@ -73,12 +72,6 @@ class CudaPlatform(Platform):
             self._unsupported("pci_bus_id", "this torch build's device properties have no PCI ids")
         return "{:04x}:{:02x}:{:02x}.0".format(*ids)
 
-    def _register_host(self, address: int, nbytes: int) -> None:
-        _check_runtime(torch.cuda.cudart().cudaHostRegister(address, nbytes, 0), "cudaHostRegister")
-
-    def _unregister_host(self, address: int) -> None:
-        _check_runtime(torch.cuda.cudart().cudaHostUnregister(address), "cudaHostUnregister")
-
     def _set_library_determinism(self, enabled: bool) -> None:
         torch.backends.cudnn.deterministic = enabled
         if enabled:  # autotuning picks kernels by timing: off while determinism is asked for
@@ -92,9 +85,3 @@ class CudaPlatform(Platform):
             super().set_allocator_settings(settings)
         else:
             setter(settings)
-
-
-def _check_runtime(status, call: str) -> None:
-    """Raise the runtime's error for a failed `call` (its status is an error enum; 0 is success)."""
-    if int(status) != 0:
-        raise RuntimeError(f"{call} failed: {status}")

@@ -10,18 +10,13 @@ Caching-allocator internals (`memory._record_memory_history`, `_dump_snapshot`,
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
 
 class MemoryExtras:
     """Mixed into `Platform`; the CPU overrides what a host process can answer."""
-
-    # Why the kind cannot page-lock host memory in place (None: it can, `_register_host`).
-    host_registration_missing: ClassVar[str | None] = (
-        "this kind's runtime offers no such call: use pin_memory()"
-    )
 
     def _memory_call(self, member: str, torch_name: str, *args: Any, **kwargs: Any) -> Any:
         """Call `torch.<device>.memory.<torch_name>` for the platform member `member`."""
@@ -97,20 +92,26 @@ class MemoryExtras:
             raise ValueError(
                 f"platform '{self.name}': {member} takes a contiguous host tensor, not {tensor.device}"
             )
-        if self.host_registration_missing is not None:
-            self._unsupported(member, self.host_registration_missing)
         return tensor.data_ptr(), tensor.numel() * tensor.element_size()
 
     def register_host_memory(self, tensor: torch.Tensor) -> None:
         """Page-lock `tensor`'s host memory in place (no copy, unlike `pin_memory`), so that this
         kind's devices copy to and from it asynchronously; `unregister_host_memory` undoes it."""
-        self._register_host(*self._host_memory("register_host_memory", tensor))
+        address, nbytes = self._host_memory("register_host_memory", tensor)
+        self._runtime_call("register_host_memory", "cudaHostRegister", address, nbytes, 0)
 
     def unregister_host_memory(self, tensor: torch.Tensor) -> None:
-        self._unregister_host(self._host_memory("unregister_host_memory", tensor)[0])
+        address, _ = self._host_memory("unregister_host_memory", tensor)
+        self._runtime_call("unregister_host_memory", "cudaHostUnregister", address)
 
-    def _register_host(self, address: int, nbytes: int) -> None:
-        self._unsupported("register_host_memory", self.host_registration_missing or "")
-
-    def _unregister_host(self, address: int) -> None:
-        self._unsupported("unregister_host_memory", self.host_registration_missing or "")
+    def _runtime_call(self, member: str, name: str, *args: Any) -> None:
+        """`<device module>.cudart().<name>(*args)`: the runtime bindings torch has for CUDA and
+        ROCm and torch_npu for Ascend, under CUDA's names; a status other than 0 raises."""
+        cudart = getattr(self.device_module(), "cudart", None)
+        if cudart is None:
+            self._unsupported(
+                member, "this kind's runtime bindings have no host registration: use pin_memory()"
+            )
+        status = getattr(cudart(), name)(*args)
+        if int(status) != 0:
+            raise RuntimeError(f"platform '{self.name}': {name} failed with status {int(status)}")

@@ -74,9 +74,6 @@ class NpuPlatform(Platform):
     device_connections_var = "CUDA_DEVICE_MAX_CONNECTIONS"  # read by MindSpeed as by Megatron
     toolkit_home_envs = TOOLKIT_HOME_ENVS
     toolkit_default_homes = TOOLKIT_DEFAULT_HOMES
-    host_registration_missing = (
-        "torch_npu offers no call that page-locks existing host memory: use pin_memory()"
-    )
     simulated_kind = SIMULATED_NPU
     simulated_count_env = SIM_COUNT_ENV
 

@@ -129,8 +129,22 @@ def new_members(p) -> dict:
         "attention": p.attention_backend(),
         "pci": error_of(p.pci_bus_id),
         "numa": error_of(p.numa_node),
-        "register": error_of(lambda: p.register_host_memory(torch.ones(2))),
+        **host_registration(p),
         "dnn": error_of(lambda: p.set_dnn_library_enabled(False)),
+    }
+
+
+def host_registration(p) -> dict:
+    """Host memory page-locked in place through torch_npu's runtime bindings, and released."""
+    host = torch.ones(1024)
+    registered = error_of(lambda: p.register_host_memory(host))
+    twice = error_of(lambda: p.register_host_memory(host))
+    released = error_of(lambda: p.unregister_host_memory(host))
+    return {
+        "register": registered,
+        "register_twice": twice,
+        "unregister": released,
+        "unregister_again": error_of(lambda: p.unregister_host_memory(host)),
     }
 
 

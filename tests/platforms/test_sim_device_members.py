@@ -40,7 +40,10 @@ def test_device_facts_name_the_simulation():
     assert r["switch_off"] == r["kernel_build"] == {} and r["attention"] == "auto"
     for member in ("pci", "numa"):  # no npu-smi beside the simulation: named, never a guess
         assert "does not support pci_bus_id: npu-smi is not installed here" in r[member]
-    assert "does not support register_host_memory: torch_npu offers no call" in r["register"]
+    assert r["register"] == r["unregister"] == "", "torch_npu's cudart() registers host memory"
+    for failed in ("register_twice", "unregister_again"):  # the runtime's status, raised with its name
+        assert r[failed].startswith("RuntimeError: platform 'npu (simulated)': cudaHost")
+        assert r[failed].endswith("failed with status 100000")
     assert "does not support set_dnn_library_enabled" in r["dnn"]
 
 
