@@ -1,7 +1,8 @@
 """Count the device call sites of RL frameworks and how many a roll-device `Platform` member serves.
 
 Reads the runtime packages of ROLL (`roll/` and `mcore_adapter/src/`), verl (`verl/`) and OpenRLHF
-(`openrlhf/`) from git mirrors (no checkout: files are read with `git cat-file`), skipping tests,
+(`openrlhf/`) from git mirrors at the snapshot commits in `FRAMEWORKS` (no checkout: files are read
+with `git cat-file`), skipping tests,
 examples and docs, with comments and docstrings blanked, and finds every device use in them (`RULES`
 below): attributes of a device module (`torch.cuda.X`, `torch.npu.X`, verl's `get_torch_device().X`,
 ROLL's `current_platform.X` and `roll_current_platform.X`), `torch_npu` uses, NVML, cupy and
@@ -304,15 +305,24 @@ def attribute_need(text: str, members: set[str]) -> tuple[str, tuple[str, ...]]:
     return (name, (name,)) if name in members else (text, NOT_SERVED)
 
 
-def source_files(mirror: Path, packages: tuple[str, ...]) -> list[tuple[str, str]]:
+def source_files(mirror: Path, packages: tuple[str, ...], snapshot: str) -> list[tuple[str, str]]:
+    """(path, text) of the in-scope Python files of `packages` at commit `snapshot` of `mirror`."""
     git = ["git", f"--git-dir={mirror}"]
+    found = subprocess.run(
+        [*git, "cat-file", "-e", f"{snapshot}^{{commit}}"], check=False, capture_output=True
+    )
+    if found.returncode:
+        raise SystemExit(f"{mirror} has no commit {snapshot}: fetch that snapshot (see docs/porting.md)")
     names = subprocess.run(
-        [*git, "ls-tree", "-r", "--name-only", "HEAD", *packages], check=True, capture_output=True, text=True
+        [*git, "ls-tree", "-r", "--name-only", snapshot, *packages],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.split()
     names = [n for n in names if n.endswith(".py") and not SKIP.search(n) and not DEVICE_LAYERS.search(n)]
     blob = subprocess.run(
         [*git, "cat-file", "--batch"],
-        input="".join(f"HEAD:{n}\n" for n in names).encode(),
+        input="".join(f"{snapshot}:{n}\n" for n in names).encode(),
         check=True,
         capture_output=True,
     ).stdout
@@ -380,8 +390,8 @@ def count(mirrors: Path, members: set[str]) -> dict:
     sites: dict[str, Counter] = defaultdict(Counter)  # need -> framework -> call sites
     served: dict[str, tuple[str, ...]] = {}
     where: dict[str, Counter] = defaultdict(Counter)  # need -> (framework, file, spelling) -> sites
-    for framework, (mirror, packages, _) in FRAMEWORKS.items():
-        for name, text in source_files(mirrors / mirror / "repo", packages):
+    for framework, (mirror, packages, snapshot) in FRAMEWORKS.items():
+        for name, text in source_files(mirrors / mirror / "repo", packages, snapshot):
             for need, matched, member in uses(text, members):
                 sites[need][framework] += 1
                 served[need] = member
