@@ -2,9 +2,8 @@
 
 Reads the runtime packages of ROLL (`roll/` and `mcore_adapter/src/`), verl (`verl/`) and OpenRLHF
 (`openrlhf/`) from git mirrors at the snapshot commits in `FRAMEWORKS` (no checkout: files are read
-with `git cat-file`), skipping tests,
-examples and docs, with comments and docstrings blanked, and finds every device use in them (`RULES`
-below): attributes of a device module (`torch.cuda.X`, `torch.npu.X`, verl's `get_torch_device().X`,
+with `git cat-file`), skipping tests, examples and docs, with comments and docstrings blanked, and
+finds every device use in them (`RULES` below): attributes of a device module (`torch.cuda.X`, `torch.npu.X`, verl's `get_torch_device().X`,
 ROLL's `current_platform.X` and `roll_current_platform.X`), `torch_npu` uses, NVML, cupy and
 PyNccl-style communicators, the frameworks' own device helpers, hard-coded device and backend
 strings, `.cuda()`, `.is_cuda`, `num_gpus`, cuDNN switches, vendor environment variables (each by its
