@@ -60,11 +60,9 @@ class KernelEnv:
         if backend not in (*ATTENTION_SWITCHES, LOCAL_ATTENTION, AUTO_ATTENTION):
             known = (*ATTENTION_SWITCHES, LOCAL_ATTENTION, AUTO_ATTENTION)
             raise ValueError(f"platform '{self.name}': attention backend '{backend}' is not one of {known}")
-        if backend == AUTO_ATTENTION and not self.has_transformer_engine:
-            return {}
-        self._require_transformer_engine("attention_backend_env")
         if backend == AUTO_ATTENTION:
             return {}
+        self._require_transformer_engine("attention_backend_env")
         return {var: "1" if name == backend else "0" for name, var in ATTENTION_SWITCHES.items()}
 
     def attention_backend(self, env: Mapping[str, str] | None = None) -> str:
