@@ -6,25 +6,17 @@ another. `new_group` builds one from the sync's control store with any backend t
 name (gloo, the platform's `dist_backend`, or a registered plugin such as hccl), for the process
 it runs in, without touching the default group.
 
-It uses torch's internal `_new_process_group_helper` (as `init_process_group` does), because no
-public API builds a group outside the default world; `close_group` destroys it with the public
-`destroy_process_group`. While it runs, the default group's bound
-device is hidden: otherwise a backend that can split communicators would try to split the new
-group from the trainer's world, which the rollout workers are not part of.
+It builds the group with the platform layer's `new_process_group` (which keeps the default group
+out of it); `close_group` destroys it with the public `destroy_process_group`.
 """
 
 from __future__ import annotations
 
-import itertools
-from datetime import timedelta
-
 import torch
 import torch.distributed as dist
-from torch.distributed import distributed_c10d as c10d
 
 from roll_device.comm.control import Control
-
-_names = itertools.count()
+from roll_device.platforms.communicator import new_process_group
 
 
 def new_group(
@@ -34,28 +26,8 @@ def new_group(
 
     A first broadcast on `device` connects the group, so failures surface here, not mid-sync.
     """
-    name = f"roll_device_weight_sync_{control.endpoint.port}_{next(_names)}"
-    default = c10d._world.default_pg
-    bound = default.bound_device_id if default is not None else None
-    if bound is not None:
-        default.bound_device_id = None
-    try:
-        group, _store = c10d._new_process_group_helper(
-            world_size,
-            rank,
-            [],
-            backend,
-            control.store,
-            group_name=name,
-            timeout=timedelta(seconds=control.timeout_s),
-        )
-    finally:
-        if bound is not None:
-            default.bound_device_id = bound
-    # Ranks of this group by themselves, as `init_process_group` records them: it lets
-    # `destroy_process_group` forget the group (torch's registry would otherwise keep it until
-    # interpreter exit, whose teardown order can abort the process).
-    c10d._world.pg_group_ranks[group] = {r: r for r in range(world_size)}
+    label = f"roll_device_weight_sync_{control.endpoint.port}"
+    group = new_process_group(control.store, backend, rank, world_size, control.timeout_s, label)
     handshake(group, device)
     return group
 

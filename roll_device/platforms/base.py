@@ -6,13 +6,16 @@ fetched lazily; a member the module or the kind cannot serve raises `NotImplemen
 names the platform and the member. There is no `__getattr__` fall-through.
 
 Members beyond devices, memory counters, streams and graphs live in focused mixins composed here:
-`profiling.py`, `device_facts.py`, `memory_extras.py`, `determinism.py`, `process_env.py`.
+`profiling.py`, `device_facts.py`, `topology.py`, `memory_extras.py`, `determinism.py`,
+`process_env.py`, `kernel_env.py`; the device communicator's group is built in `communicator.py`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import os
+from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar, NoReturn
 
@@ -20,14 +23,20 @@ import torch
 
 from roll_device.errors import MissingPackageError
 from roll_device.packages import Package
+from roll_device.platforms.communicator import DeviceCommunicator, connect
 from roll_device.platforms.determinism import Determinism
 from roll_device.platforms.device_facts import DeviceFacts
+from roll_device.platforms.kernel_env import KernelEnv
 from roll_device.platforms.memory_extras import MemoryExtras
 from roll_device.platforms.process_env import ProcessEnv
 from roll_device.platforms.profiling import Profiling
+from roll_device.platforms.topology import Topology
+
+# Where a device tensor's rebuild arguments (torch.multiprocessing.reductions) hold its device index.
+IPC_DEVICE_ARG = 6
 
 
-class Platform(Profiling, DeviceFacts, MemoryExtras, Determinism, ProcessEnv):
+class Platform(Profiling, DeviceFacts, Topology, MemoryExtras, Determinism, ProcessEnv, KernelEnv):
     """A device kind as the framework sees it. Subclasses set the identity and may override ops."""
 
     kind: ClassVar[str]
@@ -55,6 +64,10 @@ class Platform(Profiling, DeviceFacts, MemoryExtras, Determinism, ProcessEnv):
     # name of the vendor toolkit whose version the doctor reports.
     torch_companion: ClassVar[Package | None] = None
     toolkit_name: ClassVar[str | None] = None
+    # Where the kind's toolkit lives: the variables that name its home, first set wins, then the
+    # install defaults that exist.
+    toolkit_home_envs: ClassVar[tuple[str, ...]] = ()
+    toolkit_default_homes: ClassVar[tuple[str, ...]] = ()
     install_hint: ClassVar[str] = "install the packages for this kind (docs/install.md)"
 
     def __init__(self, simulated: bool = False) -> None:
@@ -78,6 +91,15 @@ class Platform(Profiling, DeviceFacts, MemoryExtras, Determinism, ProcessEnv):
         """The installed version of `toolkit_name` (read from its files, never by importing), or
         None when absent or the kind has no toolkit of its own."""
         return None
+
+    @classmethod
+    def toolkit_home(cls) -> str | None:
+        """The directory of the kind's toolkit here (CUDA's, ROCm's as `ROCM_PATH` names it,
+        CANN's), or None when it is not installed or the kind has no toolkit of its own."""
+        for name in cls.toolkit_home_envs:
+            if os.environ.get(name):
+                return os.environ[name]
+        return next((home for home in cls.toolkit_default_homes if Path(home).is_dir()), None)
 
     def device_module(self) -> ModuleType:
         """The torch device module of this kind (`torch.cuda`, `torch.npu`, `torch.cpu`)."""
@@ -222,18 +244,41 @@ class Platform(Profiling, DeviceFacts, MemoryExtras, Determinism, ProcessEnv):
 
     # ---- inter-process handles ------------------------------------------------------------
     def ipc_handle(self, tensor: torch.Tensor) -> tuple:
-        """A picklable handle another process on the same device can open without a copy."""
+        """A picklable handle another process on the same device can open without a copy. It names
+        the device by its UUID, so the process that opens it may number its devices differently
+        (another visible-devices list)."""
         if not self.supports_ipc:
             self._unsupported("ipc_handle", "use the shared-memory path")
         from torch.multiprocessing.reductions import reduce_tensor
 
-        return reduce_tensor(tensor)
+        rebuild, args = reduce_tensor(tensor)
+        if self.is_device_tensor(tensor):
+            device = self.device_uuid(args[IPC_DEVICE_ARG])
+            args = (*args[:IPC_DEVICE_ARG], device, *args[IPC_DEVICE_ARG + 1 :])
+        return rebuild, args
 
     def open_ipc_handle(self, handle: tuple) -> torch.Tensor:
+        """The tensor of `handle` (from `ipc_handle`, or torch's own with a device index)."""
         if not self.supports_ipc:
             self._unsupported("open_ipc_handle", "use the shared-memory path")
         rebuild, args = handle
+        if len(args) > IPC_DEVICE_ARG and isinstance(args[IPC_DEVICE_ARG], str):
+            index = self.device_index_of_uuid(args[IPC_DEVICE_ARG])
+            args = (*args[:IPC_DEVICE_ARG], index, *args[IPC_DEVICE_ARG + 1 :])
         return rebuild(*args)
+
+    # ---- device communicator ----------------------------------------------------------------
+    def device_communicator(
+        self, host: str, port: int, rank: int, world_size: int, timeout_s: float = 600.0
+    ) -> DeviceCommunicator:
+        """A communicator of `world_size` processes over this kind's collective library, outside
+        torch.distributed's default group (what a PyNccl communicator gives a trainer and its
+        rollout workers): rank 0 listens on host:port, the others connect; each member uses its
+        current device. Every member calls it; it returns once all have joined."""
+        if not 0 <= rank < world_size:
+            raise ValueError(f"platform '{self.name}': rank {rank} is not in a group of {world_size}")
+        self.device_module()  # loads the kind's package, which registers its backend with torch
+        return connect(host, port, rank, world_size, self.dist_backend, self.device(), timeout_s)
 
     # ---- rollout engines ------------------------------------------------------------------
     def rollout_env(self, graph_mode: bool) -> dict[str, str]:

@@ -1,21 +1,43 @@
 """The CPU as a device kind: gloo collectives, no graphs, no IPC (shared memory instead).
 
-Memory members report the process (resident set size now and at its peak) and the machine
-(available and total RAM), since the CPU has no device allocator of its own. Profiling ranges are
-no-ops; device facts describe the host processor.
+Memory members report the process (resident set size now and at its peak, which the kernel resets
+on request) and the machine (available and total RAM), since the CPU has no device allocator of its
+own. Profiling ranges are no-ops; device facts and topology describe the host processor and the CPUs
+this process may run on; the deep-learning primitives library is oneDNN.
 """
 
 from __future__ import annotations
 
 import os
 import platform as host
-import resource
+from dataclasses import dataclass
 
 import torch
 
 from roll_device.platforms.base import Platform
+from roll_device.platforms.topology import numa_nodes
 
 HOST_KIND = "cpu"  # the kind of the host itself: every node has it, its memory is host memory
+# Writing this to /proc/self/clear_refs resets the process's peak resident set (VmHWM).
+RESET_PEAK_RSS = "5"
+
+
+@dataclass(frozen=True)
+class HostProperties:
+    """What the host processor reports, under the names of torch's device properties."""
+
+    name: str
+    total_memory: int
+    multi_processor_count: int  # the CPUs this process may run on
+
+
+def _status_bytes(key: str) -> int:
+    """A `kB` field of /proc/self/status (VmRSS, VmHWM), in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(f"{key}:"):
+                return int(line.split()[1]) * 1024
+    raise KeyError(key)
 
 
 class CpuPlatform(Platform):
@@ -63,7 +85,7 @@ class CpuPlatform(Platform):
 
     def max_memory_allocated(self) -> int:
         # The kernel updates the peak lazily: it can trail the resident set just read.
-        return max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, self.memory_allocated())
+        return max(_status_bytes("VmHWM"), self.memory_allocated())
 
     def max_memory_reserved(self) -> int:
         return self.max_memory_allocated()
@@ -88,7 +110,13 @@ class CpuPlatform(Platform):
         """CPU math libraries keep no device workspaces: nothing to release."""
 
     def reset_peak_memory_stats(self) -> None:
-        self._unsupported("reset_peak_memory_stats", "the OS keeps one peak per process")
+        """The peak starts again from the resident set now (Linux resets VmHWM on request)."""
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write(RESET_PEAK_RSS)
+
+    def device_memory_used(self, index: int | None = None) -> int:
+        available, total = self.mem_get_info()
+        return total - available
 
     def mem_get_info(self) -> tuple[int, int]:
         info = {}
@@ -106,6 +134,31 @@ class CpuPlatform(Platform):
 
     def device_uuid(self, index: int | None = None) -> str:
         self._unsupported("device_uuid", "the host processor has no device UUID")
+
+    def device_index_of_uuid(self, uuid: str) -> int:
+        self._unsupported("device_index_of_uuid", "the host processor has no device UUID")
+
+    def device_properties(self, index: int | None = None) -> HostProperties:
+        return HostProperties(self.device_name(), self.total_memory(), len(os.sched_getaffinity(0)))
+
+    def cpu_affinity(self, index: int | None = None) -> list[int]:
+        """The CPUs this process may run on."""
+        return sorted(os.sched_getaffinity(0))
+
+    def set_cpu_affinity(self, index: int | None = None) -> list[int]:
+        """The host's CPUs are this process's already: nothing to bind."""
+        return self.cpu_affinity()
+
+    def numa_node(self, index: int | None = None) -> int:
+        """The NUMA node of the first CPU this process may run on."""
+        first = self.cpu_affinity()[0]
+        return next((node for node, cpus in sorted(numa_nodes().items()) if first in cpus), 0)
+
+    def set_dnn_library_enabled(self, enabled: bool) -> None:
+        torch.backends.mkldnn.enabled = enabled
+
+    def _runtime_call(self, member: str, name: str, *args: object) -> None:
+        """The CPU reads host memory directly: registering it (or undoing that) has nothing to do."""
 
     def total_memory(self, index: int | None = None) -> int:
         return self.mem_get_info()[1]

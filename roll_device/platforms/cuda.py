@@ -34,6 +34,14 @@ class CudaPlatform(Platform):
     }
     training_env_vars: ClassVar[dict[str, str]] = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     deterministic_env_vars: ClassVar[dict[str, str]] = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
+    collective_debug_var = "NCCL_DEBUG"
+    switch_reduction_var = "NCCL_NVLS_ENABLE"
+    device_connections_var = "CUDA_DEVICE_MAX_CONNECTIONS"
+    kernel_arch_var = "TORCH_CUDA_ARCH_LIST"
+    module_loading_var = ("CUDA_MODULE_LOADING", "LAZY", "EAGER")
+    has_transformer_engine = True
+    toolkit_home_envs = ("CUDA_HOME", "CUDA_PATH")
+    toolkit_default_homes = ("/usr/local/cuda",)
 
     @classmethod
     def unavailable_hint(cls) -> str:
@@ -49,6 +57,20 @@ class CudaPlatform(Platform):
             return getattr(torch.version, cls.torch_build, None) is not None and torch.cuda.is_available()
         except Exception:  # noqa: BLE001 - a broken driver must not break detection
             return False
+
+    def kernel_arch(self, index: int | None = None) -> str:
+        """`9.0` on an H100: the form `TORCH_CUDA_ARCH_LIST` takes."""
+        return "{}.{}".format(*self.device_capability(index))
+
+    def set_dnn_library_enabled(self, enabled: bool) -> None:
+        torch.backends.cudnn.enabled = enabled
+
+    def _pci_address(self, index: int) -> str:
+        props = self.device_properties(index)
+        ids = [getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")]
+        if None in ids:
+            self._unsupported("pci_bus_id", "this torch build's device properties have no PCI ids")
+        return "{:04x}:{:02x}:{:02x}.0".format(*ids)
 
     def _set_library_determinism(self, enabled: bool) -> None:
         torch.backends.cudnn.deterministic = enabled

@@ -1,5 +1,5 @@
-"""Device-fact members of `Platform`: name, compute capability, architecture, UUID, total memory,
-properties, and whether a tensor lives on this kind's device.
+"""Device-fact members of `Platform`: name, compute capability, architecture, UUID (and the device
+a UUID names here), total memory, properties, and whether a tensor lives on this kind's device.
 
 Each reads the kind's torch device module (`get_device_name`, `get_device_properties`,
 `get_device_capability`); a kind that has no such fact raises `NotImplementedError` naming it.
@@ -44,6 +44,18 @@ class DeviceFacts:
     def device_uuid(self, index: int | None = None) -> str:
         """A UUID that names the physical device across processes (as `nvidia-smi -L` prints it)."""
         return f"GPU-{self.device_properties(index).uuid}"
+
+    def device_index_of_uuid(self, uuid: str) -> int:
+        """The index, in this process's numbering, of the visible device `device_uuid` names `uuid`
+        (with or without its `GPU-` / `NPU-` prefix): how a process opens a handle that another
+        process, with other visible devices, made."""
+        for index in range(self.device_count()):
+            own = self.device_uuid(index)
+            if uuid in (own, own.split("-", 1)[-1]):
+                return index
+        raise ValueError(
+            f"platform '{self.name}': no visible device has UUID {uuid} (check {self.visible_devices_env})"
+        )
 
     def is_device_tensor(self, tensor: torch.Tensor) -> bool:
         """Whether `tensor` lives on this kind's device (what `tensor.is_cuda` answers on CUDA)."""

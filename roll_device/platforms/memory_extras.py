@@ -1,6 +1,7 @@
 """Memory members of `Platform` beyond the basic counters: reserved peak, the allocator's stats,
-a per-process fraction, IPC collection, memory history and snapshots, allocator settings changed
-in the running process, library workspaces, and pinned host memory.
+the memory every process uses on a device, a per-process fraction, IPC collection, memory history
+and snapshots, allocator settings changed in the running process, library workspaces, pinned host
+memory, and host memory registered (page-locked) in place.
 
 Caching-allocator internals (`memory._record_memory_history`, `_dump_snapshot`,
 `_set_allocator_settings`) are reached under the same names in `torch.cuda.memory` and torch_npu's
@@ -30,6 +31,12 @@ class MemoryExtras:
     def memory_stats(self) -> dict[str, Any]:
         """The allocator's counters under torch's names (`allocated_bytes.all.current`, ...)."""
         return dict(self._call("memory_stats"))
+
+    def device_memory_used(self, index: int | None = None) -> int:
+        """Bytes in use on device `index` by every process (what the vendor's tool reports), not
+        only by this one: the device's total less what the driver reports free."""
+        free, total = self._call_as("device_memory_used", "mem_get_info", self._index(index))
+        return int(total) - int(free)
 
     def set_memory_fraction(self, fraction: float) -> None:
         """Cap this process's allocations on the current device at `fraction` of its memory."""
@@ -79,3 +86,32 @@ class MemoryExtras:
         if not self.supports_pinned_memory or tensor.is_pinned():
             return tensor
         return tensor.pin_memory()
+
+    def _host_memory(self, member: str, tensor: torch.Tensor) -> tuple[int, int]:
+        if tensor.device.type != "cpu" or not tensor.is_contiguous():
+            raise ValueError(
+                f"platform '{self.name}': {member} takes a contiguous host tensor, not {tensor.device}"
+            )
+        return tensor.data_ptr(), tensor.numel() * tensor.element_size()
+
+    def register_host_memory(self, tensor: torch.Tensor) -> None:
+        """Page-lock `tensor`'s host memory in place (no copy, unlike `pin_memory`), so that this
+        kind's devices copy to and from it asynchronously; `unregister_host_memory` undoes it."""
+        address, nbytes = self._host_memory("register_host_memory", tensor)
+        self._runtime_call("register_host_memory", "cudaHostRegister", address, nbytes, 0)
+
+    def unregister_host_memory(self, tensor: torch.Tensor) -> None:
+        address, _ = self._host_memory("unregister_host_memory", tensor)
+        self._runtime_call("unregister_host_memory", "cudaHostUnregister", address)
+
+    def _runtime_call(self, member: str, name: str, *args: Any) -> None:
+        """`<device module>.cudart().<name>(*args)`: the runtime bindings torch has for CUDA and
+        ROCm and torch_npu for Ascend, under CUDA's names; a status other than 0 raises."""
+        cudart = getattr(self.device_module(), "cudart", None)
+        if cudart is None:
+            self._unsupported(
+                member, "this kind's runtime bindings have no host registration: use pin_memory()"
+            )
+        status = getattr(cudart(), name)(*args)
+        if int(status) != 0:
+            raise RuntimeError(f"platform '{self.name}': {name} failed with status {int(status)}")

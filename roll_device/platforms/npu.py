@@ -10,6 +10,9 @@ import importlib
 import importlib.util
 import os
 import platform as host
+import re
+import shutil
+import subprocess
 from pathlib import Path
 from types import ModuleType
 from typing import ClassVar
@@ -28,6 +31,9 @@ INSTALL_HINT = (
 TOOLKIT_HOME_ENVS = ("ASCEND_TOOLKIT_HOME", "ASCEND_HOME_PATH")
 TOOLKIT_DEFAULT_HOMES = ("/usr/local/Ascend/ascend-toolkit/latest", "/usr/local/Ascend/cann")
 TOOLKIT_INFO_FILE = "ascend_toolkit_install.info"  # in <home>/<arch>-linux/, a `version=` line
+# HCCL logs through CANN's logger: per module, 0 debug, 1 info, 2 warning, 3 error (NCCL's names).
+HCCL_LOG_LEVELS = {"TRACE": 0, "INFO": 1, "WARN": 2, "VERSION": 3}
+NPU_SMI = "npu-smi"  # Ascend's device tool (NVML's counterpart): where PCI addresses come from
 SIMULATED_NPU = "npu-sim"  # the `ROLL_DEVICE` value of the simulated NPU (roll_device/sim)
 
 
@@ -63,6 +69,11 @@ class NpuPlatform(Platform):
         "CLOSE_MATMUL_K_SHIFT": "1",
     }
     launch_blocking_env = "ASCEND_LAUNCH_BLOCKING"  # incompatible with ACL graph mode
+    # Processes that share an NPU each need their own HCCL ports: "auto" picks free ones.
+    collective_port_range_vars = ("HCCL_HOST_SOCKET_PORT_RANGE", "HCCL_NPU_SOCKET_PORT_RANGE")
+    device_connections_var = "CUDA_DEVICE_MAX_CONNECTIONS"  # read by MindSpeed as by Megatron
+    toolkit_home_envs = TOOLKIT_HOME_ENVS
+    toolkit_default_homes = TOOLKIT_DEFAULT_HOMES
     simulated_kind = SIMULATED_NPU
     simulated_count_env = SIM_COUNT_ENV
 
@@ -112,6 +123,24 @@ class NpuPlatform(Platform):
 
         return torch.npu
 
+    def collective_debug_env(self, level: str = "WARN") -> dict[str, str]:
+        """HCCL's log level, through CANN's per-module level (NCCL's names, as on the GPUs)."""
+        super().collective_debug_env(level)  # checks the name
+        return {"ASCEND_MODULE_LOG_LEVEL": f"HCCL={HCCL_LOG_LEVELS[level.upper()]}"}
+
+    def _pci_address(self, index: int) -> str:
+        """From `npu-smi`: its map of logical devices to (NPU id, chip id), then that chip's
+        board record, whose `PCIe Bus Info` line holds the address (spelled with or without spaces)."""
+        logical = physical_device_id(self.visible_devices_env, index)
+        for line in _npu_smi(self, "info", "-m").splitlines()[1:]:
+            fields = line.split()
+            if len(fields) >= 3 and fields[2] == logical:
+                board = _npu_smi(self, "info", "-t", "board", "-i", fields[0], "-c", fields[1])
+                found = re.search(r"PCIe\s*Bus\s*Info\s*:\s*([0-9A-Fa-f:.]+)", board)
+                if found:
+                    return found.group(1)
+        self._unsupported("pci_bus_id", f"{NPU_SMI} reports no PCI address for device {logical}")
+
     def rollout_env(self, graph_mode: bool) -> dict[str, str]:
         # Task queue level 1 is what ACL graph capture supports; level 2 is faster when eager.
         return {"TASK_QUEUE_ENABLE": "1" if graph_mode else "2"}
@@ -143,3 +172,11 @@ class NpuPlatform(Platform):
         allocator empties itself when an allocation fails); `empty_cache` frees the caching
         allocator's unused blocks, the closest it offers."""
         self.empty_cache()
+
+
+def _npu_smi(platform: NpuPlatform, *args: str) -> str:
+    """The output of `npu-smi *args`; a missing tool fails naming the member that needed it."""
+    tool = shutil.which(NPU_SMI)
+    if tool is None:
+        platform._unsupported("pci_bus_id", f"{NPU_SMI} is not installed here (it comes with the NPU driver)")
+    return subprocess.run([tool, *args], check=True, capture_output=True, text=True, timeout=30).stdout

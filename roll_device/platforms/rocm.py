@@ -17,7 +17,16 @@ class RocmPlatform(CudaPlatform):
     torch_build = "hip"
     extra_visible_devices_envs = ("ROCR_VISIBLE_DEVICES",)
     extra_ray_noset_envs = ("RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES",)
+    switch_reduction_var = None  # no NVLink SHARP on AMD GPUs: RCCL reduces in software
+    kernel_arch_var = "PYTORCH_ROCM_ARCH"
+    module_loading_var = None
+    toolkit_home_envs = ("ROCM_PATH", "ROCM_HOME")
+    toolkit_default_homes = ("/opt/rocm",)
 
     def device_arch(self, index: int | None = None) -> str:
         """The GFX target (`gfx942` on an MI300X), without feature suffixes."""
         return str(self.device_properties(index).gcnArchName).split(":")[0]
+
+    def kernel_arch(self, index: int | None = None) -> str:
+        """`gfx942`: the form `PYTORCH_ROCM_ARCH` takes."""
+        return self.device_arch(index)

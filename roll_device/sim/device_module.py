@@ -1,10 +1,10 @@
 """The `torch.npu`-like module of the simulated NPU: devices (and the `device` context manager) and
 their facts, synchronize, memory (with `memory` for allocator settings), RNG, streams and events,
-mstx markers, and ACL graphs (`NPUGraph`, `graph`, `graph_pool_handle`).
+mstx markers, the runtime bindings (`cudart()`: host-memory registration), and ACL graphs (`NPUGraph`, `graph`, `graph_pool_handle`).
 
 It stands where torch_npu's `torch.npu` would, with its names and signatures, so that the NPU
 platform class runs unmodified. The models behind it live beside it: `devices.py`, `memory.py`,
-`streams.py`, `graphs.py`, `markers.py`, `allocator.py`, and `errors.py` for the errors a device
+`streams.py`, `graphs.py`, `markers.py`, `allocator.py`, `runtime.py`, and `errors.py` for the errors a device
 raises. Device facts name the simulation: `get_device_name()` is `ROLL_SIM_NPU_NAME` (default
 `Ascend910B2`) followed by " (simulated)".
 """
@@ -22,12 +22,14 @@ from roll_device.sim.devices import current_index, device_count, device_index, s
 from roll_device.sim.graphs import NPUGraph, graph, graph_pool_handle, is_current_stream_capturing
 from roll_device.sim.markers import mstx
 from roll_device.sim.memory import LEDGER, total_memory
+from roll_device.sim.runtime import cudart
 from roll_device.sim.streams import Event, Stream
 
 __all__ = [
     "Event",
     "NPUGraph",
     "Stream",
+    "cudart",
     "current_device",
     "current_stream",
     "default_stream",

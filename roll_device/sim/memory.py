@@ -11,7 +11,10 @@ What a user of torch_npu's caching allocator observes, modelled without the cach
 - an allocation that would take `reserved` past the capacity (`ROLL_SIM_NPU_MEMORY_BYTES`, default
   64 GiB, times the process's fraction from `set_per_process_memory_fraction`) raises
   `torch.OutOfMemoryError` with torch_npu's wording, before any memory is taken;
-- `memory_stats()` reports these counters under torch's names, current and peak.
+- `memory_stats()` reports these counters under torch's names, current and peak;
+- while memory history records ("state": the stacks of live storages; "all": also every storage
+  taken or given back, as torch's `alloc` / `free_completed` trace entries, with their stacks),
+  a snapshot shows live storages as segments, each with the stack that allocated it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import traceback
 import weakref
+from collections import deque
 
 from roll_device.sim import errors
 
@@ -56,6 +61,9 @@ class MemoryLedger:
         self.peak: dict[int, int] = {}
         self.peak_reserved: dict[int, int] = {}
         self.fraction: dict[int, float] = {}
+        self.history: deque = deque()  # allocation events, recorded while `recording` is "all"
+        self.recording: str | None = None  # None, "state" or "all", as torch_npu's `enabled`
+        self.frames: dict[tuple[int, int], list[dict]] = {}  # live storage -> its allocation stack
 
     def capacity(self, index: int) -> int:
         """Bytes this process may reserve on device `index`."""
@@ -105,6 +113,7 @@ class MemoryLedger:
             if entry is None:
                 self._take(index, nbytes, pool)
                 entry = self._live[key] = [nbytes, 0, pool]
+                self._record("alloc", key, nbytes, pool)
             entry[1] += 1
         weakref.finalize(wrapper, self._release, key)
 
@@ -148,6 +157,7 @@ class MemoryLedger:
             del self._live[key]
             nbytes, _, pool = entry
             self._give(key[0], nbytes, pool)
+            self._record("free_completed", key, nbytes, pool)
 
     def _give(self, index: int, nbytes: int, pool: Pool | None) -> None:
         self.allocated[index] -= nbytes
@@ -155,6 +165,48 @@ class MemoryLedger:
             self._outside[index] -= nbytes
         else:
             pool.live -= nbytes
+
+    def record_history(self, enabled: str | None, max_entries: int) -> None:
+        """Record from now on ("state": stacks of live storages; "all": also the last `max_entries`
+        events), or stop (None; what was recorded stays for the next snapshot)."""
+        if enabled not in (None, "state", "all"):
+            raise ValueError(
+                f"[simulated NPU] memory history 'enabled' must be None, 'state' or 'all', not {enabled!r}"
+            )
+        with self._lock:
+            if enabled == "all":
+                self.history = deque(self.history, maxlen=max(max_entries, 1))
+            self.recording = enabled
+
+    def _record(self, action: str, key: tuple[int, int], nbytes: int, pool: Pool | None) -> None:
+        if self.recording is None:
+            self.frames.pop(key, None)
+            return
+        frames = [
+            {"filename": f.filename, "line": f.lineno, "name": f.name} for f in traceback.extract_stack()[:-3]
+        ]
+        if action == "alloc":
+            self.frames[key] = frames
+        else:
+            self.frames.pop(key, None)
+        if self.recording == "all":
+            pool_id = pool.id if pool else (0, 0)
+            self.history.append(
+                {
+                    "action": action,
+                    "device": key[0],
+                    "addr": key[1],
+                    "size": nbytes,
+                    "stream": 0,
+                    "pool_id": pool_id,
+                    "frames": frames,
+                }
+            )
+
+    def live_storages(self) -> list[tuple[tuple[int, int], int, Pool | None, list[dict]]]:
+        """(key, bytes, pool, allocation stack: empty where none was recorded) of every live storage."""
+        with self._lock:
+            return [(key, entry[0], entry[2], self.frames.get(key, [])) for key, entry in self._live.items()]
 
     def reset_peak(self, index: int) -> None:
         with self._lock:

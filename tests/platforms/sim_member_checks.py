@@ -44,6 +44,7 @@ def device_facts() -> dict:
         "capability": error_of(p.device_capability),
         "on_device": p.is_device_tensor(torch.ones(1, device=p.device())),
         "cpu_on_device": p.is_device_tensor(torch.ones(1)),
+        **new_members(p),
     }
 
 
@@ -74,12 +75,77 @@ def memory() -> dict:
 
     out["settings"] = current_settings()
     out["bad_setting"] = error_of(lambda: p.set_allocator_settings("no_such_key:1"))
-    out["history"] = error_of(p.record_memory_history)
-    out["snapshot"] = error_of(lambda: p.dump_memory_snapshot("snapshot.pickle"))
+    out.update(memory_history(p))
+    out["used"] = p.device_memory_used()
     t = torch.ones(2)
     out["pinned"] = p.supports_pinned_memory
     out["pin_is_identity"] = p.pin_memory(t) is t
     return out
+
+
+def memory_history(p) -> dict:
+    """What torch_npu's memory history records of one kept and one freed allocation ("all"), and of
+    one more kept allocation while only the state of live memory is recorded ("state")."""
+    import pickle
+    import tempfile
+
+    p.record_memory_history(True)
+    kept = torch.empty(3 << 10, dtype=torch.uint8, device=p.device())
+    torch.empty(5 << 10, dtype=torch.uint8, device=p.device())
+    with tempfile.TemporaryDirectory() as tmp:
+        p.dump_memory_snapshot(f"{tmp}/snapshot.pickle")
+        with open(f"{tmp}/snapshot.pickle", "rb") as f:
+            snapshot = pickle.load(f)
+    p.device_module().memory._record_memory_history("state")
+    also_kept = torch.empty(2 << 20, dtype=torch.uint8, device=p.device())
+    state = p.device_module().memory._snapshot()
+    p.record_memory_history(False)
+    trace = snapshot["device_traces"][kept.device.index]
+    blocks = {s["total_size"]: (s["segment_type"], s["blocks"][0]["frames"]) for s in state["segments"]}
+    del also_kept
+    return {
+        "segments": sorted(s["total_size"] for s in snapshot["segments"]),
+        "trace": [[e["action"], e["size"]] for e in trace],
+        "stack_names_this_check": any(fr["name"] == "memory_history" for fr in trace[0]["frames"]),
+        "block_stack_names_this_check": any(fr["name"] == "memory_history" for fr in blocks[3 << 10][1]),
+        "state_trace_unchanged": len(state["device_traces"][kept.device.index]) == len(trace),
+        "segment_types": {str(size): kind for size, (kind, _) in blocks.items()},
+        "bad_mode": error_of(lambda: p.device_module().memory._record_memory_history("everything")),
+    }
+
+
+def new_members(p) -> dict:
+    """The members added for the frameworks' remaining needs, as the simulated NPU answers them."""
+    return {
+        "uuid_index": p.device_index_of_uuid("NPU-6"),
+        "bare_uuid_index": p.device_index_of_uuid("7"),
+        "unknown_uuid": error_of(lambda: p.device_index_of_uuid("NPU-1")),
+        "visible": p.visible_device_ids(),
+        "debug": p.collective_debug_env("trace"),
+        "ports": p.collective_ports_env(),
+        "connections": p.device_connections_env(1),
+        "switch_off": p.switch_reduction_env(False),
+        "kernel_build": p.kernel_build_env(),
+        "attention": p.attention_backend(),
+        "pci": error_of(p.pci_bus_id),
+        "numa": error_of(p.numa_node),
+        **host_registration(p),
+        "dnn": error_of(lambda: p.set_dnn_library_enabled(False)),
+    }
+
+
+def host_registration(p) -> dict:
+    """Host memory page-locked in place through torch_npu's runtime bindings, and released."""
+    host = torch.ones(1024)
+    registered = error_of(lambda: p.register_host_memory(host))
+    twice = error_of(lambda: p.register_host_memory(host))
+    released = error_of(lambda: p.unregister_host_memory(host))
+    return {
+        "register": registered,
+        "register_twice": twice,
+        "unregister": released,
+        "unregister_again": error_of(lambda: p.unregister_host_memory(host)),
+    }
 
 
 def rng_and_determinism() -> dict:

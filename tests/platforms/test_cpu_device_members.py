@@ -88,8 +88,13 @@ def test_process_env_is_empty_and_ray_ids_are_none(cpu):
         ("profiler_start", lambda p: p.profiler_start()),
         ("profiler_stop", lambda p: p.profiler_stop()),
         ("device_capability", lambda p: p.device_capability()),
-        ("device_properties", lambda p: p.device_properties()),
         ("device_uuid", lambda p: p.device_uuid()),
+        ("device_index_of_uuid", lambda p: p.device_index_of_uuid("GPU-0")),
+        ("pci_bus_id", lambda p: p.pci_bus_id()),
+        ("switch_reduction_env", lambda p: p.switch_reduction_env(True)),
+        ("collective_ports_env", lambda p: p.collective_ports_env("30000-30100")),
+        ("attention_backend_env", lambda p: p.attention_backend_env("flash")),
+        ("sm_margin_env", lambda p: p.sm_margin_env(backward=4)),
         ("set_memory_fraction", lambda p: p.set_memory_fraction(0.5)),
         ("record_memory_history", lambda p: p.record_memory_history()),
         ("dump_memory_snapshot", lambda p: p.dump_memory_snapshot("x.pickle")),
@@ -120,3 +125,115 @@ def test_deterministic_env_is_exported_for_libraries_read_at_init(monkeypatch):
     finally:
         cuda.set_deterministic(False)
     assert not torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+
+
+def test_the_peak_resets_to_the_resident_set_now(cpu):
+    x = torch.ones(64 << 20, dtype=torch.uint8) + 1  # 64 MiB touched
+    high = cpu.max_memory_allocated()
+    del x
+    cpu.reset_peak_memory_stats()
+    assert cpu.max_memory_allocated() < high - (32 << 20)
+
+
+def test_host_properties_memory_used_and_topology(cpu):
+    props = cpu.device_properties()
+    assert props.name == cpu.device_name() and props.total_memory == cpu.total_memory()
+    assert props.multi_processor_count == len(os.sched_getaffinity(0))
+    _, total = cpu.mem_get_info()
+    assert 0 < cpu.device_memory_used() <= total
+    assert cpu.cpu_affinity() == sorted(os.sched_getaffinity(0)) == cpu.set_cpu_affinity()
+    assert cpu.numa_node() >= 0
+
+
+def test_process_and_kernel_env_have_nothing_to_set(cpu):
+    assert cpu.collective_debug_env("info") == cpu.switch_reduction_env(False) == {}
+    assert cpu.collective_ports_env() == cpu.device_connections_env(4) == {}
+    assert cpu.kernel_build_env() == cpu.module_loading_env(lazy=False) == {}
+    assert cpu.attention_backend_env("auto") == cpu.sm_margin_env() == {}
+    assert cpu.attention_backend({"NVTE_FLASH_ATTN": "1", "NVTE_FUSED_ATTN": "0"}) == "auto"
+    assert cpu.visible_device_ids() == [] and cpu.toolkit_home() is None
+
+
+def test_dnn_library_switch_is_onednn(cpu):
+    try:
+        cpu.set_dnn_library_enabled(False)
+        assert not torch.backends.mkldnn.enabled
+    finally:
+        cpu.set_dnn_library_enabled(True)
+    assert torch.backends.mkldnn.enabled
+
+
+def test_registering_host_memory_is_a_no_op(cpu):
+    t = torch.ones(8)
+    cpu.register_host_memory(t)
+    cpu.unregister_host_memory(t)
+    with pytest.raises(
+        ValueError, match="platform 'cpu': register_host_memory takes a contiguous host tensor"
+    ):
+        cpu.register_host_memory(torch.ones(4, 4).t())
+
+
+@pytest.mark.parametrize("kind", ["cuda", "rocm", "npu"])
+def test_process_env_by_name_per_kind(kind):
+    p = rd.get_platform(kind)
+    debug = {"cuda": {"NCCL_DEBUG": "INFO"}, "rocm": {"NCCL_DEBUG": "INFO"}}
+    assert p.collective_debug_env("info") == debug.get(kind, {"ASCEND_MODULE_LOG_LEVEL": "HCCL=1"})
+    assert p.device_connections_env(4) == {"CUDA_DEVICE_MAX_CONNECTIONS": "4"}
+    if kind == "cuda":
+        assert p.switch_reduction_env(False) == {"NCCL_NVLS_ENABLE": "0"}
+        assert p.switch_reduction_env(True) == {"NCCL_NVLS_ENABLE": "1"}
+    else:
+        assert p.switch_reduction_env(False) == {}
+        with pytest.raises(
+            NotImplementedError, match=f"platform '{kind}' does not support switch_reduction_env"
+        ):
+            p.switch_reduction_env(True)
+    ports = {"HCCL_HOST_SOCKET_PORT_RANGE": "auto", "HCCL_NPU_SOCKET_PORT_RANGE": "auto"}
+    assert p.collective_ports_env() == (ports if kind == "npu" else {})
+    with pytest.raises(ValueError, match=f"platform '{kind}': collective log level 'LOUD'"):
+        p.collective_debug_env("LOUD")
+    with pytest.raises(ValueError, match=f"platform '{kind}': device connections 0 must be at least 1"):
+        p.device_connections_env(0)
+
+
+@pytest.mark.parametrize("kind", ["cuda", "rocm"])
+def test_transformer_engine_switches(kind):
+    p = rd.get_platform(kind)
+    env = p.attention_backend_env("fused")
+    assert env == {"NVTE_FLASH_ATTN": "0", "NVTE_FUSED_ATTN": "1", "NVTE_UNFUSED_ATTN": "0"}
+    assert p.attention_backend(env) == "fused" and p.attention_backend({}) == "auto"
+    assert p.attention_backend(p.attention_backend_env("local")) == "local"
+    assert p.sm_margin_env(backward=8) == {
+        "NVTE_FWD_LAYERNORM_SM_MARGIN": "0",
+        "NVTE_BWD_LAYERNORM_SM_MARGIN": "8",
+    }
+    with pytest.raises(ValueError, match=f"platform '{kind}': attention backend 'sdpa' is not one of"):
+        p.attention_backend_env("sdpa")
+
+
+def test_module_loading_and_toolkit_home(monkeypatch):
+    cuda, rocm = rd.get_platform("cuda"), rd.get_platform("rocm")
+    assert cuda.module_loading_env() == {"CUDA_MODULE_LOADING": "LAZY"}
+    assert cuda.module_loading_env(lazy=False) == {"CUDA_MODULE_LOADING": "EAGER"}
+    assert rocm.module_loading_env() == {}
+    monkeypatch.setenv("ROCM_PATH", "/somewhere/rocm")
+    assert rocm.toolkit_home() == "/somewhere/rocm"
+
+
+def test_visible_device_ids_follow_the_variable(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3, 1")
+    assert rd.get_platform("cuda").visible_device_ids() == ["3", "1"]
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert rd.get_platform("cuda").visible_device_ids() == []
+
+
+def test_what_the_npu_kind_cannot_do_is_named():
+    npu = rd.get_platform("npu")
+    for member, call in [
+        ("attention_backend_env", lambda: npu.attention_backend_env("flash")),
+        ("sm_margin_env", lambda: npu.sm_margin_env(forward=2)),
+        ("set_dnn_library_enabled", lambda: npu.set_dnn_library_enabled(False)),
+    ]:
+        with pytest.raises(NotImplementedError, match=f"platform 'npu' does not support {member}"):
+            call()
+    assert npu.kernel_build_env() == npu.module_loading_env() == {} and npu.attention_backend() == "auto"

@@ -59,7 +59,6 @@ def test_streams_and_events(cpu):
         ("graph_pool_handle", lambda p: p.graph_pool_handle()),
         ("weak_ref_tensor", lambda p: p.weak_ref_tensor(torch.ones(1))),
         ("ipc_handle", lambda p: p.ipc_handle(torch.ones(1))),
-        ("reset_peak_memory_stats", lambda p: p.reset_peak_memory_stats()),
     ],
 )
 def test_unsupported_members_fail_loudly_with_platform_and_member(cpu, member, call):

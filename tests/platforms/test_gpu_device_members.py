@@ -1,6 +1,7 @@
 """Profiling, device facts, memory extras, RNG of all devices and determinism on a real CUDA or
 ROCm GPU; skipped cleanly without one (run where one is visible, as test_gpu_operations.py)."""
 
+import os
 import pickle
 
 import pytest
@@ -96,3 +97,40 @@ def test_determinism_switches(gpu):
     finally:
         gpu.set_deterministic(False)
     assert not torch.backends.cudnn.deterministic
+
+
+def test_topology_kernel_env_and_host_registration(gpu):
+    """The members issue 32 added, answered by the real GPU (NVML's facts come from sysfs here)."""
+    bus = gpu.pci_bus_id()
+    props = torch.cuda.get_device_properties(0)
+    assert bus == f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+    assert gpu.numa_node() >= 0 and gpu.cpu_affinity()
+    before = os.sched_getaffinity(0)
+    try:
+        assert set(gpu.set_cpu_affinity()) <= set(gpu.cpu_affinity())
+    finally:
+        os.sched_setaffinity(0, before)
+    assert gpu.device_index_of_uuid(gpu.device_uuid(0)) == 0
+    assert 0 < gpu.device_memory_used() <= gpu.total_memory()
+    if gpu.kind == "cuda":
+        assert gpu.kernel_build_env() == {"TORCH_CUDA_ARCH_LIST": f"{props.major}.{props.minor}"}
+    host = torch.arange(1 << 16, dtype=torch.float32)
+    gpu.register_host_memory(host)
+    try:
+        assert torch.equal(
+            host.to(gpu.device(), non_blocking=True).cpu(), torch.arange(1 << 16, dtype=torch.float32)
+        )
+    finally:
+        gpu.unregister_host_memory(host)
+    try:
+        gpu.set_dnn_library_enabled(False)
+        assert not torch.backends.cudnn.enabled
+    finally:
+        gpu.set_dnn_library_enabled(True)
+    assert torch.backends.cudnn.enabled
+
+
+def test_ipc_handle_names_the_device_by_uuid(gpu):
+    t = torch.arange(4.0, device=gpu.device())
+    _, args = gpu.ipc_handle(t)
+    assert gpu.device_uuid(0) in args, "test_gpu_operations.py opens such a handle in another process"

@@ -26,10 +26,18 @@ def table_members() -> list[str]:
 
 def test_the_table_names_the_members_it_measured():
     members = table_members()
-    assert len(members) >= 50 and len(set(members)) == len(members)
-    assert {"range_push", "device_uuid", "collective_env", "ray_device_ids", "set_deterministic"} <= set(
-        members
-    )
+    assert len(set(members)) >= 60, "several needs may share a member; each need names its own"
+    assert {
+        "range_push",
+        "device_uuid",
+        "collective_env",
+        "collective_debug_env",
+        "device_communicator",
+        "register_host_memory",
+        "set_dnn_library_enabled",
+        "ray_device_ids",
+        "set_deterministic",
+    } <= set(members)
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.kind)

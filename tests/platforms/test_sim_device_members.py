@@ -23,12 +23,28 @@ def test_ranges_reach_mstx_and_the_profiler_sees_the_host_kernels():
 
 
 def test_device_facts_name_the_simulation():
-    r = run_isolated(f"{CHECKS}:device_facts", env={"ASCEND_RT_VISIBLE_DEVICES": "4,5,6,7"})
+    r = run_isolated(
+        f"{CHECKS}:device_facts", env={"ASCEND_RT_VISIBLE_DEVICES": "4,5,6,7", "ROLL_SIM_NPU_COUNT": "4"}
+    )
     assert r["name"] == r["arch"] == r["properties_name"] == "Ascend910B2 (simulated)"
     assert r["total"] == 64 << 30
     assert r["uuid"] == "NPU-5", "the physical id of visible device 1"
     assert "does not support device_capability: Ascend devices have no compute capability" in r["capability"]
     assert r["on_device"] and not r["cpu_on_device"]
+    # the members added for the frameworks' remaining needs
+    assert r["uuid_index"] == 2 and r["bare_uuid_index"] == 3 and r["visible"] == ["4", "5", "6", "7"]
+    assert "no visible device has UUID NPU-1 (check ASCEND_RT_VISIBLE_DEVICES)" in r["unknown_uuid"]
+    assert r["debug"] == {"ASCEND_MODULE_LOG_LEVEL": "HCCL=0"}
+    assert r["ports"] == {"HCCL_HOST_SOCKET_PORT_RANGE": "auto", "HCCL_NPU_SOCKET_PORT_RANGE": "auto"}
+    assert r["connections"] == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert r["switch_off"] == r["kernel_build"] == {} and r["attention"] == "auto"
+    for member in ("pci", "numa"):  # no npu-smi beside the simulation: named, never a guess
+        assert "does not support pci_bus_id: npu-smi is not installed here" in r[member]
+    assert r["register"] == r["unregister"] == "", "torch_npu's cudart() registers host memory"
+    for failed in ("register_twice", "unregister_again"):  # the runtime's status, raised with its name
+        assert r[failed].startswith("RuntimeError: platform 'npu (simulated)': cudaHost")
+        assert r[failed].endswith("failed with status 100000")
+    assert "does not support set_dnn_library_enabled" in r["dnn"]
 
 
 def test_memory_extras_follow_the_ledger_and_the_fraction():
@@ -38,12 +54,14 @@ def test_memory_extras_follow_the_ledger_and_the_fraction():
     assert r["over_fraction"].startswith("OutOfMemoryError: NPU out of memory") and r["under_fraction"] == ""
     assert r["settings"] == {"expandable_segments": "False"}
     assert "unrecognized allocator setting 'no_such_key:1'" in r["bad_setting"]
-    assert (
-        "does not support record_memory_history: torch.npu.memory has no '_record_memory_history'"
-        in r["history"]
-    )
-    assert "does not support dump_memory_snapshot" in r["snapshot"]
     assert not r["pinned"] and r["pin_is_identity"]
+    assert r["used"] == 0, "nothing lives on the device at the end of the check"
+    # memory history: one kept and one freed allocation, with the stack that made them
+    assert r["trace"] == [["alloc", 3 << 10], ["alloc", 5 << 10], ["free_completed", 5 << 10]]
+    assert r["segments"] == [3 << 10] and r["stack_names_this_check"] and r["block_stack_names_this_check"]
+    # "state": live storages keep their stacks, no events are added; segments are typed by size
+    assert r["state_trace_unchanged"] and r["segment_types"] == {"3072": "small", "2097152": "large"}
+    assert "memory history 'enabled' must be None, 'state' or 'all'" in r["bad_mode"]
 
 
 def test_rng_of_all_devices_and_determinism():
