@@ -9,7 +9,8 @@
 - `remote`: an existing cluster, `address=` (`host:port`, `ray://host:10001` or `auto`); an
   address where nothing answers is refused within seconds, before Ray's own minutes of retries.
 
-A process already connected to Ray keeps that connection: the handle then owns nothing.
+A process already connected to Ray keeps that connection: the handle then owns nothing. The
+process keeps its own SIGTERM handler (the `run` command's turns SIGTERM into an interrupt).
 The handle is a context manager; `shutdown()` disconnects and ends only what it started.
 """
 
@@ -18,7 +19,9 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import signal
 import socket
+import threading
 from dataclasses import dataclass, field
 from typing import Self
 
@@ -59,7 +62,19 @@ class ClusterHandle:
 
 
 def start_cluster(cluster: ClusterSettings) -> ClusterHandle:
-    """Connect to (or start) the cluster the `cluster` section describes."""
+    """Connect to (or start) the cluster the `cluster` section describes. The process's SIGTERM
+    handler is kept (`ray.init` replaces it with a bare `sys.exit(15)`)."""
+    if threading.current_thread() is not threading.main_thread():
+        return _connect(cluster)
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        return _connect(cluster)
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
+
+
+def _connect(cluster: ClusterSettings) -> ClusterHandle:
     import ray
 
     if ray.is_initialized():

@@ -6,7 +6,8 @@ rules across sections), and check what can be checked before Ray or any worker s
   names the key, the bad value and what to do.
 - `check_before_start(config, run_dir)`: what only the machine that runs the job can check (the
   data files and the reward's module, the model directory, the checkpoint a resumed run continues
-  from), then the run's folder is made; returns where a resumed run continues (None: afresh).
+  from, or for a new run that its folder holds no checkpoints unless `overwrite=true`), then the
+  run's folder is made; returns where a resumed run continues (None: afresh).
 - `check_model(config, model_path)`: once the model is on disk, what it allows with each role's
   settings, as each strategy checks it (`Strategy.check_model`).
 
@@ -81,7 +82,13 @@ def check_before_start(config: RunConfig, run_dir: Path) -> ResumePoint | None:
     refused when it cannot be. Returns where a resumed run continues (None: afresh)."""
     check_files(config.data, config.reward)
     check_model_files(config)
-    start = Checkpoints(run_dir).resume_point(config.resume) if config.resume else None
+    checkpoints = Checkpoints(run_dir)
+    if config.resume:
+        start = checkpoints.resume_point(config.resume)
+    else:
+        start = None
+        if not config.overwrite:
+            checkpoints.refuse_overwrite(run_dir)
     make_folder(run_dir, "hydra.run.dir")  # the last check: the run's folder, empty, can be made
     return start
 

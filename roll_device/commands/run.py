@@ -12,7 +12,7 @@ command is Hydra's app (`@hydra.main`): Hydra composes and prints or sweeps, and
 is read, checked and run the same way.
 
 Exit status: 0 on success; else the `exit_code` of the `RollDeviceError` that ended the run (2 bad
-input, 1 a lost worker, 130 Ctrl-C), its message one line on stderr.
+input, 1 a lost worker, 130 Ctrl-C, 143 SIGTERM), its message one line on stderr.
 """
 
 from __future__ import annotations
