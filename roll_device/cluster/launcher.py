@@ -11,7 +11,8 @@
 
 A process already connected to Ray keeps that connection: the handle then owns nothing. The
 process keeps its own SIGTERM handler (the `run` command's turns SIGTERM into an interrupt).
-The handle is a context manager; `shutdown()` disconnects and ends only what it started.
+The handle is a context manager; `shutdown()` disconnects and ends only what it started, Ctrl-C
+and SIGTERM held until Ray's shutdown is done (`signals_deferred`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import os
 import signal
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Self
 
@@ -47,7 +50,8 @@ class ClusterHandle:
         import ray
 
         if self.owns_connection and ray.is_initialized():
-            ray.shutdown()
+            with signals_deferred():
+                ray.shutdown()
         self.owns_connection = False
         if self.nodes is not None:
             self.nodes.stop()
@@ -59,6 +63,27 @@ class ClusterHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Ctrl-C and SIGTERM held until the block ends, then delivered (the first of them): Ray's
+    shutdown, interrupted midway, ends the process with exit 1 before any message is printed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    signums = (signal.SIGINT, signal.SIGTERM)
+    previous = {
+        signum: signal.signal(signum, lambda signum, frame: held.append(signum)) for signum in signums
+    }
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        if held:
+            signal.raise_signal(held[0])
 
 
 def start_cluster(cluster: ClusterSettings) -> ClusterHandle:
