@@ -4,7 +4,8 @@ this machine can run (doctor), or make the tiny local model. Overrides are Hydra
 `run` is a Hydra app: everything after `run` goes to Hydra, its own flags included (`--help`,
 `--cfg job`, `--info`, `-m`/`--multirun`, `-c`). One exit-code rule on every subcommand: 0 done,
 2 bad input (one line on stderr, before work starts: a bad override, value, plan or missing
-package), 1 a run that failed on the way (a lost worker), 130 interrupted (Ctrl-C).
+package), 1 a run that failed on the way (a lost worker), 130 interrupted (Ctrl-C), 143 terminated
+(SIGTERM, handled as Ctrl-C is: the run saves its last finished step and says how to resume).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 
 from roll_device.commands.models import QWEN_SHAPES, SHAPES, TINY_SHAPES
 from roll_device.errors import RollDeviceError
+from roll_device.pipeline.interrupts import how_stopped, sigterm_as_interrupt
 from roll_device.platforms.registry import ENV_VAR, current_platform
 
 SUBMITTABLE = ("run", "plan")  # what a submitted job may run
@@ -112,17 +114,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _guarded(subcommand: str, command) -> int:
-    """`command()`'s exit status; a RollDeviceError as one line on stderr and its exit code."""
+    """`command()`'s exit status; a RollDeviceError as one line on stderr and its exit code.
+    SIGTERM is handled as Ctrl-C is (roll_device/pipeline/interrupts.py)."""
     try:
-        if os.environ.get(ENV_VAR):  # a bad ROLL_DEVICE is refused before any work
-            current_platform()
-        return int(command() or 0)
+        with sigterm_as_interrupt():
+            if os.environ.get(ENV_VAR):  # a bad ROLL_DEVICE is refused before any work
+                current_platform()
+            return int(command() or 0)
     except RollDeviceError as exc:
         print(f"roll-device {subcommand}: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:  # before or after a run's own handling (which says how to resume)
-        print(f"roll-device {subcommand}: interrupted (Ctrl-C)", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:  # before or after a run's own handling (which says how to resume)
+        error, what = how_stopped(stop)
+        print(f"roll-device {subcommand}: {what}", file=sys.stderr)
+        return error.exit_code
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 The CLI turns any `RollDeviceError` into its one-line message and its `exit_code`: 2 for bad
 input (the default, refused before work starts), 1 for a run that failed on the way (a lost
-worker, a failed weight sync), 130 for a run the user interrupted.
+worker, a failed weight sync, an update that was not finite), 130 for a run the user interrupted
+(Ctrl-C), 143 for one ended by SIGTERM.
 """
 
 

@@ -26,6 +26,7 @@ from typing import ClassVar
 import torch
 
 from roll_device.compat.vllm import NO_GRAPHS
+from roll_device.errors import RollDeviceError
 from roll_device.packages import Package
 from roll_device.platforms.base import Platform
 from roll_device.settings import Section
@@ -84,6 +85,15 @@ class TrainBatch:
 
 
 LossFn = Callable[[torch.Tensor, TrainBatch], tuple[torch.Tensor, dict[str, float]]]
+
+
+class NonFiniteUpdateError(RollDeviceError, RuntimeError):
+    """A policy update whose loss or gradient norm is NaN or infinite. The trainer did not apply
+    it: its weights, optimizer state and learning-rate schedule are those before the step."""
+
+    exit_code = 1
+
+
 INFERENCE = "inference"  # role types: what a strategy does for its role
 TRAIN = "train"
 
@@ -203,7 +213,9 @@ class TrainStrategy(Strategy, abc.ABC):
 
     @abc.abstractmethod
     def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
-        """One optimizer step on `batch`; returns at least loss, grad_norm, lr."""
+        """One optimizer step on `batch`; returns at least loss, grad_norm, lr. A step whose loss
+        or gradient norm is not finite is not applied: it raises `NonFiniteUpdateError` on every
+        rank, the model unchanged."""
 
     @abc.abstractmethod
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:

@@ -3,11 +3,15 @@ status and messages."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from roll_device.pipeline.state import Checkpoints
 
 SCRIPT = Path(sys.executable).with_name("roll-device")
 
@@ -219,41 +223,80 @@ def test_a_folder_that_cannot_be_made_is_refused_in_one_line_naming_its_setting(
     assert not (tmp_path / "run" / "config.yaml").exists(), "refused before the run writes its config"
 
 
-@pytest.mark.slow
-def test_ctrl_c_checkpoints_and_says_how_to_resume(tmp_path):
-    """SIGINT to the driver after step 1: exit 130, no traceback, and the printed command goes on
-    to the last step with every step recorded once (from the finished step, checkpointed, unless
-    the interrupt came during a policy update: then from the last checkpoint, here none)."""
-    import signal
-    import time
-
-    run_dir = tmp_path / "run"
-    args = ["run", "max_steps=3", "save_every=0", "algorithm.kl_coef=0", f"hydra.run.dir={run_dir}"]
-    env = {**os.environ, "ROLL_DEVICE_HOME": str(tmp_path)}
+def _started_run(args: list[str], home: Path, ready) -> subprocess.Popen:
+    """`roll-device *args` started, returned once `ready()` holds (the run still going)."""
+    env = {**os.environ, "ROLL_DEVICE_HOME": str(home)}
     proc = subprocess.Popen(
         [str(SCRIPT), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
     )
-    metrics = run_dir / "metrics.jsonl"
-    while not (metrics.exists() and metrics.read_text().strip()):
+    while not ready():
         assert proc.poll() is None, proc.communicate()[1][-3000:]
-        time.sleep(0.5)
-    proc.send_signal(signal.SIGINT)
-    interrupted = time.monotonic()
+        time.sleep(0.2)
+    return proc
+
+
+def _resume_command(err: str) -> list[str]:
+    return err.split("continue with: roll-device ")[1].split(" (and the same overrides)")[0].split()
+
+
+def _steps(run_dir: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sent, code, said",
+    [(signal.SIGINT, 130, "interrupted (Ctrl-C)"), (signal.SIGTERM, 143, "terminated (SIGTERM)")],
+)
+def test_ctrl_c_or_sigterm_checkpoints_and_says_how_to_resume(tmp_path, sent, code, said):
+    """SIGINT (Ctrl-C) or SIGTERM (a scheduler, `kill`, `ray job stop`) to the driver after step 1:
+    exit 130 or 143 (128 + the signal's number, as a shell reports it), no traceback, and the
+    printed command goes on to the last step with every step recorded once (from the finished
+    step, checkpointed, unless the signal came during a policy update: then from the last
+    checkpoint, here none)."""
+    run_dir = tmp_path / "run"
+    args = ["run", "max_steps=3", "save_every=0", "algorithm.kl_coef=0", f"hydra.run.dir={run_dir}"]
+    metrics = run_dir / "metrics.jsonl"
+    proc = _started_run(args, tmp_path, lambda: metrics.exists() and metrics.read_text().strip())
+    proc.send_signal(sent)
+    stopped = time.monotonic()
     _out, err = proc.communicate(timeout=300)
-    print(f"Ctrl-C: the run ended {time.monotonic() - interrupted:.1f}s later")  # for docs, not asserted
-    assert proc.returncode == 130, err[-3000:]
-    assert (
-        "Traceback" not in err
-        and "roll-device run: error: interrupted (Ctrl-C); the run stopped after step" in err
-    )
-    again = err.split("continue with: roll-device ")[1].split(" (and the same overrides)")[0].split()
+    print(f"{said}: the run ended {time.monotonic() - stopped:.1f}s later")  # for docs, not asserted
+    assert proc.returncode == code, err[-3000:]
+    assert "Traceback" not in err and f"roll-device run: error: {said}; the run stopped after step" in err
+    again = _resume_command(err)
     kept = "resume=true" in again
     assert kept == (run_dir / "checkpoints" / "latest").exists(), "the resume command follows what was kept"
-    print(f"Ctrl-C: the finished step was {'checkpointed' if kept else 'in a policy update: not kept'}")
+    print(f"{said}: the finished step was {'checkpointed' if kept else 'in a policy update: not kept'}")
     done = _cli(*again, *args[1:-1], home=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    steps = [json.loads(line)["step"] for line in metrics.read_text().splitlines()]
-    assert steps == [1, 2, 3]
+    assert _steps(run_dir) == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_while_the_run_stops_names_the_last_checkpoint(tmp_path):
+    """Two Ctrl-C 0.3 s apart once a step is checkpointed: the second lands while the run shuts
+    down, and the message still names the last checkpoint and `resume=true`. The same command
+    without it is refused (it would overwrite the checkpoints); the advised one finishes the run."""
+    run_dir = tmp_path / "run"
+    args = ["run", "max_steps=6", "save_every=1", "algorithm.kl_coef=0", f"hydra.run.dir={run_dir}"]
+    proc = _started_run(args, tmp_path, (run_dir / "checkpoints" / "latest").exists)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err and "before the first step" not in err, err[-3000:]
+    path, state = Checkpoints(run_dir).latest()
+    assert (
+        f"the last checkpoint is step {state.step} in {path}; continue with: roll-device run resume=true"
+        in err
+    )
+    refused = _cli(*args, home=tmp_path)
+    assert refused.returncode == 2 and "holds checkpoints" in refused.stderr, refused.stderr[-3000:]
+    done = _cli(*_resume_command(err), *args[1:-1], home=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _steps(run_dir) == list(range(1, 7))
 
 
 def test_ctrl_c_outside_a_run_ends_without_a_traceback(capsys, monkeypatch):

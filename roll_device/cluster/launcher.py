@@ -9,8 +9,10 @@
 - `remote`: an existing cluster, `address=` (`host:port`, `ray://host:10001` or `auto`); an
   address where nothing answers is refused within seconds, before Ray's own minutes of retries.
 
-A process already connected to Ray keeps that connection: the handle then owns nothing.
-The handle is a context manager; `shutdown()` disconnects and ends only what it started.
+A process already connected to Ray keeps that connection: the handle then owns nothing. The
+process keeps its own SIGTERM handler (the `run` command's turns SIGTERM into an interrupt).
+The handle is a context manager; `shutdown()` disconnects and ends only what it started, Ctrl-C
+and SIGTERM held until Ray's shutdown is done (`signals_deferred`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import signal
 import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Self
 
@@ -44,7 +50,8 @@ class ClusterHandle:
         import ray
 
         if self.owns_connection and ray.is_initialized():
-            ray.shutdown()
+            with signals_deferred():
+                ray.shutdown()
         self.owns_connection = False
         if self.nodes is not None:
             self.nodes.stop()
@@ -58,8 +65,41 @@ class ClusterHandle:
         self.shutdown()
 
 
+@contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Ctrl-C and SIGTERM held until the block ends, then delivered (the first of them): Ray's
+    shutdown, interrupted midway, ends the process with exit 1 before any message is printed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    signums = (signal.SIGINT, signal.SIGTERM)
+    previous = {
+        signum: signal.signal(signum, lambda signum, frame: held.append(signum)) for signum in signums
+    }
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        if held:
+            signal.raise_signal(held[0])
+
+
 def start_cluster(cluster: ClusterSettings) -> ClusterHandle:
-    """Connect to (or start) the cluster the `cluster` section describes."""
+    """Connect to (or start) the cluster the `cluster` section describes. The process's SIGTERM
+    handler is kept (`ray.init` replaces it with a bare `sys.exit(15)`)."""
+    if threading.current_thread() is not threading.main_thread():
+        return _connect(cluster)
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        return _connect(cluster)
+    finally:
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
+
+
+def _connect(cluster: ClusterSettings) -> ClusterHandle:
     import ray
 
     if ray.is_initialized():

@@ -6,10 +6,10 @@ rules across sections), and check what can be checked before Ray or any worker s
   names the key, the bad value and what to do.
 - `check_before_start(config, run_dir)`: what only the machine that runs the job can check (the
   data files and the reward's module, the model directory, the checkpoint a resumed run continues
-  from, the roles on a cluster of this machine alone), then the run's folder is made; returns
-  where a resumed run continues (None: afresh).
-  A resumed run is checked against the configuration that wrote its checkpoints (the run
-  directory's `config.yaml`): the same trainer and model-parallel layout.
+  from, or for a new run that its folder holds no checkpoints unless `overwrite=true`, the roles
+  on a cluster of this machine alone), then the run's folder is made; returns where a resumed run
+  continues (None: afresh). A resumed run is checked against the configuration that wrote its
+  checkpoints (the run directory's `config.yaml`): the same trainer and model-parallel layout.
 - `check_model(config, model_path)`: once the model is on disk, what it allows with each role's
   settings, as each strategy checks it (`Strategy.check_model`).
 - `check_roles_here(config)` (part of the above): on a cluster of this machine alone, the preflight's checks of
@@ -91,9 +91,14 @@ def check_before_start(config: RunConfig, run_dir: Path) -> ResumePoint | None:
     refused when it cannot be. Returns where a resumed run continues (None: afresh)."""
     check_files(config.data, config.reward)
     check_model_files(config)
-    start = Checkpoints(run_dir).resume_point(config.resume) if config.resume else None
-    if start is not None:
+    checkpoints = Checkpoints(run_dir)
+    if config.resume:
+        start = checkpoints.resume_point(config.resume)
         check_same_trainer(config, run_dir)
+    else:
+        start = None
+        if not config.overwrite:
+            checkpoints.refuse_overwrite(run_dir)
     check_roles_here(config)
     make_folder(run_dir, "hydra.run.dir")  # the last check: the run's folder, empty, can be made
     return start

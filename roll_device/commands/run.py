@@ -13,7 +13,7 @@ is read, checked and run the same way. Each job's overrides (every value of a sw
 first, so that an unknown key or option is the same one line (exit 2) as without a flag.
 
 Exit status: 0 on success; else the `exit_code` of the `RollDeviceError` that ended the run (2 bad
-input, 1 a lost worker, 130 Ctrl-C), its message one line on stderr.
+input, 1 a lost worker, 130 Ctrl-C, 143 SIGTERM), its message one line on stderr.
 """
 
 from __future__ import annotations

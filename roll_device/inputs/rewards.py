@@ -6,13 +6,15 @@
 - `exact`: the final answers are the same string, spaces collapsed;
 - a dotted path `package.module.function` (or `package.module:function`) to a user function
   `function(prompt: str, response: str, answer: str | None) -> float`, importable on the reward
-  workers. A user function that raises ends the run with a `RewardFunctionError` that shows the
-  offending sample.
+  workers. A user function that raises, or returns NaN, an infinity or a number beyond float32's
+  range (rewards are float32 tensors), ends the run with a `RewardFunctionError` that shows the
+  offending sample, before the step trains on it.
 """
 
 from __future__ import annotations
 
 import importlib
+import math
 import threading
 from collections.abc import Callable
 
@@ -22,11 +24,12 @@ from roll_device.inputs.tasks import get_task
 RewardFunction = Callable[[str, str, "str | None"], float]
 GSM8K_MARK = "####"
 SHOWN_CHARS = 200  # of each field of a failing sample
+FLOAT32_MAX = 3.4028234663852886e38  # a larger reward becomes inf in the step's float32 tensor
 
 
 class RewardFunctionError(RollDeviceError, RuntimeError):
-    """A user reward function raised (or returned a non-number) on a sample: the run failed on the
-    way (exit 1), as a lost worker does."""
+    """A user reward function raised, or returned a non-number or a number that is not finite in
+    float32, on a sample: the run failed on the way (exit 1), as a lost worker does."""
 
     exit_code = 1
 
@@ -95,11 +98,17 @@ def _shown(text: str | None) -> str:
 
 
 def score_sample(name: str, reward: RewardFunction, prompt: str, response: str, answer: str | None) -> float:
-    """`reward` on one sample as a float; a failure names the function and shows the sample."""
+    """`reward` on one sample as a finite float; a failure names the function and shows the sample."""
+    sample = f"the sample prompt={_shown(prompt)} response={_shown(response)} answer={_shown(answer)}"
     try:
-        return float(reward(prompt, response, answer))
+        value = float(reward(prompt, response, answer))
     except Exception as exc:  # noqa: BLE001 (a user function may raise anything: shown with its sample)
         raise RewardFunctionError(
-            f"reward.function='{name}' failed with {type(exc).__name__}: {exc} on the sample "
-            f"prompt={_shown(prompt)} response={_shown(response)} answer={_shown(answer)}"
+            f"reward.function='{name}' failed with {type(exc).__name__}: {exc} on {sample}"
         ) from None
+    if not (math.isfinite(value) and abs(value) <= FLOAT32_MAX):
+        raise RewardFunctionError(
+            f"reward.function='{name}' returned {value!r} on {sample}: a reward must be a finite "
+            "number within float32's range; the step was not trained on"
+        )
+    return value

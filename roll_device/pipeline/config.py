@@ -101,6 +101,7 @@ class RunConfig(Section):
         description="latest_valid: the newest checkpoint that passes its checks"
     )
     save_every: Annotated[NonNegative, Field(description="0 checkpoints only at the end")]
+    overwrite: StrictBool = Field(description="a new run replaces the checkpoints in its folder")
     model: ModelSettings
     roles: RolesSettings
     weight_sync: WeightSyncOptions
@@ -130,6 +131,11 @@ class RunConfig(Section):
 
     @model_validator(mode="after")
     def _across_sections(self) -> RunConfig:
+        if self.resume and self.overwrite:
+            raise ConfigError(
+                f"resume={self.resume} continues the checkpoints that overwrite=true would replace: "
+                "set only one of them"
+            )
         self._check_roles()
         self._check_sizes()
         self.reward.check_with(self.data)

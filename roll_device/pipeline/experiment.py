@@ -7,10 +7,14 @@ commands' gate (roll_device/commands/gate.py) checked it and found `start`, the 
 resumed run continues from, before anything was written. `on_step(record, roles)` is called
 after each step (for custom logging or fault drills). A lost worker of any role ends the run with a `WorkerLostError` (a worker
 call that raised: a `WorkerFailedError`, its traceback in the run's logs/), Ctrl-C with a
-`RunInterruptedError`, a user reward function that raises with a `RewardFunctionError` (with the
-offending sample), a weight sync that fails with a `WeightSyncError`; each says which checkpoint
-to resume from and how. The last finished step is checkpointed first whenever the trainer still
-holds exactly it, so nothing is lost. With
+`RunInterruptedError` (SIGTERM, where the command made it an interrupt, with a
+`RunTerminatedError`), a user reward function that raises or returns a reward that is not finite
+with a `RewardFunctionError` (with the offending sample), a policy update the trainer refused as
+not finite with a `NonFiniteUpdateError` (naming the step), a weight sync that fails with a
+`WeightSyncError`; each says which checkpoint to resume from and how. The last finished step is
+checkpointed first whenever the trainer still holds exactly it, so nothing is lost. A new run
+(no `start`) first removes the checkpoints an earlier run left in `run_dir` (the gate let them
+be replaced: `overwrite=true`). With
 `eval.every_n_steps` set, greedy pass@1 on the held-out prompts is measured before the first step,
 every N steps and after the last.
 """
@@ -33,19 +37,20 @@ from roll_device.inputs.prompts import PromptEncoder
 from roll_device.inputs.rewards import RewardFunctionError
 from roll_device.pipeline.config import ModelSettings, RunConfig
 from roll_device.pipeline.evaluation import evaluate
+from roll_device.pipeline.interrupts import how_stopped
 from roll_device.pipeline.loop import GrpoStep
 from roll_device.pipeline.metrics import PASS_KEY, MetricsLog
 from roll_device.pipeline.output import LOG_DIR, quiet_driver, summarise_worker_logs
 from roll_device.pipeline.role_settings import role_requests
 from roll_device.pipeline.roles import (
     RoleGroups,
-    RunInterruptedError,
     WorkerFailedError,
     WorkerLostError,
     start_roles,
 )
 from roll_device.pipeline.state import Checkpoints, PipelineState
 from roll_device.pipeline.workers import TrainWorker
+from strategies.base import NonFiniteUpdateError
 
 POLICY_DIR = "policy"
 ResumePoint = tuple[Path, PipelineState]
@@ -149,17 +154,7 @@ class Run:
         return ""
 
     def resume_advice(self, unsaved: str) -> str:
-        latest = self.checkpoints.latest()
-        where = (
-            f"the last checkpoint is step {latest[1].step} in {latest[0]}"
-            if latest
-            else "no checkpoint was written yet"
-        )
-        again = "resume=true " if latest else ""
-        return (
-            f"the run stopped after step {self.state.step}; {unsaved}{where}; continue with: roll-device "
-            f"run {again}hydra.run.dir={self.run_dir} (and the same overrides)"
-        )
+        return f"the run stopped after step {self.state.step}; {unsaved}{resume_advice(self.run_dir)}"
 
     def fail(self, error: WorkerLostError) -> WorkerLostError:
         """Checkpoint what can be kept, and say how to resume."""
@@ -168,7 +163,8 @@ class Run:
 
     def ended(self, error: type[RollDeviceError], what: str) -> RollDeviceError:
         """`error` for a run that stopped with its workers alive (a reward function that raised,
-        a weight sync that failed, Ctrl-C): `what` happened, then what was kept and how to resume."""
+        an update that was not finite, a weight sync that failed, Ctrl-C or SIGTERM): `what`
+        happened, then what was kept and how to resume."""
         unsaved = self.keep_last_step(trainer_alive=True)
         return error(f"{what}; {self.resume_advice(unsaved)}")
 
@@ -182,13 +178,14 @@ def run_experiment(
 ) -> Path:
     """Run the checked `config` on the model at `model` with outputs in `run_dir` (made by the
     gate), continuing from `start` when resumed; returns the run directory."""
+    if start is None:  # a new run: the checkpoints here are an earlier run's (overwrite=true)
+        Checkpoints(run_dir).clear()
     (run_dir / RUN_CONFIG_FILE).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     try:
         _run(config, run_dir, model, start, on_step)
-    except KeyboardInterrupt:
-        raise RunInterruptedError(
-            "interrupted (Ctrl-C) before the first step of this run: run the same command again"
-        ) from None
+    except KeyboardInterrupt as stop:  # before the steps, or again while the run was stopping
+        error, what = how_stopped(stop)
+        raise error(f"{what}; {resume_advice(run_dir)}") from None
     print(f"run directory: {run_dir} (metrics.jsonl, metrics.png, checkpoints/)")
     return run_dir
 
@@ -243,10 +240,12 @@ def _run(config: RunConfig, run_dir: Path, path: str, start, on_step: Callable |
             except RewardFunctionError as failed:  # its one line, not Ray's wrapped traceback
                 cause = getattr(failed, "cause", None) or failed
                 raise run.ended(RewardFunctionError, str(cause).splitlines()[0]) from None
+            except NonFiniteUpdateError as refused:
+                raise run.ended(NonFiniteUpdateError, f"step {run.state.step + 1}: {refused}") from None
             except WeightSyncError as failed:
                 raise run.ended(WeightSyncError, str(failed)) from failed
-            except KeyboardInterrupt:
-                raise run.ended(RunInterruptedError, "interrupted (Ctrl-C)") from None
+            except KeyboardInterrupt as stop:
+                raise run.ended(*how_stopped(stop)) from None
             title = f"{config.experiment.name}: GRPO, {data_summary(config)} ({plan_summary(plan)})"
             png = run.metrics.plot(title)
             print(f"{run.metrics.summary()}; plot: {png}")
@@ -254,6 +253,16 @@ def _run(config: RunConfig, run_dir: Path, path: str, start, on_step: Callable |
             roles.shutdown()
             release(plan)
             print(summarise_worker_logs(run_dir / LOG_DIR), flush=True)
+
+
+def resume_advice(run_dir: Path) -> str:
+    """The last checkpoint in `run_dir` and the command that continues from it."""
+    latest = Checkpoints(run_dir).latest()
+    if latest is None:
+        where, again = "no checkpoint was written yet", ""
+    else:
+        where, again = f"the last checkpoint is step {latest[1].step} in {latest[0]}", "resume=true "
+    return f"{where}; continue with: roll-device run {again}hydra.run.dir={run_dir} (and the same overrides)"
 
 
 def final_error(error: WorkerLostError, advice: str, log_dir: Path) -> WorkerLostError:

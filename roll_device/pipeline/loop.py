@@ -6,7 +6,9 @@ clipped policy update (`actor_train`) -> weight sync to the rollout workers.
 
 `run(state)` goes up to the policy update and advances `state`; `sync(record)` then sends the new
 weights, so a step whose sync is cut short (a lost rollout worker) is still a finished step.
-`training` is true while the trainer's weights may be ahead of `state` (an update in flight).
+`training` is true while the trainer's weights may be ahead of `state` (an update in flight); a
+first update the trainer refused (`NonFiniteUpdateError`: a loss or gradient norm not finite) left
+them at `state`.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from roll_device.pipeline.reward_worker import RewardWorker
 from roll_device.pipeline.roles import RoleGroups
 from roll_device.pipeline.state import PipelineState
 from roll_device.pipeline.workers import RolloutWorker, TrainWorker
-from strategies.base import Completion, SamplingConfig
+from strategies.base import Completion, NonFiniteUpdateError, SamplingConfig
 from strategies.training.losses import group_normalized_advantages
 
 
@@ -97,10 +99,14 @@ class GrpoStep:
             batch.ref_logprobs = self.logprobs("reference", batch)
         t = lap("logprob_s", t)
         self.training = True
-        for _ in range(self.algo.ppo_epochs):
-            metrics = self.roles.data_parallel(
-                "actor_train", TrainWorker.train, batch, self.algo.clip_ratio, self.algo.kl_coef
-            )[0]
+        for epoch in range(self.algo.ppo_epochs):
+            try:
+                metrics = self.roles.data_parallel(
+                    "actor_train", TrainWorker.train, batch, self.algo.clip_ratio, self.algo.kl_coef
+                )[0]
+            except NonFiniteUpdateError:  # refused, not applied: after no earlier epoch, the
+                self.training = epoch > 0  # trainer holds exactly `state`'s step
+                raise
         state.step += 1
         state.data_position += len(samples)
         state.data_epoch = self.source.epoch(state.data_position)

@@ -120,12 +120,6 @@ def summarised(type_name: str, message: str) -> str:
     return f"{type_name}: {summary}"
 
 
-class RunInterruptedError(RollDeviceError):
-    """The user stopped the run (Ctrl-C); the message says what was kept and how to go on."""
-
-    exit_code = 130
-
-
 WAIT_SLICE_S = 1.0  # how often a wait returns to Python (where Ctrl-C is raised)
 
 

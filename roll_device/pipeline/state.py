@@ -5,7 +5,8 @@ so a crash never leaves a half-written one; `latest` names the newest committed 
 
 `resume_point(mode)` picks where a resumed run starts, reading files only (before any worker
 starts, writing nothing): the latest checkpoint when it passes `problem()`, else a ConfigError that
-names the damaged file and offers the newest complete one, which `mode="latest_valid"` takes.
+names the damaged file and offers the newest complete one, which `mode="latest_valid"` takes. A new
+run refuses a folder that holds checkpoints (`refuse_overwrite`) unless told to replace them.
 """
 
 from __future__ import annotations
@@ -113,6 +114,21 @@ class Checkpoints:
                 return f"{name} changed since it was written (CRC32 mismatch)"
         return None
 
+    def refuse_overwrite(self, run_dir: Path) -> None:
+        """A ConfigError when this folder holds checkpoints a new run (in `run_dir`) would replace."""
+        found = self.steps()
+        if found or (self.root / "latest").exists():
+            newest = f" (the newest: {found[0].name})" if found else ""
+            raise ConfigError(
+                f"hydra.run.dir={run_dir} holds checkpoints{newest} that a new run would overwrite: "
+                "continue them with resume=true, start in another folder with hydra.run.dir=<dir>, "
+                "or replace them with overwrite=true"
+            )
+
+    def clear(self) -> None:
+        """Remove every checkpoint here (a new run with overwrite=true)."""
+        shutil.rmtree(self.root, ignore_errors=True)
+
     def resume_point(self, mode: bool | str) -> tuple[Path, PipelineState]:
         """The checkpoint a run with `resume=mode` continues from, or a ConfigError."""
         marker = self.root / "latest"
@@ -131,6 +147,6 @@ class Checkpoints:
         offer = (
             f"resume=latest_valid continues from {fallback.name}, the newest complete checkpoint"
             if fallback is not None
-            else "no earlier complete checkpoint exists: start a new run (resume=false, another hydra.run.dir)"
+            else "no earlier complete checkpoint exists: start a new run (resume=false, another hydra.run.dir or overwrite=true)"
         )
         raise ConfigError(f"the latest checkpoint {latest} is damaged: {problem}; {offer}")

@@ -1,9 +1,10 @@
 """Pieces both trainers share: the model-path check, the token-weighted step accounting, the
-moves of optimizer state between the device and the CPU, and checkpoint errors that name their
-cause."""
+refusal of an update that is not finite, the moves of optimizer state between the device and the
+CPU, and checkpoint errors that name their cause."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,12 +12,23 @@ from pathlib import Path
 import torch
 
 from roll_device.errors import ConfigError, RollDeviceError
-from strategies.base import LossFn, TrainBatch
+from strategies.base import LossFn, NonFiniteUpdateError, TrainBatch
 from strategies.training.distributed import all_reduce_sum
 
 
 class TrainerStateError(RollDeviceError, RuntimeError):
     """A trainer method called in a state that cannot serve it (e.g. while offloaded)."""
+
+
+def refuse_non_finite(loss: float, grad_norm: float) -> None:
+    """A NonFiniteUpdateError unless `loss` and `grad_norm` (equal on every rank: both reduced)
+    are finite; called before the optimizer applies the update."""
+    if math.isfinite(loss) and math.isfinite(grad_norm):
+        return
+    raise NonFiniteUpdateError(
+        f"the policy update was not applied: its loss is {loss} and its gradient norm {grad_norm}, "
+        "not finite numbers"
+    )
 
 
 @contextmanager

@@ -1,6 +1,7 @@
 """FSDP2 trainer: a transformers causal LM sharded with `fully_shard` over the default process
 group (the platform's backend), AdamW with gradient clipping, and checkpoints written with
-torch.distributed.checkpoint.
+torch.distributed.checkpoint. An update whose loss or gradient norm is not finite is refused
+before the optimizer applies it (`NonFiniteUpdateError`).
 
 Each decoder layer (the classes the model names in `_no_split_modules`) is its own FSDP unit, the
 root holds embeddings and head. Mixed precision: parameters gathered in bf16 for compute with fp32
@@ -22,12 +23,14 @@ from roll_device.platforms import Platform
 from strategies.base import LossFn, TrainBatch, TrainStrategy
 from strategies.training.batches import align_to_tokens, micro_batches, shifted_labels, validate
 from strategies.training.common import (
+    NonFiniteUpdateError,
     StepAccounting,
     TrainerStateError,
     check_model_path,
     checkpoint_cause,
     host_snapshot,
     move_optimizer_state,
+    refuse_non_finite,
     weight_decay_groups,
 )
 from strategies.training.distributed import check_same_rows, ensure_process_group, release_process_group
@@ -128,11 +131,17 @@ class FsdpTrainStrategy(TrainStrategy):
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
+        metrics = {**accounting.metrics(), "grad_norm": float(grad_norm)}
+        try:
+            refuse_non_finite(metrics["loss"], metrics["grad_norm"])
+        except NonFiniteUpdateError:
+            self.optimizer.zero_grad(set_to_none=True)
+            raise
         lr = self.scheduler.get_last_lr()[0]
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return {**accounting.metrics(), "grad_norm": float(grad_norm), "lr": lr}
+        return {**metrics, "lr": lr}
 
     # ---- weights --------------------------------------------------------------------------
     def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:

@@ -31,6 +31,7 @@ from strategies.training.common import (
     check_model_path,
     checkpoint_cause,
     free_storages,
+    refuse_non_finite,
     restore_storages,
 )
 from strategies.training.distributed import (
@@ -294,11 +295,21 @@ class MegatronTrainStrategy(TrainStrategy):
             return accounting.scaled_loss(loss_fn, logprobs, micro) * len(micros), {}
 
         self._run(micros, forward_only=False, loss_for=loss_for)
-        _, grad_norm, _ = self.optimizer.step()
-        self.steps += 1
         # losses exist on the last stage (its data-parallel group reduces them), the others get them
         metrics = self.stages.object_from_last(accounting.metrics() if self.stages.is_last else None)
+        grad_norm = self._step(metrics["loss"])
+        self.steps += 1
         return {**metrics, "grad_norm": float(grad_norm), "lr": lr}
+
+    def _step(self, loss: float) -> float:
+        """Megatron's optimizer step, refused (a NonFiniteUpdateError) when `loss` or the gradient
+        norm is not finite: Megatron itself skips a step only with an fp16 loss scaler, and would
+        apply NaN gradients in bf16 and fp32. The norm is read first with the optimizer's own public
+        steps (`prepare_grads` copies the gradients to the main ones, again in `step`: a copy)."""
+        self.optimizer.prepare_grads()
+        refuse_non_finite(loss, float(self.optimizer.get_grad_norm()))  # the next step zeroes the grads
+        _, grad_norm, _ = self.optimizer.step()
+        return grad_norm
 
     # ---- weights --------------------------------------------------------------------------
     def _gather_tp(self, local: torch.Tensor) -> list[torch.Tensor]:

@@ -114,3 +114,35 @@ def test_cli_refuses_before_hydra_writes_into_the_run_directory(run_dir, capsys)
     assert main(["run", "resume=true", f"hydra.run.dir={run_dir}"]) == 2
     assert "pipeline.json is unreadable" in capsys.readouterr().err
     assert _snapshot(run_dir) == before and not (run_dir / ".hydra").exists()
+
+
+def test_a_new_run_refuses_a_folder_with_checkpoints_before_ray_and_writes_nothing(run_dir, tmp_path):
+    before = _snapshot(run_dir)
+    with pytest.raises(ConfigError) as refused:
+        run_checked(run_config(f"model.tiny_dir={tmp_path / 'tiny'}"), run_dir)
+    assert str(refused.value) == (
+        f"hydra.run.dir={run_dir} holds checkpoints (the newest: step_4) that a new run would overwrite: "
+        "continue them with resume=true, start in another folder with hydra.run.dir=<dir>, or replace "
+        "them with overwrite=true"
+    )
+    assert not ray.is_initialized(), "no cluster was started"
+    assert _snapshot(run_dir) == before, "nothing in the run directory was written"
+
+
+def test_the_cli_refuses_a_new_run_over_checkpoints_in_one_line(run_dir, capsys):
+    from roll_device.cli import main
+
+    assert main(["run", f"hydra.run.dir={run_dir}"]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err.startswith(f"roll-device run: error: hydra.run.dir={run_dir} holds checkpoints")
+        and err.count("\n") == 1
+    )
+    assert not (run_dir / ".hydra").exists()
+
+
+def test_overwrite_and_resume_together_are_refused():
+    with pytest.raises(
+        ConfigError, match="resume=True continues the checkpoints that overwrite=true would replace"
+    ):
+        run_config("resume=true", "overwrite=true")
