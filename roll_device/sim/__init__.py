@@ -11,8 +11,7 @@ the host during capture; a capture needs one of the device's streams (`streams.p
 capacity past which allocation raises torch_npu's out-of-memory error, and graph pools are shared
 (`memory.py`). The errors carry torch_npu's wording (`errors.py`).
 
-Its settings are `ROLL_SIM_*` environment variables, checked where they are read (`settings.py`);
-`ROLL_SIM_NPU_COUNT=0` is a machine without an NPU.
+Its settings are `ROLL_SIM_*` environment variables, checked where they are read (`settings.py`).
 
 What it does not model: NPU kernels and their numerics (ops run on CPU kernels), HCCL itself
 (collectives are gloo on CPU tensors), timing and asynchrony (every op completes before it

@@ -84,8 +84,7 @@ def init() -> None:
 
 
 def current_device() -> int:
-    """The current device, checked: on a machine without an NPU torch_npu's lazy init fails."""
-    return device_index(None)
+    return current_index()
 
 
 def set_device(device) -> None:

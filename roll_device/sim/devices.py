@@ -1,7 +1,7 @@
-"""Device indices of the simulated NPU: how many there are (`ROLL_SIM_NPU_COUNT`, default 8; 0 is a
-machine without an NPU), which is current (process-wide), and the index a device argument names,
-checked as torch_npu checks it: an index the machine does not have fails with the device's
-invalid-device error (ACL error 107001), whether a device is set, made current or allocated on."""
+"""Device indices of the simulated NPU: how many there are (`ROLL_SIM_NPU_COUNT`, default 8, checked
+in `settings.py`), which is current (process-wide), and the index a device argument names, checked
+as torch_npu checks it: an index the machine does not have fails with the device's invalid-device
+error (ACL error 107001), whether a device is set, made current or allocated on."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import torch
 from roll_device.sim import errors, settings
 
 DEVICE_TYPE = "npu"
-DEFAULT_COUNT = settings.COUNT.default
 COUNT_ENV = settings.COUNT.env
 
 _current = {"index": 0}
@@ -30,8 +29,7 @@ def set_current_index(index: int) -> None:
 
 
 def device_index(device=None) -> int:
-    """The index `device` names (an int, `npu:N`, a torch.device; None: the current one), checked:
-    on a machine without an NPU even the current one (0) fails, as torch_npu's lazy init does."""
+    """The index `device` names (an int, `npu:N`, a torch.device; None: the current one), checked."""
     if device is None:
         index = current_index()
     elif isinstance(device, int):

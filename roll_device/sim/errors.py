@@ -52,20 +52,22 @@ def streams_exhausted(needed: int, budget: int, graphs: int) -> RuntimeError:
 
 
 def out_of_memory(
-    index: int, size: int, total: int, allowed: int | None, allocated: int, reserved: int
+    index: int, size: int, total: int, fraction: float | None, allocated: int, reserved: int
 ) -> torch.OutOfMemoryError:
-    """An allocation past what the process may reserve: the device's `total`, or the `allowed` part
-    of it that `set_per_process_memory_fraction` left (None: no fraction below 1 was set). As torch_npu's
+    """An allocation past what the process may reserve: the device's `total`, or the part of it the
+    `fraction` set by `set_per_process_memory_fraction` allows (None: none was set). As torch_npu's
     caching allocator words it, "total capacity" is the device's and "free" what the device has free
-    (a fraction does not lower either); the fraction's allowance is a part of its own ("X allowed")."""
+    (a fraction lowers neither); once a fraction is set, what it allows is a part of its own ("X allowed")."""
     free = max(total - reserved, 0)
-    allowance = "" if allowed is None else f"{_size(allowed)} allowed; "
-    limit = (
-        f"the device holds {_size(total)} (ROLL_SIM_NPU_MEMORY_BYTES={total})"
-        if allowed is None
-        else f"this process may reserve {_size(allowed)} of the device's {_size(total)} "
-        f"(set_per_process_memory_fraction; ROLL_SIM_NPU_MEMORY_BYTES={total})"
-    )
+    if fraction is None:
+        allowance, limit = "", f"the device holds {_size(total)} (ROLL_SIM_NPU_MEMORY_BYTES={total})"
+    else:
+        allowed = int(fraction * total)
+        allowance = f"{_size(allowed)} allowed; "
+        limit = (
+            f"this process may reserve {_size(allowed)}: set_per_process_memory_fraction({fraction}) of "
+            f"the device's {_size(total)} (ROLL_SIM_NPU_MEMORY_BYTES={total})"
+        )
     return torch.OutOfMemoryError(
         f"NPU out of memory. Tried to allocate {_size(size)} (NPU {index}; {_size(total)} total capacity; "
         f"{_size(allocated)} already allocated; {_size(allocated)} current active; {_size(free)} free; "
@@ -76,19 +78,15 @@ def out_of_memory(
 
 
 def invalid_device(index: int, count: int, count_env: str) -> RuntimeError:
-    """A device index the machine does not have, set or allocated on (ACL error 107001; on a machine
-    without an NPU, every index): torch_npu's `SetDevice` fails with the runtime's words."""
-    fix = (
-        "a machine without an NPU: set it to 1 or more to simulate NPUs"
-        if count == 0
-        else f"pick an index below {count}, or raise {count_env}"
-    )
+    """A device index the machine does not have, set or allocated on (ACL error 107001): torch_npu's
+    `SetDevice` fails with the runtime's words."""
     return RuntimeError(
         "NPU function error: c10_npu::SetDevice(device), error code is 107001\n"
         f"{_PTA}\n[Error]: Invalid device ID.\n        Check whether the device ID is valid.\n"
         f"Invalid_Argument(EE1003): SetDevice failed because value {index} for parameter drv devId is "
         f"invalid. Expected value: [0, {count}).\n"
-        f"[simulated NPU] npu:{index} does not exist: {count_env}={count} ({fix})"
+        f"[simulated NPU] npu:{index} does not exist: {count_env}={count} (pick an index below "
+        f"{count}, or raise {count_env})"
     )
 
 

@@ -9,9 +9,9 @@ What a user of torch_npu's caching allocator observes, modelled without the cach
 - `reserved` (and what `mem_get_info` reports as used): allocations outside pools plus every pool's
   footprint. Memory freed outside pools returns at once (no cache, no fragmentation);
 - an allocation that would take `reserved` past the capacity (`ROLL_SIM_NPU_MEMORY_BYTES`, default
-  64 GiB, times the process's fraction from `set_per_process_memory_fraction`) raises
-  `torch.OutOfMemoryError` with torch_npu's wording (the device's total capacity, and the fraction's
-  allowance beside it), before any memory is taken;
+  64 GiB, times the process's fraction once `set_per_process_memory_fraction` set one) raises
+  `torch.OutOfMemoryError` with torch_npu's wording (the device's total capacity, and what the
+  fraction allows beside it), before any memory is taken;
 - `memory_stats()` reports these counters under torch's names, current and peak.
 """
 
@@ -22,8 +22,6 @@ import threading
 import weakref
 
 from roll_device.sim import errors, settings
-
-DEFAULT_MEMORY_BYTES = settings.MEMORY_BYTES.default
 
 
 def total_memory() -> int:
@@ -58,15 +56,10 @@ class MemoryLedger:
         self.fraction: dict[int, float] = {}
 
     def capacity(self, index: int) -> int:
-        """Bytes this process may reserve on device `index`."""
-        allowed = self.allowed(index)
-        return total_memory() if allowed is None else allowed
-
-    def allowed(self, index: int) -> int | None:
-        """The part of the device a fraction below 1 allows this process (None: the whole device),
-        as torch_npu's allocator computes it."""
-        fraction = self.fraction.get(index, 1.0)
-        return None if fraction >= 1.0 else int(fraction * total_memory())
+        """Bytes this process may reserve on device `index`: the device's, or the part of them the
+        fraction set for it allows (as torch_npu's allocator computes it)."""
+        fraction = self.fraction.get(index)
+        return total_memory() if fraction is None else int(fraction * total_memory())
 
     def stats(self, index: int) -> dict[str, int]:
         """The counters under the names of torch's `memory_stats()`."""
@@ -120,7 +113,12 @@ class MemoryLedger:
         reserved = self.reserved(index)
         if growth and reserved + growth > self.capacity(index):
             raise errors.out_of_memory(
-                index, nbytes, total_memory(), self.allowed(index), self.allocated.get(index, 0), reserved
+                index,
+                nbytes,
+                total_memory(),
+                self.fraction.get(index),
+                self.allocated.get(index, 0),
+                reserved,
             )
         if pool is None:
             self._outside[index] = self._outside.get(index, 0) + nbytes

@@ -1,14 +1,11 @@
 """The simulated NPU's settings (`ROLL_SIM_*` environment variables), read where they are used and
 checked on every read.
 
-A value that is not what the variable takes (`ROLL_SIM_NPU_COUNT=abc`, a negative count, a memory
-of no bytes) is refused with a one-line `ConfigError` that names the variable, the value and what
-to give; `check_all()` checks every one at once, which `install()` and the CLI do before any work.
+A value that is not what the variable takes (`ROLL_SIM_NPU_COUNT=abc`, `0` or `-2`, a memory of no
+bytes) is refused with a one-line `ConfigError` that names the variable, the value and the values it
+takes; `check_all()` checks every one at once, which `install()` and the CLI do before any work.
 They are read at use (not once at import) because a test or a worker may set one after the
 simulation is installed. This module imports nothing heavy: the CLI checks with it before torch.
-
-A count of 0 is a machine without an NPU, as torch_npu sees one: `device_count()` is 0 and a
-tensor on `npu:0` is refused with the device's invalid-device error (`errors.invalid_device`).
 """
 
 from __future__ import annotations
@@ -61,14 +58,18 @@ class Text:
         return raw.strip()
 
 
-COUNT = WholeNumber(
-    "ROLL_SIM_NPU_COUNT", 8, 0, "the number of simulated NPUs, 0 or more; 0 is a machine without an NPU"
-)
+COUNT = WholeNumber("ROLL_SIM_NPU_COUNT", 8, 1, "the number of simulated NPUs, a whole number of 1 or more")
 MEMORY_BYTES = WholeNumber(
-    "ROLL_SIM_NPU_MEMORY_BYTES", 64 << 30, 1, "each simulated NPU's memory in bytes, e.g. 17179869184 for 16 GiB"
+    "ROLL_SIM_NPU_MEMORY_BYTES",
+    64 << 30,
+    1,
+    "each simulated NPU's memory in bytes, a whole number of 1 or more (17179869184 is 16 GiB)",
 )
 STREAMS = WholeNumber(
-    "ROLL_SIM_NPU_STREAMS", 2048, 1, "the number of streams of each simulated NPU, 1 or more"
+    "ROLL_SIM_NPU_STREAMS",
+    2048,
+    1,
+    "the number of streams of each simulated NPU, a whole number of 1 or more",
 )
 NAME = Text("ROLL_SIM_NPU_NAME", "Ascend910B2", "the device name the simulation reports, e.g. Ascend910B3")
 ALL = (COUNT, MEMORY_BYTES, STREAMS, NAME)

@@ -20,7 +20,6 @@ import torch
 from roll_device.sim import errors, settings
 from roll_device.sim.devices import DEVICE_TYPE, current_index, device_index, set_current_index
 
-DEFAULT_DEVICE_STREAMS = settings.STREAMS.default
 POOL_SIZES = (8, 32)
 DEFAULT_POOL_SIZE = 32
 

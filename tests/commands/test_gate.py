@@ -8,7 +8,7 @@ import re
 import pytest
 import ray
 
-from roll_device.commands.gate import check_model, check_model_files, load_config
+from roll_device.commands.gate import check_model, check_model_files, check_simulation, load_config
 from roll_device.commands.run import run_checked
 from roll_device.errors import ConfigError
 
@@ -152,6 +152,22 @@ def test_each_bad_value_is_one_line_naming_key_value_and_choices(overrides, mess
         load_config(overrides)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_a_simulated_npu_on_a_local_cluster_is_refused_with_the_sim_cluster_command(monkeypatch):
+    # Before: ROLL_DEVICE=npu-sim roll-device run placed every role on the CPU without a word.
+    monkeypatch.setenv("ROLL_DEVICE", "npu-sim")
+    for command in ("run", "plan"):
+        with pytest.raises(ConfigError) as refused:
+            check_simulation(load_config([]), command)
+        assert str(refused.value) == (
+            "ROLL_DEVICE=npu-sim simulates npu devices in this process only: on cluster=local every role "
+            "would run on this machine's CPU; to simulate a run on NPU nodes, use the sim cluster: "
+            f"roll-device {command} experiment=mixed_devices cluster=sim"
+        )
+    check_simulation(load_config(["experiment=mixed_devices", "cluster=sim"]), "run")  # what it advises
+    monkeypatch.delenv("ROLL_DEVICE")
+    check_simulation(load_config([]), "run")  # the README's `roll-device run`: unaffected
 
 
 @pytest.mark.parametrize("experiment", ["tiny_grpo", "mixed_devices", "qwen2_5_7b_gpu8", "qwen2_5_7b_npu8"])

@@ -1,6 +1,6 @@
 """PyTorch's OpInfo database run on the simulated NPU and on the CPU, compared (in a process of its own).
 
-For each OpInfo op that the CPU supports in float32, the first samples of the OpInfo's own sample
+For each OpInfo op that the CPU supports in float32, the first samples (or all) of the OpInfo's own sample
 inputs, made on each device from the same seed, run on the CPU and on the simulated NPU (`npu:0`):
 the function variant (forward), the in-place variant where the op has one, the `out=` variant where
 it has one (into empty tensors the kernel resizes), and the backward where the OpInfo supports
@@ -58,7 +58,8 @@ NARROWED: dict[str, dict[str, tuple[str, str]]] = {
 
 
 def conformance(samples: str = "2", only: str = "") -> dict:
-    """Compare the first `samples` samples of each op (of `only`, comma-separated names, if given)."""
+    """Compare the first `samples` samples of each op ("all": every sample) of `only` (comma-separated
+    names) if given, else of every op."""
     from torch.testing._internal.common_methods_invocations import op_db
 
     simulated_npu()
@@ -75,7 +76,7 @@ def conformance(samples: str = "2", only: str = "") -> dict:
             report["cpu_unsupported"].append(name)
             continue
         print(name, file=sys.stderr, flush=True)  # names the op if one ever takes the process down
-        for mode, (problem, ran) in compare_op(op, int(samples)).items():
+        for mode, (problem, ran) in compare_op(op, None if samples == "all" else int(samples)).items():
             report[mode][name] = problem
             if not ran:
                 report["cpu_never_ran"][mode].append(name)
@@ -86,10 +87,10 @@ def op_name(op) -> str:
     return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
 
 
-def compare_op(op, count: int) -> dict[str, tuple[str, bool]]:
+def compare_op(op, count: int | None) -> dict[str, tuple[str, bool]]:
     """{check: (what differed, "" when the NPU agrees; whether the CPU ran any sample)} for the
     checks "forward", "inplace" (where the op has an in-place variant), "out" (where it takes `out=`),
-    "backward" (with autograd)."""
+    "backward" (with autograd), over the op's first `count` samples (None: all of them)."""
     checks = {"forward": _forward}
     if op.inplace_variant is not None:
         checks["inplace"] = _inplace
