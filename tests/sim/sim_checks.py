@@ -144,6 +144,13 @@ def metadata_after_ops() -> dict:
     out["t_"] = list(torch.zeros(2, 3, device=dev).t_().stride())
     out["resize_"] = list(torch.zeros(4, device=dev).resize_(2, 5).shape)
     out["matmul_1d"] = list(torch.matmul(torch.ones(3, device=dev), torch.ones(3, 4, device=dev)).shape)
+    batch, vector, into = (
+        torch.ones(2, 3, 4, device=dev),
+        torch.ones(4, device=dev),
+        torch.empty(0, device=dev),
+    )
+    torch.matmul(batch, vector, out=into)  # computed into a view of `into`, which must alias it
+    out["matmul_out"] = into.cpu().tolist()
     c = torch.randn(4, dtype=torch.complex64, device=dev)
     out["conj"] = c.conj().is_conj()
     w = torch.randn(8, device=dev, requires_grad=True)

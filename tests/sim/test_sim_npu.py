@@ -41,6 +41,7 @@ def test_metadata_follows_the_data_after_every_op():
     assert r["arange_bytes"] == 4000 and r["resized_bytes"] == 8000, "storage grown in place is counted"
     assert r["unsqueeze_"] == [1, 2, 3] and r["t_"] == [1, 3] and r["resize_"] == [2, 5]
     assert r["matmul_1d"] == [4]
+    assert r["matmul_out"] == [[4.0] * 3] * 2, "refused before: the view seemed other memory than `out`"
     assert r["conj"] is True and r["hfft_grad"] == [8]
     assert r["to_cpu"] == "cpu"
     assert r["sparse"] == ["torch.sparse_coo", "npu:0", "torch.sparse_csr", [1.0, 1.0, 1.0]]
