@@ -37,6 +37,7 @@ def every_sample_report() -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # every sample: about 20 minutes on the shared 2-core machine
 @pytest.mark.parametrize("check", ["forward", "inplace", "out", "backward"])
 def test_every_op_agrees_with_the_cpu_on_every_sample(every_sample_report, check):
     # The default run compares two samples per op; the faults a later sample meets (the backward of
