@@ -18,6 +18,7 @@ from roll_device.commands.models import QWEN_SHAPES, SHAPES, TINY_SHAPES
 from roll_device.errors import RollDeviceError
 from roll_device.pipeline.interrupts import how_stopped, sigterm_as_interrupt
 from roll_device.platforms.registry import ENV_VAR, current_platform
+from roll_device.sim.settings import check_all as check_simulation_settings
 
 SUBMITTABLE = ("run", "plan")  # what a submitted job may run
 
@@ -120,6 +121,7 @@ def _guarded(subcommand: str, command) -> int:
         with sigterm_as_interrupt():
             if os.environ.get(ENV_VAR):  # a bad ROLL_DEVICE is refused before any work
                 current_platform()
+            check_simulation_settings()  # as a bad ROLL_SIM_* value, which workers would read later
             return int(command() or 0)
     except RollDeviceError as exc:
         print(f"roll-device {subcommand}: error: {exc}", file=sys.stderr)

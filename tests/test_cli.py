@@ -59,6 +59,14 @@ def test_bad_input_exits_2_with_the_reason(tmp_path, args, message):
             "unknown device kind 'tpu': valid kinds are npu, cuda, rocm, cpu (ROLL_DEVICE also takes auto, npu-sim)",
         ),
         ("npu", "ROLL_DEVICE=npu but no usable Ascend NPU: install torch_npu"),
+        (  # a simulation on the local cluster would run every role on the CPU
+            "npu-sim",
+            (
+                "ROLL_DEVICE=npu-sim simulates npu devices in this process only: on cluster=local every role "
+                "would run on this machine's CPU; to simulate a run on NPU nodes, use the sim cluster: "
+                "roll-device run experiment=mixed_devices cluster=sim"
+            ),
+        ),
     ],
 )
 def test_bad_roll_device_is_refused_before_work(tmp_path, kind, message):

@@ -14,6 +14,8 @@ rules across sections), and check what can be checked before Ray or any worker s
   settings, as each strategy checks it (`Strategy.check_model`).
 - `check_roles_here(config)` (part of the above): on a cluster of this machine alone, the preflight's checks of
   each role (packages, graph modes, sleep levels the kind has) before Ray starts.
+- `check_simulation(config, command)`: `ROLL_DEVICE=npu-sim` on a local cluster, which would run
+  every role on the CPU, refused with the command that simulates NPU nodes (`run` and `plan`).
 
 `plan` and `submit` stop after `load_config`: their files live on the cluster.
 """
@@ -41,7 +43,7 @@ from roll_device.pipeline.experiment import RUN_CONFIG_FILE
 from roll_device.pipeline.role_settings import compute_platform, role_requests
 from roll_device.pipeline.state import Checkpoints, PipelineState
 from roll_device.platforms import Platform, get_platform
-from roll_device.platforms.registry import AUTO
+from roll_device.platforms.registry import AUTO, ENV_VAR, simulations
 from roll_device.settings import read_section
 from strategies.registry import strategy_type
 
@@ -68,6 +70,20 @@ def read_config(cfg: DictConfig) -> RunConfig:
 def load_config(overrides: list[str] | None = None) -> RunConfig:
     """The run's configuration for `overrides` (Hydra's syntax), composed once and read."""
     return read_config(compose(overrides))
+
+
+def check_simulation(config: RunConfig, command: str) -> None:
+    """A simulation named by `ROLL_DEVICE` (`npu-sim`) lives in the process that sets it: a local
+    cluster's Ray node declares only this machine's real devices, so every role would run on the CPU
+    without a word. Refused, with the sim cluster's example, whose nodes declare NPUs and whose
+    workers there compute on the simulated NPU (docs/cluster.md)."""
+    value = os.environ.get(ENV_VAR, "")
+    if value in simulations() and isinstance(config.cluster, LocalCluster):
+        raise ConfigError(
+            f"{ENV_VAR}={value} simulates {simulations()[value]} devices in this process only: on "
+            "cluster=local every role would run on this machine's CPU; to simulate a run on NPU nodes, "
+            f"use the sim cluster: roll-device {command} experiment=mixed_devices cluster=sim"
+        )
 
 
 def check_model_files(config: RunConfig) -> None:

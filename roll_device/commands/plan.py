@@ -5,11 +5,12 @@ where the run runs."""
 from __future__ import annotations
 
 from roll_device.cluster import plan_for, read_inventory, start_cluster
-from roll_device.commands.gate import load_config
+from roll_device.commands.gate import check_simulation, load_config
 
 
 def plan_command(overrides: list[str]) -> int:
     config = load_config(overrides)  # a bad override fails here, before a cluster starts
+    check_simulation(config, "plan")
     with start_cluster(config.cluster) as handle:
         inventory = read_inventory()
         print(f"cluster '{handle.name}' at {handle.address}:")

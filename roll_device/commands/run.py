@@ -25,7 +25,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from roll_device.commands.compose import CONFIG_NAME, compose, config_dir, explain
-from roll_device.commands.gate import check_before_start, check_model, read_config
+from roll_device.commands.gate import check_before_start, check_model, check_simulation, read_config
 from roll_device.errors import ConfigError, RollDeviceError
 from roll_device.pipeline.config import RunConfig
 from roll_device.pipeline.experiment import model_path, run_experiment
@@ -42,6 +42,7 @@ def run_checked(
     """Check `config` for this machine (then `after_checks()`), and run it with outputs in
     `run_dir`: the model is made when it is the tiny one, and checked against each role's
     settings. Returns the run directory."""
+    check_simulation(config, "run")
     start = check_before_start(config, run_dir)
     if after_checks is not None:
         after_checks()

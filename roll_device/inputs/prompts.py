@@ -5,10 +5,15 @@ models), a prompt is sent as one user message rendered by that template with the
 prompt appended, as ROLL and verl do; otherwise it is the tokenizer's BOS token (if any) and the
 raw text. Responses stop at the tokenizer's EOS and at every EOS id of the model's
 `generation_config.json` (chat models end turns with their own token, e.g. `<|im_end|>`).
+
+A tokenizer with an unknown token (the tiny character tokenizer's is `<pad>`; byte-level ones have
+none) turns characters it does not know into that token, which decodes to nothing: the model never
+sees them. The encoder warns (`warnings`) naming them, once per character it has not yet named.
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 
@@ -46,6 +51,8 @@ class PromptEncoder:
         self.tokenizer = tokenizer
         self.tokens = Tokens.from_tokenizer(tokenizer, model_path)
         self.chat = bool(use_chat_template and getattr(tokenizer, "chat_template", None))
+        self.unknown = _unknown_token(tokenizer)
+        self._named: set[str] = set()  # unknown characters a warning already named
 
     def render(self, prompt: str) -> str:
         """The text the engine sees for `prompt` (the chat template's rendering when on)."""
@@ -59,7 +66,33 @@ class PromptEncoder:
         return self.tokenizer.batch_decode(responses, skip_special_tokens=True)
 
     def encode(self, prompt: str) -> list[int]:
-        ids = self.tokenizer(self.render(prompt), add_special_tokens=False).input_ids
+        text = self.render(prompt)
+        ids = self.tokenizer(text, add_special_tokens=False).input_ids
+        if self.unknown is not None and self.tokenizer.convert_tokens_to_ids(self.unknown) in ids:
+            self._warn_unknown(text)
         if self.chat or self.tokens.bos is None:
             return ids  # a chat template writes its own leading tokens
         return [self.tokens.bos, *ids]
+
+    def _warn_unknown(self, text: str) -> None:
+        """Name the characters of `text` the tokenizer encodes as its unknown token, those not named before."""
+        encoded = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+        unknown_id = self.tokenizer.convert_tokens_to_ids(self.unknown)
+        found = {text[a:b] for i, (a, b) in zip(encoded.input_ids, encoded.offset_mapping) if i == unknown_id}
+        new = sorted(found - self._named)
+        if not new:
+            return
+        self._named.update(new)
+        warnings.warn(
+            f"the tokenizer does not know {', '.join(map(repr, new))} (in prompt {text[:60]!r}): it encodes "
+            f"them as {self.unknown!r}, which decodes to nothing, so the model never sees them; write the "
+            "prompts in characters it knows, or use a model whose tokenizer knows them (model.path)",
+            stacklevel=3,
+        )
+
+
+def _unknown_token(tokenizer) -> str | None:
+    """The token a tokenizer gives text it does not know (None: it knows all text, as byte-level
+    tokenizers do); a fast tokenizer's model holds it where the tokenizer does not name one."""
+    model = getattr(getattr(tokenizer, "backend_tokenizer", None), "model", None)
+    return tokenizer.unk_token or getattr(model, "unk_token", None)

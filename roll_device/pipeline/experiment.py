@@ -247,7 +247,7 @@ def _run(config: RunConfig, run_dir: Path, path: str, start, on_step: Callable |
             except KeyboardInterrupt as stop:
                 raise run.ended(*how_stopped(stop)) from None
             title = f"{config.experiment.name}: GRPO, {data_summary(config)} ({plan_summary(plan)})"
-            png = run.metrics.plot(title)
+            png = run.metrics.plot(title, with_kl="reference" in config.roles_to_run().present())
             print(f"{run.metrics.summary()}; plot: {png}")
         finally:
             roles.shutdown()

@@ -1,5 +1,6 @@
 """Per-step metrics of a run: appended to `metrics.jsonl` and drawn as `metrics.png` (reward and
-evaluation pass@1, KL to the reference, step time and its parts) in the run directory.
+evaluation pass@1, KL to the reference when one runs, step time and its parts; steps ticked as
+whole numbers) in the run directory.
 
 Training steps and evaluations are lines of their own: an evaluation line has `eval_pass@1` and
 no `reward_mean` (see `roll_device.pipeline.evaluation`)."""
@@ -52,31 +53,45 @@ class MetricsLog:
         with self.jsonl.open("a") as f:
             f.write(json.dumps(record) + "\n")
 
-    def plot(self, title: str) -> Path:
+    def plot(self, title: str, with_kl: bool) -> Path:
+        """`metrics.png`: the figure `figure` draws."""
+        import matplotlib.pyplot as plt
+
+        fig = self.figure(title, with_kl)
+        fig.savefig(self.png, dpi=100)
+        plt.close(fig)
+        return self.png
+
+    def figure(self, title: str, with_kl: bool):
+        """Reward (and eval pass@1), KL to the reference where one runs (`with_kl`; without one its
+        KL is no measurement, so the panel is left out), seconds per step; whole-number step ticks."""
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
 
         records, evals = self.steps(), self.evaluations()
         steps = [r["step"] for r in records]
-        fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-        axes[0].plot(steps, [r["reward_mean"] for r in records], marker="o", label="mean reward")
+        fig, axes = plt.subplots(1, 3 if with_kl else 2, figsize=(14 if with_kl else 10, 4))
+        reward, seconds = axes[0], axes[-1]
+        reward.plot(steps, [r["reward_mean"] for r in records], marker="o", label="mean reward")
         if evals:
-            axes[0].plot(
+            reward.plot(
                 [r["step"] for r in evals], [r[PASS_KEY] for r in evals], marker="s", label="eval pass@1"
             )
-            axes[0].legend()
-        axes[0].set(title="reward" + (" and eval pass@1" if evals else ""), xlabel="step")
-        axes[1].plot(steps, [r.get("kl", 0.0) for r in records], marker="o", color="tab:purple")
-        axes[1].set(title="KL to reference", xlabel="step")
-        axes[2].plot(steps, [r["step_s"] for r in records], marker="o", color="black", label="step")
+            reward.legend()
+        reward.set(title="reward" + (" and eval pass@1" if evals else ""), xlabel="step")
+        if with_kl:
+            axes[1].plot(steps, [r.get("kl", 0.0) for r in records], marker="o", color="tab:purple")
+            axes[1].set(title="KL to reference", xlabel="step")
+        seconds.plot(steps, [r["step_s"] for r in records], marker="o", color="black", label="step")
         for key in PLOTTED_TIMES:
-            axes[2].plot(steps, [r.get(key, 0.0) for r in records], label=key.removesuffix("_s"))
-        axes[2].set(title="seconds per step", xlabel="step")
-        axes[2].legend()
+            seconds.plot(steps, [r.get(key, 0.0) for r in records], label=key.removesuffix("_s"))
+        seconds.set(title="seconds per step", xlabel="step")
+        seconds.legend()
+        for ax in axes:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         fig.suptitle(title)
         fig.tight_layout()
-        fig.savefig(self.png, dpi=100)
-        plt.close(fig)
-        return self.png
+        return fig

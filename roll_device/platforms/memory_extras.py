@@ -42,7 +42,8 @@ class MemoryExtras:
         """Cap this process's allocations on the current device at `fraction` of its memory."""
         if not 0.0 < fraction <= 1.0:
             raise ValueError(f"platform '{self.name}': memory fraction {fraction} is not in (0, 1]")
-        self._call_as("set_memory_fraction", "set_per_process_memory_fraction", fraction)
+        # As a float: torch_npu and torch.cuda refuse an int (TypeError), even 1.
+        self._call_as("set_memory_fraction", "set_per_process_memory_fraction", float(fraction))
 
     def ipc_collect(self) -> None:
         """Free memory that other processes opened through IPC handles and have released."""

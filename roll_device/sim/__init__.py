@@ -11,6 +11,8 @@ the host during capture; a capture needs one of the device's streams (`streams.p
 capacity past which allocation raises torch_npu's out-of-memory error, and graph pools are shared
 (`memory.py`). The errors carry torch_npu's wording (`errors.py`).
 
+Its settings are `ROLL_SIM_*` environment variables, checked where they are read (`settings.py`).
+
 What it does not model: NPU kernels and their numerics (ops run on CPU kernels), HCCL itself
 (collectives are gloo on CPU tensors), timing and asynchrony (every op completes before it
 returns), and the allocator's caching and fragmentation. Every result obtained through it is a
@@ -37,7 +39,11 @@ def is_installed() -> bool:
 
 def install() -> None:
     """Install the simulated NPU in this process (idempotent; each call also lets Ray, if it was
-    imported since, see simulated tensors as device tensors)."""
+    imported since, see simulated tensors as device tensors). A `ROLL_SIM_*` variable set to a value
+    it does not take is refused first, with a ConfigError that names it (`settings.py`)."""
+    from roll_device.sim import settings
+
+    settings.check_all()
     with _lock:
         if _installed["done"]:
             _expose_to_ray()

@@ -11,13 +11,12 @@ raises. Device facts name the simulation: `get_device_name()` is `ROLL_SIM_NPU_N
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 
 from roll_device.sim import allocator as memory
-from roll_device.sim import errors, graphs, streams
+from roll_device.sim import errors, graphs, settings, streams
 from roll_device.sim.devices import current_index, device_count, device_index, set_current_index
 from roll_device.sim.graphs import NPUGraph, graph, graph_pool_handle, is_current_stream_capturing
 from roll_device.sim.markers import mstx
@@ -104,7 +103,7 @@ class NPUDeviceProperties:
 
 def get_device_name(device=None) -> str:
     device_index(device)
-    return f"{os.environ.get('ROLL_SIM_NPU_NAME', 'Ascend910B2')} (simulated)"
+    return f"{settings.NAME.value()} (simulated)"
 
 
 def get_device_properties(device=None) -> NPUDeviceProperties:
@@ -160,6 +159,9 @@ def memory_stats(device=None) -> dict[str, int]:
 
 
 def set_per_process_memory_fraction(fraction: float, device=None) -> None:
+    """As torch_npu's: a float in [0, 1]; below 1 it caps what this process may reserve on the device."""
+    if not isinstance(fraction, float):
+        raise TypeError("Invalid type for fraction argument, must be `float`")
     if not 0.0 <= fraction <= 1.0:
         raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
     LEDGER.fraction[device_index(device)] = fraction

@@ -1,21 +1,22 @@
-"""Device indices of the simulated NPU: how many there are (`ROLL_SIM_NPU_COUNT`, default 8), which is
-current (process-wide), and the index a device argument names."""
+"""Device indices of the simulated NPU: how many there are (`ROLL_SIM_NPU_COUNT`, default 8, checked
+in `settings.py`), which is current (process-wide), and the index a device argument names, checked
+as torch_npu checks it: an index the machine does not have fails with the device's invalid-device
+error (ACL error 107001), whether a device is set, made current or allocated on."""
 
 from __future__ import annotations
 
-import os
-
 import torch
 
+from roll_device.sim import errors, settings
+
 DEVICE_TYPE = "npu"
-DEFAULT_COUNT = 8
-COUNT_ENV = "ROLL_SIM_NPU_COUNT"
+COUNT_ENV = settings.COUNT.env
 
 _current = {"index": 0}
 
 
 def device_count() -> int:
-    return int(os.environ.get(COUNT_ENV, DEFAULT_COUNT))
+    return settings.COUNT.value()
 
 
 def current_index() -> int:
@@ -30,15 +31,18 @@ def set_current_index(index: int) -> None:
 def device_index(device=None) -> int:
     """The index `device` names (an int, `npu:N`, a torch.device; None: the current one), checked."""
     if device is None:
-        return current_index()
-    if isinstance(device, int):
+        index = current_index()
+    elif isinstance(device, int):
         index = device
     else:
         device = torch.device(device)
         index = device.index if device.index is not None else current_index()
-    if not 0 <= index < device_count():
-        raise RuntimeError(
-            f"simulated npu:{index} does not exist: {COUNT_ENV}={device_count()} "
-            "(raise it, or pick an index below it)"
-        )
+    return checked(index)
+
+
+def checked(index: int) -> int:
+    """`index` if the machine has that device, else torch_npu's invalid-device error."""
+    count = device_count()
+    if not 0 <= index < count:
+        raise errors.invalid_device(index, count, COUNT_ENV)
     return index

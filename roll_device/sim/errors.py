@@ -4,7 +4,7 @@ Each message starts with torch_npu's (or CANN's) own text, so that a log read on
 looks like one read on a device, and ends with a line marked `[simulated NPU]` that says what was
 done and what to do about it. Sources of the wordings (public): torch_npu's NPUGraph.cpp and
 NPUGraphsUtils.h (capture checks), its caching allocator (out of memory), and device logs quoted in
-vLLM-Ascend and vLLM-Omni issues (error codes 107027, 107030, 207008); see docs/simulation.md.
+vLLM-Ascend and vLLM-Omni issues (error codes 107001, 107027, 107030, 207008); see docs/simulation.md.
 """
 
 from __future__ import annotations
@@ -51,15 +51,42 @@ def streams_exhausted(needed: int, budget: int, graphs: int) -> RuntimeError:
     )
 
 
-def out_of_memory(index: int, size: int, total: int, allocated: int, reserved: int) -> torch.OutOfMemoryError:
-    """An allocation past the device's capacity."""
+def out_of_memory(
+    index: int, size: int, total: int, fraction: float | None, allocated: int, reserved: int
+) -> torch.OutOfMemoryError:
+    """An allocation past what the process may reserve: the device's `total`, or the part of it the
+    `fraction` set by `set_per_process_memory_fraction` allows (None: none was set). As torch_npu's
+    caching allocator words it, "total capacity" is the device's and "free" what the device has free
+    (a fraction lowers neither); once a fraction is set, what it allows is a part of its own ("X allowed")."""
     free = max(total - reserved, 0)
+    if fraction is None:
+        allowance, limit = "", f"the device holds {_size(total)} (ROLL_SIM_NPU_MEMORY_BYTES={total})"
+    else:
+        allowed = int(fraction * total)
+        allowance = f"{_size(allowed)} allowed; "
+        limit = (
+            f"this process may reserve {_size(allowed)}: set_per_process_memory_fraction({fraction}) of "
+            f"the device's {_size(total)} (ROLL_SIM_NPU_MEMORY_BYTES={total})"
+        )
     return torch.OutOfMemoryError(
         f"NPU out of memory. Tried to allocate {_size(size)} (NPU {index}; {_size(total)} total capacity; "
         f"{_size(allocated)} already allocated; {_size(allocated)} current active; {_size(free)} free; "
-        f"{_size(reserved)} reserved in total by PyTorch)\n"
-        f"[simulated NPU] the device holds {_size(total)} (ROLL_SIM_NPU_MEMORY_BYTES={total}): free or "
-        "offload what is resident, or lower the batch size, sequence length or KV cache"
+        f"{allowance}{_size(reserved)} reserved in total by PyTorch)\n"
+        f"[simulated NPU] {limit}: free or offload what is resident, or lower the batch size, sequence "
+        "length or KV cache"
+    )
+
+
+def invalid_device(index: int, count: int, count_env: str) -> RuntimeError:
+    """A device index the machine does not have, set or allocated on (ACL error 107001): torch_npu's
+    `SetDevice` fails with the runtime's words."""
+    return RuntimeError(
+        "NPU function error: c10_npu::SetDevice(device), error code is 107001\n"
+        f"{_PTA}\n[Error]: Invalid device ID.\n        Check whether the device ID is valid.\n"
+        f"Invalid_Argument(EE1003): SetDevice failed because value {index} for parameter drv devId is "
+        f"invalid. Expected value: [0, {count}).\n"
+        f"[simulated NPU] npu:{index} does not exist: {count_env}={count} (pick an index below "
+        f"{count}, or raise {count_env})"
     )
 
 

@@ -9,30 +9,28 @@ What a user of torch_npu's caching allocator observes, modelled without the cach
 - `reserved` (and what `mem_get_info` reports as used): allocations outside pools plus every pool's
   footprint. Memory freed outside pools returns at once (no cache, no fragmentation);
 - an allocation that would take `reserved` past the capacity (`ROLL_SIM_NPU_MEMORY_BYTES`, default
-  64 GiB, times the process's fraction from `set_per_process_memory_fraction`) raises
-  `torch.OutOfMemoryError` with torch_npu's wording, before any memory is taken;
+  64 GiB, times the process's fraction once `set_per_process_memory_fraction` set one) raises
+  `torch.OutOfMemoryError` with torch_npu's wording (the device's total capacity, and what the
+  fraction allows beside it), before any memory is taken;
 - `memory_stats()` reports these counters under torch's names, current and peak;
 - while memory history records ("state": the stacks of live storages; "all": also every storage
   taken or given back, as torch's `alloc` / `free_completed` trace entries, with their stacks),
-  a snapshot shows live storages as segments, each with the stack that allocated it.
+  a snapshot shows live storages as segments, each with the stack that allocated them.
 """
 
 from __future__ import annotations
 
 import itertools
-import os
 import threading
 import traceback
 import weakref
 from collections import deque
 
-from roll_device.sim import errors
-
-DEFAULT_MEMORY_BYTES = 64 << 30
+from roll_device.sim import errors, settings
 
 
 def total_memory() -> int:
-    return int(os.environ.get("ROLL_SIM_NPU_MEMORY_BYTES", DEFAULT_MEMORY_BYTES))
+    return settings.MEMORY_BYTES.value()
 
 
 class Pool:
@@ -66,8 +64,10 @@ class MemoryLedger:
         self.frames: dict[tuple[int, int], list[dict]] = {}  # live storage -> its allocation stack
 
     def capacity(self, index: int) -> int:
-        """Bytes this process may reserve on device `index`."""
-        return int(total_memory() * self.fraction.get(index, 1.0))
+        """Bytes this process may reserve on device `index`: the device's, or the part of them the
+        fraction set for it allows (as torch_npu's allocator computes it)."""
+        fraction = self.fraction.get(index)
+        return total_memory() if fraction is None else int(fraction * total_memory())
 
     def stats(self, index: int) -> dict[str, int]:
         """The counters under the names of torch's `memory_stats()`."""
@@ -122,7 +122,12 @@ class MemoryLedger:
         reserved = self.reserved(index)
         if growth and reserved + growth > self.capacity(index):
             raise errors.out_of_memory(
-                index, nbytes, self.capacity(index), self.allocated.get(index, 0), reserved
+                index,
+                nbytes,
+                total_memory(),
+                self.fraction.get(index),
+                self.allocated.get(index, 0),
+                reserved,
             )
         if pool is None:
             self._outside[index] = self._outside.get(index, 0) + nbytes

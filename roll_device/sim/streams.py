@@ -17,10 +17,9 @@ import os
 
 import torch
 
-from roll_device.sim import errors
+from roll_device.sim import errors, settings
 from roll_device.sim.devices import DEVICE_TYPE, current_index, device_index, set_current_index
 
-DEFAULT_DEVICE_STREAMS = 2048
 POOL_SIZES = (8, 32)
 DEFAULT_POOL_SIZE = 32
 
@@ -28,7 +27,7 @@ log = logging.getLogger(__name__)
 
 
 def device_streams() -> int:
-    return int(os.environ.get("ROLL_SIM_NPU_STREAMS", DEFAULT_DEVICE_STREAMS))
+    return settings.STREAMS.value()
 
 
 def pool_size() -> int:

@@ -16,10 +16,11 @@ resized by its kernel) is followed by the wrapper (`_resync`). Sparse layouts ar
 from __future__ import annotations
 
 import torch
+from torch.utils._python_dispatch import get_alias_info
 from torch.utils._pytree import tree_map
 
 from roll_device.sim import errors, graphs
-from roll_device.sim.devices import DEVICE_TYPE, current_index
+from roll_device.sim.devices import DEVICE_TYPE, checked, current_index
 from roll_device.sim.memory import LEDGER
 
 aten = torch.ops.aten
@@ -151,7 +152,7 @@ def run_on_cpu(func, args, kwargs):
     tree_map(remember, args)
     tree_map(remember, kwargs)
     cpu_args, cpu_kwargs = tree_map(_unwrap, args), tree_map(_unwrap, kwargs)
-    out = func(*cpu_args, **cpu_kwargs)
+    out = _call_as_passed(func, cpu_args, cpu_kwargs, passed.values())
     if capture is not None:
         capture.record(func, cpu_args, cpu_kwargs, out)
     if func in _RETURNS_CPU or _to_host(kwargs):
@@ -168,7 +169,53 @@ def run_on_cpu(func, args, kwargs):
             return passed[id(t)] if id(t) in passed else SimNpuTensor(t, index)
         return t
 
-    return tree_map(rewrap, out)
+    result = tree_map(rewrap, out)
+    _share_storage_with_bases(func, args, result)
+    return result
+
+
+def _share_storage_with_bases(func, args, result) -> None:
+    """Give the results of a view op their base's storage, as a device's views have: composite
+    kernels ask whether two tensors alias (`is_alias_of`), and a wrapper's own storage is not its
+    data's. `matmul(out=)` with a batch of matrices and a vector copied its result onto itself
+    when the view of `out` it had computed into seemed to be other memory, and the CPU refused."""
+    matches = get_alias_info(func).read_only_alias_match_indexes
+    if not matches:
+        return
+    outs = result if isinstance(result, tuple) else (result,)
+    for arg_index, out_index in matches:
+        base, views = args[arg_index], outs[out_index]
+        for view in views if isinstance(views, list) else [views]:
+            if _strided_wrapper(base) and _strided_wrapper(view) and view is not base:
+                torch._functionalize_unsafe_set(view, base)
+
+
+def _strided_wrapper(t) -> bool:
+    """A simulated tensor with a storage to share (sparse layouts have none)."""
+    return isinstance(t, SimNpuTensor) and t.elem.layout == torch.strided
+
+
+def _call_as_passed(func, cpu_args, cpu_kwargs, passed):
+    """`func` on the CPU data, which report the `requires_grad` of the tensors the caller passed.
+
+    A device kernel sees its own tensors, flag included, and a few kernels decide from it what to
+    compute: `sparse.mm(csr, dense, "amax"/"amin")` keeps the argmax its backward reads only when an
+    input requires grad; without it the backward read past an empty index and took the process down.
+    The wrapped data are plain tensors: the flag is set for the call and cleared after it, and the
+    call runs below autograd (as this point of the dispatch already is), so nothing is recorded."""
+    flagged = [
+        t.elem for t in passed if isinstance(t, SimNpuTensor) and t.requires_grad and not t.elem.requires_grad
+    ]
+    if not flagged:
+        return func(*cpu_args, **cpu_kwargs)
+    for elem in flagged:
+        elem.requires_grad_(True)
+    try:
+        with torch._C._AutoDispatchBelowAutograd():
+            return func(*cpu_args, **cpu_kwargs)
+    finally:
+        for elem in flagged:
+            elem.requires_grad_(False)
 
 
 def _point_at(wrapper: SimNpuTensor, elem: torch.Tensor) -> SimNpuTensor:
@@ -235,6 +282,12 @@ def _host_storage(storage: torch.UntypedStorage) -> torch.UntypedStorage:
 
 
 def _first_index(args, kwargs) -> int:
+    """The device index of the op's results: the `device` it names (checked: torch_npu refuses an
+    index the machine does not have), else that of its first simulated tensor, else the current one."""
+    target = kwargs.get("device")
+    if target is not None and torch.device(target).type == DEVICE_TYPE:
+        target = torch.device(target)
+        return checked(target.index if target.index is not None else current_index())
     found = []
 
     def visit(x):
@@ -242,9 +295,9 @@ def _first_index(args, kwargs) -> int:
             if isinstance(x, SimNpuTensor):
                 found.append(x.device.index or 0)
             elif isinstance(x, torch.device) and x.type == DEVICE_TYPE:
-                found.append(x.index if x.index is not None else current_index())
+                found.append(checked(x.index if x.index is not None else current_index()))
         return x
 
     tree_map(visit, args)
     tree_map(visit, kwargs or {})
-    return found[0] if found else current_index()
+    return found[0] if found else checked(current_index())

@@ -193,11 +193,12 @@ def test_a_kind_without_its_collective_backend_is_refused_with_what_to_install()
     with pytest.raises(MissingPackageError) as npu:
         rd.register_ray_communicator("npu")  # no torch_npu here (and no simulation asked for)
     assert str(npu.value).startswith(
-        "platform 'npu' has no collective backend 'hccl' here: its package is missing (platform 'npu' "
-        "needs the package torch_npu"
+        "platform 'npu' has no collective backend 'hccl' here: platform 'npu' needs the package torch_npu, "
+        "which could not be imported (ModuleNotFoundError: No module named 'torch_npu'): install torch_npu"
     )
     assert str(npu.value).endswith(
         "or set ROLL_DEVICE=npu-sim to run the NPU code paths on the simulated NPU"
     )
+    assert str(npu.value).count("install torch_npu") == 1, "the install hint is said once"
     with pytest.raises(ConfigError, match="platform 'cpu' keeps tensors in host memory"):
         rd.register_ray_communicator("cpu")

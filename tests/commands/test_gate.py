@@ -14,6 +14,7 @@ from roll_device.commands.gate import (
     check_model,
     check_model_files,
     check_same_trainer,
+    check_simulation,
     load_config,
 )
 from roll_device.commands.run import run_checked
@@ -175,6 +176,22 @@ def test_the_hint_to_add_a_key_is_given_only_where_the_key_is_read(override, add
     assert ("a new key is added with" in str(err.value)) == (added is not None)
     if added is not None:
         load_config([added])  # following the hint gives a configuration that reads
+
+
+def test_a_simulated_npu_on_a_local_cluster_is_refused_with_the_sim_cluster_command(monkeypatch):
+    # Before: ROLL_DEVICE=npu-sim roll-device run placed every role on the CPU without a word.
+    monkeypatch.setenv("ROLL_DEVICE", "npu-sim")
+    for command in ("run", "plan"):
+        with pytest.raises(ConfigError) as refused:
+            check_simulation(load_config([]), command)
+        assert str(refused.value) == (
+            "ROLL_DEVICE=npu-sim simulates npu devices in this process only: on cluster=local every role "
+            "would run on this machine's CPU; to simulate a run on NPU nodes, use the sim cluster: "
+            f"roll-device {command} experiment=mixed_devices cluster=sim"
+        )
+    check_simulation(load_config(["experiment=mixed_devices", "cluster=sim"]), "run")  # what it advises
+    monkeypatch.delenv("ROLL_DEVICE")
+    check_simulation(load_config([]), "run")  # the README's `roll-device run`: unaffected
 
 
 @pytest.mark.parametrize("experiment", ["tiny_grpo", "mixed_devices", "qwen2_5_7b_gpu8", "qwen2_5_7b_npu8"])

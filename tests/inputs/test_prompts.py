@@ -2,6 +2,7 @@
 the checks of a model directory."""
 
 import json
+import warnings
 
 import pytest
 
@@ -37,6 +38,26 @@ def test_responses_are_decoded_for_the_reward_without_special_tokens():
     answer = tokenizer("12", add_special_tokens=False).input_ids
     responses = [answer + [tokenizer.eos_token_id], [tokenizer.bos_token_id, *answer], []]
     assert encoder.decode(responses) == ["12", "12", ""]
+
+
+UNKNOWN = (
+    "the tokenizer does not know {} (in prompt {!r}): it encodes them as '<pad>', which decodes to nothing, "
+    "so the model never sees them; write the prompts in characters it knows, or use a model whose tokenizer "
+    "knows them (model.path)"
+)
+
+
+def test_characters_the_tokenizer_does_not_know_are_named_once_each():
+    # Before: the tiny tokenizer turned them into <pad> (nothing, decoded) without a word.
+    encoder = PromptEncoder(build_tokenizer())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for prompt in ("What is 2+2?", "What is 3+3?", "Ok: what is 1+1!", "what is 4+4?"):
+            encoder.encode(prompt)
+    assert [str(w.message) for w in caught] == [
+        UNKNOWN.format("'W'", "What is 2+2?"),
+        UNKNOWN.format("'!', 'O'", "Ok: what is 1+1!"),  # 'W' was named already
+    ]
 
 
 def test_stop_ids_include_the_generation_configs_eos_ids(tmp_path):

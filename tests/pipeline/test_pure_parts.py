@@ -53,8 +53,24 @@ def test_metrics_log_and_plot(tmp_path):
         log.append({"step": step, "reward_mean": step / 10, "kl": 0.0, "step_s": 1.0, "rollout_s": 0.5})
     log.truncate_after(2)
     assert [r["step"] for r in log.read()] == [1, 2]
-    png = log.plot("test run")
+    png = log.plot("test run", with_kl=True)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    "with_kl, titles",
+    [(True, ["reward", "KL to reference", "seconds per step"]), (False, ["reward", "seconds per step"])],
+)
+def test_the_plot_shows_kl_only_with_a_reference_and_whole_steps(tmp_path, with_kl, titles):
+    # Before: a flat KL panel without a reference (kl_coef=0, reference=null), and ticks at 1.25, 1.5...
+    log = MetricsLog(tmp_path)
+    for step in (1, 2, 3):
+        log.append({"step": step, "reward_mean": step / 10, "kl": 0.0, "step_s": 1.0})
+    fig = log.figure("test run", with_kl=with_kl)
+    assert [ax.get_title() for ax in fig.axes] == titles
+    for ax in fig.axes:
+        fig.canvas.draw()
+        assert all(float(tick).is_integer() for tick in ax.get_xticks()), ax.get_xticks()
 
 
 def test_checkpoints_commit_atomically_and_track_latest(tmp_path):

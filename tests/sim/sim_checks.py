@@ -12,7 +12,7 @@ import socket
 
 import torch
 
-from tests.isolated import simulated_npu
+from tests.isolated import error_of, simulated_npu
 
 
 def platform_contract() -> dict:
@@ -144,6 +144,13 @@ def metadata_after_ops() -> dict:
     out["t_"] = list(torch.zeros(2, 3, device=dev).t_().stride())
     out["resize_"] = list(torch.zeros(4, device=dev).resize_(2, 5).shape)
     out["matmul_1d"] = list(torch.matmul(torch.ones(3, device=dev), torch.ones(3, 4, device=dev)).shape)
+    batch, vector, into = (
+        torch.ones(2, 3, 4, device=dev),
+        torch.ones(4, device=dev),
+        torch.empty(0, device=dev),
+    )
+    torch.matmul(batch, vector, out=into)  # computed into a view of `into`, which must alias it
+    out["matmul_out"] = into.cpu().tolist()
     c = torch.randn(4, dtype=torch.complex64, device=dev)
     out["conj"] = c.conj().is_conj()
     w = torch.randn(8, device=dev, requires_grad=True)
@@ -158,4 +165,42 @@ def metadata_after_ops() -> dict:
         str(csr.layout),
         (csr @ torch.ones(3, device=dev)).cpu().tolist(),
     ]
+    return out
+
+
+def device_limits() -> dict:
+    """What torch_npu refuses on the machine `ROLL_SIM_NPU_COUNT` and `ROLL_SIM_NPU_MEMORY_BYTES`
+    describe: a device index it does not have, an int fraction, an allocation past the fraction."""
+    p = simulated_npu()
+    missing = f"npu:{torch.npu.device_count()}"
+    out = {
+        "factory": error_of(lambda: torch.ones(2, device=missing)),
+        "copy": error_of(lambda: torch.zeros(2).to(missing)),
+        "set_device": error_of(lambda: torch.npu.set_device(missing)),
+        "last": str(torch.ones(2, device=f"npu:{torch.npu.device_count() - 1}").device),
+        "int_fraction": error_of(lambda: torch.npu.set_per_process_memory_fraction(1)),
+    }
+    half = p.total_memory() // 2
+    torch.npu.set_per_process_memory_fraction(0.25)
+    out["oom"] = error_of(lambda: torch.empty(half, dtype=torch.uint8, device="npu:0"))
+    p.set_memory_fraction(1)  # the platform hands torch_npu the float it needs
+    out["whole_device"] = error_of(lambda: torch.empty(half, dtype=torch.uint8, device="npu:0"))
+    return out
+
+
+def sparse_mm_reduce_backward() -> dict:
+    """The gradients of `torch.sparse.mm(csr, dense, reduce)` on `npu:0` and on the CPU, per reduction
+    (the backward of "amax" and "amin" read an index the forward had not kept, and the process died)."""
+    p = simulated_npu()
+    out = {}
+    for reduce in ("sum", "mean", "amax", "amin"):
+        torch.manual_seed(0)
+        a, b = torch.randn(5, 5).relu().to_sparse_csr(), torch.randn(5, 3)
+        grads = []
+        for device in ("cpu", p.device()):
+            a_, b_ = (t.detach().to(device).requires_grad_() for t in (a, b))
+            torch.sparse.mm(a_, b_, reduce).sum().backward()
+            grads.append((a_.grad.to_dense().cpu(), b_.grad.cpu(), str(b_.grad.device)))
+        (cpu_a, cpu_b, _), (npu_a, npu_b, device) = grads
+        out[reduce] = [torch.equal(cpu_a, npu_a) and torch.equal(cpu_b, npu_b), device]
     return out

@@ -41,6 +41,37 @@ def test_metadata_follows_the_data_after_every_op():
     assert r["arange_bytes"] == 4000 and r["resized_bytes"] == 8000, "storage grown in place is counted"
     assert r["unsqueeze_"] == [1, 2, 3] and r["t_"] == [1, 3] and r["resize_"] == [2, 5]
     assert r["matmul_1d"] == [4]
+    assert r["matmul_out"] == [[4.0] * 3] * 2, "refused before: the view seemed other memory than `out`"
     assert r["conj"] is True and r["hfft_grad"] == [8]
     assert r["to_cpu"] == "cpu"
     assert r["sparse"] == ["torch.sparse_coo", "npu:0", "torch.sparse_csr", [1.0, 1.0, 1.0]]
+
+
+def test_device_limits_are_refused_in_torch_npus_words():
+    r = run_isolated(
+        "tests.sim.sim_checks:device_limits",
+        env={"ROLL_SIM_NPU_COUNT": "2", "ROLL_SIM_NPU_MEMORY_BYTES": str(64 << 20)},
+    )
+    for how in ("factory", "copy", "set_device"):  # npu:2 allocated before: the count was not checked
+        assert r[how].startswith(
+            "RuntimeError: NPU function error: c10_npu::SetDevice(device), error code is 107001"
+        )
+        assert "[Error]: Invalid device ID." in r[how] and "Expected value: [0, 2)." in r[how]
+        assert r[how].endswith(
+            "npu:2 does not exist: ROLL_SIM_NPU_COUNT=2 (pick an index below 2, or raise ROLL_SIM_NPU_COUNT)"
+        )
+    assert r["last"] == "npu:1"
+    assert r["int_fraction"] == "TypeError: Invalid type for fraction argument, must be `float`"
+    # torch_npu's wording: the device's total capacity, and what the fraction allows beside it.
+    assert "(NPU 0; 64.00 MiB total capacity; " in r["oom"] and "; 16.00 MiB allowed; " in r["oom"]
+    assert (
+        "[simulated NPU] this process may reserve 16.00 MiB: set_per_process_memory_fraction(0.25) of the "
+        "device's 64.00 MiB (ROLL_SIM_NPU_MEMORY_BYTES=67108864)"
+    ) in r["oom"]
+    assert r["whole_device"] == ""
+
+
+def test_sparse_mm_reduce_backward_matches_the_cpu():
+    # In a process of its own: before the fix the backward of "amax"/"amin" ended it (exit 139).
+    r = run_isolated("tests.sim.sim_checks:sparse_mm_reduce_backward")
+    assert r == {reduce: [True, "npu:0"] for reduce in ("sum", "mean", "amax", "amin")}

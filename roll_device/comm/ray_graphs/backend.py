@@ -37,18 +37,17 @@ def collective_platform(kind: str | None = None) -> Platform:
     platform = platform_for(kind)
     try:
         platform.device_module()  # loads the kind's package, which registers its backend with torch
-    except MissingPackageError as exc:
-        raise MissingPackageError(_missing(platform, f"its package is missing ({exc})")) from exc
+    except MissingPackageError as exc:  # it names the package and what to install: said once
+        raise MissingPackageError(f"{_no_backend(platform)}: {exc}") from exc
     if not dist.is_available() or not dist.is_backend_available(platform.dist_backend):
-        raise MissingPackageError(_missing(platform, "torch.distributed cannot build it in this process"))
+        raise MissingPackageError(
+            f"{_no_backend(platform)}: torch.distributed cannot build it in this process; {platform.install_hint}"
+        )
     return platform
 
 
-def _missing(platform: Platform, why: str) -> str:
-    return (
-        f"platform '{platform.name}' has no collective backend '{platform.dist_backend}' here: {why}; "
-        f"{platform.install_hint}"
-    )
+def _no_backend(platform: Platform) -> str:
+    return f"platform '{platform.name}' has no collective backend '{platform.dist_backend}' here"
 
 
 def torch_reduce_op(op: Enum) -> dist.ReduceOp:
