@@ -4,6 +4,7 @@ tensors that report `npu:N`."""
 
 from __future__ import annotations
 
+import gc
 import os
 
 
@@ -88,6 +89,7 @@ def hf_device_limits(model_path: str) -> dict:
             self.platform.empty_cache()
 
     for name, cls in (("offload", HfStrategy), ("buggy_offload", WeightsStay)):
+        gc.collect()  # strategies the checks above left in reference cycles (failed starts) go first
         baseline = platform.mem_get_info()[0]
         strategy = _start(cls, model_path, max_batch_size=8)
         out[f"{name}_weight_bytes"] = sum(p.numel() * p.element_size() for p in strategy.model.parameters())
