@@ -17,8 +17,15 @@ ROOT = Path(__file__).resolve().parent.parent
 SCANNED = ("roll_device", "strategies", "benchmarks", "scripts")
 CONFIG_READERS = ("roll_device/commands/",)
 SECTION_BASES = {"Section", "OpenSection"}
-DISPATCH = {"call_all", "async_call_all", "call_rank0", "async_call_rank0", "scatter_gather", "async_scatter"}
-DISPATCH |= {"collective_rpc"}
+DISPATCH = {
+    "call_all",
+    "async_call_all",
+    "call_rank0",
+    "async_call_rank0",
+    "scatter_gather",
+    "async_scatter",
+    "collective_rpc",
+}
 
 
 def sources(root: Path = ROOT) -> dict[str, ast.Module]:

@@ -61,9 +61,17 @@ def explain(exc: Exception) -> str:
         key, append = unknown.groups()
         full_key = re.sub(r"\[(\d+)\]", r".\1", exc.__cause__.full_key or key)  # nodes[0] -> nodes.0
         add = append if full_key == key else f"+{full_key}=VALUE"
-        near = close_keys(full_key)
+        try:
+            defaults = compose([])
+        except ConfigError:
+            defaults = None  # no default configuration to compare with: no suggestion
+        near = close_keys(full_key, defaults) if defaults is not None else []
         meant = f"did you mean {' or '.join(near)}? " if near else ""
-        new = f"; a new key is added with {add}" if _takes_new(full_key) else ""
+        new = (
+            f"; a new key is added with {add}"
+            if defaults is not None and _takes_new(full_key, defaults)
+            else ""
+        )
         return f"{full_key} is not a key of the configuration: {meant}`roll-device run --cfg job` prints every key{new}"
     if missing:
         group, option, options = missing.groups()
@@ -71,29 +79,22 @@ def explain(exc: Exception) -> str:
     return f"bad configuration or override: {one_line(text)}"
 
 
-def _takes_new(key: str) -> bool:
-    """Whether `+key=...` would be read (in an open section or a free mapping of the default
+def _takes_new(key: str, defaults: DictConfig) -> bool:
+    """Whether `+key=...` would be read (in an open section or a free mapping of the `defaults`
     configuration's sections), so that the hint to add it leads somewhere."""
     from roll_device.pipeline.config import accepts_new_key
 
-    try:
-        defaults = compose([])
-    except ConfigError:
-        return False
     return accepts_new_key(key, {"trainer": defaults.trainer.name, "rollout": defaults.rollout.name})
 
 
-def close_keys(key: str) -> list[str]:
-    """Keys of the default configuration that `key` may have meant: the same last part elsewhere
+def close_keys(key: str, defaults: DictConfig) -> list[str]:
+    """Keys of the `defaults` configuration that `key` may have meant: the same last part elsewhere
     (`rollout.temperature` -> `algorithm.temperature`), else a near spelling."""
     from difflib import get_close_matches
 
     from omegaconf import OmegaConf
 
-    try:
-        known = list(_dotted(OmegaConf.to_container(compose([]), resolve=False)))
-    except ConfigError:
-        return []
+    known = list(_dotted(OmegaConf.to_container(defaults, resolve=False)))
     known = [k for k in known if not key.startswith(f"{k}.")]  # not the key's own parents
     leaf = key.rsplit(".", 1)[-1]
     same_leaf = [k for k in known if k.rsplit(".", 1)[-1] == leaf]

@@ -87,7 +87,7 @@ def _strategy_section(role_type: str, values: Any) -> Any:
     if isinstance(values, TrainSettings | RolloutSettings):
         return values
     name = (values or {}).get("name")
-    if (role_type, name) not in {(role_type, n) for n in names(role_type)}:
+    if name not in names(role_type):
         raise ConfigError(f"{section}.name={name!r}: choose one of {', '.join(names(role_type))}")
     return read_section(strategy_type(role_type, name).settings_cls, values, section)
 
@@ -229,7 +229,7 @@ def accepts_new_key(key: str, chosen: Mapping[str, str]) -> bool:
     first, *rest = key.split(".")
     for role_type, section in SECTION_OF.items():
         if first == section:
-            if (role_type, chosen.get(section)) not in {(role_type, n) for n in names(role_type)}:
+            if chosen.get(section) not in names(role_type):
                 return False
             return takes_new_key(strategy_type(role_type, chosen[section]).settings_cls, rest)
     field = RunConfig.model_fields.get(first)

@@ -16,16 +16,21 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from junit_summary import lines  # scripts/ is no package: imported from its folder
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the script would run")
-def test_without_a_gpu_it_says_so_and_exits_0(tmp_path):
-    proc = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "gpu-check.sh"), str(tmp_path)],
+def run_script(name: str, out_dir) -> subprocess.CompletedProcess:
+    """`scripts/<name> <out_dir>` with a bare PATH and this interpreter as PYTHON."""
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / name), str(out_dir)],
         check=False,
         capture_output=True,
         text=True,
         timeout=120,
         env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable},
     )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the script would run")
+def test_without_a_gpu_it_says_so_and_exits_0(tmp_path):
+    proc = run_script("gpu-check.sh", tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("gpu-check: skipped: no CUDA device visible to")
     assert (tmp_path / "summary.txt").read_text() == proc.stdout
@@ -51,14 +56,7 @@ def test_summary_has_one_line_per_test_case(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU: the script would run")
 def test_the_gpu_job_without_a_gpu_says_so_and_exits_0(tmp_path):
-    proc = subprocess.run(
-        ["bash", str(ROOT / "scripts" / "gpu-job.sh"), str(tmp_path)],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable},
-    )
+    proc = run_script("gpu-job.sh", tmp_path)
     assert proc.returncode == 0 and proc.stdout.startswith("gpu-job: skipped: no CUDA device"), proc.stderr
 
 
