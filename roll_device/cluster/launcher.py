@@ -2,7 +2,8 @@
 
 - `local` (default): a new embedded Ray instance with this machine's resources (`num_cpus` to cap
   them, `resources` to declare devices Ray does not detect, such as a plugin kind's), never one
-  found on the machine. Inside a Ray job (`RAY_ADDRESS` set, as `submit` does)
+  found on the machine; its helper processes end with the driver even when the driver is killed
+  outright (`reaper.py`). Inside a Ray job (`RAY_ADDRESS` set, as `submit` does)
   it joins the job's cluster instead.
 - `sim`: a simulated multi-node cluster on this machine (`sim_nodes.py`): the head and each entry
   of `nodes`, then `ray.init` on it.
@@ -28,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Self
 
+from roll_device.cluster.reaper import Watcher, descendants, watch
 from roll_device.cluster.settings import ClusterSettings, LocalCluster, RemoteCluster, SimCluster
 from roll_device.cluster.sim_nodes import SimNodes
 from roll_device.errors import ConfigError
@@ -45,6 +47,7 @@ class ClusterHandle:
     dashboard_url: str | None = None
     owns_connection: bool = False
     nodes: SimNodes | None = field(default=None, repr=False)
+    watcher: Watcher | None = field(default=None, repr=False)
 
     def shutdown(self) -> None:
         import ray
@@ -56,6 +59,9 @@ class ClusterHandle:
         if self.nodes is not None:
             self.nodes.stop()
             self.nodes = None
+        if self.watcher is not None:
+            self.watcher.release()
+            self.watcher = None
         atexit.unregister(self.shutdown)
 
     def __enter__(self) -> Self:
@@ -112,14 +118,16 @@ def _connect(cluster: ClusterSettings) -> ClusterHandle:
     if isinstance(cluster, LocalCluster):
         if os.environ.get("RAY_ADDRESS"):
             ray.init()
-        else:
-            ray.init(
-                address="local",
-                num_cpus=cluster.num_cpus,
-                resources=cluster.resources,
-                include_dashboard=cluster.include_dashboard,
-            )
-        return _owned(ClusterHandle(cluster.name, ray.get_runtime_context().gcs_address))
+            return _owned(ClusterHandle(cluster.name, ray.get_runtime_context().gcs_address))
+        before = descendants()
+        ray.init(
+            address="local",
+            num_cpus=cluster.num_cpus,
+            resources=cluster.resources,
+            include_dashboard=cluster.include_dashboard,
+        )
+        watcher = watch(descendants() - before)
+        return _owned(ClusterHandle(cluster.name, ray.get_runtime_context().gcs_address, watcher=watcher))
     return _start_sim(cluster)
 
 
