@@ -1,5 +1,6 @@
 """Run one experiment: make the model if needed, connect the cluster, plan and start the roles,
-run GRPO steps with a progress bar, checkpoint, and write metrics and a plot.
+run GRPO steps with a progress bar, checkpoint, and write metrics and a plot. Rollouts run
+ahead of training as far as `algorithm.max_staleness` allows (roll_device/pipeline/overlap.py).
 
 `run_experiment(config, run_dir, model, start=None, on_step=None)` runs the checked configuration
 on the model directory `model` (`model_path(config.model)`: the tiny model is made there): the
