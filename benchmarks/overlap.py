@@ -39,6 +39,7 @@ from benchmarks.doc_sections import replace_section
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "overlap_benchmark.png"
 STALENESS = (0, 1)
+ATTEMPTS = 2
 # The work per step: sized so that the rollout and the trainer take similar time on this machine.
 TOKENS = {"local": 24, "sim": 64}
 CLUSTERS = {
@@ -73,9 +74,19 @@ def run_job(cluster: str, staleness: int, steps: int, model_dir: Path, run_dir: 
         f"hydra.run.dir={run_dir}",
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TOKENIZERS_PARALLELISM": "false"}
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"{cluster} k={staleness} failed ({done.returncode}):\n{done.stdout[-3000:]}")
+    for _ in range(ATTEMPTS):  # a start-up lost on a loaded machine is tried again
+        done = subprocess.run(
+            [*command, "overwrite=true"], check=False, capture_output=True, text=True, env=env
+        )
+        if done.returncode == 0:
+            break
+        say(f"{cluster} k={staleness} failed ({done.returncode}): {done.stderr.strip().splitlines()[-1:]}")
+    else:
+        raise RuntimeError(f"{cluster} k={staleness} failed {ATTEMPTS} times:\n{done.stderr[-3000:]}")
+    return read_records(run_dir)
+
+
+def read_records(run_dir: Path) -> list[dict]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return [r for r in map(json.loads, lines) if "reward_mean" in r]
 
@@ -135,14 +146,21 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--clusters", nargs="+", default=list(CLUSTERS), choices=list(CLUSTERS))
+    parser.add_argument("--from-dir", type=Path, help="measure the runs an earlier invocation left there")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="overlap-bench-"))
-    load_before = os.getloadavg()[0]
+    work = args.from_dir or Path(tempfile.mkdtemp(prefix="overlap-bench-"))
+    loads = work / "load.json"
+    if args.from_dir is None:
+        loads.write_text(json.dumps([os.getloadavg()[0]]))
     best: dict[tuple[str, int], dict] = {}
     for r in range(args.rounds):
         for cluster in args.clusters:
             for k in STALENESS:
-                records = run_job(cluster, k, args.steps, work / "tiny", work / f"{cluster}-{k}-{r}")
+                run_dir = work / f"{cluster}-{k}-{r}"
+                if args.from_dir is None:
+                    records = run_job(cluster, k, args.steps, work / "tiny", run_dir)
+                else:
+                    records = read_records(run_dir)
                 result = measure(records, args.warmup)
                 say(
                     f"round {r + 1} {cluster} k={k}: {result['steps_per_s']:.2f} steps/s, idle rollout "
@@ -150,10 +168,19 @@ def main() -> None:
                 )
                 if (cluster, k) not in best or result["steps_per_s"] > best[cluster, k]["steps_per_s"]:
                     best[cluster, k] = result
+    if args.from_dir is None:
+        loads.write_text(json.dumps([*json.loads(loads.read_text()), os.getloadavg()[0]]))
     speedups = {c: best[c, 1]["steps_per_s"] / best[c, 0]["steps_per_s"] for c in args.clusters}
-    write_doc(best, speedups, args, load_before, os.getloadavg()[0])
+    write_doc(best, speedups, args, *json.loads(loads.read_text()))
     plot(best, args.clusters)
     print(" ".join(f"overlap_speedup_{c}={s:.2f}" for c, s in speedups.items()))
+
+
+def bound(b: dict) -> float:
+    """The speed-up a perfect overlap would give at these per-side times (each side on compute of
+    its own): (rollout + trainer + sync) / (max(rollout, trainer) + sync)."""
+    r, t, s = b["rollout_s"], b["train_side_s"], b["sync_s"]
+    return (r + t + s) / (max(r, t) + s)
 
 
 def write_doc(best: dict, speedups: dict, args, load_before: float, load_after: float) -> None:
@@ -162,23 +189,27 @@ def write_doc(best: dict, speedups: dict, args, load_before: float, load_after: 
         rows.append(
             f"| {LABELS[cluster]} | {k} | {b['rollout_s']:.3f} | {b['train_side_s']:.3f} | {b['sync_s']:.3f} | "
             f"{b['steps_per_s']:.2f} | {b['rollout_idle']:.0%} | {b['trainer_idle']:.0%} | "
-            f"{max(b['staleness'])} |"
+            f"{max(b['staleness'])} | {bound(b):.2f}x |"
         )
     lines = [
         "## Overlapped rollout and training (`benchmarks/overlap.py`) - local CPU and SIMULATED cluster",
         "",
-        f"{datetime.date.today()}, {host.machine()} with {os.cpu_count()} cores, load "
-        f"{load_before:.1f} -> {load_after:.1f}; the best of {args.rounds} interleaved rounds; "
-        f"{args.steps} steps per job, the first {args.warmup} not timed. The same job with "
-        f"`algorithm.max_staleness=0` and `1`: tiny Qwen2 model, no KL; local: 8 prompts x 8 samples x "
-        f"{TOKENS['local']} tokens, one worker per role; sim: `experiment=mixed_devices`, 4 prompts x 4 "
-        f"samples x {TOKENS['sim']} tokens, two trainer and two rollout workers. Rollout, trainer side "
-        "(reward + logprobs + update) and sync: seconds per step, "
-        "each side's own time; idle: the share of the timed span the side did no work.",
+        (
+            f"{datetime.date.today()}, {host.machine()} with {os.cpu_count()} cores, load "
+            f"{load_before:.1f} -> {load_after:.1f}; the best of {args.rounds} interleaved rounds; "
+            f"{args.steps} steps per job, the first {args.warmup} not timed. The same job with "
+            f"`algorithm.max_staleness=0` and `1`: tiny Qwen2 model, no KL; local: 8 prompts x 8 samples x "
+            f"{TOKENS['local']} tokens, one worker per role; sim: `experiment=mixed_devices`, 4 prompts x 4 "
+            f"samples x {TOKENS['sim']} tokens, two trainer and two rollout workers. Rollout, trainer side "
+            "(reward + logprobs + update) and sync: seconds per step, "
+            "each side's own time; idle: the share of the timed span the side did no work."
+        ),
         "",
-        "| cluster | max_staleness | rollout s | trainer side s | sync s | steps/s | rollout idle | "
-        "trainer idle | staleness seen |",
-        "|---|---|---|---|---|---|---|---|---|",
+        (
+            "| cluster | max_staleness | rollout s | trainer side s | sync s | steps/s | rollout idle | "
+            "trainer idle | staleness seen | overlap bound |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         "Speed-up of max_staleness=1 over 0 at the same work: "
@@ -186,11 +217,26 @@ def write_doc(best: dict, speedups: dict, args, load_before: float, load_after: 
         + ". The sim rows are a simulation: the NPU is roll_device.sim and the GPU node's engines "
         "compute on this machine's CPU, so both sides share its cores.",
         "",
+        (
+            "Reading: the overlap turns idle time into work (the idle columns), and that becomes "
+            "steps/s only where the two sides have compute of their own. Here every worker of both "
+            f"sides shares the {os.cpu_count()} cores of one machine (with other jobs at the load "
+            "above), so a rollout running beside the trainer slows both down (compare the rollout "
+            "and trainer seconds of the two rows): the speed-up here is a floor for disaggregated "
+            "devices, not the goal's measurement (>= 1.3x where the two sides take similar time, "
+            "each on its own devices), which needs a machine with accelerators or idle cores. The "
+            "overlap bound is what a perfect overlap would give at the row's per-side times: on the "
+            "sim cluster the simulated NPU trainer takes several times the rollout, so even a perfect "
+            "overlap could hide only the rollout."
+        ),
+        "",
         "![overlap timeline](overlap_benchmark.png)",
         "",
-        "Timeline of the timed steps (one lane per side; each bar a step's work, grey the weight "
-        "syncs): with max_staleness=1 the next rollout runs while the trainer scores and trains, and "
-        "the sync waits for the engines to finish it (weights change between engine batches).",
+        (
+            "Timeline of the timed steps (one lane per side; each bar a step's work, grey the weight "
+            "syncs): with max_staleness=1 the next rollout runs while the trainer scores and trains, "
+            "and the sync waits for the engines to finish it (weights change between engine batches)."
+        ),
     ]
     replace_section(DOC, "overlap", "\n".join(lines))
 
