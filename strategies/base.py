@@ -74,6 +74,7 @@ class TrainBatch:
     advantages: torch.Tensor | None = None  # (B,) float
     old_logprobs: torch.Tensor | None = None  # (B, T) float
     ref_logprobs: torch.Tensor | None = None  # (B, T) float
+    rollout_logprobs: torch.Tensor | None = None  # (B, T) float; set for samples of older weights
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, SerializeAsAny, StrictBool, StrictInt, field_validator, model_validator
 
-from roll_device.cluster.settings import ClusterSettings, RoleSettings, check_colocation, read_cluster
+from roll_device.cluster.settings import ClusterSettings, RoleSettings, check_colocation, owner, read_cluster
 from roll_device.comm.options import WeightSyncOptions
 from roll_device.errors import ConfigError
 from roll_device.inputs.settings import DataSettings, EvalSettings, RewardSettings
@@ -53,6 +53,13 @@ class AlgorithmSettings(Section):
     clip_ratio: Annotated[float, Field(gt=0)]
     kl_coef: Annotated[float, Field(ge=0, description="0 runs without the reference role")]
     ppo_epochs: Count
+    max_staleness: Annotated[
+        NonNegative,
+        Field(description="0 is synchronous; k lets rollouts come from weights up to k steps old"),
+    ]
+    importance_ratio_cap: Annotated[
+        float, Field(ge=1, description="truncation of the old-policy/rollout-policy ratio of stale samples")
+    ]
 
 
 class ExperimentSettings(OpenSection):
@@ -138,6 +145,7 @@ class RunConfig(Section):
             )
         self._check_roles()
         self._check_sizes()
+        self._check_overlap()
         self.reward.check_with(self.data)
         return self
 
@@ -220,6 +228,16 @@ class RunConfig(Section):
             raise ConfigError(
                 f"algorithm.kl_coef={self.algorithm.kl_coef} needs reference logprobs: configure "
                 "roles.reference, or set algorithm.kl_coef=0"
+            )
+
+    def _check_overlap(self) -> None:
+        staleness = self.algorithm.max_staleness
+        roles = self.roles.present()
+        if staleness > 0 and owner("actor_infer", roles) == owner("actor_train", roles):
+            raise ConfigError(
+                f"algorithm.max_staleness={staleness} overlaps rollout and training, but actor_infer "
+                "and actor_train share devices (colocate_with): set algorithm.max_staleness=0, or "
+                "give the two roles devices of their own"
             )
 
 

@@ -1,5 +1,6 @@
 """Run one experiment: make the model if needed, connect the cluster, plan and start the roles,
-run GRPO steps with a progress bar, checkpoint, and write metrics and a plot.
+run GRPO steps with a progress bar, checkpoint, and write metrics and a plot. Rollouts run
+ahead of training as far as `algorithm.max_staleness` allows (roll_device/pipeline/overlap.py).
 
 `run_experiment(config, run_dir, model, start=None, on_step=None)` runs the checked configuration
 on the model directory `model` (`model_path(config.model)`: the tiny model is made there): the
@@ -38,9 +39,10 @@ from roll_device.inputs.rewards import RewardFunctionError
 from roll_device.pipeline.config import ModelSettings, RunConfig
 from roll_device.pipeline.evaluation import evaluate
 from roll_device.pipeline.interrupts import how_stopped
-from roll_device.pipeline.loop import GrpoStep
+from roll_device.pipeline.loop import Collected, GrpoStep
 from roll_device.pipeline.metrics import PASS_KEY, MetricsLog
 from roll_device.pipeline.output import LOG_DIR, quiet_driver, summarise_worker_logs
+from roll_device.pipeline.overlap import Rollout, RolloutQueue
 from roll_device.pipeline.role_settings import role_requests
 from roll_device.pipeline.roles import (
     RoleGroups,
@@ -118,11 +120,19 @@ class Run:
         if self.config.eval.enabled and self.state.step == 0:
             self.evaluate()
         bar = tqdm(total=self.last_step, initial=self.state.step, desc="grpo", unit="step")
+        rollouts = RolloutQueue(
+            self.config.algorithm.max_staleness, self.last_step, self.step.launch, self.step.drop
+        )
+        rollouts.start(self.state.step, self.state.data_position, engine_version=self.state.step)
+        rollouts.fill()
         try:
             while self.state.step < self.last_step:
-                record = self.step.run(self.state)
+                rollout, collected = self.next_rollout(rollouts)
+                record = self.step.train(self.state, rollout, collected)
                 try:
                     self.step.sync(record)
+                    rollouts.synced(self.state.step)
+                    rollouts.fill()  # the next rollouts run on the engines from here on
                 finally:  # a finished step is recorded once, even when its sync was cut short
                     self.metrics.append(record)
                 bar.update(1)
@@ -137,6 +147,15 @@ class Run:
                     on_step(record, self.roles)
         finally:
             bar.close()
+
+    def next_rollout(self, rollouts: RolloutQueue) -> tuple[Rollout, Collected]:
+        """The rollout for this step, collected; one beyond `max_staleness` is never trained on
+        (it is launched again from the current weights)."""
+        while True:
+            rollout = rollouts.take(self.state.step)
+            collected = self.step.collect(rollout.pending)
+            if rollouts.admit(rollout, collected.version):
+                return rollout, collected
 
     def keep_last_step(self, trainer_alive: bool) -> str:
         """Checkpoint the last finished step if it is not saved and the trainer holds exactly it;

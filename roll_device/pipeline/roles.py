@@ -157,6 +157,8 @@ class RoleGroups:
     dp_ranks: dict[str, list[int]] = field(default_factory=dict)  # per trainer role, by worker
     endpoint: Endpoint | None = None  # the sender's control store, once connected
     hosted: dict[str, str] = field(default_factory=dict)  # a role run inside another's workers
+    watched: dict[Any, str] = field(default_factory=dict)  # background calls in flight -> role
+    background_failure: RollDeviceError | None = None  # a watched call's, raised by the next wait
 
     def has(self, role: str) -> bool:
         return role in self.groups or role in self.hosted
@@ -191,17 +193,47 @@ class RoleGroups:
     ) -> dict[str, list]:
         """Results of several roles' calls issued together, in order per role; `on_ready(role)`
         as each call finishes. The first call that fails ends the wait: a lost worker as a
-        WorkerLostError naming its role."""
+        WorkerLostError naming its role. Calls in flight in the background (`watch`) are watched
+        too: one that failed ends the next wait, once this one's calls are done (they run on
+        other workers; the step they finish is then kept)."""
+        self.raise_background_failure()
         role_of = {ref: role for role, refs in refs_by_role.items() for ref in refs}
-        pending = list(role_of)
+        pending = set(role_of)
         while pending:
-            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=WAIT_SLICE_S)
+            watched = [ref for ref in self.watched if ref not in role_of]
+            ready, _ = ray.wait([*pending, *watched], num_returns=1, timeout=WAIT_SLICE_S)
             for ref in ready:
+                if ref not in pending:
+                    self._check_background(ref)
+                    continue
+                pending.discard(ref)
                 with watching(role_of[ref]):
                     ray.get(ref)
                 if on_ready is not None:
                     on_ready(role_of[ref])
         return {role: ray.get(refs) for role, refs in refs_by_role.items()}
+
+    def watch(self, role: str, refs: list) -> None:
+        """Watch `role`'s calls `refs`, running in the background, during every wait."""
+        self.watched.update(dict.fromkeys(refs, role))
+
+    def unwatch(self, refs: list) -> None:
+        for ref in refs:
+            self.watched.pop(ref, None)
+
+    def _check_background(self, ref) -> None:
+        role = self.watched.pop(ref)
+        try:
+            with watching(role):
+                ray.get(ref)
+        except RollDeviceError as failed:
+            self.background_failure = self.background_failure or failed
+
+    def raise_background_failure(self) -> None:
+        """Raise (once) the error of a background call that failed."""
+        failed, self.background_failure = self.background_failure, None
+        if failed is not None:
+            raise failed
 
     def sync_weights(self, version: int) -> dict:
         """Trainer rank 0 -> every rollout worker; returns the sender's stats. A worker lost or

