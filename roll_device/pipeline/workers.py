@@ -18,7 +18,7 @@ import ray
 import torch
 import torch.distributed as dist
 
-from roll_device.comm import Endpoint, SyncPlan, WeightReceiver, WeightSender, WeightSyncOptions, weights_hash
+from roll_device.comm import Endpoint, SyncPlan, WeightSender, WeightSyncOptions, weights_hash
 from roll_device.pipeline.worker_base import PipelineWorker
 from strategies.base import Completion, SamplingConfig, TrainBatch
 from strategies.inference.settings import RolloutSettings
@@ -99,36 +99,36 @@ class TrainWorker(PipelineWorker):
 
 
 class RolloutWorker(PipelineWorker):
-    """One inference engine."""
+    """One inference engine (on one device or, with tensor parallelism, several): it receives
+    weights as receivers `rank * engine_size + 1` on (every process of the engine receives)."""
 
-    def setup(self, model_path: str, strategy: str, settings: RolloutSettings, colocated: bool) -> None:
+    def setup(
+        self, model_path: str, strategy: str, settings: RolloutSettings, colocated: bool, sync_path: str
+    ) -> None:
         """Start the engine (`strategy`: its qualified class name; `colocated`: it shares its
-        devices with a trainer)."""
+        devices with a trainer; `sync_path`: the weight-sync path that feeds it)."""
         self.strategy = self.new_strategy(strategy)
-        self.strategy.initialize(model_path, settings, colocated)
-        self.receiver: WeightReceiver | None = None
+        self.strategy.initialize(model_path, settings, colocated, sync_path)
+        self.engine_size = self.strategy.engine_size(settings)
 
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
         return self.strategy.generate(prompt_token_ids, sampling)
 
     def connect_receiver(self, endpoint: Endpoint, timeout_s: float) -> None:
-        self.receiver = WeightReceiver(endpoint, self.rank + 1, self.platform, timeout_s=timeout_s)
-        self.receiver.connect()
+        self.strategy.connect_weights(endpoint, self.rank * self.engine_size + 1, timeout_s)
 
     def receive_weights(self) -> dict:
-        return asdict(self.receiver.receive(self.strategy.update_weights))
+        return asdict(self.strategy.receive_weights())
 
     def weights_version(self) -> int | None:
-        return None if self.receiver is None else self.receiver.version
+        return self.strategy.weights_version
 
     def engine_hash(self) -> str:
         """Hash of the weights the engine computes with (HF names), for verification."""
-        return weights_hash(self.strategy.read_weights().items())
+        return self.strategy.weights_hash()
 
     def close_receiver(self) -> None:
-        if self.receiver is not None:
-            self.receiver.close()
-            self.receiver = None
+        self.strategy.close_weights()
 
     def shutdown(self) -> None:
         self.strategy.shutdown()
