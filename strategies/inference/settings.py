@@ -27,6 +27,14 @@ class RolloutSettings(Section):
     update_bucket_bytes: Annotated[Count, Field(description="weight updates travel in buckets of this size")]
     logprobs_mode: Literal[LOGPROBS_MODES]
     capture_sizes: list[Count] | None = Field(description="batch sizes captured as graphs; null: the default")
+    tensor_parallel_size: Annotated[
+        StrictInt,
+        Field(
+            ge=1,
+            description="devices of one engine (one actor_infer worker); roles.actor_infer.num_devices "
+            "= engines x tensor_parallel_size",
+        ),
+    ]
 
 
 class HfSettings(RolloutSettings):
@@ -39,6 +47,11 @@ class HfSettings(RolloutSettings):
 
     @model_validator(mode="after")
     def _capture_sizes_fit(self) -> HfSettings:
+        if self.tensor_parallel_size != 1:
+            raise ConfigError(
+                f"rollout.tensor_parallel_size={self.tensor_parallel_size}: the hf rollout runs each engine "
+                "on one device; tensor parallelism is vLLM's (rollout=vllm), or set it to 1"
+            )
         self.decode_sizes()  # refuses sizes past max_batch_size, or a largest that misses it
         if self.prefill_capture_sizes is not None and not self.prefill_graphs:
             raise ConfigError(
@@ -72,15 +85,6 @@ class VllmSettings(RolloutSettings):
     """vLLM on every kind it runs on (strategies/inference/vllm.py; per kind: vllm_args.py)."""
 
     max_num_seqs: Annotated[Count, Field(description="concurrent sequences; capture sizes never exceed it")]
-    tensor_parallel_size: Annotated[
-        StrictInt,
-        Field(
-            ge=1,
-            le=1,
-            description="each actor_infer worker runs one engine on its one device: more engines "
-            "come from roles.actor_infer.num_devices",
-        ),
-    ]
     enforce_eager: StrictBool | None = Field(
         description="null: per kind (eager on the CPU, graphs elsewhere)"
     )

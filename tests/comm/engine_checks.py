@@ -25,13 +25,18 @@ def report() -> dict:
     }
 
 
-def start_engine(model_path: str, sync_path: str) -> dict:
+def start_engine(model_path: str, sync_path: str, tensor_parallel_size: int = 1) -> dict:
     platform = rd.get_platform("cpu")
     engine = strategy_class("inference", "vllm", platform.kind)(platform)
     engine.initialize(
         model_path,
         rollout_settings(
-            "vllm", max_num_seqs=4, kv_cache_bytes=33554432, dtype="float32", update_bucket_bytes=131072
+            "vllm",
+            max_num_seqs=4,
+            kv_cache_bytes=33554432,
+            dtype="float32",
+            update_bucket_bytes=131072,
+            tensor_parallel_size=tensor_parallel_size,
         ),
         sync_path=sync_path,
     )
