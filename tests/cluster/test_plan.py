@@ -154,18 +154,18 @@ def test_an_engine_never_spans_two_nodes():
     ("spec", "sizes", "message"),
     [
         (
-            dict(infer=("npu", 6)),
+            {"infer": ("npu", 6)},
             {"infer": 4},
             r"roles.infer.num_devices=6 is not a multiple of the 4 devices",
         ),
         (
-            dict(infer=("cuda", 4)),
+            {"infer": ("cuda", 4)},
             {"infer": 4},
             r"engines of 4 cuda devices, but no node of this cluster has more than 2",
         ),
-        (dict(infer=("npu", 16)), {"infer": 16}, r"no node of this cluster has more than 8"),
+        ({"infer": ("npu", 16)}, {"infer": 16}, r"no node of this cluster has more than 8"),
         (
-            dict(train=("npu", 2), infer=("npu", 2, "train")),
+            {"train": ("npu", 2), "infer": ("npu", 2, "train")},
             {"infer": 2},
             r"role 'infer' runs engines of 2 devices, which share no devices with another role yet",
         ),
