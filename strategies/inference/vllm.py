@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from roll_device.comm import Endpoint, SyncStats, WeightSender, WeightSyncOptions, plan_sync
-from roll_device.comm.paths import BRIDGE, COLOCATED
+from roll_device.comm.paths import BRIDGE, COLOCATED, DIRECT
 from roll_device.compat.vllm import NO_GRAPHS, profile_for
 from roll_device.errors import ConfigError, MissingPackageError
 from roll_device.platforms import Platform, get_platform
@@ -94,10 +94,11 @@ class VllmStrategy(InferenceStrategy):
         self, model_path: str, settings: VllmSettings, colocated: bool = False, sync_path: str | None = None
     ) -> None:
         self.sync_path = sync_path or (COLOCATED if colocated else BRIDGE)
-        if self.sync_path not in ENGINES:
+        if self.sync_path == DIRECT and settings.tensor_parallel_size > 1:
             raise ConfigError(
-                f"the vllm strategy receives weights along {', '.join(ENGINES)}, not weight_sync.path="
-                f"{self.sync_path}: choose one of those (or auto)"
+                f"weight_sync.path=rdt reaches only a vLLM engine of one rank (Ray delivers into the "
+                f"actor's process), not rollout.tensor_parallel_size={settings.tensor_parallel_size}: "
+                "use weight_sync.path=auto"
             )
         self.spec = build_engine_spec(self.platform, model_path, settings, colocated)
         self.spec.kwargs["weight_transfer_config"] = {"backend": ENGINES[self.sync_path]}

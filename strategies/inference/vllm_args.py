@@ -213,6 +213,10 @@ def build_engine_spec(
         "worker_extension_cls": WORKER_EXTENSION,
         "enable_sleep_mode": sleep_level is not None,
     }
+    if settings.tensor_parallel_size > 1:
+        # an engine's ranks are processes of the worker's own, inside its Ray bundle (inside a Ray
+        # actor vLLM would otherwise start Ray workers of its own); one rank stays in the worker
+        kwargs["distributed_executor_backend"] = "mp"
     kv_bytes = settings.kv_cache_bytes
     if kv_bytes is None and engine.in_process:
         kv_bytes = DEFAULT_CPU_KV_CACHE_BYTES

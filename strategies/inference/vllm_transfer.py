@@ -1,5 +1,5 @@
 """The project's weight-transfer engines for vLLM, one per sync path (`colocated`, `collective`,
-`bridge`), registered with vLLM's `WeightTransferEngineFactory` under `ENGINES[path]`.
+`bridge`, and `rdt` for an engine of one rank in the Ray actor's process), registered with vLLM's `WeightTransferEngineFactory` under `ENGINES[path]`.
 
 vLLM creates the engine named by `LLM(weight_transfer_config={"backend": name})` in every worker
 process of an engine (each tensor-parallel and pipeline rank), so every rank receives the
@@ -30,7 +30,7 @@ from vllm.distributed.weight_transfer.base import (
 )
 
 from roll_device.comm import Endpoint, WeightReceiver
-from roll_device.comm.paths import BRIDGE, COLLECTIVE, COLOCATED
+from roll_device.comm.paths import BRIDGE, COLLECTIVE, COLOCATED, DIRECT
 from roll_device.errors import ConfigError, WeightSyncError
 from roll_device.platforms import get_platform
 from strategies.inference.vllm_worker import ENGINES, quiet_partial_reload, weight_layout
@@ -141,3 +141,10 @@ class CollectiveEngine(ReceivingEngine):
 
 class BridgeEngine(ReceivingEngine):
     path = BRIDGE
+
+
+class DirectEngine(ReceivingEngine):
+    """Ray Direct Transport: the receiving rank must run in the Ray actor's own process (an
+    in-process engine of one rank), where Ray delivers the buckets."""
+
+    path = DIRECT

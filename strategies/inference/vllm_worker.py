@@ -24,7 +24,7 @@ import logging
 
 import torch
 
-from roll_device.comm.paths import BRIDGE, COLLECTIVE, COLOCATED
+from roll_device.comm.paths import BRIDGE, COLLECTIVE, COLOCATED, DIRECT
 from roll_device.errors import ConfigError
 
 # The project's weight-transfer engines by sync path: the name vLLM knows each by, and its class
@@ -33,8 +33,14 @@ ENGINES = {
     COLOCATED: "roll_device_colocated",
     COLLECTIVE: "roll_device_collective",
     BRIDGE: "roll_device_bridge",
+    DIRECT: "roll_device_rdt",  # Ray Direct Transport: a rank in the Ray actor's own process only
 }
-ENGINE_CLASS_NAMES = {COLOCATED: "ColocatedEngine", COLLECTIVE: "CollectiveEngine", BRIDGE: "BridgeEngine"}
+ENGINE_CLASS_NAMES = {
+    COLOCATED: "ColocatedEngine",
+    COLLECTIVE: "CollectiveEngine",
+    BRIDGE: "BridgeEngine",
+    DIRECT: "DirectEngine",
+}
 
 # An update of some layers leaves the others alone; vLLM warns about every other layer it left alone.
 _PARTIAL_RELOAD_LOGGERS = (

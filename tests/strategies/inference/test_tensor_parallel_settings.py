@@ -78,8 +78,8 @@ def test_threads_bound_per_rank_on_the_cpu(tiny_model_path):
     assert threads_binding([3], 2) == "3|3"
     two = build_engine_spec(cpu, tiny_model_path, rollout_settings("vllm", tensor_parallel_size=2))
     assert two.env["VLLM_CPU_OMP_THREADS_BIND"].count("|") == 1
-    assert two.kwargs["tensor_parallel_size"] == 2
+    assert two.kwargs["tensor_parallel_size"] == 2 and two.kwargs["distributed_executor_backend"] == "mp"
     one = build_engine_spec(cpu, tiny_model_path, rollout_settings("vllm"))
-    assert "VLLM_CPU_OMP_THREADS_BIND" not in one.env
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in one.env and "distributed_executor_backend" not in one.kwargs
     chosen = rollout_settings("vllm", tensor_parallel_size=2, env={"VLLM_CPU_OMP_THREADS_BIND": "0|0"})
     assert build_engine_spec(cpu, tiny_model_path, chosen).env["VLLM_CPU_OMP_THREADS_BIND"] == "0|0"
