@@ -18,7 +18,11 @@ RANKS = 2
 PATHS = [
     pytest.param("collective", False, "collective: cpu -> cpu via gloo broadcast", id="collective"),
     pytest.param(
-        "colocated", True, "colocated: cpu -> cpu via host shared memory", id="colocated", marks=pytest.mark.slow
+        "colocated",
+        True,
+        "colocated: cpu -> cpu via host shared memory",
+        id="colocated",
+        marks=pytest.mark.slow,
     ),
 ]
 
