@@ -22,6 +22,7 @@ from roll_device.inputs import Sample
 from roll_device.inputs.loading import RunInputs
 from roll_device.pipeline.batching import build_batch
 from roll_device.pipeline.config import RunConfig
+from roll_device.pipeline.lifecycle import ColocatedTurns
 from roll_device.pipeline.reward_worker import RewardWorker
 from roll_device.pipeline.roles import RoleGroups
 from roll_device.pipeline.state import PipelineState
@@ -38,6 +39,7 @@ class GrpoStep:
         self.algo = config.algorithm
         self.use_reference = roles.has("reference")
         self.training = False
+        self.turns = ColocatedTurns(roles)  # a colocated engine and trainer take turns on the devices
 
     def sampling(self, step: int) -> SamplingConfig:
         return SamplingConfig(
@@ -88,7 +90,9 @@ class GrpoStep:
 
         samples = self.source.batch(state.data_position, self.config.data.prompts_per_step)
         prompt_ids = [self.encoder.encode(s.prompt) for s in samples]
+        freed = self.turns.for_rollout()
         completions = self.generate(prompt_ids, self.sampling(state.step))
+        freed.update(self.turns.for_training())
         t = lap("rollout_s", start)
         rewards = torch.tensor(self.score(samples, completions))
         t = lap("reward_s", t)
@@ -128,6 +132,7 @@ class GrpoStep:
             "weights_version": None,
             "sync_path": None,
             **timings,
+            **freed,
             "sync_s": 0.0,
             "step_s": time.perf_counter() - start,
         }
@@ -135,6 +140,7 @@ class GrpoStep:
     def sync(self, record: dict) -> None:
         """Send step `record["step"]`'s weights to the rollout; adds the sync to `record`."""
         start = time.perf_counter()
+        self.turns.for_sync()
         sync = self.roles.sync_weights(version=record["step"])
         record.update(weights_version=sync["version"], sync_path=sync["path"])
         record["sync_s"] = time.perf_counter() - start

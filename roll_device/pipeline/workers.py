@@ -20,10 +20,21 @@ import torch.distributed as dist
 
 from roll_device.comm import Endpoint, SyncPlan, WeightSender, WeightSyncOptions, weights_hash
 from roll_device.pipeline.worker_base import PipelineWorker
+from roll_device.platforms import HOST_KIND, get_platform
 from strategies.base import Completion, SamplingConfig, TrainBatch
 from strategies.inference.settings import RolloutSettings
 from strategies.training.losses import grpo_policy_loss
 from strategies.training.settings import TrainSettings
+
+
+def freed_by(platform, release) -> int:
+    """The device bytes `release()` frees on `platform`: 0 where device memory is host memory."""
+    if platform.device_type == get_platform(HOST_KIND).device_type:
+        release()
+        return 0
+    before = platform.memory_allocated()
+    release()
+    return max(before - platform.memory_allocated(), 0)
 
 
 class TrainWorker(PipelineWorker):
@@ -66,6 +77,18 @@ class TrainWorker(PipelineWorker):
 
     def load(self, directory: str) -> None:
         self.strategy.load_checkpoint(directory)
+
+    def offload(self) -> int:
+        """Move the model(s) and optimizer state off the device (a colocated engine generates);
+        returns the device bytes freed (0 where device memory is host memory)."""
+        return freed_by(self.platform, lambda: [m.offload() for m in self._models()])
+
+    def reload(self) -> None:
+        for model in self._models():
+            model.reload()
+
+    def _models(self) -> list:
+        return [self.strategy] + ([self.reference] if getattr(self, "reference", None) else [])
 
     def export_hash(self) -> str:
         """Hash of the full exported weights (every rank must call: the export gathers)."""
@@ -113,6 +136,13 @@ class RolloutWorker(PipelineWorker):
 
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
         return self.strategy.generate(prompt_token_ids, sampling)
+
+    def offload(self) -> int:
+        """Sleep (a colocated trainer steps); returns the device bytes freed."""
+        return freed_by(self.platform, self.strategy.offload)
+
+    def reload(self) -> None:
+        self.strategy.reload()
 
     def connect_receiver(self, endpoint: Endpoint, timeout_s: float) -> None:
         self.strategy.connect_weights(endpoint, self.rank * self.engine_size + 1, timeout_s)
