@@ -9,7 +9,6 @@ import pytest
 from roll_device.models.tiny import make_tiny_model
 from tests.isolated import run_isolated
 
-
 pytestmark = pytest.mark.slow
 
 
