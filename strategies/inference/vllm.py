@@ -50,7 +50,7 @@ from strategies.inference.vllm_args import (
     engine_of,
     graph_mode_and_sleep_level,
 )
-from strategies.inference.vllm_worker import ENGINES, RolloutWorkerExtension
+from strategies.inference.vllm_worker import ENGINES, RolloutWorkerExtension, register_engines
 from strategies.inference.weights import check_update
 
 LOCAL_SYNC_TIMEOUT_S = 600.0  # how long `update_weights`' own sender and the engine wait for each other
@@ -108,7 +108,12 @@ class VllmStrategy(InferenceStrategy):
         for package in self.requirements(self.platform.kind).packages:
             _require(package.module, self.platform.kind)
         os.environ.update(self.spec.env)
+        import vllm.envs
         from vllm import LLM
+
+        vllm.envs.disable_envs_cache()  # an engine started before in this process froze vLLM's view of it
+
+        register_engines()  # for an engine in this process (its ranks elsewhere register on import)
 
         with self._stance():
             self.llm = LLM(**self.spec.kwargs)

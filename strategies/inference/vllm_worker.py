@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import sys
 
 import torch
 
@@ -151,7 +152,7 @@ def read_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def register_engines() -> None:
     """Register the project's weight-transfer engines (strategies/inference/vllm_transfer.py)
-    with vLLM's factory in this process, once; nothing where vLLM is not installed."""
+    with vLLM's factory in this process, once (again: nothing); nothing where vLLM is not installed."""
     if importlib.util.find_spec("vllm") is None:
         return
     from vllm.distributed.weight_transfer import WeightTransferEngineFactory
@@ -191,4 +192,8 @@ class RolloutWorkerExtension:
             save_file({n: t.contiguous() for n, t in weights.items()}, path)
 
 
-register_engines()  # vLLM imports this module (worker_extension_cls) in every engine process
+# vLLM imports this module (worker_extension_cls) in every engine process, after vLLM itself: the
+# engines are registered there. A driver that imports it without vLLM loaded pays nothing; an engine
+# in the importing process itself is registered by VllmStrategy.initialize.
+if "vllm" in sys.modules:
+    register_engines()
