@@ -27,18 +27,22 @@ class RolloutSettings(Section):
     update_bucket_bytes: Annotated[Count, Field(description="weight updates travel in buckets of this size")]
     logprobs_mode: Literal[LOGPROBS_MODES]
     capture_sizes: list[Count] | None = Field(description="batch sizes captured as graphs; null: the default")
-    tensor_parallel_size: Annotated[
-        StrictInt,
-        Field(
-            ge=1,
-            description="devices of one engine (one actor_infer worker); roles.actor_infer.num_devices "
-            "= engines x tensor_parallel_size",
-        ),
-    ]
+
+
+TensorParallelSize = Annotated[
+    StrictInt,
+    Field(
+        ge=1,
+        description="devices of one engine (one actor_infer worker); roles.actor_infer.num_devices "
+        "= engines x tensor_parallel_size",
+    ),
+]
 
 
 class HfSettings(RolloutSettings):
     """transformers with a static KV cache and graph-captured decoding (strategies/inference/hf.py)."""
+
+    tensor_parallel_size: TensorParallelSize  # 1 only: refused otherwise, saying it is vLLM's
 
     max_batch_size: Annotated[Count, Field(description="rows per forward; larger requests run in chunks")]
     use_graphs: StrictBool | None = Field(description="null: on where the platform has graphs")
@@ -85,6 +89,7 @@ class VllmSettings(RolloutSettings):
     """vLLM on every kind it runs on (strategies/inference/vllm.py; per kind: vllm_args.py)."""
 
     max_num_seqs: Annotated[Count, Field(description="concurrent sequences; capture sizes never exceed it")]
+    tensor_parallel_size: TensorParallelSize
     enforce_eager: StrictBool | None = Field(
         description="null: per kind (eager on the CPU, graphs elsewhere)"
     )
