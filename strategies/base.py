@@ -25,6 +25,7 @@ from typing import ClassVar
 
 import torch
 
+from roll_device.comm import Endpoint, SyncStats, WeightReceiver, weights_hash
 from roll_device.compat.vllm import NO_GRAPHS
 from roll_device.errors import RollDeviceError
 from roll_device.packages import Package
@@ -147,17 +148,36 @@ class Strategy:
 
 
 class InferenceStrategy(Strategy, abc.ABC):
-    """A rollout engine bound to one platform."""
+    """A rollout engine bound to one platform.
+
+    It receives a trainer's weights with `connect_weights` (as receivers `first_rank` ..
+    `first_rank + engine_size - 1` of the trainer's `WeightSender`), `receive_weights` per sync and
+    `close_weights`. By default the hosting process receives and hands the tensors to
+    `update_weights`; an engine whose ranks live in processes of their own receives in each
+    (vLLM: its weight-transfer API)."""
 
     settings_cls: ClassVar[type[RolloutSettings]] = RolloutSettings
+    _receiver: WeightReceiver | None = None
 
     def __init__(self, platform: Platform) -> None:
         self.platform = platform
 
+    @classmethod
+    def engine_size(cls, settings: RolloutSettings) -> int:
+        """Devices of one engine with `settings`, each with a process that receives weights."""
+        return 1
+
     @abc.abstractmethod
-    def initialize(self, model_path: str, settings: RolloutSettings, colocated: bool = False) -> None:
-        """Load the model and start the engine on this worker's device; `colocated`: the engine
-        shares its devices with a trainer (it frees memory while the trainer works)."""
+    def initialize(
+        self,
+        model_path: str,
+        settings: RolloutSettings,
+        colocated: bool = False,
+        sync_path: str | None = None,
+    ) -> None:
+        """Load the model and start the engine on this worker's devices; `colocated`: the engine
+        shares its devices with a trainer (it frees memory while the trainer works); `sync_path`:
+        the weight-sync path it will be fed along (comm/paths.py; None: none planned)."""
 
     @abc.abstractmethod
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
@@ -170,6 +190,30 @@ class InferenceStrategy(Strategy, abc.ABC):
     @abc.abstractmethod
     def read_weights(self) -> dict[str, torch.Tensor]:
         """The weights the engine computes with, in HF names, on the CPU (for verification)."""
+
+    def weights_hash(self) -> str:
+        """`roll_device.comm.weights_hash` of the weights the engine computes with."""
+        return weights_hash(self.read_weights().items())
+
+    def connect_weights(self, endpoint: Endpoint, first_rank: int, timeout_s: float) -> None:
+        """Join the trainer's sender at `endpoint` (which connects at the same time)."""
+        self._receiver = WeightReceiver(endpoint, first_rank, self.platform, timeout_s=timeout_s)
+        self._receiver.connect()
+
+    def receive_weights(self) -> SyncStats:
+        """Receive the next sync (the sender sends at the same time); returns once it is applied."""
+        return self._receiver.receive(self.update_weights)
+
+    @property
+    def weights_version(self) -> int | None:
+        """The trainer step the weights come from (None before the first sync)."""
+        return None if self._receiver is None else self._receiver.version
+
+    def close_weights(self) -> None:
+        """Leave the sender (which closes at the same time)."""
+        if self._receiver is not None:
+            self._receiver.close()
+            self._receiver = None
 
     @abc.abstractmethod
     def offload(self) -> None:

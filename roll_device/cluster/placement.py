@@ -1,7 +1,9 @@
 """A plan made real in Ray: one placement group per (kind, node), one bundle per device slot.
 
 Bundles are device-neutral: `{<platform.ray_resource>: 1}` for an accelerator kind (`GPU`, `NPU`,
-a plugin's key), `{"CPU": cpu_per_worker}` for the CPU. Each group is pinned to its node with the
+a plugin's key), `{"CPU": cpu_per_worker}` for the CPU; the devices of one engine form one bundle
+of k times that (`Plan.bundles`), so that its worker holds them all and Ray sets the kind's
+visible-devices variable to them. Each group is pinned to its node with the
 node-id label selector and STRICT_PACK. A worker requests its share of its slot's bundle:
 `platform.ray_actor_options(share)` (`num_gpus` for GPU kinds, `resources` for the others) and no
 CPU, or `num_cpus = cpu_per_worker * share` for a CPU worker. Colocated roles share a bundle
@@ -23,17 +25,17 @@ from roll_device.platforms import HOST_KIND, get_platform
 NODE_ID_LABEL = "ray.io/node-id"
 
 
-def bundle(plan: Plan, kind: str) -> dict[str, float]:
-    """The bundle of one device slot of `kind`."""
+def bundle(plan: Plan, kind: str, devices: int = 1) -> dict[str, float]:
+    """The bundle of `devices` device slots of `kind`."""
     if kind == HOST_KIND:
-        return {CPU_RESOURCE: plan.cpu_per_worker}
-    return {get_platform(kind).ray_resource: 1.0}
+        return {CPU_RESOURCE: plan.cpu_per_worker * devices}
+    return {get_platform(kind).ray_resource: float(devices)}
 
 
 def worker_request(plan: Plan, role: str, rank: int) -> dict[str, Any]:
-    """The resource part of a worker's Ray options: its share of its slot."""
+    """The resource part of a worker's Ray options: its share of each of its slots."""
     placement = plan.roles[role]
-    share = placement.shares[rank]
+    share = placement.worker_share(rank) * placement.engine_size
     if placement.kind == HOST_KIND:
         return {"num_cpus": round_down(plan.cpu_per_worker * share)}
     return {"num_cpus": 0, **get_platform(placement.kind).ray_actor_options(share)}
@@ -49,10 +51,10 @@ class Reservation:
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         placement = plan.roles[role]
-        slot = placement.slots[rank]
+        slot = placement.worker_slots(rank)[0]
         return PlacementGroupSchedulingStrategy(
             placement_group=self.groups[(placement.kind, slot.node_id)],
-            placement_group_bundle_index=slot.index,
+            placement_group_bundle_index=plan.bundle_index(role, rank),
             placement_group_capture_child_tasks=False,
         )
 
@@ -84,11 +86,11 @@ def _create_groups(plan: Plan, timeout_s: float) -> Reservation:
     from ray.util.placement_group import placement_group, remove_placement_group
 
     groups = {}
-    for (kind, node_id), count in plan.groups().items():
+    for (kind, node_id), sizes in plan.bundles().items():
         groups[(kind, node_id)] = placement_group(
-            [bundle(plan, kind)] * count,
+            [bundle(plan, kind, size) for size in sizes],
             strategy="STRICT_PACK",
-            bundle_label_selector=[{NODE_ID_LABEL: node_id}] * count,
+            bundle_label_selector=[{NODE_ID_LABEL: node_id}] * len(sizes),
         )
     waits = {key: group.ready() for key, group in groups.items()}
     ready, _ = ray.wait(list(waits.values()), num_returns=len(waits), timeout=timeout_s)

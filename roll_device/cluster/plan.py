@@ -14,9 +14,14 @@ and `colocate_with`, and places every role on devices of its kind, one worker pe
   fraction of its device.
 - A CPU "device" is a worker slot of `cpu_per_worker` CPUs (`cluster.cpu_per_worker`):
   a node with C CPUs offers floor(C / cpu_per_worker) of them. Accelerator workers request no CPU.
+- A role whose workers each hold several devices (`engine_sizes`: a rollout engine of tensor
+  parallel size k) has one worker per k devices, all on one node: its devices are taken k at a
+  time, a node's free devices in runs of k. Such a role shares no devices (colocation with it is
+  refused), and its num_devices must be a multiple of k.
 
-Device ids in the plan are node-local slots (0, 1, ... per kind and node); they are the bundle
-indices of the placement group for that (kind, node). Ray picks the physical device behind each
+Device ids in the plan are node-local slots (0, 1, ... per kind and node). The placement group of
+a (kind, node) has one bundle per device, except that the k devices of one engine form one bundle
+of k (`Plan.bundles`), so that Ray gives the engine's worker all of them. Ray picks the physical device behind each
 bundle when the group is reserved; workers report it (`RoleWorker.info()`).
 
 Whatever does not fit raises `PlanError` naming the role, the kind, the count wanted and the
@@ -51,7 +56,8 @@ class Slot:
 
 @dataclass(frozen=True)
 class RolePlan:
-    """Where one role runs: one slot and one device share per rank."""
+    """Where one role runs: one slot and one device share per device, `engine_size` devices per
+    worker (rank r holds slots r*engine_size ... (r+1)*engine_size - 1, on one node)."""
 
     role: str
     kind: str
@@ -60,10 +66,19 @@ class RolePlan:
     slots: tuple[Slot, ...]
     shares: tuple[float, ...]
     simulated: bool
+    engine_size: int = 1
 
     @property
     def world_size(self) -> int:
-        return len(self.slots)
+        return len(self.slots) // self.engine_size
+
+    def worker_slots(self, rank: int) -> tuple[Slot, ...]:
+        """The devices of the worker at `rank`."""
+        return self.slots[rank * self.engine_size : (rank + 1) * self.engine_size]
+
+    def worker_share(self, rank: int) -> float:
+        """The share of each of its devices the worker at `rank` requests."""
+        return self.shares[rank * self.engine_size]
 
     @property
     def node_ids(self) -> list[str]:
@@ -93,6 +108,29 @@ class Plan:
                 used[key] = max(used.get(key, 0), slot.index + 1)
         return used
 
+    def bundles(self) -> dict[tuple[str, str], list[int]]:
+        """(kind, node id) -> the device count of each bundle of its placement group: one per
+        device, one per engine for the devices of an engine."""
+        first_of: dict[tuple[str, str, int], int] = {}  # an engine's device -> its first device
+        for role in self.roles.values():
+            for rank in range(role.world_size):
+                held = role.worker_slots(rank)
+                for slot in held:
+                    first_of[(role.kind, slot.node_id, slot.index)] = held[0].index
+        out: dict[tuple[str, str], list[int]] = {}
+        for (kind, node_id), count in self.groups().items():
+            firsts = [first_of.get((kind, node_id, i), i) for i in range(count)]
+            out[(kind, node_id)] = [firsts.count(i) for i in range(count) if firsts[i] == i]
+        return out
+
+    def bundle_index(self, role: str, rank: int) -> int:
+        """The bundle of the worker at `rank` of `role` in its (kind, node) placement group."""
+        placement = self.roles[role]
+        first = placement.worker_slots(rank)[0]
+        sizes = self.bundles()[(placement.kind, first.node_id)]
+        starts = [sum(sizes[:b]) for b in range(len(sizes))]
+        return starts.index(first.index)
+
     def colocated(self, role_a: str, role_b: str) -> bool:
         """Whether every device of one role is also a device of the other (same kind): weight
         sync between them can stay on the device."""
@@ -100,18 +138,34 @@ class Plan:
         return a.kind == b.kind and (set(a.slots) <= set(b.slots) or set(b.slots) <= set(a.slots))
 
     def format(self) -> str:
-        """The device map: one row per role and node."""
-        rows = [("role", "kind", "devices", "node", "device ids", "share", "colocated with", "simulated")]
+        """The device map: one row per role and node; an engine's devices joined by `+`."""
+        rows = [
+            (
+                "role",
+                "kind",
+                "devices",
+                "node",
+                "device ids",
+                "workers",
+                "share",
+                "colocated with",
+                "simulated",
+            )
+        ]
         for role in self.roles.values():
             for node_id in role.node_ids:
                 ranks = [r for r, slot in enumerate(role.slots) if slot.node_id == node_id]
+                workers = [w for w in range(role.world_size) if role.worker_slots(w)[0].node_id == node_id]
+                engines = ["+".join(str(s.index) for s in role.worker_slots(w)) for w in workers]
+                size = role.engine_size
                 rows.append(
                     (
                         role.role,
                         role.kind,
                         str(len(ranks)),
                         role.slots[ranks[0]].node_name,
-                        ",".join(str(i) for i in role.device_ids(node_id)),
+                        ",".join(engines),
+                        f"{len(workers)} x {size} devices" if size > 1 else str(len(workers)),
                         "/".join(sorted({f"{role.shares[r]:g}" for r in ranks})),
                         role.colocate_with or "-",
                         _simulated_note(role),
@@ -133,9 +187,17 @@ def compute_kind(kind: str, simulated: bool) -> str:
     return get_platform(kind).simulated_kind or HOST_KIND
 
 
-def build_plan(roles: Mapping[str, RoleSettings], inventory: Inventory, cpu_per_worker: float) -> Plan:
-    """Place every role of `roles` (the `roles` section, by role name) on `inventory`."""
+def build_plan(
+    roles: Mapping[str, RoleSettings],
+    inventory: Inventory,
+    cpu_per_worker: float,
+    engine_sizes: Mapping[str, int] | None = None,
+) -> Plan:
+    """Place every role of `roles` (the `roles` section, by role name) on `inventory`;
+    `engine_sizes`: the devices each worker of a role holds (1 where not given)."""
     check_colocation(roles)
+    sizes = {name: (engine_sizes or {}).get(name, 1) for name in roles}
+    _check_engine_sizes(roles, sizes)
     owners = {name: owner(name, roles) for name in roles}
     kinds = {name: _kind(roles[name].device, inventory) for name in roles if owners[name] == name}
     for name, spec in roles.items():
@@ -146,7 +208,7 @@ def build_plan(roles: Mapping[str, RoleSettings], inventory: Inventory, cpu_per_
     slots: dict[str, tuple[Slot, ...]] = {}
     owning = [name for name in roles if owners[name] == name]
     for name in sorted(owning, key=lambda n: -roles[n].num_devices):
-        slots[name] = placer.allocate(name, roles[name].num_devices)
+        slots[name] = placer.allocate(name, roles[name].num_devices, sizes[name])
     for name, spec in roles.items():
         if owners[name] != name:
             have = slots[owners[name]]
@@ -174,8 +236,28 @@ def build_plan(roles: Mapping[str, RoleSettings], inventory: Inventory, cpu_per_
             slots=slots[name],
             shares=tuple(share_of(sharing[s]) for s in slots[name]),
             simulated=simulated,
+            engine_size=sizes[name],
         )
     return Plan(roles=placed, inventory=inventory, cpu_per_worker=float(cpu_per_worker))
+
+
+def _check_engine_sizes(roles: Mapping[str, RoleSettings], sizes: Mapping[str, int]) -> None:
+    """A role of several devices per worker needs a multiple of them, and shares no devices."""
+    for name, size in sizes.items():
+        if size == 1:
+            continue
+        spec = roles[name]
+        if spec.num_devices % size:
+            raise PlanError(
+                f"roles.{name}.num_devices={spec.num_devices} is not a multiple of the {size} devices of "
+                f"one engine (rollout.tensor_parallel_size): set it to engines x {size}"
+            )
+        if spec.colocate_with is not None or any(s.colocate_with == name for s in roles.values()):
+            raise PlanError(
+                f"role '{name}' runs engines of {size} devices, which share no devices with another role "
+                f"yet: set roles.{name}.colocate_with=null (and no role colocated with it), or "
+                "rollout.tensor_parallel_size=1"
+            )
 
 
 def share_of(sharers: int) -> float:
@@ -224,10 +306,18 @@ class _Placer:
     def free(self, node: NodeInfo, kind: str) -> int:
         return self.capacity(node, kind) - self.used.get((kind, node.node_id), 0)
 
-    def allocate(self, role: str, wanted: int) -> tuple[Slot, ...]:
+    def allocate(self, role: str, wanted: int, unit: int = 1) -> tuple[Slot, ...]:
+        """`wanted` free devices of the role's kind, `unit` at a time on one node."""
         kind = self.kinds[role]
         nodes = self.inventory.nodes
-        available = sum(self.free(n, kind) for n in nodes)
+        largest = max((self.capacity(n, kind) for n in nodes), default=0)
+        if unit > 1 and 0 < largest < unit:
+            raise PlanError(
+                f"role '{role}' runs engines of {unit} {kind} devices, but no node of this cluster has "
+                f"more than {largest} (cluster: {self.inventory.describe()}): an engine's devices are on "
+                f"one node; lower rollout.tensor_parallel_size to {largest} or less"
+            )
+        available = sum(self.free(n, kind) // unit * unit for n in nodes)
         if available < wanted:
             raise PlanError(self._not_enough(role, wanted, kind, available))
         # Fewest nodes first; CPU roles keep off accelerator nodes while they can.
@@ -235,9 +325,10 @@ class _Placer:
         slots: list[Slot] = []
         for node in order:
             key = (kind, node.node_id)
-            while self.free(node, kind) > 0 and len(slots) < wanted:
-                slots.append(Slot(node.node_id, node.name, self.used.get(key, 0)))
-                self.used[key] = self.used.get(key, 0) + 1
+            while self.free(node, kind) >= unit and len(slots) < wanted:
+                for _ in range(unit):
+                    slots.append(Slot(node.node_id, node.name, self.used.get(key, 0)))
+                    self.used[key] = self.used.get(key, 0) + 1
         self.placed[role] = len(slots)
         return tuple(slots)
 

@@ -23,9 +23,16 @@ def inventory_here(cluster: ClusterSettings) -> Inventory:
 
 
 def plan_for(
-    roles: Mapping[str, RoleSettings], cluster: ClusterSettings, inventory: Inventory | None = None
+    roles: Mapping[str, RoleSettings],
+    cluster: ClusterSettings,
+    inventory: Inventory | None = None,
+    engine_sizes: Mapping[str, int] | None = None,
 ) -> Plan:
-    """The plan of `roles` (by name) on the connected cluster (or on `inventory`)."""
+    """The plan of `roles` (by name) on the connected cluster (or on `inventory`); `engine_sizes`:
+    the devices each worker of a role holds, where more than one."""
     return build_plan(
-        roles, inventory if inventory is not None else read_inventory(), cpu_per_worker=cluster.cpu_per_worker
+        roles,
+        inventory if inventory is not None else read_inventory(),
+        cpu_per_worker=cluster.cpu_per_worker,
+        engine_sizes=engine_sizes,
     )

@@ -76,7 +76,7 @@ def worker_env(plan: Plan, role: str, rank: int) -> dict[str, str]:
         world_size=placement.world_size,
         kind=placement.kind,
         simulated=placement.simulated,
-        node_name=placement.slots[rank].node_name,
+        node_name=placement.worker_slots(rank)[0].node_name,
     )
     env = spec.to_env()
     if not placement.simulated:

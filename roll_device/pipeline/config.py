@@ -193,14 +193,28 @@ class RunConfig(Section):
                 f"choose {section}={spec.strategy} (its roles then follow), or roles.{role}.strategy={configured}"
             )
 
+    def engine_sizes(self) -> dict[str, int]:
+        """The devices each worker of a role holds where more than one: a rollout engine's
+        (`InferenceStrategy.engine_size`, e.g. vLLM's tensor_parallel_size)."""
+        infer = self.roles_to_run().present().get("actor_infer")
+        if infer is None or infer.strategy not in names(INFERENCE):
+            return {}
+        return {"actor_infer": strategy_type(INFERENCE, infer.strategy).engine_size(self.rollout)}
+
     def _check_sizes(self) -> None:
         prompts, samples = self.data.prompts_per_step, self.algorithm.samples_per_prompt
         roles = self.roles_to_run().present()
-        infer = roles["actor_infer"].num_devices
+        devices, engine = roles["actor_infer"].num_devices, self.engine_sizes().get("actor_infer", 1)
+        if devices % engine:
+            raise ConfigError(
+                f"roles.actor_infer.num_devices={devices} is not a multiple of the {engine} devices of one "
+                f"engine (rollout.tensor_parallel_size): set it to engines x {engine}"
+            )
+        infer = devices // engine
         if prompts % infer:
             raise ConfigError(
                 f"data.prompts_per_step={prompts} does not split across {infer} actor_infer workers: "
-                f"make it a multiple of roles.actor_infer.num_devices"
+                f"make it a multiple of the engines (roles.actor_infer.num_devices / engine devices)"
             )
         per_replica = self.trainer.model_parallel_size
         for role in ("actor_train", "reference"):

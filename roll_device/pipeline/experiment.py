@@ -227,7 +227,7 @@ def _run(config: RunConfig, run_dir: Path, path: str, start, on_step: Callable |
     inputs = _inputs(config, load_tokenizer(path), path, read_data(config.data, config.seed))  # before Ray
     started = time.perf_counter()
     with start_cluster(config.cluster):
-        plan = plan_for(config.roles_to_run().present(), config.cluster)
+        plan = plan_for(config.roles_to_run().present(), config.cluster, engine_sizes=config.engine_sizes())
         print(
             f"cluster ready in {time.perf_counter() - started:.1f}s; device plan:\n{plan.format()}",
             flush=True,

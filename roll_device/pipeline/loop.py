@@ -14,6 +14,9 @@ is cut short (a lost rollout worker) is still a finished step. Which rollout is 
 rollout runs on the engines while this one is scored and trained. Each sample's weight version is
 the engine's own report; samples of older weights than the trainer's carry their rollout logprobs
 into the loss, whose truncated importance ratio corrects for the gap.
+A rollout and a trainer colocated on the same devices take turns (`ColocatedTurns`,
+roll_device/pipeline/lifecycle.py; colocation implies k = 0): the trainers offload at `launch`,
+the engine sleeps when `train` begins and wakes for `sync`.
 `training` is true while the trainer's weights may be ahead of `state` (an update in flight); a
 first update the trainer refused (`NonFiniteUpdateError`: a loss or gradient norm not finite) left
 them at `state`.
@@ -31,6 +34,7 @@ from roll_device.inputs import Sample
 from roll_device.inputs.loading import RunInputs
 from roll_device.pipeline.batching import build_batch
 from roll_device.pipeline.config import RunConfig
+from roll_device.pipeline.lifecycle import ColocatedTurns
 from roll_device.pipeline.overlap import Rollout
 from roll_device.pipeline.reward_worker import RewardWorker
 from roll_device.pipeline.roles import RoleGroups
@@ -72,6 +76,8 @@ class GrpoStep:
         self.algo = config.algorithm
         self.use_reference = roles.has("reference")
         self.training = False
+        self.turns = ColocatedTurns(roles)  # a colocated engine and trainer take turns on the devices
+        self.freed: dict[str, int] = {}  # device bytes each side's turn freed, for the next record
 
     def sampling(self, step: int) -> SamplingConfig:
         return SamplingConfig(
@@ -87,6 +93,7 @@ class GrpoStep:
         expected to be generated with the weights of step `version`; returns without waiting."""
         samples = self.source.batch(position, self.config.data.prompts_per_step)
         prompt_ids = [self.encoder.encode(s.prompt) for s in samples]
+        self.freed.update(self.turns.for_rollout())
         launched = self.start_generation(samples, prompt_ids, self.sampling(step))
         return Rollout(step, position, len(samples), version, launched)
 
@@ -153,6 +160,8 @@ class GrpoStep:
             timings[name] = now - since
             return now
 
+        self.freed.update(self.turns.for_training())
+        freed, self.freed = self.freed, {}
         rewards = torch.tensor(self.score(got.samples, got.completions))
         t = lap("reward_s", start)
         advantages = group_normalized_advantages(rewards, self.algo.samples_per_prompt)
@@ -205,6 +214,7 @@ class GrpoStep:
             "weights_version": None,
             "sync_path": None,
             **timings,
+            **freed,
             "sync_s": 0.0,
             "step_s": time.perf_counter() - start + got.waited_s,
             "timeline": {"rollout": [got.started, got.finished], "train": [started_wall, time.time()]},
@@ -213,6 +223,7 @@ class GrpoStep:
     def sync(self, record: dict) -> None:
         """Send step `record["step"]`'s weights to the rollout; adds the sync to `record`."""
         start, started_wall = time.perf_counter(), time.time()
+        self.turns.for_sync()
         sync = self.roles.sync_weights(version=record["step"])
         record.update(weights_version=sync["version"], sync_path=sync["path"])
         record["sync_s"] = time.perf_counter() - start

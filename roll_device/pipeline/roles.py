@@ -287,6 +287,7 @@ def start_roles(config: RunConfig, plan: Plan, model_path: str, log_dir: Path | 
             qualified_name(INFERENCE, config.roles.actor_infer.strategy),
             config.rollout,
             roles.sync.path == COLOCATED,
+            roles.sync.path,
         ),
         "reward": groups["reward"].async_call_all(
             RewardWorker.setup, config.reward.function, config.data.task, config.reward.name(config.data.task)
@@ -313,10 +314,13 @@ def start_roles(config: RunConfig, plan: Plan, model_path: str, log_dir: Path | 
         roles.shutdown()  # the workers that did start
         raise
     roles.dp_ranks = {role: done[role] for role in ("actor_train", "reference") if role in done}
+    rollout_kind = compute_platform(plan, "actor_infer").kind
+    engine = strategy_class(INFERENCE, config.roles.actor_infer.strategy, rollout_kind)
+    engine_size = engine.engine_size(config.rollout)  # every process of an engine receives
     endpoint = roles.wait(
         {
             "actor_train": groups["actor_train"].async_call_all(
-                TrainWorker.open_sender, roles.sync, groups["actor_infer"].world_size, options
+                TrainWorker.open_sender, roles.sync, groups["actor_infer"].world_size * engine_size, options
             )
         }
     )["actor_train"][0]

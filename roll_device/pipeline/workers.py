@@ -21,12 +21,23 @@ import ray
 import torch
 import torch.distributed as dist
 
-from roll_device.comm import Endpoint, SyncPlan, WeightReceiver, WeightSender, WeightSyncOptions, weights_hash
+from roll_device.comm import Endpoint, SyncPlan, WeightSender, WeightSyncOptions, weights_hash
 from roll_device.pipeline.worker_base import PipelineWorker
+from roll_device.platforms import HOST_KIND, get_platform
 from strategies.base import Completion, SamplingConfig, TrainBatch
 from strategies.inference.settings import RolloutSettings
 from strategies.training.losses import grpo_policy_loss
 from strategies.training.settings import TrainSettings
+
+
+def freed_by(platform, release) -> int:
+    """The device bytes `release()` frees on `platform`: 0 where device memory is host memory."""
+    if platform.device_type == get_platform(HOST_KIND).device_type:
+        release()
+        return 0
+    before = platform.memory_allocated()
+    release()
+    return max(before - platform.memory_allocated(), 0)
 
 
 class TrainWorker(PipelineWorker):
@@ -70,10 +81,25 @@ class TrainWorker(PipelineWorker):
         return self.strategy.train_step(batch, loss)
 
     def save(self, directory: str) -> None:
+        """A checkpoint, from the device (a trainer offloaded for a colocated rollout comes back
+        first: the save's collectives run on the device's backend)."""
+        self.reload()
         self.strategy.save_checkpoint(directory)
 
     def load(self, directory: str) -> None:
         self.strategy.load_checkpoint(directory)
+
+    def offload(self) -> int:
+        """Move the model(s) and optimizer state off the device (a colocated engine generates);
+        returns the device bytes freed (0 where device memory is host memory)."""
+        return freed_by(self.platform, lambda: [m.offload() for m in self._models()])
+
+    def reload(self) -> None:
+        for model in self._models():
+            model.reload()
+
+    def _models(self) -> list:
+        return [self.strategy] + ([self.reference] if getattr(self, "reference", None) else [])
 
     def export_hash(self) -> str:
         """Hash of the full exported weights (every rank must call: the export gathers)."""
@@ -121,14 +147,17 @@ class Generated:
 
 
 class RolloutWorker(PipelineWorker):
-    """One inference engine."""
+    """One inference engine (on one device or, with tensor parallelism, several): it receives
+    weights as receivers `rank * engine_size + 1` on (every process of the engine receives)."""
 
-    def setup(self, model_path: str, strategy: str, settings: RolloutSettings, colocated: bool) -> None:
+    def setup(
+        self, model_path: str, strategy: str, settings: RolloutSettings, colocated: bool, sync_path: str
+    ) -> None:
         """Start the engine (`strategy`: its qualified class name; `colocated`: it shares its
-        devices with a trainer)."""
+        devices with a trainer; `sync_path`: the weight-sync path that feeds it)."""
         self.strategy = self.new_strategy(strategy)
-        self.strategy.initialize(model_path, settings, colocated)
-        self.receiver: WeightReceiver | None = None
+        self.strategy.initialize(model_path, settings, colocated, sync_path)
+        self.engine_size = self.strategy.engine_size(settings)
         self.last_finished: float | None = None  # the end of the last generation
         self.syncing_s = 0.0  # seconds of weight syncs since then
 
@@ -139,27 +168,31 @@ class RolloutWorker(PipelineWorker):
         self.last_finished, self.syncing_s = time.time(), 0.0
         return Generated(completions, self.weights_version() or 0, started, self.last_finished, idle)
 
+    def offload(self) -> int:
+        """Sleep (a colocated trainer steps); returns the device bytes freed."""
+        return freed_by(self.platform, self.strategy.offload)
+
+    def reload(self) -> None:
+        self.strategy.reload()
+
     def connect_receiver(self, endpoint: Endpoint, timeout_s: float) -> None:
-        self.receiver = WeightReceiver(endpoint, self.rank + 1, self.platform, timeout_s=timeout_s)
-        self.receiver.connect()
+        self.strategy.connect_weights(endpoint, self.rank * self.engine_size + 1, timeout_s)
 
     def receive_weights(self) -> dict:
         started = time.time()
-        stats = asdict(self.receiver.receive(self.strategy.update_weights))
+        stats = asdict(self.strategy.receive_weights())
         self.syncing_s += time.time() - started  # a weight sync is work, not idle time
         return stats
 
     def weights_version(self) -> int | None:
-        return None if self.receiver is None else self.receiver.version
+        return self.strategy.weights_version
 
     def engine_hash(self) -> str:
         """Hash of the weights the engine computes with (HF names), for verification."""
-        return weights_hash(self.strategy.read_weights().items())
+        return self.strategy.weights_hash()
 
     def close_receiver(self) -> None:
-        if self.receiver is not None:
-            self.receiver.close()
-            self.receiver = None
+        self.strategy.close_weights()
 
     def shutdown(self) -> None:
         self.strategy.shutdown()

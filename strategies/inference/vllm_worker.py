@@ -1,29 +1,49 @@
-"""Methods mixed into vLLM's worker (`worker_extension_cls`), reached with `LLM.collective_rpc`:
-weight loading and read-back in Hugging Face names, on every device kind.
+"""Methods mixed into vLLM's worker (`worker_extension_cls`), reached with `LLM.collective_rpc`
+given the method itself, and the registration of the project's weight-transfer engines, which
+runs in every engine process because vLLM imports this module there.
 
 - `roll_device_weight_layout()`: the HF names the engine accepts, the groups it fuses into one
   parameter (q/k/v into qkv_proj, gate/up into gate_up_proj; from the model's
   `packed_modules_mapping`), and aliases it ignores (tied weights).
-- `roll_device_load_weights(blob)`: loads one bucket (safetensors bytes) through the model
-  runner's `reload_weights`, which works after start on every backend (a plain `load_weights`
-  fails on the CPU, whose GEMM kernels repack the weights).
-- `roll_device_read_weights()`: the weights the engine computes with, in HF names (fused
-  parameters split back). Where the CPU backend packed a linear weight into its kernel and left
-  an empty parameter, the weight is read through the layer's own kernel: an identity input
-  gives `I @ W.T`, i.e. the weight itself. Tensor parallelism 1 only.
+- `roll_device_sync_stats()`: what the rank's weight-transfer engine received last (small).
+- `roll_device_weights_hash()` / `roll_device_save_weights(path)`: the weights the engine computes
+  with, in HF names (fused parameters split back, each tensor-parallel rank's part gathered over
+  vLLM's tensor-parallel group), as a hash or a file. Where the CPU backend packed a linear weight
+  into its kernel and left an empty parameter, the weight is read through the layer's own
+  kernel: an identity input gives `I @ W.T`, i.e. the weight itself.
+
+Weights never travel through `collective_rpc` itself: they arrive through vLLM's weight-transfer
+API (strategies/inference/vllm_transfer.py) and leave as a file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
+import sys
 
 import torch
 
+from roll_device.comm.paths import BRIDGE, COLLECTIVE, COLOCATED, DIRECT
 from roll_device.errors import ConfigError
-from strategies.inference.weights import pack, unpack
 
-# Loading a bucket reloads only some layers; vLLM warns about every other layer it left alone.
+# The project's weight-transfer engines by sync path: the name vLLM knows each by, and its class
+# in strategies/inference/vllm_transfer.py (imported by vLLM's factory when first used).
+ENGINES = {
+    COLOCATED: "roll_device_colocated",
+    COLLECTIVE: "roll_device_collective",
+    BRIDGE: "roll_device_bridge",
+    DIRECT: "roll_device_rdt",  # Ray Direct Transport: a rank in the Ray actor's own process only
+}
+ENGINE_CLASS_NAMES = {
+    COLOCATED: "ColocatedEngine",
+    COLLECTIVE: "CollectiveEngine",
+    BRIDGE: "BridgeEngine",
+    DIRECT: "DirectEngine",
+}
+
+# An update of some layers leaves the others alone; vLLM warns about every other layer it left alone.
 _PARTIAL_RELOAD_LOGGERS = (
     "vllm.model_executor.model_loader.reload.layerwise",
     "vllm.model_executor.model_loader.reload.inplace",
@@ -31,7 +51,7 @@ _PARTIAL_RELOAD_LOGGERS = (
 
 
 @contextlib.contextmanager
-def _quiet_partial_reload():
+def quiet_partial_reload():
     loggers = [logging.getLogger(name) for name in _PARTIAL_RELOAD_LOGGERS]
     levels = [logger.level for logger in loggers]
     for logger in loggers:
@@ -77,7 +97,33 @@ def _linear_weight(module: torch.nn.Module, weight: torch.Tensor) -> torch.Tenso
     return module.quant_method.apply(module, eye, bias=None).t().contiguous()
 
 
+def _shard_dim(module: torch.nn.Module, leaf: str) -> int | None:
+    """The dimension along which tensor-parallel ranks hold parts of `module`'s `leaf`, or None
+    where every rank holds all of it."""
+    from vllm.model_executor.layers.linear import ColumnParallelLinear, RowParallelLinear
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+    if getattr(module, "tp_size", 1) == 1:
+        return None
+    if isinstance(module, (ColumnParallelLinear, VocabParallelEmbedding)):
+        return 0
+    if isinstance(module, RowParallelLinear) and leaf == "weight":
+        return 1
+    return None
+
+
+def _gathered(tensor: torch.Tensor, dim: int | None) -> torch.Tensor:
+    """The whole tensor from every tensor-parallel rank's part (all ranks call together)."""
+    if dim is None:
+        return tensor
+    from vllm.distributed.parallel_state import get_tp_group
+
+    return get_tp_group().all_gather(tensor.contiguous(), dim)
+
+
 def read_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The weights `model` computes with, whole, in HF names, on the CPU: each tensor-parallel
+    rank's part gathered (every rank of the engine calls this together)."""
     from vllm.model_executor.layers.linear import LinearBase
 
     out: dict[str, torch.Tensor] = {}
@@ -87,21 +133,35 @@ def read_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             tensor = param.detach()
             if isinstance(module, LinearBase) and leaf == "weight":
                 tensor = _linear_weight(module, param)
-            if getattr(module, "num_embeddings_padded", None) == tensor.shape[0]:
-                tensor = tensor[: module.num_embeddings]  # rows added to pad the vocabulary
+            dim = _shard_dim(module, leaf)
             group = _fused_names(model, name)
             if group is None:
+                tensor = _gathered(tensor, dim)
+                if getattr(module, "num_embeddings_padded", None) == tensor.shape[0]:
+                    tensor = tensor[: module.num_embeddings]  # rows added to pad the vocabulary
                 out[name] = tensor.to("cpu")
                 continue
-            sizes = list(module.output_sizes)
+            parts = getattr(module, "tp_size", 1)
+            sizes = [size // parts for size in module.output_sizes]
             if sum(sizes) != tensor.shape[0]:
-                raise ConfigError(
-                    f"cannot split {name} {tuple(tensor.shape)} into {sizes}: weight read-back needs "
-                    "tensor_parallel_size=1"
-                )
+                raise ConfigError(f"cannot split {name} {tuple(tensor.shape)} into {sizes}")
             for part, piece in zip(group, torch.split(tensor, sizes, dim=0)):
-                out[part] = piece.to("cpu")
+                out[part] = _gathered(piece, dim).to("cpu")
     return out
+
+
+def register_engines() -> None:
+    """Register the project's weight-transfer engines (strategies/inference/vllm_transfer.py)
+    with vLLM's factory in this process, once (again: nothing); nothing where vLLM is not installed."""
+    if importlib.util.find_spec("vllm") is None:
+        return
+    from vllm.distributed.weight_transfer import WeightTransferEngineFactory
+
+    for path, name in ENGINES.items():
+        if name not in WeightTransferEngineFactory._registry:  # vLLM refuses a second registration
+            WeightTransferEngineFactory.register_engine(
+                name, "strategies.inference.vllm_transfer", ENGINE_CLASS_NAMES[path]
+            )
 
 
 class RolloutWorkerExtension:
@@ -110,12 +170,30 @@ class RolloutWorkerExtension:
     def roll_device_weight_layout(self) -> dict[str, list]:
         return weight_layout(self.model_runner.get_model())
 
-    def roll_device_load_weights(self, blob: bytes) -> int:
-        tensors = unpack(blob)
-        with _quiet_partial_reload(), torch.no_grad():
-            self.reload_weights(weights_iterator=iter(tensors.items()), is_checkpoint_format=True)
-        return len(tensors)
+    def roll_device_sync_stats(self) -> dict | None:
+        """The last sync this rank received (`SyncStats` as a dict), None before the first."""
+        return self.weight_transfer_engine.stats
 
-    def roll_device_read_weights(self) -> bytes:
+    def roll_device_weights_hash(self) -> str:
+        """The hash of the weights the engine computes with (every rank gathers the whole)."""
+        from roll_device.comm import weights_hash
+
         with torch.no_grad():
-            return pack(read_weights(self.model_runner.get_model()).items())
+            return weights_hash(read_weights(self.model_runner.get_model()).items())
+
+    def roll_device_save_weights(self, path: str) -> None:
+        """The whole weights as a safetensors file at `path` (written by the first rank)."""
+        from safetensors.torch import save_file
+        from vllm.distributed.parallel_state import get_world_group
+
+        with torch.no_grad():
+            weights = read_weights(self.model_runner.get_model())
+        if get_world_group().rank_in_group == 0:
+            save_file({n: t.contiguous() for n, t in weights.items()}, path)
+
+
+# vLLM imports this module (worker_extension_cls) in every engine process, after vLLM itself: the
+# engines are registered there. A driver that imports it without vLLM loaded pays nothing; an engine
+# in the importing process itself is registered by VllmStrategy.initialize.
+if "vllm" in sys.modules:
+    register_engines()

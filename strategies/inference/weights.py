@@ -5,11 +5,9 @@
   the tensors an engine fuses into one parameter (q/k/v, gate/up) always arrive together.
 - `check_update`: refuses unknown names and fused groups sent incomplete (an engine that
   loads part of a fused parameter would fill the rest with garbage).
-- `pack` / `unpack`: a bucket as safetensors bytes, which cross process boundaries intact
-  (vLLM's RPC turns tensors in arguments into lists).
 
-To check that an engine holds given weights, hash its `read_weights()` with
-`roll_device.comm.weights_hash`.
+To check that an engine holds given weights, compare its `weights_hash()` with
+`roll_device.comm.weights_hash` of the export.
 """
 
 from __future__ import annotations
@@ -81,24 +79,3 @@ def check_update(names: Iterable[str], known: set[str], fused: list[list[str]]) 
             raise ConfigError(
                 f"{present} are fused with {missing} in the rollout engine: send them in the same update"
             )
-
-
-def pack(bucket: Iterable[tuple[str, torch.Tensor]]) -> bytes:
-    """safetensors bytes of the CPU copies of `bucket` (tensors that share memory are copied apart)."""
-    from safetensors.torch import save
-
-    tensors, pointers = {}, set()
-    for name, tensor in bucket:
-        cpu = tensor.detach().to("cpu").contiguous()
-        pointer = cpu.untyped_storage().data_ptr()
-        if pointer in pointers:
-            cpu = cpu.clone()
-        pointers.add(cpu.untyped_storage().data_ptr())
-        tensors[name] = cpu
-    return save(tensors)
-
-
-def unpack(blob: bytes) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load
-
-    return load(blob)

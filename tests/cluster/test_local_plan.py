@@ -27,4 +27,4 @@ def test_plan_on_this_machine_prints_the_device_map():
         "reference": ["cpu", "1"],
         "reward": ["cpu", "1"],
     }
-    assert [row[6] for row in table[1:] if row[0] == "reference"] == ["actor_train"]
+    assert [row[7] for row in table[1:] if row[0] == "reference"] == ["actor_train"]

@@ -99,14 +99,81 @@ def test_format_lists_each_role_and_node():
         "node",
         "device",
         "ids",
+        "workers",
         "share",
         "colocated",
         "with",
         "simulated",
     ]
-    assert lines[1].split()[:5] == ["train", "npu", "8", "npu-a", "0,1,2,3,4,5,6,7"]
-    assert lines[2].split()[:5] == ["train", "npu", "2", "npu-b", "0,1"]
-    assert lines[3].split() == ["ref", "npu", "2", "npu-a", "0,1", "0.5", "train", "no"]
+    assert lines[1].split()[:6] == ["train", "npu", "8", "npu-a", "0,1,2,3,4,5,6,7", "8"]
+    assert lines[2].split()[:6] == ["train", "npu", "2", "npu-b", "0,1", "2"]
+    assert lines[3].split() == ["ref", "npu", "2", "npu-a", "0,1", "2", "0.5", "train", "no"]
+
+
+def test_engines_of_four_npus_hold_four_devices_of_one_node_each():
+    """2 engines x 4 NPUs (tensor parallel 4) beside an 8-NPU trainer on a simulated cluster:
+    each engine one worker on 4 devices of one node, one bundle of 4 devices."""
+    npu8b = NodeInfo("o" * 56, "10.0.0.5", "npu-c", cpus=8, devices={"npu": 8}, simulated=True)
+    npu8a = NodeInfo("n" * 56, "10.0.0.2", "npu-a", cpus=8, devices={"npu": 8}, simulated=True)
+    plan = build_plan(
+        roles(train=("npu", 8), infer=("npu", 8)),
+        Inventory((HEAD, npu8a, npu8b)),
+        CPU_PER_WORKER,
+        engine_sizes={"infer": 4},
+    )
+    infer = plan.roles["infer"]
+    assert infer.world_size == 2 and infer.engine_size == 4
+    assert [[s.index for s in infer.worker_slots(r)] for r in range(2)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert len({s.node_id for s in infer.slots}) == 1 and infer.node_ids != plan.roles["train"].node_ids
+    assert plan.bundles()[("npu", infer.node_ids[0])] == [4, 4]
+    assert [plan.bundle_index("infer", r) for r in range(2)] == [0, 1]
+    assert plan.bundles()[("npu", plan.roles["train"].node_ids[0])] == [1] * 8
+    row = next(line for line in plan.format().splitlines() if line.startswith("infer"))
+    assert row.split()[:8] == [
+        "infer",
+        "npu",
+        "8",
+        infer.slots[0].node_name,
+        "0+1+2+3,4+5+6+7",
+        "2",
+        "x",
+        "4",
+    ]
+
+
+def test_an_engine_never_spans_two_nodes():
+    """4 free NPUs on each of two nodes: two engines of 4, not one over both nodes."""
+    plan = build_plan(
+        roles(train=("npu", 4), infer=("npu", 8)), MIXED, CPU_PER_WORKER, engine_sizes={"infer": 4}
+    )
+    infer = plan.roles["infer"]
+    assert [len({s.node_id for s in infer.worker_slots(r)}) for r in range(2)] == [1, 1]
+
+
+@pytest.mark.parametrize(
+    ("spec", "sizes", "message"),
+    [
+        (
+            {"infer": ("npu", 6)},
+            {"infer": 4},
+            r"roles.infer.num_devices=6 is not a multiple of the 4 devices",
+        ),
+        (
+            {"infer": ("cuda", 4)},
+            {"infer": 4},
+            r"engines of 4 cuda devices, but no node of this cluster has more than 2",
+        ),
+        ({"infer": ("npu", 16)}, {"infer": 16}, r"no node of this cluster has more than 8"),
+        (
+            {"train": ("npu", 2), "infer": ("npu", 2, "train")},
+            {"infer": 2},
+            r"role 'infer' runs engines of 2 devices, which share no devices with another role yet",
+        ),
+    ],
+)
+def test_engine_refusals(spec, sizes, message):
+    with pytest.raises(PlanError, match=message):
+        build_plan(roles(**spec), MIXED, CPU_PER_WORKER, engine_sizes=sizes)
 
 
 def test_simulated_roles_say_what_they_compute_on():

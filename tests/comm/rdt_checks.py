@@ -93,7 +93,7 @@ def sync_into_vllm(model_path: str) -> dict:
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         trainer, rollout = _actors(HOST)
-        before = ray.get(rollout.call.remote(f"{ENGINE}:start_engine", model_path))
+        before = ray.get(rollout.call.remote(f"{ENGINE}:start_engine", model_path, "rdt"))
         opened = ray.get(
             trainer.call.remote(
                 f"{CHECKS}:start_sender", "cpu", "cpu", "rdt", False, True, 1, BUCKET_BYTES, False

