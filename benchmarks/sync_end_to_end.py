@@ -200,8 +200,9 @@ def trainer_main(conn, name: str, model_path: str) -> None:
 
 
 def export_for_engine(trainer, dtype):
-    """The trainer's export as a sync takes it."""
-    return trainer.export_weights()
+    """The trainer's export as a sync takes it: in the engine's dtype, where the tensors are (no
+    host snapshot: the sync copies each tensor before `send` returns)."""
+    return trainer.export_weights(dtype=dtype, snapshot=False)
 
 
 def train_step_seconds(trainer) -> float:
