@@ -57,7 +57,7 @@ class Pair:
         def run() -> None:
             try:
                 there()
-            except BaseException as exc:  # reported below
+            except Exception as exc:  # noqa: BLE001 (re-raised in this thread below)
                 failure.append(exc)
 
         thread = threading.Thread(target=run)
