@@ -424,7 +424,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
-    options = WeightSyncOptions(bucket_bytes=args.bucket_mb << 20, timeout_s=120)
+    options = WeightSyncOptions(path="auto", bucket_bytes=args.bucket_mb << 20, verify=False, timeout_s=120.0)
 
     shapes = qwen_shapes(args.layers)
     params = sum(torch.Size(s).numel() for _, s in shapes)

@@ -56,8 +56,13 @@ class BroadcastSender:
 
     def sends_in_place(self, part: torch.Tensor) -> bool:
         """A tensor of at least `IN_PLACE_BYTES` already on the group's device is broadcast from
-        its own memory (smaller ones are cheaper to pack than to send one by one)."""
-        return part.device == self.device and part.numel() >= IN_PLACE_BYTES
+        its own memory (smaller ones are cheaper to pack than to send one by one; a non-contiguous one
+        is packed, which copies it once)."""
+        return (
+            part.device == self.device
+            and part.is_contiguous()
+            and part.numel() * part.element_size() >= IN_PLACE_BYTES
+        )
 
     def buffer(self, seq: int, index: int, nbytes: int) -> torch.Tensor:
         """A packing buffer for bucket `index`: the ring's, once the bucket that used it is sent."""
@@ -103,10 +108,12 @@ class BroadcastReceiver:
     def __init__(self, control: Control, setup: Setup, platform: Platform, rank: int) -> None:
         self.control, self.setup, self.platform, self.rank = control, setup, platform, rank
         self.group = None
+        self.lends = False
 
     def connect(self) -> None:
         self.device = _group_device(self.setup, self.platform)
-        if _host_staged(self.setup, self.platform):
+        self.lends = _host_staged(self.setup, self.platform)  # host buffers: reused once free
+        if self.lends:
             self.pool, self.buffers = HostPool(self.platform), None
         else:  # a device bucket is copied out before the next is asked for: a ring is enough
             self.pool = None

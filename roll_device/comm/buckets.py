@@ -1,11 +1,13 @@
 """Buckets: named tensors packed as bytes into buffers, and unpacked on the other side.
 
 A `BucketWriter` takes one bucket at a time from a stream of (name, tensor) on any device: the
-`Entry`s (name, dtype, shape, offset, size) and the tensors' bytes where they are. Tensors are
+`Entry`s (name, dtype, shape, offset, size) and the tensors as they are (no copy). Tensors are
 never split: a bucket holds the tensors that fit in `capacity` bytes, each at a 64-byte boundary,
 and a tensor larger than that travels alone in a bucket of its own size. `pack` copies a bucket
-into a buffer (transports that cannot send bytes from where they are); `unpack` turns entries and
-a received buffer back into (name, tensor) views of it. `checksum` is a CRC32 of the entries' bytes.
+into a buffer in one batched copy (`torch._foreach_copy_` into typed views of the buffer: one
+launch per bucket on a device, and a non-contiguous tensor lands without a copy of its own first);
+`unpack` turns entries and a received buffer back into (name, tensor) views of it. `checksum` is
+a CRC32 of the entries' bytes.
 """
 
 from __future__ import annotations
@@ -68,30 +70,39 @@ class BucketWriter:
             raise WeightSyncError(f"weight '{name}' appears twice in the exported weights")
         self._seen.add(name)
         self.tensors += 1
-        self._current = (name, tensor_bytes(tensor), tensor.dtype, tuple(tensor.shape))
+        tensor = tensor.detach()
+        self._current = (name, tensor, tensor.numel() * tensor.element_size())
 
     def take(self) -> tuple[list[Entry], list[torch.Tensor]]:
         """The next bucket: the entries of the tensors that fit in `capacity` bytes (or of one
-        larger tensor, alone) and their bytes as they are (views, no copy)."""
+        larger tensor, alone) and the tensors as they are (no copy)."""
         entries: list[Entry] = []
         parts: list[torch.Tensor] = []
         offset = 0
         while self._current is not None:
-            name, data, dtype, shape = self._current
+            name, tensor, nbytes = self._current
             start = _align(offset)
-            if entries and start + data.numel() > self.capacity:
+            if entries and start + nbytes > self.capacity:
                 break
-            entries.append(Entry(name, dtype, shape, start, data.numel()))
-            parts.append(data)
-            offset = start + data.numel()
+            entries.append(Entry(name, tensor.dtype, tuple(tensor.shape), start, nbytes))
+            parts.append(tensor)
+            offset = start + nbytes
             self._advance()
         return entries, parts
 
 
+def typed_views(entries: list[Entry], buffer: torch.Tensor) -> list[torch.Tensor]:
+    """Each entry's place in a bucket buffer as a tensor of its dtype and shape (views)."""
+    return [
+        data.view(entry.dtype).view(entry.shape) for entry, data in zip(entries, entry_bytes(entries, buffer))
+    ]
+
+
 def pack(entries: list[Entry], parts: list[torch.Tensor], buffer: torch.Tensor) -> torch.Tensor:
-    """Copy `parts` to their entries' offsets in `buffer`; the packed bucket (a view of it)."""
-    for entry, part in zip(entries, parts, strict=True):
-        buffer[entry.offset : entry.offset + entry.nbytes].copy_(part)
+    """Copy `parts` to their entries' offsets in `buffer` (one batched copy); the packed bucket
+    (a view of it)."""
+    if entries:
+        torch._foreach_copy_(typed_views(entries, buffer), parts)
     return buffer[: bucket_size(entries)]
 
 
@@ -107,14 +118,14 @@ def entry_bytes(entries: list[Entry], buffer: torch.Tensor) -> list[torch.Tensor
 
 def unpack(entries: list[Entry], buffer: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) for each entry: views of `buffer`, no copy."""
-    for entry, data in zip(entries, entry_bytes(entries, buffer)):
-        yield entry.name, data.view(entry.dtype).view(entry.shape)
+    for entry, view in zip(entries, typed_views(entries, buffer)):
+        yield entry.name, view
 
 
 def checksum(parts: list[torch.Tensor]) -> int:
-    """CRC32 over the bytes of uint8 tensors in order, on any device (device bytes are read on the
-    host); padding between entries is not part of it."""
+    """CRC32 over the bytes of tensors in order (any dtype, any device: device bytes are read on
+    the host); padding between entries is not part of it."""
     crc = 0
     for part in parts:
-        crc = zlib.crc32(part.detach().cpu().numpy(), crc)
+        crc = zlib.crc32(tensor_bytes(part).cpu().numpy(), crc)
     return crc

@@ -9,7 +9,8 @@ from roll_device.comm.buckets import Entry
 
 @dataclass
 class BucketHeader:
-    """Bucket `index` of the sync of trainer step `version`: its entries, its size in bytes, the
+    """Bucket `index` of the sync of trainer step `version`: its entries (None: the same as bucket
+    `index` of the previous sync on this connection, the plan sent once), its size in bytes, the
     slot that holds it (slot transports; `new_slot` describes a slot made for it), the byte ranges
     that travel one by one (broadcast transport: a large tensor from the sender's own memory, each
     run of small ones packed), its CRC32 when verification is on, whether it is the last one, and
@@ -17,7 +18,7 @@ class BucketHeader:
 
     version: int
     index: int
-    entries: list[Entry] = field(default_factory=list)
+    entries: list[Entry] | None = field(default_factory=list)
     nbytes: int = 0
     slot: int = 0
     new_slot: tuple | None = None

@@ -185,6 +185,8 @@ class RdtSender:
 
 
 class RdtReceiver:
+    lends = False  # device buckets from the inbox are copied out (their reuse is Ray's)
+
     def __init__(self, control: Control, setup: Setup, platform: Platform, rank: int) -> None:
         self.control, self.setup, self.platform, self.rank = control, setup, platform, rank
         self.group: str | None = None

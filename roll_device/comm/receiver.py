@@ -9,9 +9,12 @@ receiver.version                                    # the trainer step the weigh
 
 Everything else (path, transport, bucket size) comes from the sender, so both ends cannot
 disagree. `receive` hands `apply` an iterator of (name, tensor) on this worker's device
-(`device`); `apply` may keep them as long as it likes. On the host, tensors are views of the
-receive buffers (no copy), which are reused only once `apply` let go of every tensor in them; a
-device gets its own copy of each bucket. Without verification buckets are applied as they arrive.
+(`device`); `apply` may keep them as long as it likes. Tensors are views of the received
+buckets (no copy) wherever the transport lends its buffers (slots, on the host or a device; host
+receive buffers), which are reused only once `apply` let go of every tensor in them; a device
+bucket of a transport that reuses its buffers regardless (a broadcast's device ring) is copied
+out first. Each bucket's entries come once per connection (`BucketHeader.entries` None: as the
+same bucket of the previous sync), so the receiver keeps the plan. Without verification buckets are applied as they arrive.
 With verification (the sender's `verify`) every bucket is staged and checked first, and a
 checksum mismatch raises a WeightSyncError before `apply` sees a single tensor: the engine keeps
 the weights of `version`.
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from roll_device.comm.broadcast_transport import BroadcastReceiver
-from roll_device.comm.buckets import checksum, entry_bytes, unpack
+from roll_device.comm.buckets import Entry, checksum, entry_bytes, unpack
 from roll_device.comm.control import Control, Endpoint, done_key
 from roll_device.comm.messages import BucketHeader, SyncStats
 from roll_device.comm.rdt_transport import RdtReceiver
@@ -68,6 +71,7 @@ class WeightReceiver:
         self.control: Control | None = None
         self.transport: ReceiverTransport | None = None
         self._seq = 0
+        self._plan: dict[int, list[Entry]] = {}  # bucket index -> entries, as the sender sent them
 
     def connect(self) -> None:
         """Join the sender (which calls `connect` at the same time)."""
@@ -104,8 +108,8 @@ class WeightReceiver:
                 )
         except Exception as exc:
             with contextlib.suppress(WeightSyncError):
-                for _ in stream:  # drain, so that the sender is not left waiting
-                    pass
+                for header, _ in stream:  # drain, so that the sender is not left waiting
+                    self._learn_plan(header)  # and keep the plan the sender believes we have
             self._report(seq, f"{type(exc).__name__}: {exc}")
             raise
         self._report(seq, None)
@@ -132,6 +136,7 @@ class WeightReceiver:
         staged: list[tuple[BucketHeader, torch.Tensor]] = []
         for header, data in stream:
             progress.version = header.version
+            self._learn_plan(header)
             if header.error is not None:
                 kept = "keeps its previous weights" if not progress.tensors else "has been partly updated"
                 raise WeightSyncError(
@@ -150,10 +155,30 @@ class WeightReceiver:
         for header, data in staged:
             yield from self._unpack(header, data, progress)
 
+    def _learn_plan(self, header: BucketHeader) -> None:
+        """`header.entries` from the plan when the sender left them out; the plan updated when it
+        sent them."""
+        if header.error is not None:
+            return
+        if header.entries is not None:
+            self._plan[header.index] = header.entries
+            return
+        if header.index not in self._plan:
+            raise WeightSyncError(
+                f"bucket {header.index} of the weight sync of version {header.version} came without its "
+                "layout and this receiver never got one: the sender and this receiver disagree on "
+                "what was sent before (reconnect both ends)"
+            )
+        header.entries = self._plan[header.index]
+
     def _local(self, data: torch.Tensor) -> torch.Tensor:
-        """The bucket on this worker's device: the transport's host buffer itself when both are host
-        memory (the transport reuses it only once nothing holds it), else a copy."""
+        """The bucket on this worker's device: the transport's buffer itself when it is on this
+        device and either host memory or lent by the transport (reused only once nothing holds
+        it), else a copy."""
         if data.device.type == self._host_type and self.device.type == self._host_type:
+            return data
+        same_device = data.device.type == self.device.type and self.device.index in (None, data.device.index)
+        if self.transport.lends and same_device:
             return data
         return data.to(self.device, copy=True)
 

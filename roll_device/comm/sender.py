@@ -13,6 +13,11 @@ a transport buffer unless the transport can send the tensors from where they are
 the plan's transport, and returns once every receiver has applied them; it raises a
 WeightSyncError naming each receiver that failed. If the export itself fails, the receivers are
 told (an error header) so that none is left waiting, and the export's exception propagates.
+
+The bucket plan (each bucket's entries: names, dtypes, shapes, offsets) travels once per
+connection: a bucket laid out as the same bucket of the previous sync goes with a header without
+entries (`entries=None`: "as before"), so that a sync of an unchanged model sends one small
+message per bucket. A changed layout (another model, dtype or bucket size) is sent in full.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from collections.abc import Iterable
 import torch
 
 from roll_device.comm.broadcast_transport import BroadcastSender
-from roll_device.comm.buckets import BucketWriter, Entry, bucket_size, checksum, pack
+from roll_device.comm.buckets import BucketWriter, Entry, bucket_size, checksum, pack, tensor_bytes
 from roll_device.comm.control import Control, Endpoint, bucket_key, done_key
 from roll_device.comm.messages import BucketHeader, SyncStats
 from roll_device.comm.options import WeightSyncOptions
@@ -62,6 +67,7 @@ class WeightSender:
         self.transport: SenderTransport = SENDERS[plan.transport](self.control, self.setup, platform)
         self.version: int | None = None
         self._seq = 0
+        self._plan: dict[int, list[Entry]] = {}  # bucket index -> entries, as the receivers know them
 
     @property
     def endpoint(self) -> Endpoint:
@@ -89,7 +95,11 @@ class WeightSender:
                 if self.options.verify:
                     header.checksum = checksum(parts)
                 header.ranges, data = self._transfers(seq, index, header, parts)
+                known = self._plan.get(index) == entries
+                if known:
+                    header.entries = None  # the receivers have this bucket's plan from the last sync
                 self.transport.send(seq, header, data)
+                self._plan[index] = entries
                 nbytes += header.nbytes
                 index += 1
                 if header.final:
@@ -134,7 +144,7 @@ class WeightSender:
                 if run:
                     pack_run()
                 ranges.append((entry.offset, entry.offset + entry.nbytes))
-                data.append(part)
+                data.append(tensor_bytes(part))
             else:
                 run.append((entry, part))
         if run or not data:  # an empty bucket still takes a (slot) buffer: receivers read it

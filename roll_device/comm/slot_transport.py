@@ -4,9 +4,17 @@ The sender packs into a slot every receiver has mapped and
 publishes the header; receivers read the slot in place. The sender runs at most `AHEAD` buckets
 ahead of the slowest receiver (it waits for bucket i-4 to be read before it packs bucket i), and
 reuses a slot once every receiver has released it, i.e. once no tensor it handed out still uses
-that slot's memory (each acknowledgement carries the receiver's releases). While a consumer
-keeps tensors, the sender makes another slot (announced in the header that uses it), so that a
-consumer that gathers tensors before it loads them never sees them overwritten.
+that slot's memory (each acknowledgement carries the receiver's releases). Slots live as long as
+the connection: `SLOTS` are made and mapped (one name or handle each) when it opens. When none is
+known free, the sender reads the acknowledgements of the buckets in flight, oldest first, until
+one is; only while a consumer keeps tensors of every slot does it make another slot (announced in
+the header that uses it), so that a consumer that gathers tensors before it loads them never sees
+them overwritten. Three slots keep both ends busy with a consumer that loads each tensor as it
+comes: the receiver acknowledges bucket i while the consumer still holds its last tensor, so slot
+i shows free in the acknowledgement of bucket i+1, when bucket i+2 is already there to load.
+
+On a device (`ipc`), packing and loading copies are awaited with an event on the current stream
+(`stream_done`), not by synchronising the whole device.
 """
 
 from __future__ import annotations
@@ -18,11 +26,11 @@ import torch
 from roll_device.comm.buffers import IpcSlot, ShmSlot, storage_users
 from roll_device.comm.control import Control, ack_key, bucket_key
 from roll_device.comm.messages import BucketHeader
-from roll_device.comm.transport import AHEAD, Setup, receiver_ranks
+from roll_device.comm.transport import AHEAD, Setup, receiver_ranks, stream_done
 from roll_device.errors import WeightSyncError
 from roll_device.platforms import Platform
 
-SLOTS = 2  # slots a slot sender makes when it connects (more as needed)
+SLOTS = 3  # slots a slot sender makes when it connects (more only while a consumer keeps tensors)
 SLOTS_KEY = "setup/slots"
 
 
@@ -43,6 +51,7 @@ class SlotSender:
         self.released: dict[int, list[int]] = {r: [] for r in receiver_ranks(setup)}
         self._to_unlink: list[tuple[int, int]] = []  # (slot, the bucket that announced it)
         self._next: tuple[int, tuple | None] | None = None
+        self._acked = (-1, 0)  # (sync, buckets of it every receiver has acknowledged)
 
     def _new_slot(self, nbytes: int) -> int:
         self.slots.append(_slot_class(self.setup).create(nbytes, self.platform))
@@ -69,15 +78,14 @@ class SlotSender:
     def buffer(self, seq: int, index: int, nbytes: int) -> torch.Tensor:
         """A slot of at least `nbytes` that every receiver has released (a new one of that size if
         none)."""
-        if index >= AHEAD:
-            read = index - AHEAD
-            ranks = list(receiver_ranks(self.setup))
-            acks = self.control.get_many(
-                [ack_key(seq, read, r) for r in ranks], f"every rollout worker to read bucket {read}"
-            )
-            self.learn(dict(zip(ranks, acks)))
-            self._unlink_announced(up_to=read)
+        if self._acked[0] != seq:
+            self._acked = (seq, 0)
+        while self._acked[1] <= index - AHEAD:  # at most AHEAD buckets in flight
+            self._read_ack(seq)
         number = self._free_slot(nbytes)
+        while number is None and self._acked[1] < index:  # wait for a slot to come free
+            self._read_ack(seq)
+            number = self._free_slot(nbytes)
         descriptor = None
         if number is None:
             number = self._new_slot(nbytes)
@@ -86,6 +94,18 @@ class SlotSender:
         self.handed[number] += 1
         self._next = (number, descriptor)
         return self.slots[number].tensor
+
+    def _read_ack(self, seq: int) -> None:
+        """Wait for every receiver's acknowledgement of the oldest bucket not yet acknowledged and
+        learn what they released."""
+        read = self._acked[1]
+        ranks = list(receiver_ranks(self.setup))
+        acks = self.control.get_many(
+            [ack_key(seq, read, r) for r in ranks], f"every rollout worker to read bucket {read}"
+        )
+        self.learn(dict(zip(ranks, acks)))
+        self._unlink_announced(up_to=read)
+        self._acked = (seq, read + 1)
 
     def learn(self, released: dict[int, list[int] | None]) -> None:
         """Take each receiver's count of releases per slot (from an acknowledgement or its status)."""
@@ -117,7 +137,7 @@ class SlotSender:
     def send(self, seq: int, header: BucketHeader, data: list[torch.Tensor]) -> None:
         (header.slot, header.new_slot), self._next = self._next, None
         if self.setup.plan.staging == "device":
-            self.platform.synchronize()  # the packing copies must land before a receiver reads
+            stream_done(self.platform)  # the packing copies must land before a receiver reads
         self.control.post(bucket_key(seq, header.index), header)
 
     def cancel(self) -> None:
@@ -143,6 +163,8 @@ class SlotSender:
 
 
 class SlotReceiver:
+    lends = True  # a slot is reused only once the sender learns that no tensor of it is held
+
     def __init__(self, control: Control, setup: Setup, platform: Platform, rank: int) -> None:
         self.control, self.setup, self.platform, self.rank = control, setup, platform, rank
         self.slots: list[ShmSlot | IpcSlot] = []
@@ -177,7 +199,7 @@ class SlotReceiver:
             self._held.add(header.slot)
             yield header, self.slots[header.slot].tensor[: header.nbytes]
             if self.setup.plan.staging == "device":
-                self.platform.synchronize()  # copies out of the slot are done before it is released
+                stream_done(self.platform)  # copies out of the slot are done before it is released
             self.control.post(ack_key(seq, index, self.rank), self.released())
             if header.final:
                 return

@@ -27,6 +27,7 @@ import torch
 from roll_device.comm.groups import MESSAGE_BYTES
 from roll_device.comm.messages import BucketHeader
 from roll_device.comm.planner import SyncPlan
+from roll_device.platforms import Platform
 
 AHEAD = 4  # buckets a sender may have in flight ahead of the slowest receiver (uneven ones overlap)
 SETUP_KEY = "setup"
@@ -41,6 +42,15 @@ class Setup:
     receivers: int
     capacity: int
     message_bytes: int = MESSAGE_BYTES
+
+
+def stream_done(platform: Platform) -> None:
+    """Wait until the work queued so far on this process's current stream (packing or loading
+    copies) has run: an event recorded and waited for, not a synchronisation of the whole device
+    (which would also wait for every other stream: a trainer's or an engine's own work)."""
+    event = platform.new_event()
+    event.record()
+    event.synchronize()
 
 
 def receiver_ranks(setup: Setup) -> range:
@@ -84,6 +94,10 @@ class ReceiverTransport(Protocol):
 
     def buckets(self, seq: int) -> Iterator[tuple[BucketHeader, torch.Tensor | None]]:
         """The buckets of sync `seq` in order, with their bytes (None after a sender's error)."""
+
+    lends: bool
+    """Whether the buckets it yields may go to the consumer as they are, on any device (it reuses
+    a buffer only once no tensor holds it); otherwise a device bucket is copied out first."""
 
     def released(self) -> list[int] | None:
         """What this receiver reports to the sender at the end of a sync (slot releases)."""

@@ -46,7 +46,7 @@ from strategies.base import (
 from strategies.inference.hf_sampling import sample
 from strategies.inference.requests import check_request
 from strategies.inference.settings import HfSettings
-from strategies.inference.weights import check_update, weight_buckets
+from strategies.inference.weights import check_update
 
 if TYPE_CHECKING:
     from strategies.inference.hf_prefill import PackedPrefill
@@ -296,22 +296,35 @@ class HfStrategy(InferenceStrategy):
         return completions
 
     def update_weights(self, named_tensors: NamedTensors) -> None:
-        """Copy HF-named tensors into the model in place, bucket by bucket (addresses kept, so
-        captured graphs stay valid)."""
+        """Copy HF-named tensors into the model in place as they come (addresses kept, so
+        captured graphs stay valid). Each is checked (a name the model has, its shape) and copied
+        straight from the tensor it is given (in a weight sync a view of the received bucket: no
+        copy in between) and let go of at once, so the sync can reuse its buffer. Copies to a
+        device are awaited every `update_bucket_bytes` and at the end; the tensors they read are
+        held until then."""
         self._require_started("update_weights")
         targets = self.model.state_dict(keep_vars=True)
-        for bucket in weight_buckets(named_tensors, self.settings.update_bucket_bytes):
-            check_update((name for name, _ in bucket), set(targets), [])
-            with torch.no_grad():
-                for name, tensor in bucket:
-                    target = targets[name]
-                    if tuple(tensor.shape) != tuple(target.shape):
-                        raise ConfigError(
-                            f"weight '{name}' has shape {tuple(tensor.shape)}, the model expects "
-                            f"{tuple(target.shape)}: send weights of the same architecture"
-                        )
-                    target.data.copy_(tensor, non_blocking=True)
-            self.platform.synchronize()
+        known = set(targets)
+        pending: list[torch.Tensor] = []  # read by copies not yet awaited
+        size = 0
+        with torch.no_grad():
+            for name, tensor in named_tensors:
+                check_update([name], known, [])
+                target = targets[name]
+                if tuple(tensor.shape) != tuple(target.shape):
+                    raise ConfigError(
+                        f"weight '{name}' has shape {tuple(tensor.shape)}, the model expects "
+                        f"{tuple(target.shape)}: send weights of the same architecture"
+                    )
+                target.data.copy_(tensor, non_blocking=True)
+                if target.device.type != "cpu" or tensor.device.type != "cpu":
+                    pending.append(tensor)
+                    size += tensor.numel() * tensor.element_size()
+                    if size >= self.settings.update_bucket_bytes:
+                        self.platform.synchronize()
+                        pending, size = [], 0
+                del name, tensor, target  # nothing of this tensor held while the next is fetched
+        self.platform.synchronize()
 
     def read_weights(self) -> dict[str, torch.Tensor]:
         """The model's weights in HF names, copied to the CPU, for verification."""

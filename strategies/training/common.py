@@ -56,10 +56,20 @@ def check_model_path(model_path: str) -> Path:
     return path
 
 
-def host_snapshot(tensor: torch.Tensor) -> torch.Tensor:
-    """A CPU copy of `tensor` that later steps do not change (`.cpu()` of a CPU tensor, or of a
-    one-rank gather, would be the live parameter itself)."""
-    return tensor.detach().to("cpu", copy=True)
+def host_snapshot(tensor: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A CPU copy of `tensor` (in `dtype` if given) that later steps do not change (`.cpu()` of a
+    CPU tensor, or of a one-rank gather, would be the live parameter itself)."""
+    return tensor.detach().to("cpu", dtype=dtype, copy=True)
+
+
+def export_tensor(tensor: torch.Tensor, dtype: torch.dtype | None, snapshot: bool) -> torch.Tensor:
+    """One exported tensor: a host snapshot (`snapshot`), or the tensor where it is, cast on its
+    device to `dtype` if given (no copy when it has that dtype already): valid until the next
+    train step, for a consumer that copies it at once (a weight sync)."""
+    if snapshot:
+        return host_snapshot(tensor, dtype)
+    tensor = tensor.detach()
+    return tensor if dtype is None or tensor.dtype == dtype else tensor.to(dtype)
 
 
 def weight_decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:

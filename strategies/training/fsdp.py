@@ -28,7 +28,7 @@ from strategies.training.common import (
     TrainerStateError,
     check_model_path,
     checkpoint_cause,
-    host_snapshot,
+    export_tensor,
     move_optimizer_state,
     refuse_non_finite,
     weight_decay_groups,
@@ -144,12 +144,17 @@ class FsdpTrainStrategy(TrainStrategy):
         return {**metrics, "lr": lr}
 
     # ---- weights --------------------------------------------------------------------------
-    def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Every rank yields the same full fp32 tensors under their HF names (each is gathered
-        with a collective, so every rank must drain the iterator); snapshots, on every kind."""
+    def export_weights(
+        self, dtype: torch.dtype | None = None, snapshot: bool = True
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """Every rank yields the same full tensors under their HF names (each is gathered with a
+        collective, so every rank must drain the iterator): fp32 host snapshots, on every kind.
+        For a weight sync: `dtype` (the engine's) casts each on the device before it moves, and
+        `snapshot=False` yields them where they are (the device; a one-rank model's own
+        parameters), valid until the next train step: the sync copies them at once."""
         for name, tensor in self.model.state_dict().items():
             full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
-            yield name, host_snapshot(full)
+            yield name, export_tensor(full, dtype, snapshot)
 
     def offload(self) -> None:
         """Parameters, gradients and optimizer state to the CPU (a no-op on the CPU platform)."""

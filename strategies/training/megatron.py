@@ -320,11 +320,15 @@ class MegatronTrainStrategy(TrainStrategy):
             dist.all_gather(shards, local.detach().contiguous(), group=self.tp_group)
         return shards
 
-    def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+    def export_weights(
+        self, dtype: torch.dtype | None = None, snapshot: bool = True
+    ) -> Iterator[tuple[str, torch.Tensor]]:
         """Every rank yields the same full tensors under HF names (tensor-parallel shards are
         all-gathered per tensor, pipeline stages broadcast theirs in turn, so every rank must
         drain the iterator): the fp32 weights, or with bf16 compute the bf16 weights the model
-        computes with."""
+        computes with, as host snapshots. For a weight sync: `dtype` (the engine's) casts each on
+        the device, and `snapshot=False` yields them where they are, valid until the next train
+        step (the sync copies them at once)."""
         if self._offloaded is not None:
             raise TrainerStateError("the Megatron trainer is offloaded: call reload() before export")
         params = dict(self.gpt.named_parameters())
@@ -332,6 +336,8 @@ class MegatronTrainStrategy(TrainStrategy):
         yield from self.stages.gather_export(
             lambda: megatron_weights.export(params, self.table, shape, self._gather_tp),
             lambda: megatron_weights.manifest(params, self.table, shape, tp),
+            dtype,
+            snapshot,
         )
 
     def _device_tensors(self) -> list[torch.Tensor]:

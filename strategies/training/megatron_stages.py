@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from strategies.training.common import host_snapshot
+from strategies.training.common import export_tensor
 
 
 class PipelineStages:
@@ -49,20 +49,23 @@ class PipelineStages:
         self,
         local_export: Callable[[], Iterator[tuple[str, torch.Tensor]]],
         local_manifest: Callable[[], list[tuple[str, tuple[int, ...], torch.dtype]]],
+        dtype: torch.dtype | None = None,
+        snapshot: bool = True,
     ) -> Iterator[tuple[str, torch.Tensor]]:
-        """Every stage's exported tensors, stage by stage, on every stage (on the host). A stage
-        first announces its manifest (names, shapes, dtypes), then broadcasts its tensors one
-        at a time, so no rank holds more than one foreign tensor at once."""
+        """Every stage's exported tensors, stage by stage, on every stage (host snapshots, or
+        with `snapshot=False` where they are: `export_tensor`). A stage first announces its
+        manifest (names, shapes, dtypes), then broadcasts its tensors one at a time, so no rank
+        holds more than one foreign tensor at once."""
         if self.size == 1:
             for name, tensor in local_export():
-                yield name, host_snapshot(tensor)
+                yield name, export_tensor(tensor, dtype, snapshot)
             return
         for stage, source in enumerate(self.global_ranks):
             mine = stage == self.rank
             box = [local_manifest() if mine else None]
             dist.broadcast_object_list(box, src=source, group=self.group, device=self.device)
             stream = local_export() if mine else None
-            for name, shape, dtype in box[0]:
+            for name, shape, sent_dtype in box[0]:
                 if mine:
                     sent_name, tensor = next(stream)
                     if sent_name != name:
@@ -71,6 +74,6 @@ class PipelineStages:
                         )
                     tensor = tensor.detach().to(self.device).contiguous()
                 else:
-                    tensor = torch.empty(shape, dtype=dtype, device=self.device)
+                    tensor = torch.empty(shape, dtype=sent_dtype, device=self.device)
                 dist.broadcast(tensor, src=source, group=self.group)
-                yield name, host_snapshot(tensor)
+                yield name, export_tensor(tensor, dtype, snapshot)

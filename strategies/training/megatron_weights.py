@@ -118,18 +118,24 @@ def to_megatron_shard(
     return sources[0].chunk(tp_size, dim=0 if param.split == COLUMN else 1)[tp_rank]
 
 
+def _joined(shards: list[torch.Tensor], dim: int) -> torch.Tensor:
+    """The shards concatenated along `dim`; one shard as it is (a view: no copy)."""
+    return shards[0] if len(shards) == 1 else torch.cat(shards, dim=dim)
+
+
 def to_hf(param: Param, shards: list[torch.Tensor], shape: ModelShape) -> Iterator[tuple[str, torch.Tensor]]:
-    """HF-named full tensors from the shards of `param` of every tensor-parallel rank (in order)."""
+    """HF-named full tensors from the shards of `param` of every tensor-parallel rank (in order);
+    views of the parameter where the layouts allow (one rank: all but q/k/v)."""
     if param.split == REPLICATED:
         yield param.hf[0], shards[0]
     elif param.split == QKV:
-        yield from zip(param.hf, _unfuse_qkv(torch.cat(shards, dim=0), shape))
+        yield from zip(param.hf, _unfuse_qkv(_joined(shards, 0), shape))
     elif param.split == GATE_UP:
         halves = [s.chunk(2, dim=0) for s in shards]
-        yield param.hf[0], torch.cat([h[0] for h in halves], dim=0)
-        yield param.hf[1], torch.cat([h[1] for h in halves], dim=0)
+        yield param.hf[0], _joined([h[0] for h in halves], 0)
+        yield param.hf[1], _joined([h[1] for h in halves], 0)
     else:
-        yield param.hf[0], torch.cat(shards, dim=0 if param.split == COLUMN else 1)
+        yield param.hf[0], _joined(shards, 0 if param.split == COLUMN else 1)
 
 
 def load_into(
