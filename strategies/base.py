@@ -263,9 +263,13 @@ class TrainStrategy(Strategy, abc.ABC):
         rank, the model unchanged."""
 
     @abc.abstractmethod
-    def export_weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Full (unsharded) HF-named tensors on the CPU, for weight sync and export: snapshots
-        that later train steps leave unchanged, on every kind and world size."""
+    def export_weights(
+        self, dtype: torch.dtype | None = None, snapshot: bool = True
+    ) -> Iterator[tuple[str, torch.Tensor]]:
+        """Full (unsharded) HF-named tensors, for weight sync and export: by default fp32 host
+        snapshots that later train steps leave unchanged, on every kind and world size. A weight
+        sync asks for `dtype` (the engine's; cast on the device) and `snapshot=False` (tensors
+        where they are, valid until the next train step: the sync copies them at once)."""
 
     @abc.abstractmethod
     def offload(self) -> None:

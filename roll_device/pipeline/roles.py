@@ -320,7 +320,11 @@ def start_roles(config: RunConfig, plan: Plan, model_path: str, log_dir: Path | 
     endpoint = roles.wait(
         {
             "actor_train": groups["actor_train"].async_call_all(
-                TrainWorker.open_sender, roles.sync, groups["actor_infer"].world_size * engine_size, options
+                TrainWorker.open_sender,
+                roles.sync,
+                groups["actor_infer"].world_size * engine_size,
+                options,
+                None if config.rollout.dtype == "auto" else config.rollout.dtype,
             )
         }
     )["actor_train"][0]

@@ -106,7 +106,12 @@ class TrainWorker(PipelineWorker):
         return weights_hash(self.strategy.export_weights())
 
     # ---- weight sync: rank 0 sends; every rank drains the export (it gathers shards) ----------
-    def open_sender(self, plan: SyncPlan, receivers: int, options: WeightSyncOptions) -> Endpoint | None:
+    def open_sender(
+        self, plan: SyncPlan, receivers: int, options: WeightSyncOptions, engine_dtype: str | None
+    ) -> Endpoint | None:
+        """Rank 0 opens the sender (every rank exports: the export gathers); weights leave the
+        trainer cast to the engine's `engine_dtype` (None: as trained; the engine casts)."""
+        self.export_dtype = None if engine_dtype is None else getattr(torch, engine_dtype)
         if self.rank != 0:
             return None
         self.sender = WeightSender(
@@ -119,7 +124,7 @@ class TrainWorker(PipelineWorker):
             self.sender.connect()
 
     def send_weights(self, version: int) -> dict | None:
-        export = self.strategy.export_weights()
+        export = self.strategy.export_weights(dtype=self.export_dtype, snapshot=False)
         if self.sender is None:
             for _ in export:
                 pass

@@ -63,8 +63,8 @@ def test_simulated_npu_trainer_to_vllm_on_a_simulated_gpu_node(tiny_model_path, 
                     RolloutWorker.setup, tiny_model_path, engine, config.rollout, False, sync.path
                 )
             )
-            before = infer.call_all(RolloutWorker.generate, PROMPTS, GREEDY)[0][0].token_ids
-            endpoint = train.call_rank0(TrainWorker.open_sender, sync, 1, options)
+            before = infer.call_all(RolloutWorker.generate, PROMPTS, GREEDY)[0].completions[0].token_ids
+            endpoint = train.call_rank0(TrainWorker.open_sender, sync, 1, options, None)
             ray.get(
                 train.async_call_all(TrainWorker.connect_sender)
                 + infer.async_call_all(RolloutWorker.connect_receiver, endpoint, options.timeout_s)
@@ -79,7 +79,7 @@ def test_simulated_npu_trainer_to_vllm_on_a_simulated_gpu_node(tiny_model_path, 
             assert received["tensors"] == sent["tensors"] > 0 and received["nbytes"] == sent["nbytes"]
             assert infer.call_rank0(RolloutWorker.weights_version) == 7
             assert infer.call_rank0(RolloutWorker.engine_hash) == train.call_rank0(TrainWorker.export_hash)
-            after = infer.call_all(RolloutWorker.generate, PROMPTS, GREEDY)[0][0].token_ids
+            after = infer.call_all(RolloutWorker.generate, PROMPTS, GREEDY)[0].completions[0].token_ids
             assert after != before
             ray.get(
                 train.async_call_all(TrainWorker.close_sender)
