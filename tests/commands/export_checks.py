@@ -22,3 +22,14 @@ def saved_after_a_step(rank: int, model_path: str, directory: str, name: str, la
     }
     trainer.shutdown()
     return out
+
+
+def vllm_greedy(model_dir: str, prompt: str) -> dict:
+    """Greedy tokens of vLLM (in-process, eager) on an exported model directory."""
+    from vllm import LLM, SamplingParams
+
+    llm = LLM(model=model_dir, enforce_eager=True, dtype="float32", kv_cache_memory_bytes=64 * 2**20, seed=0)
+    params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+    prompt_ids = [int(t) for t in prompt.split(",")]
+    (result,) = llm.generate([{"prompt_token_ids": prompt_ids}], params)
+    return {"tokens": list(result.outputs[0].token_ids)}
