@@ -2,7 +2,8 @@
 parameters on the meta device (buffers, such as rotary frequencies, are computed for real), each
 decoder layer and the root are sharded with `fully_shard`, the shards are allocated on the rank's
 device (`to_empty`), and each rank reads only its own rows of every tensor from the checkpoint's
-safetensors files. Peak host memory while loading: the rank's fp32 shard plus one shard-sized read.
+safetensors files, a few rows at a time. Peak host memory while loading: the rank's fp32 shard
+plus one read of READ_BYTES.
 """
 
 from __future__ import annotations
@@ -56,9 +57,12 @@ def materialize(model: torch.nn.Module, device: torch.device) -> None:
             buffer.copy_(buffers[name])
 
 
+READ_BYTES = 32 * 2**20  # rows read from the checkpoint at a time: the transient host memory
+
+
 def fill_shards(model: torch.nn.Module, model_path: str) -> None:
     """Copy each parameter's local rows (a DTensor sharded on dim 0, or a plain tensor) from the
-    checkpoint, read row range by row range."""
+    checkpoint, READ_BYTES of rows at a time (in the parameter's dtype)."""
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
@@ -75,5 +79,7 @@ def fill_shards(model: torch.nn.Module, model_path: str) -> None:
                 local, shape, start = param, param.shape, 0
             if local.numel() == 0:
                 continue
-            rows = weights.rows(name, start, start + shape[0])
-            local.copy_(rows.to(local.device, local.dtype))
+            step = max(1, READ_BYTES // (local[0].numel() * local.element_size()))
+            for first in range(0, shape[0], step):
+                rows = weights.rows(name, start + first, start + min(first + step, shape[0]))
+                local[first : first + step].copy_(rows.to(local.device, local.dtype))

@@ -79,12 +79,15 @@ def features(rank: int, model_path: str, names: list[str]) -> dict:
 
 
 def loaded_parameters(rank: int, model_path: str) -> dict:
-    """Each rank's shards after loading shard by shard, against the same rows of the plain
-    `from_pretrained` load; and the parameters' device and type."""
+    """Each rank's shards after loading shard by shard (a few rows per read), against the plain
+    `from_pretrained` load; its buffers too."""
     from torch.distributed.tensor import DTensor
     from transformers import AutoModelForCausalLM
 
+    from strategies.training import fsdp_loading
+
     plain = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).state_dict()
+    fsdp_loading.READ_BYTES = 1000  # a few rows per read: the reads' seams are checked too (this rank only)
     trainer = new_trainer(model_path)
     diffs, shard_rows = [], {}
     for name, param in trainer.model.named_parameters():
