@@ -46,6 +46,7 @@ def exported_matches_the_trainer(tmp_path, model_path: str, name: str, layout: d
     return out, exported
 
 
+@pytest.mark.slow  # about 40 s: the default suite's budget goes to tests/strategies/training/test_scale.py
 def test_fsdp_checkpoint_exports_to_a_model_transformers_loads(tmp_path, tiny_model_path):
     exported_matches_the_trainer(tmp_path, tiny_model_path, "fsdp", {})
 
