@@ -1,5 +1,5 @@
 """`roll-device`: run an experiment, print its device plan, submit it to a Ray cluster, check what
-this machine can run (doctor), or make the tiny local model. Overrides are Hydra's (`key=value`, `group=option`).
+this machine can run (doctor), export a checkpoint as a Hugging Face model, or make the tiny local model. Overrides are Hydra's (`key=value`, `group=option`).
 
 `run` is a Hydra app: everything after `run` goes to Hydra, its own flags included (`--help`,
 `--cfg job`, `--info`, `-m`/`--multirun`, `-c`). One exit-code rule on every subcommand: 0 done,
@@ -53,6 +53,12 @@ def _make_tiny_model(args: argparse.Namespace) -> int:
     return make_model_command(args.path, args.shapes, args.seed, args.layers, args.hidden)
 
 
+def _export(args: argparse.Namespace) -> int:
+    from roll_device.commands.export import export_command
+
+    return export_command(args.source, args.out_dir, args.model)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="roll-device",
@@ -90,6 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("overrides", nargs="*", help="Hydra overrides of the experiment to check")
     doctor.set_defaults(func=_doctor)
+
+    export = sub.add_parser(
+        "export", help="write a Hugging Face model directory from a checkpoint of either trainer"
+    )
+    export.add_argument("source", help="a run directory, a checkpoints/step_<N> folder or its policy/")
+    export.add_argument("out_dir")
+    export.add_argument("--model", default=None, help="the model the run trained (default: the run's model)")
+    export.set_defaults(func=_export)
 
     tiny = sub.add_parser("make-tiny-model", help="write the tiny Qwen2 model and tokenizer")
     tiny.add_argument("path")

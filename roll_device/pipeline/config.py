@@ -238,6 +238,7 @@ class RunConfig(Section):
                 f"prompt ({self.data.prompt_length + 1}) + algorithm.max_new_tokens "
                 f"({self.algorithm.max_new_tokens}) exceeds rollout.max_model_len ({self.rollout.max_model_len})"
             )
+        self.trainer.check_longest_sample(longest, "data.prompt_length + 1 + algorithm.max_new_tokens")
         if self.algorithm.kl_coef > 0 and "reference" not in roles:
             raise ConfigError(
                 f"algorithm.kl_coef={self.algorithm.kl_coef} needs reference logprobs: configure "

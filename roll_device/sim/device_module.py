@@ -35,6 +35,7 @@ __all__ = [
     "device",
     "device_count",
     "empty_cache",
+    "get_amp_supported_dtype",
     "get_device_name",
     "get_device_properties",
     "get_rng_state",
@@ -178,6 +179,11 @@ def reset_peak_memory_stats(device=None) -> None:
 def mem_get_info(device=None) -> tuple[int, int]:
     total = total_memory()
     return max(total - memory_reserved(device), 0), total
+
+
+def get_amp_supported_dtype() -> list[torch.dtype]:
+    """The autocast dtypes, as torch_npu's: activation checkpointing asks the device module."""
+    return [torch.float16, torch.bfloat16]
 
 
 def manual_seed(seed: int) -> None:

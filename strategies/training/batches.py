@@ -67,6 +67,39 @@ def micro_batches(batch: TrainBatch, size: int) -> list[TrainBatch]:
     return [batch.select(slice(start, start + size)) for start in range(0, len(batch), size)]
 
 
+def token_bounds(costs: list[int], budget: int) -> list[int]:
+    """Start indices of consecutive groups of `costs` (one per row), each group's sum at most
+    `budget` (a row costing more than the budget is a group of its own)."""
+    starts, used = [0], 0
+    for index, cost in enumerate(costs):
+        if used and used + cost > budget:
+            starts.append(index)
+            used = 0
+        used += cost
+    return starts
+
+
+def split_to(bounds: list[int], rows: int, count: int) -> list[int]:
+    """`bounds` (group starts over `rows` rows) with the largest groups halved until there are
+    `count` groups (`count` <= rows): data-parallel ranks must run the same number of passes."""
+    bounds = list(bounds)
+    while len(bounds) < count:
+        ends = bounds[1:] + [rows]
+        start, end = max(zip(bounds, ends), key=lambda pair: pair[1] - pair[0])
+        bounds.insert(bounds.index(start) + 1, start + (end - start) // 2)
+    return bounds
+
+
+def budget_micro_batches(batch: TrainBatch, budget: int, packing: bool, count: int = 0) -> list[TrainBatch]:
+    """Consecutive row slices whose tokens fit `budget`: real tokens when `packing` (the rows
+    become one packed row), padded ones otherwise; at least `count` slices."""
+    width = batch.input_ids.shape[1]
+    costs = batch.attention_mask.sum(dim=1).tolist() if packing else [width] * len(batch)
+    bounds = split_to(token_bounds(costs, budget), len(batch), count)
+    ends = bounds[1:] + [len(batch)]
+    return [batch.select(slice(start, end)) for start, end in zip(bounds, ends)]
+
+
 def shifted_labels(input_ids: torch.Tensor) -> torch.Tensor:
     """Targets for next-token logits: the label at position t is token t + 1 (the last is unused)."""
     labels = torch.zeros_like(input_ids)

@@ -13,7 +13,9 @@ import torch
 
 from roll_device.errors import ConfigError, RollDeviceError
 from strategies.base import LossFn, NonFiniteUpdateError, TrainBatch
-from strategies.training.distributed import all_reduce_sum
+from strategies.training.batches import budget_micro_batches, micro_batches
+from strategies.training.distributed import all_reduce_max, all_reduce_sum
+from strategies.training.settings import TrainSettings
 
 
 class TrainerStateError(RollDeviceError, RuntimeError):
@@ -80,6 +82,20 @@ def weight_decay_groups(model: torch.nn.Module, weight_decay: float) -> list[dic
         if param.requires_grad:
             (plain if param.dim() < 2 or name.endswith(".bias") else decay).append(param)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": plain, "weight_decay": 0.0}]
+
+
+def plan_micro_batches(
+    batch: TrainBatch, settings: TrainSettings, device: torch.device, dp_group=None
+) -> list[TrainBatch]:
+    """The micro-batches of `batch`: `micro_batch_size` rows each, or, with a token budget, rows
+    whose tokens fit it, as many on every data-parallel rank (the ones with fewer split their
+    largest), since a sharded model needs the same number of passes everywhere."""
+    budget = settings.max_tokens_per_micro_batch
+    if budget is None:
+        return micro_batches(batch, settings.micro_batch_size)
+    own = len(budget_micro_batches(batch, budget, settings.packing))
+    count = all_reduce_max(own, device, dp_group)
+    return budget_micro_batches(batch, budget, settings.packing, count)
 
 
 class StepAccounting:

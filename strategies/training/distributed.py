@@ -42,6 +42,13 @@ def all_reduce_sum(values: list[float], device: torch.device, group=None) -> lis
     return tensor.cpu().tolist()
 
 
+def all_reduce_max(value: int, device: torch.device, group=None) -> int:
+    """The largest `value` over the ranks of `group` (default: the world)."""
+    tensor = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
+    return int(tensor.item())
+
+
 def check_same_rows(rows: int, device: torch.device, group=None) -> None:
     """Raise on every rank when the ranks of `group` got batches of different sizes (a sharded
     model needs the same number of forward passes on every rank)."""

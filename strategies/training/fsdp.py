@@ -16,12 +16,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from roll_device.errors import ConfigError
 from roll_device.platforms import Platform
 from strategies.base import LossFn, TrainBatch, TrainStrategy
-from strategies.training.batches import align_to_tokens, micro_batches, shifted_labels, validate
+from strategies.training.batches import align_to_tokens, shifted_labels, validate
 from strategies.training.common import (
     NonFiniteUpdateError,
     StepAccounting,
@@ -30,10 +29,13 @@ from strategies.training.common import (
     checkpoint_cause,
     export_tensor,
     move_optimizer_state,
+    plan_micro_batches,
     refuse_non_finite,
     weight_decay_groups,
 )
 from strategies.training.distributed import check_same_rows, ensure_process_group, release_process_group
+from strategies.training.fsdp_loading import empty_model, fill_shards, materialize
+from strategies.training.logprobs import PACKED_ATTENTION, model_logprobs, next_token_logprobs
 from strategies.training.settings import FsdpSettings
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -45,8 +47,15 @@ def token_logprobs(
 ) -> torch.Tensor:
     """Aligned (B, T) logprobs of `input_ids` from full-vocabulary logits (B, T, V)."""
     labels = shifted_labels(input_ids).to(logits.device)
-    next_token = -F.cross_entropy(logits.float().transpose(1, 2), labels, reduction="none")
-    return align_to_tokens(next_token, attention_mask)
+    return align_to_tokens(next_token_logprobs(logits, labels), attention_mask)
+
+
+def _model_class(model_path: str) -> type:
+    """The transformers causal-LM class of `model_path`'s config, without loading weights."""
+    from transformers import AutoConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    return MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(model_path))]
 
 
 def _takes_cpu_data(device: torch.device) -> bool:
@@ -68,10 +77,31 @@ class FsdpTrainStrategy(TrainStrategy):
         """Any kind with a torch device and a torch.distributed backend."""
         return super().serves(platform) and bool(platform.dist_backend)
 
+    @classmethod
+    def check_model(cls, platform: Platform | None, settings: FsdpSettings, model_path: str) -> None:
+        """Packing needs an attention kernel that takes packed rows; recomputation a model class
+        that supports gradient checkpointing."""
+        if settings.packing and settings.attn_implementation not in PACKED_ATTENTION:
+            raise ConfigError(
+                f"trainer.packing=true: trainer.attn_implementation={settings.attn_implementation} cannot "
+                f"take packed rows: use one of {', '.join(PACKED_ATTENTION)}, or trainer.packing=false"
+            )
+        if settings.recompute is False:
+            return
+        model_class = _model_class(model_path)
+        if not model_class.supports_gradient_checkpointing:
+            wanted = "true" if settings.recompute else "null (on for accelerators)"
+            raise ConfigError(
+                f"trainer.recompute={wanted}: {model_class.__name__} (model.path={model_path}) has no "
+                "gradient checkpointing: set trainer.recompute=false"
+            )
+
     def initialize(self, model_path: str, settings: FsdpSettings) -> None:
+        """Builds the model with meta parameters, shards it, and fills each rank's shards from the
+        checkpoint (fsdp_loading.py): no rank holds the whole model. A device whose tensors cannot
+        take CPU data in place (the simulated NPU) loads the whole model and moves it first."""
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-        from transformers import AutoModelForCausalLM
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
         self.settings = settings
         check_model_path(model_path)
@@ -80,36 +110,56 @@ class FsdpTrainStrategy(TrainStrategy):
         self.data_parallel_rank, self.data_parallel_size = dist.get_rank(), dist.get_world_size()
         mesh = init_device_mesh(self.platform.device_type, (self.data_parallel_size,))
         compute = DTYPES[self.settings.param_dtype_name(self.platform.device_type)]
-        policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32)
-        model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=torch.float32, attn_implementation=self.settings.attn_implementation
+        sharding = {
+            "mesh": mesh,
+            "mp_policy": MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32),
+            "offload_policy": (
+                CPUOffloadPolicy(pin_memory=self.platform.device_type != "cpu")  # pinning needs a device
+                if settings.optimizer_offload
+                else OffloadPolicy()
+            ),
+        }
+        in_place = _takes_cpu_data(self.device)
+        model = (
+            self._whole_model(model_path)
+            if not in_place
+            else empty_model(model_path, settings.attn_implementation)
         )
-        if not _takes_cpu_data(self.device):
-            model.to(self.device)  # fully_shard would move shards with `param.data = ...`
+        if settings.recompute_on(self.platform.device_type):
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         units = set(getattr(model, "_no_split_modules", None) or [])
         for module in model.modules():
             if type(module).__name__ in units:
-                fully_shard(module, mesh=mesh, mp_policy=policy)
-        self.model = fully_shard(model, mesh=mesh, mp_policy=policy)
+                fully_shard(module, **sharding)
+        self.model = fully_shard(model, **sharding)
+        if in_place:
+            materialize(self.model, torch.device("cpu") if settings.optimizer_offload else self.device)
+            fill_shards(self.model, model_path)
         self.optimizer = torch.optim.AdamW(
             weight_decay_groups(self.model, self.settings.weight_decay), lr=self.settings.lr
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.settings.lr_factor)
         self._offloaded: set | None = None
 
+    def _whole_model(self, model_path: str) -> torch.nn.Module:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(
+            model_path, dtype=torch.float32, attn_implementation=self.settings.attn_implementation
+        )
+        return model.to(self.device)  # fully_shard would move shards with `param.data = ...`
+
     # ---- forward ------------------------------------------------------------------------
     def _logprobs(self, micro: TrainBatch) -> torch.Tensor:
-        ids = micro.input_ids.to(self.device)
-        mask = micro.attention_mask.to(self.device)
-        logits = self.model(input_ids=ids, attention_mask=mask, use_cache=False).logits
-        return token_logprobs(logits, ids, mask)
+        s = self.settings
+        return model_logprobs(self.model, micro, self.device, s.packing, s.logprob_chunk_tokens)
 
     def _prepare(self, batch: TrainBatch) -> list[TrainBatch]:
         if self._offloaded is not None:
             raise TrainerStateError("the FSDP trainer is offloaded: call reload() before using it")
         validate(batch)
         check_same_rows(len(batch), self.device)
-        return micro_batches(batch, self.settings.micro_batch_size)
+        return plan_micro_batches(batch, self.settings, self.device)
 
     def forward_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         """Per-token logprobs without gradients. Afterwards every unit is resharded: FSDP2 keeps the

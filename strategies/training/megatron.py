@@ -24,13 +24,14 @@ from roll_device.errors import ConfigError
 from roll_device.platforms import Platform
 from strategies.base import LossFn, Requirements, TrainBatch, TrainStrategy
 from strategies.training import megatron_model, megatron_weights
-from strategies.training.batches import align_to_tokens, micro_batches, shifted_labels, validate
+from strategies.training.batches import align_to_tokens, shifted_labels, validate
 from strategies.training.common import (
     StepAccounting,
     TrainerStateError,
     check_model_path,
     checkpoint_cause,
     free_storages,
+    plan_micro_batches,
     refuse_non_finite,
     restore_storages,
 )
@@ -40,6 +41,7 @@ from strategies.training.distributed import (
     ensure_process_group,
     release_process_group,
 )
+from strategies.training.hf_weights import HfWeights
 from strategies.training.megatron_stages import PipelineStages
 from strategies.training.settings import MegatronSettings
 
@@ -56,34 +58,6 @@ def _in_scope(method):
             return method(self, *args, **kwargs)
 
     return wrapper
-
-
-class HfWeights(Mapping[str, torch.Tensor]):
-    """The HF tensors of a checkpoint directory, read one at a time from its safetensors files
-    (a rank never holds the whole model in host memory while it builds its shards)."""
-
-    def __init__(self, model_path: str) -> None:
-        from safetensors import safe_open
-
-        files = sorted(Path(model_path).glob("*.safetensors"))
-        if not files:
-            raise ConfigError(
-                f"model path '{model_path}' holds no *.safetensors weights for the Megatron trainer "
-                "(save the model with save_pretrained(..., safe_serialization=True))"
-            )
-        self._handles = [safe_open(str(f), framework="pt") for f in files]
-        self._where = {name: h for h in self._handles for name in h.keys()}  # noqa: SIM118 (safe_open is no dict)
-
-    def __getitem__(self, name: str) -> torch.Tensor:
-        if name not in self._where:
-            raise KeyError(f"HF checkpoint has no tensor '{name}'")
-        return self._where[name].get_tensor(name)
-
-    def __iter__(self):
-        return iter(self._where)
-
-    def __len__(self) -> int:
-        return len(self._where)
 
 
 def _join_parallel_state(tp: int, pp: int) -> None:
@@ -128,8 +102,16 @@ class MegatronTrainStrategy(TrainStrategy):
 
     @classmethod
     def check_model(cls, platform: Platform | None, settings: MegatronSettings, model_path: str) -> None:
-        """The model's family, heads, vocabulary and layers take the tensor and pipeline sizes."""
+        """The model's family, heads, vocabulary and layers take the tensor and pipeline sizes;
+        optimizer offload needs a device to offload from (Megatron's hybrid optimizer uses the
+        device's streams)."""
         from transformers import AutoConfig
+
+        if settings.optimizer_offload and platform is not None and platform.device_type == "cpu":
+            raise ConfigError(
+                f"trainer.optimizer_offload=true: the megatron trainer runs on {platform.name}, whose "
+                "optimizer state is in host memory already: set trainer.optimizer_offload=false"
+            )
 
         try:
             megatron_model.describe(AutoConfig.from_pretrained(model_path), settings)
@@ -194,7 +176,9 @@ class MegatronTrainStrategy(TrainStrategy):
         self.data_parallel_rank = parallel_state.get_data_parallel_rank()
         self.data_parallel_size = parallel_state.get_data_parallel_world_size()
         compute = s.param_dtype_name(self.platform.device_type)
-        config = megatron_model.transformer_config(self.plan, s, compute)
+        config = megatron_model.transformer_config(
+            self.plan, s, compute, s.recompute_on(self.platform.device_type)
+        )
         model = megatron_model.build(self.plan, config, self.stages.is_first, self.stages.is_last)
         megatron_weights.load_into(
             dict(model.named_parameters()),
@@ -221,6 +205,10 @@ class MegatronTrainStrategy(TrainStrategy):
                 bf16=compute == "bf16",
                 params_dtype=torch.float32,
                 use_distributed_optimizer=s.use_distributed_optimizer,
+                # Megatron's HybridDeviceOptimizer: master weights, Adam state and step on the CPU
+                optimizer_cpu_offload=s.optimizer_offload,
+                optimizer_offload_fraction=1.0 if s.optimizer_offload else 0.0,
+                use_torch_optimizer_for_cpu_offload=s.optimizer_offload,
             ),
             [self.model],
         )
@@ -236,7 +224,11 @@ class MegatronTrainStrategy(TrainStrategy):
 
         ids = micro.input_ids.to(self.device)
         positions = torch.arange(ids.shape[1], device=self.device).unsqueeze(0).expand_as(ids)
-        output = model(ids, positions, attention_mask=None)  # causal; rows are right-padded
+        # causal (rows are right-padded); the mask is passed, not left to Megatron's default, which
+        # makes it on a hard-coded accelerator device where recomputation in the backward is beyond
+        # the CPU redirects (roll_device/compat)
+        causal = torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool, device=self.device).triu(1)
+        output = model(ids, positions, attention_mask=causal[None, None])
         if not self.stages.is_last:
             return output
         next_token = -vocab_parallel_cross_entropy(output.float(), shifted_labels(ids))
@@ -248,7 +240,7 @@ class MegatronTrainStrategy(TrainStrategy):
         validate(batch)
         check_same_rows(len(batch), self.device, self.dp_group)
         check_same_tokens(batch.input_ids, self.device, self.replica_group)
-        return micro_batches(batch, self.settings.micro_batch_size)
+        return plan_micro_batches(batch, self.settings, self.device, self.dp_group)
 
     def _run(self, micros: list[TrainBatch], forward_only: bool, loss_for=None) -> list:
         from megatron.core.pipeline_parallel import get_forward_backward_func

@@ -95,8 +95,10 @@ def _leave_uninitialized(tensor: torch.Tensor) -> None:
     """An init method that leaves the weight as allocated (it is overwritten on load)."""
 
 
-def transformer_config(plan: ModelPlan, settings: MegatronSettings, compute: str) -> Any:
-    """The TransformerConfig: no fused kernels (none exist on the CPU), CPU initialization."""
+def transformer_config(plan: ModelPlan, settings: MegatronSettings, compute: str, recompute: bool) -> Any:
+    """The TransformerConfig: no fused kernels (none exist on the CPU), CPU initialization; with
+    `recompute`, every decoder layer's activations recomputed in the backward (full, uniform, one
+    layer per unit: only each layer's input is kept)."""
     import torch.nn.functional as F
     from megatron.core.transformer import TransformerConfig
 
@@ -139,6 +141,9 @@ def transformer_config(plan: ModelPlan, settings: MegatronSettings, compute: str
         sequence_parallel=False,
         # micro-batches may differ in rows (the last one of a step): stages exchange shapes
         variable_seq_lengths=settings.pipeline_parallel > 1,
+        recompute_granularity="full" if recompute else None,
+        recompute_method="uniform" if recompute else None,
+        recompute_num_layers=1 if recompute else None,
         moe_token_dispatcher_type="alltoall",  # dense models; megatron refuses its default with the above
     )
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictBool, StrictInt
+from pydantic import Field, StrictBool, StrictInt, model_validator
 
+from roll_device.errors import ConfigError
 from roll_device.settings import Count, NonNegative, Section
 
 Positive = Annotated[float, Field(gt=0)]
@@ -25,6 +26,40 @@ class TrainSettings(Section):
     mixed_precision: Literal["bf16", "fp32"] | None = Field(
         description="null: bf16 where the kind supports it, fp32 on the CPU"
     )
+    recompute: StrictBool | None = Field(
+        description="activation recomputation; null: on for accelerators, off on the CPU"
+    )
+    max_tokens_per_micro_batch: Count | None = Field(
+        description="null: micro-batches of micro_batch_size rows; a number: micro-batches cut by tokens"
+    )
+    packing: StrictBool = Field(description="one row of concatenated samples per micro-batch, no padding")
+    logprob_chunk_tokens: Count | None = Field(
+        description="null: logits of the whole sequence at once; a number: that many positions at a time"
+    )
+    optimizer_offload: StrictBool = Field(description="optimizer state (and its step) on the CPU")
+
+    @model_validator(mode="after")
+    def _packing_needs_a_budget(self):
+        if self.packing and self.max_tokens_per_micro_batch is None:
+            raise ConfigError(
+                "trainer.packing=true needs trainer.max_tokens_per_micro_batch (the length of one packed "
+                "row): set it, or trainer.packing=false"
+            )
+        return self
+
+    def recompute_on(self, device_type: str) -> bool:
+        """Whether activations are recomputed: the configured switch, else on for accelerators."""
+        return self.recompute if self.recompute is not None else device_type != "cpu"
+
+    def check_longest_sample(self, tokens: int, what: str) -> None:
+        """A ConfigError when a token budget is set below the longest sample (`what` says where
+        that length comes from): such a sample would fit no micro-batch."""
+        budget = self.max_tokens_per_micro_batch
+        if budget is not None and budget < tokens:
+            raise ConfigError(
+                f"trainer.max_tokens_per_micro_batch={budget} is smaller than one sample ({what} = "
+                f"{tokens} tokens): raise it to at least {tokens}"
+            )
 
     @property
     def model_parallel_size(self) -> int:
@@ -64,6 +99,29 @@ class MegatronSettings(TrainSettings):
     use_distributed_optimizer: StrictBool
     seed: StrictInt
     mindspeed: dict[str, Any] = Field(description="NPU only: extra options for MindSpeed's repatch()")
+
+    @model_validator(mode="after")
+    def _what_megatron_lacks(self):
+        """Packing needs Megatron's THD attention (Transformer Engine), which the local layer spec
+        this trainer builds lacks; chunked logprobs are the FSDP trainer's."""
+        if self.packing:
+            raise ConfigError(
+                "trainer.packing=true: the megatron trainer's attention (the local layer spec, no "
+                "Transformer Engine) cannot take packed rows: set trainer.packing=false (micro-batches "
+                "can still be cut by trainer.max_tokens_per_micro_batch), or use trainer=fsdp"
+            )
+        if self.optimizer_offload and not self.use_distributed_optimizer:
+            raise ConfigError(
+                "trainer.optimizer_offload=true: Megatron offloads the distributed optimizer's state "
+                "only: set trainer.use_distributed_optimizer=true, or trainer.optimizer_offload=false"
+            )
+        if self.logprob_chunk_tokens is not None:
+            raise ConfigError(
+                f"trainer.logprob_chunk_tokens={self.logprob_chunk_tokens}: the megatron trainer computes "
+                "logprobs over the vocabulary split by tensor parallelism, not in chunks: set it to null, "
+                "or use trainer=fsdp"
+            )
+        return self
 
     @property
     def model_parallel_size(self) -> int:

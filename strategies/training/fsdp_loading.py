@@ -1,0 +1,85 @@
+"""The FSDP2 model built without ever holding it whole: the transformers model is made with its
+parameters on the meta device (buffers, such as rotary frequencies, are computed for real), each
+decoder layer and the root are sharded with `fully_shard`, the shards are allocated on the rank's
+device (`to_empty`), and each rank reads only its own rows of every tensor from the checkpoint's
+safetensors files, a few rows at a time. Peak host memory while loading: the rank's fp32 shard
+plus one read of READ_BYTES.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+from strategies.training.hf_weights import HfWeights
+
+
+@contextmanager
+def parameters_on_meta() -> Iterator[None]:
+    """Modules built inside keep their parameters on the meta device (no memory) and their
+    buffers where they are computed: `register_parameter` moves each new parameter to meta, so
+    the initialisation that follows in a module's constructor runs on meta too."""
+    original = torch.nn.Module.register_parameter
+
+    def register(module: torch.nn.Module, name: str, param) -> None:
+        original(module, name, param)
+        if param is not None and param.device.type != "meta":
+            kept = module._parameters[name]
+            module._parameters[name] = torch.nn.Parameter(kept.to("meta"), requires_grad=kept.requires_grad)
+
+    torch.nn.Module.register_parameter = register
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = original
+
+
+def empty_model(model_path: str, attn_implementation: str) -> torch.nn.Module:
+    """The fp32 causal LM of `model_path`'s config with meta parameters and real buffers."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(model_path)
+    with parameters_on_meta():
+        return AutoModelForCausalLM.from_config(
+            config, dtype=torch.float32, attn_implementation=attn_implementation
+        )
+
+
+def materialize(model: torch.nn.Module, device: torch.device) -> None:
+    """Allocate the (sharded) parameters on `device`, uninitialised, keeping the buffers' values
+    (`to_empty` would leave them uninitialised too)."""
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    model.to_empty(device=device)
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            buffer.copy_(buffers[name])
+
+
+READ_BYTES = 32 * 2**20  # rows read from the checkpoint at a time: the transient host memory
+
+
+def fill_shards(model: torch.nn.Module, model_path: str) -> None:
+    """Copy each parameter's local rows (a DTensor sharded on dim 0, or a plain tensor) from the
+    checkpoint, READ_BYTES of rows at a time (in the parameter's dtype)."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    weights = HfWeights(model_path)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if isinstance(param, DTensor):
+                local = param.to_local()
+                shape, offset = compute_local_shape_and_global_offset(
+                    param.shape, param.device_mesh, param.placements
+                )
+                start = offset[0]
+            else:
+                local, shape, start = param, param.shape, 0
+            if local.numel() == 0:
+                continue
+            step = max(1, READ_BYTES // (local[0].numel() * local.element_size()))
+            for first in range(0, shape[0], step):
+                rows = weights.rows(name, start + first, start + min(first + step, shape[0]))
+                local[first : first + step].copy_(rows.to(local.device, local.dtype))

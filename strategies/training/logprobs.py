@@ -1,0 +1,92 @@
+"""Per-token logprobs from a transformers causal LM, the ways the FSDP trainer can compute them:
+
+- rows padded to one length, or *packed*: the real tokens of every row concatenated into one row
+  with per-sample `position_ids` that restart at 0 and no attention mask, from which transformers
+  builds the block-diagonal causal mask (sdpa, eager, flex) or varlen boundaries (flash
+  attention): no padding is computed;
+- from the full [tokens x vocab] logits, or in *chunks* of `chunk` positions from the last hidden
+  states and the output layer, each chunk recomputed in the backward pass (activation
+  checkpointing) so that the logits held at any time are one chunk's.
+
+Results are (B, T) in the batch's padded layout (batches.py's alignment), whatever the path.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+from strategies.base import TrainBatch
+from strategies.training.batches import align_to_tokens, shifted_labels
+
+# transformers attention kernels that take packed rows (boundaries from position_ids, no mask)
+PACKED_ATTENTION = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
+NO_LOGITS = torch.zeros(0, dtype=torch.long)  # `logits_to_keep` that keeps none: hidden states only
+
+
+def next_token_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """(B, N) logprob of `labels` under (B, N, V) logits, in fp32."""
+    return -F.cross_entropy(logits.float().transpose(1, 2), labels, reduction="none")
+
+
+def _chunk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias, labels: torch.Tensor) -> torch.Tensor:
+    return next_token_logprobs(F.linear(hidden, weight, bias), labels)
+
+
+def chunked_logprobs(
+    hidden: torch.Tensor, head: torch.nn.Linear, labels: torch.Tensor, chunk: int
+) -> torch.Tensor:
+    """`next_token_logprobs(head(hidden), labels)` computed `chunk` positions at a time; in
+    training each chunk's logits are recomputed in the backward instead of kept."""
+    pieces = []
+    for start in range(0, hidden.shape[1], chunk):
+        part = slice(start, start + chunk)
+        args = (hidden[:, part], head.weight, head.bias, labels[:, part])
+        if torch.is_grad_enabled():
+            pieces.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False))
+        else:
+            pieces.append(_chunk_logprobs(*args))
+    return torch.cat(pieces, dim=1)
+
+
+def packed_inputs(micro: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(1, N) token ids of every row's real tokens in row order, and their (1, N) positions."""
+    mask = micro.attention_mask.bool()
+    lengths = mask.sum(dim=1).tolist()
+    positions = torch.cat([torch.arange(n) for n in lengths])
+    return micro.input_ids[mask].unsqueeze(0), positions.unsqueeze(0)
+
+
+def unpack(next_token: torch.Tensor, positions: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """(1, N) next-token logprobs of a packed row -> (B, T) aligned logprobs of the padded rows:
+    token t's value sits at its own position, 0 at each sample's first token and on padding."""
+    aligned = torch.zeros_like(next_token)
+    aligned[:, 1:] = next_token[:, :-1]
+    aligned = aligned * (positions != 0).to(aligned.device, aligned.dtype)
+    out = torch.zeros(attention_mask.shape, dtype=aligned.dtype, device=aligned.device)
+    out[attention_mask.bool().to(out.device)] = aligned[0]
+    return out
+
+
+def model_logprobs(
+    model: torch.nn.Module, micro: TrainBatch, device: torch.device, packing: bool, chunk: int | None
+) -> torch.Tensor:
+    """(B, T) aligned logprobs of `micro` (on `device`) under `model`, packed or padded, chunked
+    or whole."""
+    if packing:
+        ids, positions = (t.to(device) for t in packed_inputs(micro))
+        inputs = {"input_ids": ids, "position_ids": positions, "attention_mask": None}
+    else:
+        ids = micro.input_ids.to(device)
+        inputs = {"input_ids": ids, "attention_mask": micro.attention_mask.to(device)}
+    labels = shifted_labels(ids)
+    if chunk is None:
+        logits = model(**inputs, use_cache=False).logits
+        next_token = next_token_logprobs(logits, labels)
+    else:
+        hidden = model(**inputs, use_cache=False, logits_to_keep=NO_LOGITS, output_hidden_states=True)
+        next_token = chunked_logprobs(hidden.hidden_states[-1], model.get_output_embeddings(), labels, chunk)
+    if packing:
+        return unpack(next_token, positions, micro.attention_mask)
+    return align_to_tokens(next_token, inputs["attention_mask"])

@@ -1,0 +1,60 @@
+"""The FSDP trainer at real sizes, on 2 gloo ranks with the tiny model: loading shard by shard
+gives the plain load's parameters, and recomputation, packing, token-budget micro-batches,
+chunked logprobs and optimizer offload give the plain path's logprobs, loss and gradients.
+
+Tolerances: logprobs 1e-5 (fp32 sums in another order: packed rows, chunked logits); loss 1e-6
+and gradients 1e-6 against a largest gradient of about 0.05 (the same sums reordered); weights
+after one AdamW step 1e-4 (Adam's first step is lr-sized, 5e-3, for any gradient not zero, so a
+1e-8 change of a near-zero gradient moves its weight by far more than the gradient moved)."""
+
+from __future__ import annotations
+
+import pytest
+
+from strategies.training.local_ranks import run_ranks
+from tests.strategies.training.scale_checks import FEATURES
+
+
+def _check_equal(result: dict) -> None:
+    assert result["logprob_diff"] < 1e-5
+    assert result["loss_diff"] < 1e-6
+    assert result["grad_diff"] < 1e-6 and result["grad_scale"] > 1e-3
+    assert result["weight_diff"] < 1e-4
+
+
+@pytest.fixture(scope="module")
+def all_on(tiny_model_path):
+    return run_ranks("tests.strategies.training.scale_checks:features", 2, tiny_model_path, ["all"])
+
+
+def test_loading_shard_by_shard_gives_the_plain_loads_parameters(all_on):
+    for rank in all_on:
+        loading = rank["loading"]
+        assert loading["names"] == loading["plain_names"]
+        assert loading["max_diff"] == 0.0 and loading["buffer_diff"] == 0.0
+        assert loading["embedding_rows"] == loading["vocab"] // 2  # each rank holds its half
+
+
+def test_every_feature_on_equals_the_plain_path(all_on):
+    """Recomputation, packing in 40-token micro-batches and 5-position logprob chunks at once."""
+    for rank in all_on:
+        _check_equal(rank["all"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("feature", sorted(FEATURES))
+def test_each_feature_alone_equals_the_plain_path(tiny_model_path, feature):
+    for rank in run_ranks("tests.strategies.training.scale_checks:features", 2, tiny_model_path, [feature]):
+        _check_equal(rank[feature])
+
+
+@pytest.mark.slow
+def test_megatron_recomputation_and_token_budget_equal_its_plain_path(tiny_model_path):
+    """2 data-parallel ranks; a 48-token budget cuts the 4 rows of 16 tokens 3 + 1."""
+    changes = {"recompute": True, "max_tokens_per_micro_batch": 48}
+    for rank in run_ranks(
+        "tests.strategies.training.scale_checks:megatron_features", 2, tiny_model_path, changes
+    ):
+        assert rank["how"]["recompute"] == (None, "full")
+        assert rank["logprob_diff"] < 1e-5 and rank["loss_diff"] < 1e-6 and rank["grad_norm_diff"] < 1e-6
+        assert rank["weight_diff"] < 1e-4
