@@ -43,6 +43,11 @@ def test_run_writes_into_the_hydra_run_dir(tmp_path):
             "does not split across 2 actor_infer",
         ),
         (["run", "roles.actor_infer.device=tpu"], "roles.actor_infer.device='tpu'"),
+        (  # the simulated cluster's nodes are declared: a plan that cannot fit is refused before Ray
+            ["run", "experiment=mixed_devices", "cluster=sim", "rollout=vllm"]
+            + ["rollout.tensor_parallel_size=4", "roles.actor_infer.num_devices=4"],
+            "engines of 4 cuda devices, but no node of this cluster has more than 2",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_the_reason(tmp_path, args, message):

@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from roll_device.cluster import inventory_here, plan_for
 from roll_device.cluster.plan import Plan
-from roll_device.cluster.settings import LocalCluster, RemoteCluster
+from roll_device.cluster.settings import LocalCluster, RemoteCluster, SimCluster
 from roll_device.commands.compose import compose
 from roll_device.doctor.preflight import check_here
 from roll_device.errors import ConfigError, PlanError
@@ -172,8 +172,10 @@ def check_roles_here(config: RunConfig) -> None:
 
 
 def _plan_here(config: RunConfig) -> Plan | None:
-    """The plan on a local or simulated cluster from the nodes it will hold, without Ray (None
-    where it does not fit: refused with the cluster's own inventory once it runs)."""
+    """The plan on a local or simulated cluster from the nodes it will hold, without Ray. A plan
+    that does not fit a simulated cluster (whose nodes are declared) is refused here; on this
+    machine it is None (refused with the inventory Ray finds, which may hold devices declared
+    through `cluster.resources`, once it runs)."""
     try:
         return plan_for(
             config.roles_to_run().present(),
@@ -182,6 +184,8 @@ def _plan_here(config: RunConfig) -> Plan | None:
             config.engine_sizes(),
         )
     except PlanError:
+        if isinstance(config.cluster, SimCluster):
+            raise
         return None
 
 
