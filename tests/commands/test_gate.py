@@ -92,8 +92,8 @@ BAD_VALUES = [
     (
         ["rollout.tensor_parallel_size=2"],
         (
-            "rollout.tensor_parallel_size=2: input should be less than or equal to 1 (each "
-            "actor_infer worker runs one engine on its one device"
+            "roles.actor_infer.num_devices=1 is not a multiple of the 2 devices of one engine "
+            "(rollout.tensor_parallel_size): set it to engines x 2"
         ),
     ),
     (
