@@ -77,7 +77,7 @@ def test_submitted_job_succeeds_and_its_log_streams_back(jobs):
     status, out, err = jobs["fits"]
     assert status == 0, out + err
     assert "submitted job raysubmit_" in out and "SUCCEEDED" in out
-    assert ["reward", "cpu", "2", "head", "0,1", "1", "-", "no"] in rows(out.split("device plan:")[1])
+    assert ["reward", "cpu", "2", "head", "0,1", "2", "1", "-", "no"] in rows(out.split("device plan:")[1])
 
 
 def test_failed_job_returns_its_exit_status_and_message(jobs):
@@ -90,7 +90,7 @@ def test_failed_job_returns_its_exit_status_and_message(jobs):
 def test_script_submits_the_same_job_with_the_ray_cli(jobs):
     status, out, err = jobs["script"]
     assert status == 0, out + err
-    assert ["reward", "cpu", "3", "head", "0,1,2", "1", "-", "no"] in rows(out)
+    assert ["reward", "cpu", "3", "head", "0,1,2", "3", "1", "-", "no"] in rows(out)
 
 
 def test_submit_refuses_before_sending_anything(capsys, monkeypatch):
