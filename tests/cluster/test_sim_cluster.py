@@ -186,6 +186,6 @@ def test_plan_command_prints_the_device_map(cluster, capsys):
     out = capsys.readouterr().out
     rows = {line.split()[0]: line.split() for line in out.split("device plan:")[1].strip().splitlines()[1:]}
     assert rows["actor_train"][:5] == ["actor_train", "npu", "2", "npu-node", "0,1"]
-    assert rows["reference"][6] == "actor_train"
+    assert rows["reference"][7] == "actor_train"
     assert rows["actor_infer"][:4] == ["actor_infer", "cuda", "2", "gpu-node"]
     assert rows["reward"][:4] == ["reward", "cpu", "1", "head"]

@@ -9,6 +9,7 @@ trainer's export and its greedy generation changes. A simulation: labelled as su
 
 from __future__ import annotations
 
+import pytest
 import ray
 
 from roll_device.cluster import WorkerGroup, plan_for, start_cluster
@@ -39,6 +40,7 @@ GREEDY = SamplingConfig(n=1, max_tokens=8, temperature=0.0)
 PROMPTS = [[1, 5, 6, 7, 8]]
 
 
+@pytest.mark.slow  # the same path runs by default in tests/pipeline/test_mixed_devices.py (vLLM rollout)
 def test_simulated_npu_trainer_to_vllm_on_a_simulated_gpu_node(tiny_model_path, tmp_path):
     config = run_config(*CONFIG)
     trainer_model = make_tiny_model(tmp_path / "trainer-model", seed=1)  # other weights than the engine's
