@@ -217,7 +217,8 @@ def receiver_main(conn, shapes) -> None:
 
 
 def measure_ipc(platform, args) -> dict:
-    from roll_device.comm import WeightSender, WeightSyncOptions, plan_sync, weights_hash
+    from roll_device.comm import WeightSender, plan_sync, weights_hash
+    from roll_device.commands.gate import load_config
 
     shapes = qwen_shapes(24)
     state = {k: v.to(platform.device()) for k, v in make_state(shapes, torch.bfloat16, fill=True).items()}
@@ -228,7 +229,7 @@ def measure_ipc(platform, args) -> dict:
     process = ctx.Process(target=receiver_main, args=(child, shapes))
     process.start()
     plan = plan_sync(platform.kind, platform.kind, colocated=True, same_node=True, forced="colocated")
-    sender = WeightSender(plan, platform, 1, WeightSyncOptions())
+    sender = WeightSender(plan, platform, 1, load_config([]).weight_sync)  # the configured defaults
 
     def ask(command, arg=None):
         conn.send((command, arg))

@@ -33,8 +33,9 @@ import torch
 
 import roll_device as rd
 from benchmarks.doc_sections import replace_section
-from roll_device.comm import WeightReceiver, WeightSender, WeightSyncOptions, plan_sync
+from roll_device.comm import WeightReceiver, WeightSender, plan_sync
 from roll_device.comm.rdt_transport import RDT_ACTOR_OPTIONS
+from roll_device.commands.gate import load_config
 
 DOC = ROOT / "docs" / "benchmarks.md"
 SIM_NPU = {"resources": {"NPU": 1}, "num_cpus": 0, "runtime_env": {"env_vars": {"ROLL_DEVICE": "npu-sim"}}}
@@ -55,7 +56,8 @@ class SyncEnd:
         self.state = {
             f"w{i}": torch.randn(numel).to(self.platform.device()) for i in range(state_bytes // TENSOR_BYTES)
         }
-        self.end = WeightSender(plan, self.platform, 1, WeightSyncOptions(bucket_bytes=bucket_bytes))
+        options = load_config([f"weight_sync.bucket_bytes={bucket_bytes}"]).weight_sync
+        self.end = WeightSender(plan, self.platform, 1, options)
         return self.end.endpoint
 
     def open_receiver(self, endpoint) -> None:
