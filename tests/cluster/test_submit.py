@@ -87,6 +87,7 @@ def test_failed_job_returns_its_exit_status_and_message(jobs):
     assert "FAILED" in out
 
 
+@pytest.mark.slow  # the same job as test_submitted_job_succeeds_and_its_log_streams_back, through the Ray CLI
 def test_script_submits_the_same_job_with_the_ray_cli(jobs):
     status, out, err = jobs["script"]
     assert status == 0, out + err

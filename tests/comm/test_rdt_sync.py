@@ -58,6 +58,7 @@ def test_rdt_sync_on_simulated_npus_equals_the_collective_path():
     assert collective["carried"] == [None, None]
 
 
+@pytest.mark.slow  # rdt runs by default in the simulated-NPU test above; vLLM's engines of the other paths in test_vllm_sync
 def test_rdt_sync_into_a_vllm_engine(tiny_model_path):
     out = run_isolated("tests.comm.rdt_checks:sync_into_vllm", tiny_model_path, timeout=600)
     assert out["plan"] == "rdt: cpu -> cpu via Ray Direct Transport over gloo (device buckets)"

@@ -76,7 +76,8 @@ def test_bad_configs_fail_before_anything_starts(tmp_path, overrides, message):
 
 
 @pytest.mark.parametrize(
-    "layout", ["tensor_parallel", pytest.param("pipeline_parallel", marks=pytest.mark.slow)]
+    "layout",  # the Megatron trainer's layouts run by default in tests/strategies/training/test_megatron.py
+    [pytest.param(layout, marks=pytest.mark.slow) for layout in ("tensor_parallel", "pipeline_parallel")],
 )
 def test_megatron_model_parallel_trainer_in_the_pipeline(tmp_path, layout):
     """Two Megatron ranks of one model replica (2 tensor-parallel ranks, or 2 pipeline stages)

@@ -118,6 +118,7 @@ def _checkpoint_into_a_file(blocker):
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow  # a raising worker ending the run runs by default in test_inputs_run and the failed sync below
 def test_a_worker_that_raises_in_a_step_ends_the_run_with_its_traceback_and_the_resume_command(tmp_path):
     blocker = tmp_path / "blocker"
     failing = _instead_once("actor_train", TrainWorker.save, _checkpoint_into_a_file(blocker))
