@@ -1,4 +1,6 @@
-"""Shared fixtures: a fresh platform registry per test, and the tiny model made once per session.
+"""Shared fixtures: a fresh platform registry per test, the tiny model made once per session (a
+session-wide ROLL_DEVICE_HOME, so runs share the one the default `model.tiny_dir` names), and one
+Ray cluster for the session's whole runs (`shared_cluster`).
 
 Every Ray cluster a test starts is a throwaway one on this machine, so the whole session runs
 without Ray's token authentication: Ray fixes a process's mode at its first local `ray.init`
@@ -9,13 +11,30 @@ same process would then lose its actors. docs/cluster.md says the same for users
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
 from roll_device.cluster.sim_nodes import AUTH_MODE_ENV
 from roll_device.platforms import registry
+from tests.isolated import ROOT
 
 os.environ[AUTH_MODE_ENV] = "disabled"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_home(tmp_path_factory):
+    """ROLL_DEVICE_HOME for the session: what runs make on first use (the tiny model) is made once,
+    and nothing is written into the user's ~/.cache."""
+    home = tmp_path_factory.mktemp("roll-device-home")
+    before = os.environ.get("ROLL_DEVICE_HOME")
+    os.environ["ROLL_DEVICE_HOME"] = str(home)
+    yield home
+    if before is None:
+        del os.environ["ROLL_DEVICE_HOME"]
+    else:
+        os.environ["ROLL_DEVICE_HOME"] = before
 
 
 @pytest.fixture(autouse=True)
@@ -31,3 +50,30 @@ def tiny_model_path(tmp_path_factory):
     from roll_device.models.tiny import make_tiny_model
 
     return str(make_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2"))
+
+
+@pytest.fixture(scope="session")
+def shared_cluster():
+    """The overrides that run a whole run on the session's one local Ray cluster
+    (tests/ray_head.py), joined as an existing cluster (`cluster=remote`): each run is a Ray job
+    of its own, and no run pays for Ray's start. Runs that test the embedded cluster itself, or
+    need a cluster of other resources, start their own."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
+    head = subprocess.Popen(
+        [sys.executable, "-m", "tests.ray_head"],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    address = head.stdout.readline().strip()
+    if not address:
+        head.wait(timeout=60)
+        pytest.fail(f"the session's Ray cluster did not start (exit {head.returncode}); its output is above")
+    yield ("cluster=remote", f"cluster.address={address}")
+    head.stdin.close()
+    head.wait(timeout=120)

@@ -23,16 +23,30 @@ def _cli(*args, home, timeout=600):
     )
 
 
-def test_run_writes_into_the_hydra_run_dir(tmp_path):
+def test_the_main_job_learns_and_writes_into_the_hydra_run_dir(tmp_path):
+    """The README's main job as a user starts it (embedded Ray, the tiny model made on first use),
+    shortened to 12 steps."""
     run_dir = tmp_path / "run"
-    proc = _cli("run", "max_steps=1", "algorithm.kl_coef=0", f"hydra.run.dir={run_dir}", home=tmp_path)
+    proc = _cli("run", "max_steps=12", "save_every=6", f"hydra.run.dir={run_dir}", home=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.strip().splitlines()[-1].startswith(f"run directory: {run_dir}")
-    assert "device plan:" in proc.stdout
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == [1]
-    assert "max_steps=1" in (run_dir / ".hydra" / "overrides.yaml").read_text()
     assert (tmp_path / "tiny-qwen2" / "config.json").exists(), "the tiny model was made on first use"
+    assert "max_steps=12" in (run_dir / ".hydra" / "overrides.yaml").read_text()
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(1, 13))
+    assert all(r["weights_version"] == r["step"] for r in records), "the rollout got each step's weights"
+    assert all(r["rollout_vs_train_logprob_gap"] < 0.05 for r in records), "rollout and trainer agree"
+    assert all(r["kl"] >= 0 for r in records) and records[-1]["kl"] > 0
+    first = sum(r["reward_mean"] for r in records[:3]) / 3
+    last = sum(r["reward_mean"] for r in records[-3:]) / 3
+    assert last > first + 0.15, f"mean reward did not rise: first steps {first:.3f}, last {last:.3f}"
+    assert (run_dir / "metrics.png").read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == ["step_12", "step_6"]
+    out = proc.stdout
+    assert "device plan:" in out and "actor_train" in out
+    assert "setting up workers:   0%" in proc.stderr and "4/4" in proc.stderr, "set-up shows progress"
+    assert "waiting for actor_infer (1), reward (1), actor_train (1), reference (1)" in proc.stderr
+    assert "reference runs in actor_train's workers" in out
+    assert out.strip().splitlines()[-1].startswith(f"run directory: {run_dir}")
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
 """Fault drills for whole runs: an `on_step` hook that kills a role's worker with SIGKILL at a
-chosen worker call (tests/pipeline/conftest.py has the `shared_ray` fixture they run in)."""
+chosen worker call (the runs join the session's cluster: `shared_cluster` in tests/conftest.py)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from tests.configs import run_config
 @pytest.mark.slow
 def test_reward_and_eval_pass_at_1_rise_on_the_arithmetic_dataset(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("ROLL_DEVICE_HOME", str(tmp_path / "home"))
-    cfg = run_config("experiment=arithmetic_math", f"model.tiny_dir={tmp_path / 'tiny'}", "save_every=0")
+    cfg = run_config("experiment=arithmetic_math", "save_every=0")
     run_dir = run_checked(cfg, tmp_path / "run")
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "reward_mean" in r]

@@ -19,7 +19,6 @@ def test_colocated_engine_and_trainer_take_turns_on_the_devices(tmp_path):
         "rollout=hf",
         "roles.actor_infer.device=npu",
         "roles.actor_infer.colocate_with=actor_train",
-        f"model.tiny_dir={tmp_path / 'tiny'}",
     )
     run_checked(cfg, tmp_path / "run", on_step=lambda record, roles: records.append(record))
     assert [(r["step"], r["weights_version"], r["sync_path"]) for r in records] == [

@@ -42,7 +42,7 @@ def test_a_hosted_reference_computes_what_its_own_workers_compute(tmp_path):
         def on_step(record, roles):
             seen[name] = (set(roles.groups), dict(roles.hosted))
 
-        cfg = run_config(f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=3", "save_every=0", *overrides)
+        cfg = run_config("max_steps=3", "save_every=0", *overrides)
         run_dir = run_checked(cfg, tmp_path / name, on_step=on_step)
         return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 

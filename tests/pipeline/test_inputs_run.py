@@ -11,10 +11,6 @@ from roll_device.inputs.rewards import RewardFunctionError
 from tests.configs import run_config
 
 
-def _config(tmp_path, *overrides):
-    return run_config(f"model.tiny_dir={tmp_path / 'tiny'}", *overrides)
-
-
 @pytest.fixture
 def arithmetic(tmp_path):
     path = tmp_path / "rows.jsonl"
@@ -61,21 +57,22 @@ def test_bad_inputs_fail_before_anything_starts(tmp_path, capsys, arithmetic, ov
     empty.write_text("")
     names = {"rows": arithmetic, "empty": empty, "tmp": tmp_path}
     with pytest.raises(Exception) as err:
-        run_checked(_config(tmp_path, *(o.format(**names) for o in overrides)), tmp_path / "run")
+        run_checked(run_config(*(o.format(**names) for o in overrides)), tmp_path / "run")
     assert message.format(**names) in str(err.value) and "\n" not in str(err.value)
     assert not ray.is_initialized() and "cluster ready" not in capsys.readouterr().out, "Ray never started"
 
 
-def test_a_raising_user_reward_ends_the_run_with_the_finished_step_saved(tmp_path):
+def test_a_raising_user_reward_ends_the_run_with_the_finished_step_saved(tmp_path, shared_cluster):
     run_dir = tmp_path / "run"
     overrides = [
+        *shared_cluster,
         "max_steps=3",
         "save_every=0",
         "algorithm.kl_coef=0",
         "reward.function=tests.pipeline.user_rewards.failing_after_64_calls",
     ]
     with pytest.raises(RewardFunctionError) as failed:
-        run_checked(_config(tmp_path, *overrides), run_dir)
+        run_checked(run_config(*overrides), run_dir)
     message = str(failed.value)
     assert failed.value.exit_code == 1, "a run that failed on the way, as docs/configuration.md says"
     assert message.startswith(

@@ -27,7 +27,6 @@ def test_mixed_devices_step_on_the_sim_cluster(tmp_path):
         "cluster=sim",
         "max_steps=2",
         "rollout.dtype=float32",
-        f"model.tiny_dir={tmp_path / 'tiny'}",
     )
     run_checked(cfg, tmp_path / "run", on_step=on_step)
 

@@ -26,9 +26,9 @@ def _saved_weights(checkpoint, tmp_path) -> dict:
 
 
 def _failed_run(tmp_path, error, reward, *overrides):
+    """A 3-step run whose reward is `reward`, ending with `error`."""
     run_dir = tmp_path / "run"
     config = run_config(
-        f"model.tiny_dir={tmp_path / 'tiny'}",
         "max_steps=3",
         "save_every=0",
         "algorithm.kl_coef=0",
@@ -53,14 +53,16 @@ def _last_good_step_kept(run_dir, tmp_path, message):
     assert [r["step"] for r in records] == [1] and all(map(math.isfinite, numbers)), "no NaN recorded"
 
 
-def test_a_nan_reward_ends_the_run_naming_the_function_and_the_sample(tmp_path):
+def test_a_nan_reward_ends_the_run_naming_the_function_and_the_sample(tmp_path, shared_cluster):
     """overwrite=true: the checkpoints an earlier run left (step 4) are replaced, not mixed in."""
     old = Checkpoints(tmp_path / "run")
     staging = old.staging_dir(4)
     (staging / "policy").mkdir()
     old.commit(staging, PipelineState(step=4, data_position=32))
 
-    run_dir, message = _failed_run(tmp_path, RewardFunctionError, "nan_after_64_calls", "overwrite=true")
+    run_dir, message = _failed_run(
+        tmp_path, RewardFunctionError, "nan_after_64_calls", "overwrite=true", *shared_cluster
+    )
     assert message.startswith(
         "reward.function='tests.pipeline.user_rewards.nan_after_64_calls' returned nan on the sample prompt='"
     )

@@ -28,11 +28,11 @@ def records(run_dir) -> list[dict]:
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("resume", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_a_rollout_worker_lost_mid_overlap_keeps_the_step_and_resume_continues_the_versions(
-    tmp_path, shared_ray, resume
+    tmp_path, shared_cluster, resume
 ):
     run_dir = tmp_path / "run"
     base = [
-        f"model.tiny_dir={tmp_path / 'tiny'}",
+        *shared_cluster,
         f"max_steps={MAX_STEPS}",
         "save_every=2",
         "algorithm.kl_coef=0",
@@ -72,7 +72,7 @@ def test_a_rollout_worker_lost_mid_overlap_keeps_the_step_and_resume_continues_t
 @pytest.mark.timeout(1200)
 def test_reward_rises_on_the_default_task_with_max_staleness_1(tmp_path):
     run_dir = tmp_path / "run"
-    run_checked(run_config(f"model.tiny_dir={tmp_path / 'tiny'}", "algorithm.max_staleness=1"), run_dir)
+    run_checked(run_config("algorithm.max_staleness=1"), run_dir)
     steps = [r for r in records(run_dir) if "reward_mean" in r]
     assert len(steps) == 30 and max(r["staleness"] for r in steps) == 1
     first, last = (sum(r["reward_mean"] for r in part) / 5 for part in (steps[:5], steps[-5:]))

@@ -12,7 +12,7 @@ from tests.configs import run_config
 
 @pytest.mark.slow
 def test_a_run_syncs_its_weights_by_rdt(tmp_path):
-    cfg = run_config(f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=2", "weight_sync.path=rdt")
+    cfg = run_config("max_steps=2", "weight_sync.path=rdt")
     run_dir = run_checked(cfg, tmp_path / "run")
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["weights_version"], r["sync_path"]) for r in records] == [

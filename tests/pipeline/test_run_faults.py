@@ -31,10 +31,10 @@ MAX_STEPS = 5
     ],
 )
 def test_a_killed_worker_ends_the_run_and_resume_records_every_step_once(
-    tmp_path, shared_ray, role, method, kept, overrides
+    tmp_path, shared_cluster, role, method, kept, overrides
 ):
     run_dir = tmp_path / "run"
-    base = [f"model.tiny_dir={tmp_path / 'tiny'}", f"max_steps={MAX_STEPS}", "save_every=2", *overrides]
+    base = [*shared_cluster, f"max_steps={MAX_STEPS}", "save_every=2", *overrides]
     killed_at = []
     with pytest.raises(WorkerLostError) as lost:
         run_checked(run_config(*base), run_dir, on_step=kill_at_next(role, method, killed_at))

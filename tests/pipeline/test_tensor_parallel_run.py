@@ -20,7 +20,7 @@ def _run(tmp_path, *overrides):
         trainer = roles.call("actor_train", TrainWorker.export_hash)[0]
         seen["hashes"].append((trainer, roles.call("actor_infer", RolloutWorker.engine_hash)))
 
-    cfg = run_config(f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=2", *overrides)
+    cfg = run_config("max_steps=2", *overrides)
     run_dir = run_checked(cfg, tmp_path / "run", on_step=on_step)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["weights_version"]) for r in records] == [(1, 1), (2, 2)]

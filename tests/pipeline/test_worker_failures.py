@@ -19,11 +19,11 @@ from roll_device.pipeline.workers import RolloutWorker, TrainWorker
 from tests.configs import run_config
 
 
-def test_an_engine_that_fails_to_start_ends_the_run_in_one_line_with_its_traceback(tmp_path):
+def test_an_engine_that_fails_to_start_ends_the_run_in_one_line_with_its_traceback(tmp_path, shared_cluster):
     """vLLM's own refusal of a setting no check of ours foresees (its scheduler's batch of 4,096
     tokens on the CPU cannot hold 100,000 sequences)."""
     run_dir = tmp_path / "run"
-    cfg = run_config(f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=1", "rollout.max_num_seqs=100000")
+    cfg = run_config(*shared_cluster, "max_steps=1", "rollout.max_num_seqs=100000")
     with pytest.raises(WorkerFailedError) as failed:
         run_checked(cfg, run_dir)
     message = str(failed.value)
@@ -96,10 +96,10 @@ def _instead_once(role: str, method, call):
     return on_step
 
 
-def _failed_run(tmp_path, error: type[Exception], on_step, save_every: int) -> tuple[Path, str]:
+def _failed_run(tmp_path, error: type[Exception], on_step, save_every: int, cluster=()) -> tuple[Path, str]:
     """A 3-step run with `on_step` that ends with `error`: its folder and the error's one line."""
     run_dir = tmp_path / "run"
-    overrides = [f"model.tiny_dir={tmp_path / 'tiny'}", "max_steps=3", f"save_every={save_every}"]
+    overrides = [*cluster, "max_steps=3", f"save_every={save_every}"]
     with pytest.raises(error) as failed:
         run_checked(run_config(*overrides, "algorithm.kl_coef=0"), run_dir, on_step=on_step)
     message = str(failed.value)
@@ -143,9 +143,11 @@ def _receive_from_nowhere(call_all):
 
 
 @pytest.mark.timeout(240)  # the sender would otherwise wait weight_sync.timeout_s=600 for the rollout
-def test_a_failed_weight_sync_frees_the_sender_and_ends_the_run_with_the_resume_command(tmp_path):
+def test_a_failed_weight_sync_frees_the_sender_and_ends_the_run_with_the_resume_command(
+    tmp_path, shared_cluster
+):
     failing = _instead_once("actor_infer", RolloutWorker.receive_weights, _receive_from_nowhere)
-    run_dir, message = _failed_run(tmp_path, WeightSyncError, failing, save_every=0)
+    run_dir, message = _failed_run(tmp_path, WeightSyncError, failing, save_every=0, cluster=shared_cluster)
     assert message.startswith("cannot reach the weight-sync sender at 127.0.0.1:1 within 0.5s")
     assert message.endswith(
         f"the run stopped after step 2; the last checkpoint is step 2 in "

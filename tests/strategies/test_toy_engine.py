@@ -55,8 +55,8 @@ def test_the_toy_engine_has_its_own_typed_section(toy):
         run_config("rollout=toy", "+rollout.max_batch_size=4")
 
 
-def test_a_grpo_step_runs_on_the_toy_engine(toy):
-    config = run_config(f"model.tiny_dir={toy / 'tiny'}", "rollout=toy", "max_steps=1")
+def test_a_grpo_step_runs_on_the_toy_engine(toy, shared_cluster):
+    config = run_config(*shared_cluster, "rollout=toy", "max_steps=1")
     run_dir = run_checked(config, toy / "run")
     (record,) = [json.loads(line) for line in Path(run_dir, "metrics.jsonl").read_text().splitlines()]
     assert record["step"] == 1 and record["weights_version"] == 1
