@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from roll_device.cluster import Plan, inventory_here, plan_for
-from roll_device.commands.gate import check_model, load_config
+from roll_device.commands.gate import check_model, load_config, plan_here
 from roll_device.doctor.capabilities import capabilities_of
 from roll_device.doctor.checks import Problem, role_problems, stack_problems
 from roll_device.doctor.facts import declared_packages, gather_facts
@@ -70,7 +70,7 @@ def _model_problems(config: RunConfig) -> list[Problem]:
     if not (path / "config.json").is_file():
         return []
     try:
-        check_model(config, str(path))
+        check_model(config, str(path), plan_here(config))
     except ConfigError as exc:
         return [Problem(MODEL, "-", str(exc))]
     return []

@@ -4,15 +4,17 @@ rules across sections), and check what can be checked before Ray or any worker s
 
 - `load_config(overrides)` / `read_config(cfg)`: the `RunConfig`, or one `ConfigError` line that
   names the key, the bad value and what to do.
-- `check_before_start(config, run_dir)`: what only the machine that runs the job can check (the
+- `plan_here(config)`: the plan on a cluster of this machine (local or simulated) from the nodes
+  it will hold, without Ray, made once and handed to the checks below (None elsewhere).
+- `check_before_start(config, run_dir, plan)`: what only the machine that runs the job can check (the
   data files and the reward's module, the model directory, the checkpoint a resumed run continues
   from, or for a new run that its folder holds no checkpoints unless `overwrite=true`, the roles
   on a cluster of this machine alone), then the run's folder is made; returns where a resumed run
   continues (None: afresh). A resumed run is checked against the configuration that wrote its
   checkpoints (the run directory's `config.yaml`): the same trainer and model-parallel layout.
-- `check_model(config, model_path)`: once the model is on disk, what it allows with each role's
-  settings, as each strategy checks it (`Strategy.check_model`).
-- `check_roles_here(config)` (part of the above): on a cluster of this machine alone, the preflight's checks of
+- `check_model(config, model_path, plan)`: once the model is on disk, what it allows with each
+  role's settings, as each strategy checks it (`Strategy.check_model`).
+- `check_roles_here(config, plan)` (part of the above): on a cluster of this machine alone, the preflight's checks of
   each role (packages, graph modes, sleep levels the kind has) before Ray starts.
 - `check_simulation(config, command)`: `ROLL_DEVICE=npu-sim` on a local cluster, which would run
   every role on the CPU, refused with the command that simulates NPU nodes (`run` and `plan`).
@@ -101,7 +103,7 @@ def check_model_files(config: RunConfig) -> None:
     check_model_dir(path)  # config.json of a supported family, and a tokenizer
 
 
-def check_before_start(config: RunConfig, run_dir: Path) -> ResumePoint | None:
+def check_before_start(config: RunConfig, run_dir: Path, plan: Plan | None) -> ResumePoint | None:
     """What the machine that runs the job checks before anything starts or is written (the files
     are read once: sizes and CRC32s of a checkpoint); last, the run's folder is made (empty), or
     refused when it cannot be. Returns where a resumed run continues (None: afresh)."""
@@ -115,7 +117,7 @@ def check_before_start(config: RunConfig, run_dir: Path) -> ResumePoint | None:
         start = None
         if not config.overwrite:
             checkpoints.refuse_overwrite(run_dir)
-    check_roles_here(config)
+    check_roles_here(config, plan)
     make_folder(run_dir, "hydra.run.dir")  # the last check: the run's folder, empty, can be made
     return start
 
@@ -146,12 +148,12 @@ def check_same_trainer(config: RunConfig, run_dir: Path) -> None:
         )
 
 
-def check_model(config: RunConfig, model_path: str) -> None:
+def check_model(config: RunConfig, model_path: str, plan: Plan | None) -> None:
     """What the model itself must allow with each role's settings, before any worker loads it:
     each strategy's own `check_model` (a Megatron layout the model's heads, vocabulary and layers
     take; a vLLM engine that holds one sequence), told the role's compute platform where it is
-    known before the cluster starts."""
-    platforms = _compute_platforms_known_here(config)
+    known before the cluster starts (from `plan_here`'s `plan`)."""
+    platforms = _compute_platforms_known_here(config, plan)
     for role, spec in config.roles_to_run().present().items():
         settings = config.strategy_settings(role)
         if settings is None:
@@ -159,23 +161,22 @@ def check_model(config: RunConfig, model_path: str) -> None:
         strategy_type(ROLE_TYPES[role], spec.strategy).check_model(platforms.get(role), settings, model_path)
 
 
-def check_roles_here(config: RunConfig) -> None:
+def check_roles_here(config: RunConfig, plan: Plan | None) -> None:
     """On a cluster that is this machine alone (`cluster=local`, no RAY_ADDRESS to join), the
     preflight's checks of each role, in this process before Ray starts: a kind that lacks what a
     role's settings ask (graphs, a sleep level, a package) is refused in seconds, not after Ray's
     start. Other clusters are checked by the preflight on their nodes."""
-    if not isinstance(config.cluster, LocalCluster) or os.environ.get("RAY_ADDRESS"):
-        return
-    plan = _plan_here(config)
-    if plan is not None:
+    if isinstance(config.cluster, LocalCluster) and not os.environ.get("RAY_ADDRESS") and plan is not None:
         check_here(role_requests(config, plan))
 
 
-def _plan_here(config: RunConfig) -> Plan | None:
-    """The plan on a local or simulated cluster from the nodes it will hold, without Ray. A plan
-    that does not fit a simulated cluster (whose nodes are declared) is refused here; on this
-    machine it is None (refused with the inventory Ray finds, which may hold devices declared
-    through `cluster.resources`, once it runs)."""
+def plan_here(config: RunConfig) -> Plan | None:
+    """The plan on a local or simulated cluster from the nodes it will hold, without Ray (None on
+    a remote cluster). A plan that does not fit a simulated cluster (whose nodes are declared) is
+    refused here; on this machine it is None (refused with the inventory Ray finds, which may hold
+    devices declared through `cluster.resources`, once it runs)."""
+    if isinstance(config.cluster, RemoteCluster):
+        return None
     try:
         return plan_for(
             config.roles_to_run().present(),
@@ -189,11 +190,10 @@ def _plan_here(config: RunConfig) -> Plan | None:
         return None
 
 
-def _compute_platforms_known_here(config: RunConfig) -> dict[str, Platform]:
+def _compute_platforms_known_here(config: RunConfig, plan: Plan | None) -> dict[str, Platform]:
     """Each role's compute platform as planned without Ray: on a local or simulated cluster from
-    the nodes it will hold; on a remote one only for roles that name their device kind."""
+    the nodes it will hold (`plan`); on a remote one only for roles that name their device kind."""
     roles = config.roles_to_run().present()
     if isinstance(config.cluster, RemoteCluster):
         return {role: get_platform(spec.device) for role, spec in roles.items() if spec.device != AUTO}
-    plan = _plan_here(config)
     return {} if plan is None else {role: compute_platform(plan, role) for role in plan.roles}

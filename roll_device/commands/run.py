@@ -25,7 +25,13 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from roll_device.commands.compose import CONFIG_NAME, compose, config_dir, explain
-from roll_device.commands.gate import check_before_start, check_model, check_simulation, read_config
+from roll_device.commands.gate import (
+    check_before_start,
+    check_model,
+    check_simulation,
+    plan_here,
+    read_config,
+)
 from roll_device.errors import ConfigError, RollDeviceError
 from roll_device.pipeline.config import RunConfig
 from roll_device.pipeline.experiment import model_path, run_experiment
@@ -43,13 +49,14 @@ def run_checked(
     `run_dir`: the model is made when it is the tiny one, and checked against each role's
     settings. Returns the run directory."""
     check_simulation(config, "run")
-    start = check_before_start(config, run_dir)
+    plan = plan_here(config)
+    start = check_before_start(config, run_dir, plan)
     if after_checks is not None:
         after_checks()
     if config.roles_to_run() != config.roles:
         print("reference: not started (algorithm.kl_coef=0 needs no reference logprobs)")
     model = model_path(config.model)
-    check_model(config, model)
+    check_model(config, model, plan)
     return run_experiment(config, run_dir, model, start, on_step)
 
 

@@ -16,6 +16,7 @@ from roll_device.commands.gate import (
     check_same_trainer,
     check_simulation,
     load_config,
+    plan_here,
 )
 from roll_device.commands.run import run_checked
 from roll_device.doctor.preflight import PreflightError
@@ -280,9 +281,9 @@ def test_on_a_remote_cluster_the_default_kv_cache_counts_for_a_role_that_names_i
     }
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", **geometry}))
     remote = ["cluster=remote", "cluster.address=192.0.2.1:6379", "rollout.max_model_len=2048"]
-    check_model(load_config(remote), str(tmp_path))
+    check_model(load_config(remote), str(tmp_path), None)
     with pytest.raises(ConfigError, match=r"^the KV cache of an engine on cpu \(256 MiB"):
-        check_model(load_config([*remote, "roles.actor_infer.device=cpu"]), str(tmp_path))
+        check_model(load_config([*remote, "roles.actor_infer.device=cpu"]), str(tmp_path), None)
 
 
 def _resumable(tmp_path, *overrides: str):
@@ -330,5 +331,5 @@ def test_what_the_local_kind_lacks_is_refused_before_ray_and_the_run_folder(tmp_
     with pytest.raises(
         PreflightError, match="rollout.prefill_graphs=true but kind 'cpu' has no device graphs"
     ):
-        check_before_start(config, tmp_path / "run")
+        check_before_start(config, tmp_path / "run", plan_here(config))
     assert not (tmp_path / "run").exists() and not ray.is_initialized()
