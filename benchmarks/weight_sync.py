@@ -439,7 +439,8 @@ def time_split(results: list[dict]) -> list[str]:
         (
             f"Two copies of the bytes at once, one per core, take {two_s / memcpy_s:.2f}x one memcpy "
             f"({2 * shm[0]['bytes'] / two_s / 1e9:.1f} GB/s copied together against "
-            f"{shm[0]['bytes'] / memcpy_s / 1e9:.1f} GB/s by one): the cores share one memory bus. A "
+            f"{shm[0]['bytes'] / memcpy_s / 1e9:.1f} GB/s by one): they share the memory bus and, with "
+            "other work on the machine (the load average above), the cores. A "
             "transport that copies each byte twice (into the slot, out of it into the parameters) "
             f"cannot beat that, so with perfect overlap it reaches about {memcpy_s / two_s:.2f} of "
             "memcpy here; the rest of the gap is the part of the two copies that did not overlap "
