@@ -67,7 +67,9 @@ def test_tensors_share_buckets_and_are_never_split():
 
 
 def test_large_tensors_leading_the_stream_follow_the_first_regular_bucket():
-    state = {"embed": torch.ones(2000), "big": torch.ones(1500)} | {f"w{i}": torch.ones(600) for i in range(4)}
+    state = {"embed": torch.ones(2000), "big": torch.ones(1500)} | {
+        f"w{i}": torch.ones(600) for i in range(4)
+    }
     writer = BucketWriter(state.items(), 4096)
     buckets = []
     while not writer.exhausted:
