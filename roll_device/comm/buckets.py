@@ -3,7 +3,9 @@
 A `BucketWriter` takes one bucket at a time from a stream of (name, tensor) on any device: the
 `Entry`s (name, dtype, shape, offset, size) and the tensors as they are (no copy). Tensors are
 never split: a bucket holds the tensors that fit in `capacity` bytes, each at a 64-byte boundary,
-and a tensor larger than that travels alone in a bucket of its own size. `pack` copies a bucket
+and a tensor larger than that travels alone in a bucket of its own size. Such tensors at the head
+of the stream (an embedding) wait until the first regular bucket has been taken: the first bucket
+is packed while the receivers have nothing to load, so it should be a small one. `pack` copies a bucket
 into a buffer in one batched copy (`torch._foreach_copy_` into typed views of the buffer: one
 launch per bucket on a device, and a non-contiguous tensor lands without a copy of its own first);
 `unpack` turns entries and a received buffer back into (name, tensor) views of it. `checksum` is
@@ -51,12 +53,17 @@ class BucketWriter:
         self.tensors = 0
         self._items = iter(named_tensors)
         self._seen: set[str] = set()
-        self._current: tuple[str, torch.Tensor, torch.dtype, tuple[int, ...]] | None = None
+        self._current: tuple[str, torch.Tensor, int] | None = None
+        self._deferred: list[tuple[str, torch.Tensor, int]] = []  # large tensors that led the stream
         self._advance()
+        while self._current is not None and self._current[2] > capacity:
+            self._deferred.append(self._current)
+            self._advance()
+        self._started = False  # whether a regular bucket was taken
 
     @property
     def exhausted(self) -> bool:
-        return self._current is None
+        return self._current is None and not self._deferred
 
     def _advance(self) -> None:
         item = next(self._items, None)
@@ -76,6 +83,10 @@ class BucketWriter:
     def take(self) -> tuple[list[Entry], list[torch.Tensor]]:
         """The next bucket: the entries of the tensors that fit in `capacity` bytes (or of one
         larger tensor, alone) and the tensors as they are (no copy)."""
+        if self._deferred and (self._started or self._current is None):
+            name, tensor, nbytes = self._deferred.pop(0)
+            return [Entry(name, tensor.dtype, tuple(tensor.shape), 0, nbytes)], [tensor]
+        self._started = True
         entries: list[Entry] = []
         parts: list[torch.Tensor] = []
         offset = 0

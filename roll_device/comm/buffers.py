@@ -5,7 +5,8 @@
   by every receiver on the node. The sender unlinks the file as soon as every receiver has mapped
   it, so nothing is left behind if a process dies; pages are touched when the slot is made and
   mapped, so a sync never pays page faults.
-- `IpcSlot`: one bucket buffer in device memory, shared through the platform's IPC handles.
+- `IpcSlot`: one bucket buffer in device memory, shared through the platform's IPC handles
+  (allocated inside `Platform.ipc_allocation`: on CUDA with expandable segments off).
 - `storage_users`: how many tensors hold a buffer's memory. A host buffer whose tensors were
   handed to a consumer is reused only once the consumer let go of all of them.
 - `HostPool`: host receive buffers of any size, reused when free, new ones made
@@ -99,7 +100,11 @@ class IpcSlot:
 
     @classmethod
     def create(cls, capacity: int, platform: Platform) -> IpcSlot:
-        return cls(torch.empty(capacity, dtype=torch.uint8, device=platform.device()), platform)
+        """A new slot, allocated as the platform's IPC handles need (`Platform.ipc_allocation`:
+        on CUDA, outside expandable segments)."""
+        with platform.ipc_allocation():
+            tensor = torch.empty(capacity, dtype=torch.uint8, device=platform.device())
+        return cls(tensor, platform)
 
     @classmethod
     def attach(cls, descriptor: tuple, platform: Platform) -> IpcSlot:

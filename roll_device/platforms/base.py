@@ -267,6 +267,11 @@ class Platform(Profiling, DeviceFacts, Topology, MemoryExtras, Determinism, Proc
             args = (*args[:IPC_DEVICE_ARG], index, *args[IPC_DEVICE_ARG + 1 :])
         return rebuild(*args)
 
+    def ipc_allocation(self) -> contextlib.AbstractContextManager:
+        """A context in which device memory is allocated so that `ipc_handle` can share it (the
+        weight-sync slots); nothing to change on kinds whose allocator needs no setting for it."""
+        return contextlib.nullcontext()
+
     # ---- device communicator ----------------------------------------------------------------
     def device_communicator(
         self, host: str, port: int, rank: int, world_size: int, timeout_s: float = 600.0

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from typing import ClassVar
 
 import torch
@@ -76,6 +79,34 @@ class CudaPlatform(Platform):
         torch.backends.cudnn.deterministic = enabled
         if enabled:  # autotuning picks kernels by timing: off while determinism is asked for
             torch.backends.cudnn.benchmark = False
+
+    @contextlib.contextmanager
+    def ipc_allocation(self) -> Iterator[None]:
+        """Expandable segments off while inside: their memory (mapped with cuMem) is not what a
+        CUDA IPC handle of the caching allocator shares, so a slot allocated from one could not be
+        opened by the engine. Allocations inside take ordinary segments; on exit the setting goes
+        back to on if it was on (worker processes get it on from `allocator_env`)."""
+        expandable = self.expandable_segments_enabled()
+        if expandable:
+            self.set_expandable_segments(False)
+        try:
+            yield
+        finally:
+            if expandable:
+                self.set_expandable_segments(True)
+
+    def expandable_segments_enabled(self) -> bool:
+        """Whether the caching allocator makes expandable segments now: as the settings last given
+        to it say (torch 2.11+ reports them), else as this process's allocator variable says."""
+        getter = getattr(torch._C, "_accelerator_getAllocatorSettings", None)
+        sources = [getter() if getter is not None else ""]
+        sources += [os.environ.get(name, "") for name in (self.allocator_conf_env, "PYTORCH_ALLOC_CONF")]
+        for settings in sources:
+            pairs = dict(pair.split(":", 1) for pair in settings.split(",") if ":" in pair)
+            value = pairs.get("expandable_segments")
+            if value is not None:
+                return value.strip().lower() == "true"
+        return False
 
     def set_allocator_settings(self, settings: str) -> None:
         """torch 2.11+ changes them through the accelerator-wide setter (torch.cuda's own is

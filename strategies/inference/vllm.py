@@ -198,7 +198,9 @@ class VllmStrategy(InferenceStrategy):
 
     def update_weights(self, named_tensors: NamedTensors) -> None:
         """Load HF-named tensors, checked first (known names, fused groups whole; aliases the engine
-        ignores, tied weights, dropped), along the engine's sync path from a sender in this process."""
+        ignores, tied weights, dropped), along the engine's sync path from a sender in this process.
+        Each call opens a connection of its own (new slots, a second copy of every byte): for
+        repeated syncs a run keeps one, with `connect_weights` / `receive_weights`."""
         self._require_started("update_weights")
         tensors = [(name, t) for name, t in named_tensors if name not in self._ignored]
         check_update((name for name, _ in tensors), self._known, self.layout["fused"])

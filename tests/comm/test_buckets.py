@@ -45,7 +45,7 @@ def roundtrip(state, capacity):
 def test_roundtrip_keeps_every_tensor_exactly(capacity):
     state = mixed_state()
     received, sizes, count = roundtrip(state, capacity)
-    assert count == len(state) and list(received) == list(state)
+    assert count == len(state) and sorted(received) == sorted(state)
     for name, tensor in state.items():
         assert received[name].dtype == tensor.dtype and received[name].shape == tensor.shape
         assert torch.equal(received[name], tensor), name
@@ -64,6 +64,20 @@ def test_tensors_share_buckets_and_are_never_split():
     assert [[e.name for e in b] for b in buckets] == [["w0", "w1", "w2"], ["w3", "w4"], ["big"]]
     assert [e.offset for e in buckets[0]] == [0, 2432, 4864], "each entry on a 64-byte boundary"
     assert bucket_size(buckets[2]) == 12_000, "larger than a bucket: alone, in a bucket of its size"
+
+
+def test_large_tensors_leading_the_stream_follow_the_first_regular_bucket():
+    state = {"embed": torch.ones(2000), "big": torch.ones(1500)} | {
+        f"w{i}": torch.ones(600) for i in range(4)
+    }
+    writer = BucketWriter(state.items(), 4096)
+    buckets = []
+    while not writer.exhausted:
+        buckets.append([e.name for e in writer.take()[0]])
+    assert buckets == [["w0"], ["embed"], ["big"], ["w1"], ["w2"], ["w3"]]
+    assert writer.tensors == len(state)
+    only_large = BucketWriter([("a", torch.ones(2000)), ("b", torch.ones(2000))], 4096)
+    assert [only_large.take()[0][0].name for _ in range(2)] == ["a", "b"] and only_large.exhausted
 
 
 def test_buckets_hand_over_the_tensors_bytes_without_a_copy():

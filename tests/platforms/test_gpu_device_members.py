@@ -134,3 +134,25 @@ def test_ipc_handle_names_the_device_by_uuid(gpu):
     t = torch.arange(4.0, device=gpu.device())
     _, args = gpu.ipc_handle(t)
     assert gpu.device_uuid(0) in args, "test_gpu_operations.py opens such a handle in another process"
+
+
+def test_ipc_slots_are_allocated_outside_expandable_segments(gpu):
+    """The weight-sync IPC slot takes an ordinary segment while the process makes expandable ones
+    (`Platform.ipc_allocation`), and yields a handle."""
+    from roll_device.comm.buffers import IpcSlot
+
+    gpu.set_expandable_segments(True)
+    try:
+        slot = IpcSlot.create(64 << 20, gpu)
+        plain = torch.empty(64 << 20, dtype=torch.uint8, device=gpu.device())
+        assert gpu.expandable_segments_enabled(), "back on after the slot"
+    finally:
+        gpu.set_expandable_segments(False)
+    segments = torch.cuda.memory._snapshot()["segments"]
+
+    def segment_of(tensor):
+        address = tensor.data_ptr()
+        return next(s for s in segments if s["address"] <= address < s["address"] + s["total_size"])
+
+    assert not segment_of(slot.tensor)["is_expandable"] and segment_of(plain)["is_expandable"]
+    assert slot.descriptor()
