@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 from torch.utils._python_dispatch import get_alias_info
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
 from roll_device.sim import errors, graphs
 from roll_device.sim.devices import DEVICE_TYPE, checked, current_index
@@ -138,20 +138,16 @@ def run_on_cpu(func, args, kwargs):
     An in-place or `out=` result comes back as the very tensor the caller passed; a result bound
     for the CPU (`.cpu()`, `.item()`, `copy_` into a CPU tensor) stays a CPU tensor.
     """
-    index = _first_index(args, kwargs)
+    flat, spec = tree_flatten((args, kwargs))  # once: every op of a simulated run passes here
+    index = _first_index(flat, kwargs)
     capture = graphs.capture_for(index)
     if capture is not None:
         _refuse_host_access(func, args, kwargs)
-    passed = {}  # id(cpu data) -> the tensor the caller passed (a wrapper or a plain CPU tensor)
-
-    def remember(x):
-        if isinstance(x, torch.Tensor):
-            passed[id(x.elem if isinstance(x, SimNpuTensor) else x)] = x
-        return x
-
-    tree_map(remember, args)
-    tree_map(remember, kwargs)
-    cpu_args, cpu_kwargs = tree_map(_unwrap, args), tree_map(_unwrap, kwargs)
+    # id(cpu data) -> the tensor the caller passed (a wrapper or a plain CPU tensor)
+    passed = {
+        id(x.elem if isinstance(x, SimNpuTensor) else x): x for x in flat if isinstance(x, torch.Tensor)
+    }
+    cpu_args, cpu_kwargs = tree_unflatten([_unwrap(x) for x in flat], spec)
     out = _call_as_passed(func, cpu_args, cpu_kwargs, passed.values())
     if capture is not None:
         capture.record(func, cpu_args, cpu_kwargs, out)
@@ -169,7 +165,7 @@ def run_on_cpu(func, args, kwargs):
             return passed[id(t)] if id(t) in passed else SimNpuTensor(t, index)
         return t
 
-    result = tree_map(rewrap, out)
+    result = rewrap(out) if isinstance(out, torch.Tensor) else tree_map(rewrap, out)
     _share_storage_with_bases(func, args, result)
     return result
 
@@ -281,23 +277,17 @@ def _host_storage(storage: torch.UntypedStorage) -> torch.UntypedStorage:
     )
 
 
-def _first_index(args, kwargs) -> int:
+def _first_index(flat: list, kwargs) -> int:
     """The device index of the op's results: the `device` it names (checked: torch_npu refuses an
-    index the machine does not have), else that of its first simulated tensor, else the current one."""
+    index the machine does not have), else that of its first simulated tensor among the op's
+    arguments (`flat`, in order), else the current one."""
     target = kwargs.get("device")
     if target is not None and torch.device(target).type == DEVICE_TYPE:
         target = torch.device(target)
         return checked(target.index if target.index is not None else current_index())
-    found = []
-
-    def visit(x):
-        if not found:
-            if isinstance(x, SimNpuTensor):
-                found.append(x.device.index or 0)
-            elif isinstance(x, torch.device) and x.type == DEVICE_TYPE:
-                found.append(checked(x.index if x.index is not None else current_index()))
-        return x
-
-    tree_map(visit, args)
-    tree_map(visit, kwargs or {})
-    return found[0] if found else checked(current_index())
+    for x in flat:
+        if isinstance(x, SimNpuTensor):
+            return x.device.index or 0
+        if isinstance(x, torch.device) and x.type == DEVICE_TYPE:
+            return checked(x.index if x.index is not None else current_index())
+    return checked(current_index())
