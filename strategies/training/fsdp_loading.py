@@ -1,9 +1,13 @@
 """The FSDP2 model built without ever holding it whole: the transformers model is made with its
-parameters on the meta device (buffers, such as rotary frequencies, are computed for real), each
-decoder layer and the root are sharded with `fully_shard`, the shards are allocated on the rank's
-device (`to_empty`), and each rank reads only its own rows of every tensor from the checkpoint's
-safetensors files, a few rows at a time. Peak host memory while loading: the rank's fp32 shard
-plus one read of READ_BYTES.
+parameters on the meta device (buffers, such as rotary frequencies, are computed for real and put
+on the rank's device), each decoder layer and the root are sharded with `fully_shard`, the shards
+are allocated where they live (`to_empty`: the device, or the CPU under optimizer offload), and
+each rank reads only its own rows of every tensor from the checkpoint's safetensors files, a few
+rows at a time. Peak host memory while loading: the rank's fp32 shard plus one read of READ_BYTES.
+
+Buffers are moved by registering the moved tensor, not by `buffer.data = moved` (what
+`fully_shard` would do with a buffer left elsewhere): a device whose tensors are another tensor
+type than the CPU's (the simulated NPU's wrapper tensors) refuses that in-place swap.
 """
 
 from __future__ import annotations
@@ -36,25 +40,32 @@ def parameters_on_meta() -> Iterator[None]:
         torch.nn.Module.register_parameter = original
 
 
-def empty_model(model_path: str, attn_implementation: str) -> torch.nn.Module:
-    """The fp32 causal LM of `model_path`'s config with meta parameters and real buffers."""
+def empty_model(model_path: str, attn_implementation: str, device: torch.device) -> torch.nn.Module:
+    """The fp32 causal LM of `model_path`'s config with meta parameters and its buffers, computed
+    on the CPU, on `device`."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(model_path)
     with parameters_on_meta():
-        return AutoModelForCausalLM.from_config(
+        model = AutoModelForCausalLM.from_config(
             config, dtype=torch.float32, attn_implementation=attn_implementation
         )
+    for module, name, buffer in _buffers(model):
+        module._buffers[name] = buffer.to(device)
+    return model
+
+
+def _buffers(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.Tensor]]:
+    return [(m, n, b) for m in model.modules() for n, b in m._buffers.items() if b is not None]
 
 
 def materialize(model: torch.nn.Module, device: torch.device) -> None:
-    """Allocate the (sharded) parameters on `device`, uninitialised, keeping the buffers' values
-    (`to_empty` would leave them uninitialised too)."""
-    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    """Allocate the (sharded) parameters on `device`, uninitialised, and keep the buffers as they
+    are (`to_empty` would give them new, uninitialised memory on `device`)."""
+    kept = _buffers(model)
     model.to_empty(device=device)
-    with torch.no_grad():
-        for name, buffer in model.named_buffers():
-            buffer.copy_(buffers[name])
+    for module, name, buffer in kept:
+        module._buffers[name] = buffer
 
 
 READ_BYTES = 32 * 2**20  # rows read from the checkpoint at a time: the transient host memory

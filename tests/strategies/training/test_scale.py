@@ -30,9 +30,26 @@ def all_on(tiny_model_path):
 def test_loading_shard_by_shard_gives_the_plain_loads_parameters(all_on):
     for rank in all_on:
         loading = rank["loading"]
+        assert loading["devices"] == ["cpu"]
         assert loading["names"] == loading["plain_names"]
         assert loading["max_diff"] == 0.0 and loading["buffer_diff"] == 0.0
         assert loading["embedding_rows"] == loading["vocab"] // 2  # each rank holds its half
+
+
+def test_loading_shard_by_shard_on_two_simulated_npus(tiny_model_path):
+    """SIMULATED: the meta-device build and each rank's shard fill on `npu:0` and `npu:1` (hccl,
+    gloo underneath) give the plain load's parameters, on the device."""
+    ranks = run_ranks(
+        "tests.strategies.training.scale_checks:loaded_parameters",
+        2,
+        tiny_model_path,
+        env={"ROLL_DEVICE": "npu-sim"},
+    )
+    for rank, loading in enumerate(ranks):
+        assert loading["devices"] == [f"npu:{rank}"]
+        assert loading["names"] == loading["plain_names"]
+        assert loading["max_diff"] == 0.0 and loading["buffer_diff"] == 0.0
+        assert loading["embedding_rows"] == loading["vocab"] // 2
 
 
 def test_every_feature_on_equals_the_plain_path(all_on):
