@@ -2,8 +2,10 @@
 parameters on the meta device (buffers, such as rotary frequencies, are computed for real and put
 on the rank's device), each decoder layer and the root are sharded with `fully_shard`, the shards
 are allocated where they live (`to_empty`: the device, or the CPU under optimizer offload), and
-each rank reads only its own rows of every tensor from the checkpoint's safetensors files, a few
-rows at a time. Peak host memory while loading: the rank's fp32 shard plus one read of READ_BYTES.
+each rank copies only its own rows of every tensor out of the checkpoint's memory-mapped
+safetensors files (hf_weights.py), converting the dtype as it copies. Peak memory of the process
+while loading: its shards (plus, for a device, one copy of READ_BYTES in flight); the rows read are
+file pages of the page cache.
 
 Buffers are moved by registering the moved tensor, not by `buffer.data = moved` (what
 `fully_shard` would do with a buffer left elsewhere): a device whose tensors are another tensor
@@ -68,7 +70,8 @@ def materialize(model: torch.nn.Module, device: torch.device) -> None:
         module._buffers[name] = buffer
 
 
-READ_BYTES = 32 * 2**20  # rows read from the checkpoint at a time: the transient host memory
+# rows copied at a time: the temporary a copy to another device (and dtype) makes there
+READ_BYTES = 32 * 2**20
 
 
 def fill_shards(model: torch.nn.Module, model_path: str) -> None:
@@ -93,4 +96,4 @@ def fill_shards(model: torch.nn.Module, model_path: str) -> None:
             step = max(1, READ_BYTES // (local[0].numel() * local.element_size()))
             for first in range(0, shape[0], step):
                 rows = weights.rows(name, start + first, start + min(first + step, shape[0]))
-                local[first : first + step].copy_(rows.to(local.device, local.dtype))
+                local[first : first + step].copy_(rows)  # converts the dtype as it copies: no temporary
