@@ -36,6 +36,7 @@ from strategies.training.common import (
 from strategies.training.distributed import check_same_rows, ensure_process_group, release_process_group
 from strategies.training.fsdp_loading import empty_model, fill_shards, materialize
 from strategies.training.logprobs import PACKED_ATTENTION, model_logprobs, next_token_logprobs
+from strategies.training.losses import masked_mean
 from strategies.training.settings import FsdpSettings
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -127,9 +128,9 @@ class FsdpTrainStrategy(TrainStrategy):
         self._offloaded: set | None = None
 
     # ---- forward ------------------------------------------------------------------------
-    def _logprobs(self, micro: TrainBatch) -> torch.Tensor:
+    def _logprobs(self, micro: TrainBatch, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         s = self.settings
-        return model_logprobs(self.model, micro, self.device, s.packing, s.logprob_chunk_tokens)
+        return model_logprobs(self.model, micro, self.device, s.packing, s.logprob_chunk_tokens, entropy)
 
     def _prepare(self, batch: TrainBatch) -> list[TrainBatch]:
         if self._offloaded is not None:
@@ -145,7 +146,7 @@ class FsdpTrainStrategy(TrainStrategy):
         Qwen2.5-0.5B-shaped model, seen on an H100)."""
         micros = self._prepare(batch)
         with torch.no_grad():
-            logprobs = torch.cat([self._logprobs(m).cpu() for m in micros])
+            logprobs = torch.cat([self._logprobs(m)[0].cpu() for m in micros])
         self.model.reshard()
         return logprobs
 
@@ -154,7 +155,9 @@ class FsdpTrainStrategy(TrainStrategy):
         accounting = StepAccounting(batch, self.device, dp_size=self.data_parallel_size)
         self.model.train()
         for micro in micros:
-            accounting.scaled_loss(loss_fn, self._logprobs(micro), micro).backward()
+            logprobs, entropy = self._logprobs(micro, entropy=True)
+            metrics = {"entropy": masked_mean(entropy, micro.response_mask.to(entropy.device)).item()}
+            accounting.scaled_loss(loss_fn, logprobs, micro, metrics).backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()

@@ -71,6 +71,8 @@ def features(rank: int, model_path: str, names: list[str]) -> dict:
         out[name] = {
             "logprob_diff": (got["logprobs"] - plain["logprobs"]).abs().max().item(),
             "loss_diff": abs(got["metrics"]["loss"] - plain["metrics"]["loss"]),
+            "entropy": plain["metrics"]["entropy"],
+            "entropy_diff": abs(got["metrics"]["entropy"] - plain["metrics"]["entropy"]),
             "grad_diff": max_diff(got["grads"], plain["grads"]),
             "grad_scale": max(g.abs().max().item() for g in plain["grads"].values()),
             "weight_diff": max_diff(got["weights"], plain["weights"]),
