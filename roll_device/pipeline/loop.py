@@ -203,6 +203,7 @@ class GrpoStep:
             "loss": metrics.get("loss", 0.0),
             "kl": metrics.get("kl", 0.0),
             "grad_norm": metrics["grad_norm"],
+            "entropy": metrics.get("entropy"),  # the policy's mean per-token entropy (None: not reported)
             "lr": metrics["lr"],
             "rollout_vs_train_logprob_gap": mismatch.item(),
             "rollout_version": got.version,

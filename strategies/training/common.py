@@ -115,11 +115,18 @@ class StepAccounting:
         self.dp_size = dp_size
         self.sums: dict[str, float] = {}
 
-    def scaled_loss(self, loss_fn: LossFn, logprobs: torch.Tensor, micro: TrainBatch) -> torch.Tensor:
-        """The micro-batch loss to backpropagate; records its metrics."""
+    def scaled_loss(
+        self,
+        loss_fn: LossFn,
+        logprobs: torch.Tensor,
+        micro: TrainBatch,
+        extra: dict[str, float] | None = None,
+    ) -> torch.Tensor:
+        """The micro-batch loss to backpropagate; records its metrics, and `extra` ones (means over
+        the micro-batch's response tokens, such as the trainer's entropy)."""
         loss, metrics = loss_fn(logprobs, micro)
         tokens = float(micro.response_mask.sum())
-        for key, value in {"loss": loss.item(), **metrics}.items():
+        for key, value in {"loss": loss.item(), **metrics, **(extra or {})}.items():
             self.sums[key] = self.sums.get(key, 0.0) + value * tokens
         return loss * (tokens * self.dp_size / self.total_tokens)
 

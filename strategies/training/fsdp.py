@@ -36,6 +36,7 @@ from strategies.training.common import (
 from strategies.training.distributed import check_same_rows, ensure_process_group, release_process_group
 from strategies.training.fsdp_loading import empty_model, fill_shards, materialize
 from strategies.training.logprobs import PACKED_ATTENTION, model_logprobs, next_token_logprobs
+from strategies.training.losses import masked_mean
 from strategies.training.settings import FsdpSettings
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -56,14 +57,6 @@ def _model_class(model_path: str) -> type:
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
     return MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(model_path))]
-
-
-def _takes_cpu_data(device: torch.device) -> bool:
-    """Whether a CPU parameter can be moved to `device` in place (`param.data = t.to(device)`),
-    as fully_shard does. Not so for a device whose tensors are a Python wrapper subclass (the
-    simulated NPU): there the whole model moves before sharding."""
-    probe = torch.zeros(1)
-    return torch._has_compatible_shallow_copy_type(probe, probe.to(device))
 
 
 class FsdpTrainStrategy(TrainStrategy):
@@ -98,8 +91,7 @@ class FsdpTrainStrategy(TrainStrategy):
 
     def initialize(self, model_path: str, settings: FsdpSettings) -> None:
         """Builds the model with meta parameters, shards it, and fills each rank's shards from the
-        checkpoint (fsdp_loading.py): no rank holds the whole model. A device whose tensors cannot
-        take CPU data in place (the simulated NPU) loads the whole model and moves it first."""
+        checkpoint (fsdp_loading.py): no rank holds the whole model, on any kind."""
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
@@ -119,12 +111,7 @@ class FsdpTrainStrategy(TrainStrategy):
                 else OffloadPolicy()
             ),
         }
-        in_place = _takes_cpu_data(self.device)
-        model = (
-            self._whole_model(model_path)
-            if not in_place
-            else empty_model(model_path, settings.attn_implementation)
-        )
+        model = empty_model(model_path, settings.attn_implementation, self.device)
         if settings.recompute_on(self.platform.device_type):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         units = set(getattr(model, "_no_split_modules", None) or [])
@@ -132,27 +119,18 @@ class FsdpTrainStrategy(TrainStrategy):
             if type(module).__name__ in units:
                 fully_shard(module, **sharding)
         self.model = fully_shard(model, **sharding)
-        if in_place:
-            materialize(self.model, torch.device("cpu") if settings.optimizer_offload else self.device)
-            fill_shards(self.model, model_path)
+        materialize(self.model, torch.device("cpu") if settings.optimizer_offload else self.device)
+        fill_shards(self.model, model_path)
         self.optimizer = torch.optim.AdamW(
             weight_decay_groups(self.model, self.settings.weight_decay), lr=self.settings.lr
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.settings.lr_factor)
         self._offloaded: set | None = None
 
-    def _whole_model(self, model_path: str) -> torch.nn.Module:
-        from transformers import AutoModelForCausalLM
-
-        model = AutoModelForCausalLM.from_pretrained(
-            model_path, dtype=torch.float32, attn_implementation=self.settings.attn_implementation
-        )
-        return model.to(self.device)  # fully_shard would move shards with `param.data = ...`
-
     # ---- forward ------------------------------------------------------------------------
-    def _logprobs(self, micro: TrainBatch) -> torch.Tensor:
+    def _logprobs(self, micro: TrainBatch, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
         s = self.settings
-        return model_logprobs(self.model, micro, self.device, s.packing, s.logprob_chunk_tokens)
+        return model_logprobs(self.model, micro, self.device, s.packing, s.logprob_chunk_tokens, entropy)
 
     def _prepare(self, batch: TrainBatch) -> list[TrainBatch]:
         if self._offloaded is not None:
@@ -168,7 +146,7 @@ class FsdpTrainStrategy(TrainStrategy):
         Qwen2.5-0.5B-shaped model, seen on an H100)."""
         micros = self._prepare(batch)
         with torch.no_grad():
-            logprobs = torch.cat([self._logprobs(m).cpu() for m in micros])
+            logprobs = torch.cat([self._logprobs(m)[0].cpu() for m in micros])
         self.model.reshard()
         return logprobs
 
@@ -177,7 +155,9 @@ class FsdpTrainStrategy(TrainStrategy):
         accounting = StepAccounting(batch, self.device, dp_size=self.data_parallel_size)
         self.model.train()
         for micro in micros:
-            accounting.scaled_loss(loss_fn, self._logprobs(micro), micro).backward()
+            logprobs, entropy = self._logprobs(micro, entropy=True)
+            metrics = {"entropy": masked_mean(entropy, micro.response_mask.to(entropy.device)).item()}
+            accounting.scaled_loss(loss_fn, logprobs, micro, metrics).backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()

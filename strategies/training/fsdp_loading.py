@@ -1,9 +1,15 @@
 """The FSDP2 model built without ever holding it whole: the transformers model is made with its
-parameters on the meta device (buffers, such as rotary frequencies, are computed for real), each
-decoder layer and the root are sharded with `fully_shard`, the shards are allocated on the rank's
-device (`to_empty`), and each rank reads only its own rows of every tensor from the checkpoint's
-safetensors files, a few rows at a time. Peak host memory while loading: the rank's fp32 shard
-plus one read of READ_BYTES.
+parameters on the meta device (buffers, such as rotary frequencies, are computed for real and put
+on the rank's device), each decoder layer and the root are sharded with `fully_shard`, the shards
+are allocated where they live (`to_empty`: the device, or the CPU under optimizer offload), and
+each rank copies only its own rows of every tensor out of the checkpoint's memory-mapped
+safetensors files (hf_weights.py), converting the dtype as it copies. Peak memory of the process
+while loading: its shards (plus, for a device, one copy of READ_BYTES in flight); the rows read are
+file pages of the page cache.
+
+Buffers are moved by registering the moved tensor, not by `buffer.data = moved` (what
+`fully_shard` would do with a buffer left elsewhere): a device whose tensors are another tensor
+type than the CPU's (the simulated NPU's wrapper tensors) refuses that in-place swap.
 """
 
 from __future__ import annotations
@@ -36,28 +42,36 @@ def parameters_on_meta() -> Iterator[None]:
         torch.nn.Module.register_parameter = original
 
 
-def empty_model(model_path: str, attn_implementation: str) -> torch.nn.Module:
-    """The fp32 causal LM of `model_path`'s config with meta parameters and real buffers."""
+def empty_model(model_path: str, attn_implementation: str, device: torch.device) -> torch.nn.Module:
+    """The fp32 causal LM of `model_path`'s config with meta parameters and its buffers, computed
+    on the CPU, on `device`."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.from_pretrained(model_path)
     with parameters_on_meta():
-        return AutoModelForCausalLM.from_config(
+        model = AutoModelForCausalLM.from_config(
             config, dtype=torch.float32, attn_implementation=attn_implementation
         )
+    for module, name, buffer in _buffers(model):
+        module._buffers[name] = buffer.to(device)
+    return model
+
+
+def _buffers(model: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.Tensor]]:
+    return [(m, n, b) for m in model.modules() for n, b in m._buffers.items() if b is not None]
 
 
 def materialize(model: torch.nn.Module, device: torch.device) -> None:
-    """Allocate the (sharded) parameters on `device`, uninitialised, keeping the buffers' values
-    (`to_empty` would leave them uninitialised too)."""
-    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    """Allocate the (sharded) parameters on `device`, uninitialised, and keep the buffers as they
+    are (`to_empty` would give them new, uninitialised memory on `device`)."""
+    kept = _buffers(model)
     model.to_empty(device=device)
-    with torch.no_grad():
-        for name, buffer in model.named_buffers():
-            buffer.copy_(buffers[name])
+    for module, name, buffer in kept:
+        module._buffers[name] = buffer
 
 
-READ_BYTES = 32 * 2**20  # rows read from the checkpoint at a time: the transient host memory
+# rows copied at a time: the temporary a copy to another device (and dtype) makes there
+READ_BYTES = 32 * 2**20
 
 
 def fill_shards(model: torch.nn.Module, model_path: str) -> None:
@@ -82,4 +96,4 @@ def fill_shards(model: torch.nn.Module, model_path: str) -> None:
             step = max(1, READ_BYTES // (local[0].numel() * local.element_size()))
             for first in range(0, shape[0], step):
                 rows = weights.rows(name, start + first, start + min(first + step, shape[0]))
-                local[first : first + step].copy_(rows.to(local.device, local.dtype))
+                local[first : first + step].copy_(rows)  # converts the dtype as it copies: no temporary

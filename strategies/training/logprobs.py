@@ -8,7 +8,11 @@
   states and the output layer, each chunk recomputed in the backward pass (activation
   checkpointing) so that the logits held at any time are one chunk's.
 
-Results are (B, T) in the batch's padded layout (batches.py's alignment), whatever the path.
+With `entropy=True` the policy's per-token entropy comes from the same log-softmax, in the same
+pass and the same chunks (no second [tokens x vocab] tensor beyond one slice of ENTROPY_SLICE
+positions), without gradient: it is a metric. Results are (B, T) in the batch's padded layout
+(batches.py's alignment), whatever the path: the value at token t is that of the distribution
+that predicted it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from strategies.training.batches import align_to_tokens, shifted_labels
 # transformers attention kernels that take packed rows (boundaries from position_ids, no mask)
 PACKED_ATTENTION = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
 NO_LOGITS = torch.zeros(0, dtype=torch.long)  # `logits_to_keep` that keeps none: hidden states only
+ENTROPY_SLICE = 128  # positions whose probabilities the entropy holds at once (a [slice x vocab] temporary)
 
 
 def next_token_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -30,24 +35,42 @@ def next_token_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Ten
     return -F.cross_entropy(logits.float().transpose(1, 2), labels, reduction="none")
 
 
-def _chunk_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias, labels: torch.Tensor) -> torch.Tensor:
-    return next_token_logprobs(F.linear(hidden, weight, bias), labels)
+def entropy_of(logits: torch.Tensor) -> torch.Tensor:
+    """(B, N) entropy of the (B, N, V) logits' distributions, in fp32, without gradient,
+    ENTROPY_SLICE positions at a time: logsumexp(z) - sum(softmax(z) * z)."""
+    pieces = []
+    with torch.no_grad():
+        for part in logits.split(ENTROPY_SLICE, dim=1):
+            part = part.float()
+            log_norm = part.logsumexp(dim=-1)
+            pieces.append(log_norm - (part.softmax(dim=-1) * part).sum(dim=-1))
+    return torch.cat(pieces, dim=1)
+
+
+def _chunk_logprobs(
+    hidden: torch.Tensor, weight: torch.Tensor, bias, labels: torch.Tensor, entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    logits = F.linear(hidden, weight, bias)
+    return next_token_logprobs(logits, labels), entropy_of(logits) if entropy else None
 
 
 def chunked_logprobs(
-    hidden: torch.Tensor, head: torch.nn.Linear, labels: torch.Tensor, chunk: int
-) -> torch.Tensor:
-    """`next_token_logprobs(head(hidden), labels)` computed `chunk` positions at a time; in
-    training each chunk's logits are recomputed in the backward instead of kept."""
-    pieces = []
+    hidden: torch.Tensor, head: torch.nn.Linear, labels: torch.Tensor, chunk: int, entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`next_token_logprobs(head(hidden), labels)` (and with `entropy`, `entropy_of` the same
+    logits) computed `chunk` positions at a time; in training each chunk's logits are recomputed
+    in the backward instead of kept."""
+    logprobs, entropies = [], []
     for start in range(0, hidden.shape[1], chunk):
         part = slice(start, start + chunk)
-        args = (hidden[:, part], head.weight, head.bias, labels[:, part])
+        args = (hidden[:, part], head.weight, head.bias, labels[:, part], entropy)
         if torch.is_grad_enabled():
-            pieces.append(checkpoint(_chunk_logprobs, *args, use_reentrant=False))
+            logprob, piece = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
         else:
-            pieces.append(_chunk_logprobs(*args))
-    return torch.cat(pieces, dim=1)
+            logprob, piece = _chunk_logprobs(*args)
+        logprobs.append(logprob)
+        entropies.append(piece)
+    return torch.cat(logprobs, dim=1), torch.cat(entropies, dim=1) if entropy else None
 
 
 def packed_inputs(micro: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,10 +93,15 @@ def unpack(next_token: torch.Tensor, positions: torch.Tensor, attention_mask: to
 
 
 def model_logprobs(
-    model: torch.nn.Module, micro: TrainBatch, device: torch.device, packing: bool, chunk: int | None
-) -> torch.Tensor:
+    model: torch.nn.Module,
+    micro: TrainBatch,
+    device: torch.device,
+    packing: bool,
+    chunk: int | None,
+    entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(B, T) aligned logprobs of `micro` (on `device`) under `model`, packed or padded, chunked
-    or whole."""
+    or whole, and with `entropy` the (B, T) aligned entropies (else None)."""
     if packing:
         ids, positions = (t.to(device) for t in packed_inputs(micro))
         inputs = {"input_ids": ids, "position_ids": positions, "attention_mask": None}
@@ -84,9 +112,16 @@ def model_logprobs(
     if chunk is None:
         logits = model(**inputs, use_cache=False).logits
         next_token = next_token_logprobs(logits, labels)
+        entropies = entropy_of(logits) if entropy else None
     else:
         hidden = model(**inputs, use_cache=False, logits_to_keep=NO_LOGITS, output_hidden_states=True)
-        next_token = chunked_logprobs(hidden.hidden_states[-1], model.get_output_embeddings(), labels, chunk)
-    if packing:
-        return unpack(next_token, positions, micro.attention_mask)
-    return align_to_tokens(next_token, inputs["attention_mask"])
+        next_token, entropies = chunked_logprobs(
+            hidden.hidden_states[-1], model.get_output_embeddings(), labels, chunk, entropy
+        )
+
+    def align(values: torch.Tensor) -> torch.Tensor:
+        if packing:
+            return unpack(values, positions, micro.attention_mask)
+        return align_to_tokens(values, inputs["attention_mask"])
+
+    return align(next_token), align(entropies) if entropy else None

@@ -71,6 +71,8 @@ def features(rank: int, model_path: str, names: list[str]) -> dict:
         out[name] = {
             "logprob_diff": (got["logprobs"] - plain["logprobs"]).abs().max().item(),
             "loss_diff": abs(got["metrics"]["loss"] - plain["metrics"]["loss"]),
+            "entropy": plain["metrics"]["entropy"],
+            "entropy_diff": abs(got["metrics"]["entropy"] - plain["metrics"]["entropy"]),
             "grad_diff": max_diff(got["grads"], plain["grads"]),
             "grad_scale": max(g.abs().max().item() for g in plain["grads"].values()),
             "weight_diff": max_diff(got["weights"], plain["weights"]),
@@ -89,17 +91,20 @@ def loaded_parameters(rank: int, model_path: str) -> dict:
     plain = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).state_dict()
     fsdp_loading.READ_BYTES = 1000  # a few rows per read: the reads' seams are checked too (this rank only)
     trainer = new_trainer(model_path)
-    diffs, shard_rows = [], {}
+    diffs, shard_rows, devices = [], {}, set()
     for name, param in trainer.model.named_parameters():
         assert isinstance(param, DTensor)
         full = param.full_tensor()
-        diffs.append((full - plain[name]).abs().max().item())
+        devices.add(str(param.to_local().device))
+        diffs.append((full.cpu() - plain[name]).abs().max().item())
         shard_rows[name] = param.to_local().shape[0]
     buffers = {n: b for n, b in trainer.model.named_buffers()}
+    devices |= {str(b.device) for b in buffers.values()}
     reference_buffers = dict(AutoModelForCausalLM.from_pretrained(model_path).named_buffers())
     out = {
+        "devices": sorted(devices),
         "max_diff": max(diffs),
-        "buffer_diff": max((buffers[n] - reference_buffers[n]).abs().max().item() for n in buffers),
+        "buffer_diff": max((buffers[n].cpu() - reference_buffers[n]).abs().max().item() for n in buffers),
         "embedding_rows": shard_rows["model.embed_tokens.weight"],
         "vocab": plain["model.embed_tokens.weight"].shape[0],
         "names": sorted(n for n, _ in trainer.model.named_parameters()),

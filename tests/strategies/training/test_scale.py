@@ -1,11 +1,13 @@
 """The FSDP trainer at real sizes, on 2 gloo ranks with the tiny model: loading shard by shard
 gives the plain load's parameters, and recomputation, packing, token-budget micro-batches,
-chunked logprobs and optimizer offload give the plain path's logprobs, loss and gradients.
+chunked logprobs and optimizer offload give the plain path's logprobs, loss, gradients and the
+step's mean entropy.
 
 Tolerances: logprobs 1e-5 (fp32 sums in another order: packed rows, chunked logits); loss 1e-6
 and gradients 1e-6 against a largest gradient of about 0.05 (the same sums reordered); weights
 after one AdamW step 1e-4 (Adam's first step is lr-sized, 5e-3, for any gradient not zero, so a
-1e-8 change of a near-zero gradient moves its weight by far more than the gradient moved)."""
+1e-8 change of a near-zero gradient moves its weight by far more than the gradient moved);
+entropy 1e-5 (the logprobs' sums)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from tests.strategies.training.scale_checks import FEATURES
 def _check_equal(result: dict) -> None:
     assert result["logprob_diff"] < 1e-5
     assert result["loss_diff"] < 1e-6
+    assert result["entropy_diff"] < 1e-5 and result["entropy"] > 0  # the step's mean entropy metric
     assert result["grad_diff"] < 1e-6 and result["grad_scale"] > 1e-3
     assert result["weight_diff"] < 1e-4
 
@@ -30,9 +33,26 @@ def all_on(tiny_model_path):
 def test_loading_shard_by_shard_gives_the_plain_loads_parameters(all_on):
     for rank in all_on:
         loading = rank["loading"]
+        assert loading["devices"] == ["cpu"]
         assert loading["names"] == loading["plain_names"]
         assert loading["max_diff"] == 0.0 and loading["buffer_diff"] == 0.0
         assert loading["embedding_rows"] == loading["vocab"] // 2  # each rank holds its half
+
+
+def test_loading_shard_by_shard_on_two_simulated_npus(tiny_model_path):
+    """SIMULATED: the meta-device build and each rank's shard fill on `npu:0` and `npu:1` (hccl,
+    gloo underneath) give the plain load's parameters, on the device."""
+    ranks = run_ranks(
+        "tests.strategies.training.scale_checks:loaded_parameters",
+        2,
+        tiny_model_path,
+        env={"ROLL_DEVICE": "npu-sim"},
+    )
+    for rank, loading in enumerate(ranks):
+        assert loading["devices"] == [f"npu:{rank}"]
+        assert loading["names"] == loading["plain_names"]
+        assert loading["max_diff"] == 0.0 and loading["buffer_diff"] == 0.0
+        assert loading["embedding_rows"] == loading["vocab"] // 2
 
 
 def test_every_feature_on_equals_the_plain_path(all_on):
