@@ -149,7 +149,7 @@ BAD_VALUES = [
     ),
     (
         ["experiment=nope"],
-        "experiment=nope: no such option; choose one of arithmetic_math, mixed_devices, qwen2_5_7b_gpu8,",
+        "experiment=nope: no such option; choose one of arithmetic_math, mixed_devices, qwen05b_shapes, qwen2_5_7b_gpu8,",
     ),
 ]
 

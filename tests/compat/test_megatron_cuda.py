@@ -60,6 +60,7 @@ def test_scopes_nest_and_the_outermost_restores():
     assert torch.cuda.current_device is original
 
 
+@pytest.mark.slow  # the negative control; every Megatron test of the default run passes through the redirect
 def test_megatron_without_the_redirect_fails_on_cpu(tiny_model_path):
     """The redirect carries weight: the same trainer with it removed stops on a CUDA call."""
     out = run_isolated("tests.compat.megatron_cuda_checks:without_redirect", tiny_model_path)

@@ -175,6 +175,7 @@ def test_unsupported_model_family_is_named(tmp_path):
         MegatronTrainStrategy(rd.get_platform("cpu")).initialize(str(tmp_path), trainer_settings("megatron"))
 
 
+@pytest.mark.slow  # tied embeddings run by default over two pipeline stages (below), the harder layout
 def test_llama_with_tied_embeddings(tmp_path):
     out = run_isolated("tests.strategies.training.megatron_checks:llama_tied", str(tmp_path / "tiny-llama"))
     assert out["logprob_diff"] < 1e-5
