@@ -18,7 +18,7 @@ import pytest
 
 from roll_device.cluster.sim_nodes import AUTH_MODE_ENV
 from roll_device.platforms import registry
-from tests.isolated import ROOT
+from tests.isolated import ROOT, isolated_env
 
 os.environ[AUTH_MODE_ENV] = "disabled"
 
@@ -46,10 +46,11 @@ def fresh_registry(monkeypatch):
 
 
 @pytest.fixture(scope="session")
-def tiny_model_path(tmp_path_factory):
+def tiny_model_path(session_home):
+    """The tiny model at the default `model.tiny_dir` of the session: the one runs use, made once."""
     from roll_device.models.tiny import make_tiny_model
 
-    return str(make_tiny_model(tmp_path_factory.mktemp("models") / "tiny-qwen2"))
+    return str(make_tiny_model(session_home / "tiny-qwen2"))
 
 
 @pytest.fixture(scope="session")
@@ -58,14 +59,10 @@ def shared_cluster():
     (tests/ray_head.py), joined as an existing cluster (`cluster=remote`): each run is a Ray job
     of its own, and no run pays for Ray's start. Runs that test the embedded cluster itself, or
     need a cluster of other resources, start their own."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
     head = subprocess.Popen(
         [sys.executable, "-m", "tests.ray_head"],
         cwd=ROOT,
-        env=env,
+        env=isolated_env(),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

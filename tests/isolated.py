@@ -15,17 +15,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def isolated_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment for a child interpreter: the repository first on PYTHONPATH
+    (the tests' modules import), then `env`."""
+    search_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": search_path, **(env or {})}
+
+
 def run_isolated(target: str, *args: str, env: dict[str, str] | None = None, timeout: int = 300) -> dict:
     """Call `module:function(*args)` in a new interpreter; the function returns a JSON-able dict."""
     module, function = target.split(":")
     code = f"import json, sys\nfrom {module} import {function} as f\nprint(json.dumps(f(*sys.argv[1:])))\n"
-    search_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    full_env = {**os.environ, "PYTHONPATH": search_path, **(env or {})}
     proc = subprocess.run(
         [sys.executable, "-c", code, *args],
         check=False,
         cwd=ROOT,
-        env=full_env,
+        env=isolated_env(env),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -24,7 +24,6 @@ def _run(tmp_path, *overrides: str) -> tuple[list[dict], list[dict]]:
     cfg = run_config(
         "experiment=qwen05b_shapes",
         "model.path=null",
-        f"model.tiny_dir={tmp_path / 'tiny'}",
         "max_steps=2",
         *overrides,
     )

@@ -96,8 +96,9 @@ def _instead_once(role: str, method, call):
     return on_step
 
 
-def _failed_run(tmp_path, error: type[Exception], on_step, save_every: int, cluster=()) -> tuple[Path, str]:
-    """A 3-step run with `on_step` that ends with `error`: its folder and the error's one line."""
+def _failed_run(tmp_path, cluster, error: type[Exception], on_step, save_every: int) -> tuple[Path, str]:
+    """A 3-step run on `cluster` (its overrides) with `on_step` that ends with `error`: its folder and
+    the error's one line."""
     run_dir = tmp_path / "run"
     overrides = [*cluster, "max_steps=3", f"save_every={save_every}"]
     with pytest.raises(error) as failed:
@@ -119,10 +120,12 @@ def _checkpoint_into_a_file(blocker):
 
 @pytest.mark.timeout(600)
 @pytest.mark.slow  # a raising worker ending the run runs by default in test_inputs_run and the failed sync below
-def test_a_worker_that_raises_in_a_step_ends_the_run_with_its_traceback_and_the_resume_command(tmp_path):
+def test_a_worker_that_raises_in_a_step_ends_the_run_with_its_traceback_and_the_resume_command(
+    tmp_path, shared_cluster
+):
     blocker = tmp_path / "blocker"
     failing = _instead_once("actor_train", TrainWorker.save, _checkpoint_into_a_file(blocker))
-    run_dir, message = _failed_run(tmp_path, WorkerFailedError, failing, save_every=2)
+    run_dir, message = _failed_run(tmp_path, shared_cluster, WorkerFailedError, failing, save_every=2)
     traceback = run_dir / "logs" / "actor_train_traceback.txt"
     assert message.startswith(
         f"a worker of role 'actor_train' failed (NotADirectoryError: [Errno 20] Not a directory: "
@@ -147,7 +150,7 @@ def test_a_failed_weight_sync_frees_the_sender_and_ends_the_run_with_the_resume_
     tmp_path, shared_cluster
 ):
     failing = _instead_once("actor_infer", RolloutWorker.receive_weights, _receive_from_nowhere)
-    run_dir, message = _failed_run(tmp_path, WeightSyncError, failing, save_every=0, cluster=shared_cluster)
+    run_dir, message = _failed_run(tmp_path, shared_cluster, WeightSyncError, failing, save_every=0)
     assert message.startswith("cannot reach the weight-sync sender at 127.0.0.1:1 within 0.5s")
     assert message.endswith(
         f"the run stopped after step 2; the last checkpoint is step 2 in "
