@@ -8,7 +8,7 @@
   states and the output layer, each chunk recomputed in the backward pass (activation
   checkpointing) so that the logits held at any time are one chunk's.
 
-With `entropy=True` the policy's per-token entropy comes from the same log-softmax, in the same
+With `entropy=True` the policy's per-token entropy comes from the same logits, in the same
 pass and the same chunks (no second [tokens x vocab] tensor beyond one slice of ENTROPY_SLICE
 positions), without gradient: it is a metric. Results are (B, T) in the batch's padded layout
 (batches.py's alignment), whatever the path: the value at token t is that of the distribution
