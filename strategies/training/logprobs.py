@@ -73,6 +73,16 @@ def chunked_logprobs(
     return torch.cat(logprobs, dim=1), torch.cat(entropies, dim=1) if entropy else None
 
 
+def _last_hidden_state_only(decoder: torch.nn.Module, args, output):
+    """Forward hook on the decoder: the causal LM returns the decoder's `hidden_states` as its
+    own, so this hands it the last one alone. The chunked path needs that one, as an output of
+    the model (FSDP2 registers its pre-backward hook on the root's outputs); asking for
+    `output_hidden_states` would hold every layer's states (in no-grad passes too) and return
+    the embedding's output, a view FSDP2 warns about."""
+    output.hidden_states = (output.last_hidden_state,)
+    return output
+
+
 def packed_inputs(micro: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
     """(1, N) token ids of every row's real tokens in row order, and their (1, N) positions."""
     mask = micro.attention_mask.bool()
@@ -114,9 +124,13 @@ def model_logprobs(
         next_token = next_token_logprobs(logits, labels)
         entropies = entropy_of(logits) if entropy else None
     else:
-        hidden = model(**inputs, use_cache=False, logits_to_keep=NO_LOGITS, output_hidden_states=True)
+        hook = model.get_decoder().register_forward_hook(_last_hidden_state_only)
+        try:
+            hidden = model(**inputs, use_cache=False, logits_to_keep=NO_LOGITS).hidden_states[-1]
+        finally:
+            hook.remove()
         next_token, entropies = chunked_logprobs(
-            hidden.hidden_states[-1], model.get_output_embeddings(), labels, chunk, entropy
+            hidden, model.get_output_embeddings(), labels, chunk, entropy
         )
 
     def align(values: torch.Tensor) -> torch.Tensor:

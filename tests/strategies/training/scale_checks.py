@@ -4,6 +4,8 @@ and optimizer offload, each against the plain path (whole load, padded rows, who
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from strategies.training.losses import grpo_policy_loss
@@ -47,13 +49,16 @@ def gradients(trainer) -> dict[str, torch.Tensor]:
 
 def first_step(model_path: str, rank: int, changes: dict) -> dict:
     """Logprobs, then the gradients and metrics of one GRPO step, for `changes` to the plain path
-    (the optimizer's zeroing is held back to read the gradients)."""
+    (the optimizer's zeroing is held back to read the gradients), and what FSDP2 warned of."""
     trainer = new_trainer(model_path, micro_batch_size=2, **{**PLAIN, **changes})
     batch = mixed_batch(rank)
-    out = {"logprobs": trainer.forward_logprobs(batch)}
     zero_grad = trainer.optimizer.zero_grad
     trainer.optimizer.zero_grad = lambda set_to_none=True: None
-    out["metrics"] = trainer.train_step(batch, grpo_policy_loss())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = {"logprobs": trainer.forward_logprobs(batch)}
+        out["metrics"] = trainer.train_step(batch, grpo_policy_loss())
+    out["fsdp_warnings"] = [str(w.message) for w in caught if "FSDP" in str(w.message)]
     out["grads"] = gradients(trainer)
     trainer.optimizer.zero_grad = zero_grad
     out["weights"] = dict(trainer.export_weights())
@@ -76,6 +81,7 @@ def features(rank: int, model_path: str, names: list[str]) -> dict:
             "grad_diff": max_diff(got["grads"], plain["grads"]),
             "grad_scale": max(g.abs().max().item() for g in plain["grads"].values()),
             "weight_diff": max_diff(got["weights"], plain["weights"]),
+            "fsdp_warnings": got["fsdp_warnings"],
         }
     return out
 
