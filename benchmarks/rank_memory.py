@@ -16,13 +16,15 @@ mmapped chunks). The sharded state (parameters, gradients, Adam moments) is coun
 tensors. Results replace the rank_memory section of docs/benchmarks.md; the plot goes to
 docs/rank_memory_benchmark.png.
 
-    MALLOC_ARENA_MAX=2 .venv/bin/python benchmarks/rank_memory.py [--layers 4 8] [--steps 2]
+    MALLOC_ARENA_MAX=2 .venv/bin/python benchmarks/rank_memory.py [--layers 4 8] [--label before|after]
+
+Runs are kept by label and depth in benchmarks/rank_memory_results.json (`--layers` with no
+depth only writes the section again from it).
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import ctypes
 import datetime
 import json
@@ -33,6 +35,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -138,7 +141,9 @@ class PhaseMeter:
     def take(self) -> dict:
         """The phases measured since the last take, and a fresh start."""
         self.mark(None)
-        out = {p: {"peak": self.peaks[p], "end": self.ends[p], "seconds": self.seconds[p]} for p in self.peaks}
+        out = {
+            p: {"peak": self.peaks[p], "end": self.ends[p], "seconds": self.seconds[p]} for p in self.peaks
+        }
         self.peaks, self.ends, self.seconds = {}, {}, {}
         return out
 
@@ -231,17 +236,12 @@ def open_sync(config, steps: int):
 
 
 def sync(trainer, sender, version: int) -> None:
-    """The trainer's side of a weight sync, as `TrainWorker.send_weights` runs it: rank 0 sends,
-    the other ranks drain the export (it gathers); then the host heap's free memory goes back."""
-    from roll_device.platforms import release_host_heap
+    """The trainer's side of a weight sync: the pipeline's own `TrainWorker.send_weights` on a
+    stand-in worker (the trainer, rank 0's sender, weights as trained): rank 0 sends, the other
+    rank drains the export (it gathers)."""
+    from roll_device.pipeline.workers import TrainWorker
 
-    export = trainer.export_weights(dtype=None, snapshot=False)
-    if sender is None:
-        collections.deque(export, maxlen=0)
-    else:
-        sender.send(export, version=version)
-    del export
-    release_host_heap()
+    TrainWorker.send_weights(SimpleNamespace(strategy=trainer, sender=sender, export_dtype=None), version)
 
 
 def rank_main(rank: int, model_path: str, steps: int) -> dict:
@@ -289,6 +289,67 @@ def rank_main(rank: int, model_path: str, steps: int) -> dict:
     return out
 
 
+def collectives_rank(rank: int, rows: int, cols: int, repeats: int) -> dict:
+    """gloo's all-gather, reduce-scatter and `full_tensor` vs the in-place ones on a tensor of the
+    root unit's size, alternating, in one run: per pair the median seconds and the peak RssAnon
+    above the call's start (MiB)."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from strategies.training.in_place_collectives import InPlaceAllGather, InPlaceReduceScatter, whole_tensor
+
+    group, world = dist.group.WORLD, dist.get_world_size()
+    numel = rows * cols
+    full = torch.randn(numel)
+    sharded = distribute_tensor(full.view(rows, cols), init_device_mesh("cpu", (world,)), [Shard(0)])
+    shard = full[: numel // world].clone()
+
+    def gloo_gather():
+        dist.all_gather_into_tensor(torch.empty(numel), shard)
+
+    def own_gather():
+        out = torch.empty(numel)
+        out.view(world, -1)[rank].copy_(shard)
+        InPlaceAllGather()(out, out.view(world, -1)[rank], group)
+
+    def gloo_reduce():
+        dist.reduce_scatter_tensor(torch.empty(numel // world), full.clone(), op=dist.ReduceOp.AVG)
+
+    def own_reduce():
+        InPlaceReduceScatter()(torch.empty(numel // world), full.clone(), group, dist.ReduceOp.AVG)
+
+    pairs = {
+        "all-gather": (gloo_gather, own_gather),
+        "reduce-scatter (AVG)": (gloo_reduce, own_reduce),
+        "whole tensor (export)": (sharded.full_tensor, lambda: whole_tensor(sharded, True)),
+    }
+    meter = PhaseMeter()
+    out = {}
+    for name, calls in pairs.items():
+        seconds: list[list[float]] = [[], []]
+        peaks = [0.0, 0.0]
+        for _ in range(repeats):
+            for i, call in enumerate(calls):
+                dist.barrier()
+                meter.mark(name)
+                start_anon, start = status()["RssAnon"], time.perf_counter()
+                call()
+                seconds[i].append(time.perf_counter() - start)
+                account = meter.take()[name]
+                peaks[i] = max(peaks[i], (account["peak"]["RssAnon"] - start_anon) / MIB)
+        out[name] = {
+            "gloo": statistics.median(seconds[0]),
+            "in_place": statistics.median(seconds[1]),
+            "peaks": peaks,
+        }
+    meter.running = False
+    return out
+
+
 def rss(account: dict) -> dict[str, float]:
     return {k: account.get(k, 0) / MIB for k in (*FIELDS, "in_use", "kept", "mmapped")}
 
@@ -325,11 +386,199 @@ def summarize(layers: int, ranks: list[dict]) -> dict:
     }
 
 
-def fit(runs: list[dict], key) -> tuple[float, float]:
-    """Per-layer and fixed parts of `key(run)` from the two shallowest runs, MiB."""
-    a, b = sorted(runs, key=lambda r: r["layers"])[:2]
-    per_layer = (key(b) - key(a)) / (b["layers"] - a["layers"])
-    return per_layer, key(a) - per_layer * a["layers"]
+STEP_PHASES = PHASES[1:]
+STATE_IN = {"backward": ("params", "adam", "grads"), "optimizer": ("params", "adam", "grads")}
+
+
+def peak(run: dict, phase: str, field: str = "RssAnon") -> float:
+    """Rank 0's (the sender's) peak of `field` in `phase` of the last step (load: the load), MiB."""
+    return phase_of(run["ranks"][0], phase)["peak"][field]
+
+
+def phase_of(rank: dict, phase: str) -> dict:
+    return rank["load"] if phase == "load" else rank["steps"][-1]["phases"][phase]
+
+
+def state_in(run: dict, phase: str) -> float:
+    """The sharded state a rank holds in `phase`: parameters, Adam moments once the first step
+    made them, gradients from the backward to the optimizer step (their full size), MiB."""
+    state = run["ranks"][0]["steps"][-1]["state"]
+    if phase == "load":
+        return state["params"]
+    return sum(state[k] if k != "grads" else state["params"] for k in STATE_IN.get(phase, ("params", "adam")))
+
+
+def fitted(runs: list[dict], key) -> dict[str, float]:
+    """`key(run)` split into a per-layer and a fixed part by least squares over the reduced depths,
+    and its value at 24 layers, MiB."""
+    import numpy as np
+
+    shallow = [r for r in runs if r["layers"] < 24]
+    per_layer, fixed = np.polyfit([r["layers"] for r in shallow], [key(r) for r in shallow], 1)
+    return {"per_layer": float(per_layer), "fixed": float(fixed), "24": float(fixed + 24 * per_layer)}
+
+
+def breakdown(runs: list[dict]) -> dict[str, dict[str, float]]:
+    """Per phase at 24 layers (measured where a 24-layer run exists, else fitted): the higher
+    RssAnon peak, the interpreter, the sharded state, the rest, and the RssFile and RssShmem peaks
+    (rank 0: the sender), MiB."""
+    full = [r for r in runs if r["layers"] == 24]
+
+    def at24(key) -> float:
+        return key(full[0]) if full else fitted(runs, key)["24"]
+
+    out = {}
+    for phase in PHASES:
+        anon = at24(lambda r, p=phase: peak(r, p))
+        base = at24(lambda r: r["ranks"][0]["base"]["RssAnon"])
+        state = at24(lambda r, p=phase: state_in(r, p))
+        out[phase] = {
+            "anon": anon,
+            "base": base,
+            "state": state,
+            "rest": anon - base - state,
+            "file": at24(lambda r, p=phase: phase_of(r["ranks"][0], p)["peak"]["RssFile"]),
+            "shmem": at24(lambda r, p=phase: phase_of(r["ranks"][0], p)["peak"]["RssShmem"]),
+        }
+    return out
+
+
+def render(stored: dict) -> str:
+    before, after = stored["before"], stored["after"]
+    root = after["runs"][0]["root"]
+    layers = sorted({r["layers"] for r in before["runs"]} & {r["layers"] for r in after["runs"]})
+    full = [r for r in after["runs"] if r["layers"] == 24]
+    by = {(label, r["layers"]): r for label in ("before", "after") for r in stored[label]["runs"]}
+    fit_b = {p: fitted(before["runs"], lambda r, p=p: peak(r, p)) for p in PHASES}
+    fit_a = {p: fitted(after["runs"], lambda r, p=p: peak(r, p)) for p in PHASES}
+    lines = [
+        "## Where a trainer rank's memory goes (`benchmarks/rank_memory.py`)",
+        "",
+        (
+            f"{after['date']}, {after['machine']}, `MALLOC_ARENA_MAX={after['malloc_arena_max']}`. The "
+            "0.5B-shaped experiment's trainer (`experiment=qwen05b_shapes`: FSDP2 on 2 ranks, fp32, packing, "
+            "recomputation, logprob chunks of 32, 64-token micro-batches, 4 rows of 22 tokens per rank) with "
+            "Qwen2.5-0.5B's shapes at reduced depth (the full 151,936-token vocabulary), and its weight "
+            f"sync ({after['runs'][0]['plan']}) to a receiver process. Peak anonymous resident memory "
+            "(RssAnon) of rank 0 (the sender) in each phase of the second step (the first makes the Adam "
+            "moments), MiB; **before**: the code of commit 70cd4ed, **after**: in-place collectives on "
+            "gloo and the host heap trimmed after each sync. The 24-layer columns are least-squares fits "
+            "(fixed + per layer) over the reduced depths"
+            + (", beside one measured 24-layer run (after)." if full else ".")
+        ),
+        "",
+        "| phase | "
+        + " | ".join(f"{n} layers before | {n} after" for n in layers)
+        + " | per layer (after) | 24 fitted: before | after |"
+        + (" 24 measured (after) |" if full else ""),
+        "|---|" + "---:|" * (2 * len(layers) + 3 + bool(full)),
+    ]
+    for phase in PHASES:
+        cells = [f"{peak(by[label, n], phase):.0f}" for n in layers for label in ("before", "after")]
+        cells += [
+            f"{fit_a[phase]['per_layer']:.0f}",
+            f"{fit_b[phase]['24']:.0f}",
+            f"**{fit_a[phase]['24']:.0f}**",
+        ]
+        if full:
+            cells.append(f"{peak(full[0], phase):.0f}")
+        lines.append(f"| {phase} | " + " | ".join(cells) + " |")
+    parts = breakdown(after["runs"])
+    lines += [
+        "",
+        (
+            "At 24 layers (after; "
+            + ("measured" if full else "fitted")
+            + "), each phase's peak split into the interpreter and libraries (RssAnon before loading), "
+            "the sharded state counted from its tensors (parameters and Adam moments; gradients, at "
+            "their full size, in the backward and the optimizer step) and the rest: the gathered root unit "
+            f"(embedding = tied head, {root:.0f} MiB in fp32), its gradient, a layer's gathered parameters, "
+            "activations and logits chunks, collective buffers, and free memory glibc keeps. The rest is "
+            "also given in root-unit sizes; in the train forward it includes, from the second "
+            "micro-batch on, the first one's gradients. RssFile and RssShmem are rank 0's (the "
+            "sender's) peaks."
+        ),
+        "",
+        "| phase | RssAnon peak | interpreter | sharded state | rest | rest / root | RssFile | RssShmem |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for phase, v in parts.items():
+        lines.append(
+            f"| {phase} | {v['anon']:.0f} | {v['base']:.0f} | {v['state']:.0f} | {v['rest']:.0f} | "
+            f"{v['rest'] / root:.1f} | {v['file']:.0f} | {v['shmem']:.0f} |"
+        )
+    trims = {
+        label: max(rank["steps"][-1]["trimmable"] for run in stored[label]["runs"] for rank in run["ranks"])
+        for label in ("before", "after")
+    }
+    if "collectives" in stored:
+        lines += ["", *collectives_table(stored["collectives"])]
+    lines += [
+        "",
+        (
+            f"Free memory glibc kept between steps, which `malloc_trim(0)` gave back at once: up to "
+            f"{trims['before']:.0f} MiB per rank before, {trims['after']:.0f} MiB after (the trainer "
+            "worker now trims after each sync). The other rank (it drains the export, sends nothing) "
+            "peaks within about a root unit of rank 0 and holds no shared memory."
+        ),
+        "",
+        "![rank memory](rank_memory_benchmark.png)",
+    ]
+    return "\n".join(lines)
+
+
+def collectives_table(measured: dict) -> list[str]:
+    """gloo's collectives vs the in-place ones (`--collectives`), the slower rank's medians."""
+    names = list(measured["ranks"][0])
+    lines = [
+        (
+            f"The collectives behind the cut, {measured['date']}, same machine: a tensor of the root "
+            "unit's size (151,936 x 896 fp32, 519 MiB) on 2 gloo ranks, gloo's own call and the "
+            "in-place one alternating, 5 times each; median seconds (the slower rank) and the peak "
+            "RssAnon above the call's start (MiB; the reduce-scatter's includes its 519 MiB input):"
+        ),
+        "",
+        "| collective | gloo s | in place s | in place / gloo | gloo peak | in-place peak |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name in names:
+        gloo = max(r[name]["gloo"] for r in measured["ranks"])
+        own = max(r[name]["in_place"] for r in measured["ranks"])
+        peaks = [max(r[name]["peaks"][i] for r in measured["ranks"]) for i in (0, 1)]
+        lines.append(
+            f"| {name} | {gloo:.2f} | {own:.2f} | **{own / gloo:.2f}x** | {peaks[0]:.0f} | {peaks[1]:.0f} |"
+        )
+    return lines
+
+
+def plot(stored: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
+    xs = range(len(PHASES))
+    for offset, label in ((-0.2, "before"), (0.2, "after")):
+        fits = [fitted(stored[label]["runs"], lambda r, p=p: peak(r, p))["24"] for p in PHASES]
+        left.bar([x + offset for x in xs], fits, 0.4, label=label)
+    left.set_xticks(list(xs), PHASES, rotation=20)
+    left.set_ylabel("peak RssAnon per rank, MiB")
+    depths = ", ".join(str(r["layers"]) for r in stored["after"]["runs"] if r["layers"] < 24)
+    left.set_title(f"24 layers (fitted over {depths} layers), before vs after")
+    left.legend()
+    parts = breakdown(stored["after"]["runs"])
+    bottom = [0.0] * len(PHASES)
+    for key, name in (("base", "interpreter"), ("state", "sharded state"), ("rest", "rest (root unit, ...)")):
+        values = [parts[p][key] for p in PHASES]
+        right.bar(list(xs), values, 0.6, bottom=bottom, label=name)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    right.set_xticks(list(xs), PHASES, rotation=20)
+    measured = any(r["layers"] == 24 for r in stored["after"]["runs"])
+    right.set_title(f"24 layers ({'measured' if measured else 'fitted'}), after: what the peak holds")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(PLOT, dpi=110)
 
 
 def main() -> None:
@@ -337,31 +586,47 @@ def main() -> None:
     from strategies.training.local_ranks import run_ranks
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--layers", type=int, nargs="+", default=[4, 8])
+    parser.add_argument("--layers", type=int, nargs="*", default=[4, 8])
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--label", default="", help="a name for this run in the results file")
+    parser.add_argument("--label", default="after", help="before | after: the code measured")
+    parser.add_argument(
+        "--collectives", action="store_true", help="also time gloo's collectives vs the in-place ones"
+    )
     parser.add_argument("--results", default=str(ROOT / "benchmarks" / "rank_memory_results.json"))
     args = parser.parse_args()
+    results = Path(args.results)
+    stored = json.loads(results.read_text()) if results.exists() else {}
     work = Path(tempfile.gettempdir()) / "roll-device-train-memory"
     env = {"OMP_NUM_THREADS": "1"}  # MALLOC_ARENA_MAX, read when a process starts, is inherited
     runs = []
     for layers in args.layers:
         model = make_qwen_shaped_model(work / f"qwen-{layers}", num_layers=layers)
-        ranks = run_ranks("benchmarks.rank_memory:rank_main", 2, str(model), args.steps, env=env, timeout=3000)
+        ranks = run_ranks(
+            "benchmarks.rank_memory:rank_main", 2, str(model), args.steps, env=env, timeout=3000
+        )
         runs.append(summarize(layers, ranks))
         for rank, result in enumerate(runs[-1]["ranks"]):
             peaks = {p: round(v["peak"]["RssAnon"]) for p, v in result["steps"][-1]["phases"].items()}
             say(f"{layers} layers, rank {rank}: last step's RssAnon peaks (MiB) {peaks}")
-    results = Path(args.results)
-    stored = json.loads(results.read_text()) if results.exists() else {}
-    stored[args.label or "latest"] = {
-        "date": str(datetime.date.today()),
-        "machine": f"{host.processor() or host.machine()}, {os.cpu_count()} cores, CPU (gloo), not simulated",
-        "malloc_arena_max": os.environ.get("MALLOC_ARENA_MAX", "glibc default"),
-        "runs": runs,
-    }
-    results.write_text(json.dumps(stored, indent=1))
-    say(f"wrote {results}")
+    if args.collectives:
+        ranks = run_ranks("benchmarks.rank_memory:collectives_rank", 2, 151936, 896, 5, env=env, timeout=900)
+        stored["collectives"] = {"date": str(datetime.date.today()), "ranks": ranks}
+        results.write_text(json.dumps(stored, indent=1))
+        say(f"collectives: {ranks[0]}")
+    if runs:
+        kept = [r for r in stored.get(args.label, {}).get("runs", []) if r["layers"] not in args.layers]
+        stored[args.label] = {
+            "date": str(datetime.date.today()),
+            "machine": f"{host.processor() or host.machine()}, {os.cpu_count()} cores, CPU (gloo), not simulated",
+            "malloc_arena_max": os.environ.get("MALLOC_ARENA_MAX", "glibc default"),
+            "runs": sorted(kept + runs, key=lambda r: r["layers"]),
+        }
+        results.write_text(json.dumps(stored, indent=1))
+        say(f"wrote {results}")
+    if "before" in stored and "after" in stored:
+        plot(stored)
+        replace_section(DOC, "rank_memory", render(stored))
+        say(f"wrote {DOC.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

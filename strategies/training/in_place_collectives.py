@@ -11,8 +11,9 @@ in fp32) in every forward, backward and weight export: each would hold one more 
   FSDP frees afterwards), then this rank's part copied out (divided by the world for AVG).
 - `whole_tensor`: a DTensor sharded on dim 0 gathered into one new tensor (the weight export).
 
-They move more bytes than the fused collectives (the all-reduce twice a reduce-scatter's): for a
-backend whose collectives stage, not for NCCL or HCCL.
+On gloo they also take less time (0.5x to 0.7x at that size, benchmarks/rank_memory.py). They
+move more bytes than fused collectives (the all-reduce twice a reduce-scatter's): for a backend
+whose collectives stage, not for NCCL or HCCL.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ class InPlaceAllGather(_Allocate, AllGather):
 class InPlaceReduceScatter(_Allocate, ReduceScatter):
     def __call__(self, output_tensor, input_tensor, group, op, async_op: bool = False):
         if op not in SUMS:
-            return dist.reduce_scatter_tensor(output_tensor, input_tensor, op=op, group=group, async_op=async_op)
+            return dist.reduce_scatter_tensor(
+                output_tensor, input_tensor, op=op, group=group, async_op=async_op
+            )
         dist.all_reduce(input_tensor, op=dist.ReduceOp.SUM, group=group)
         output_tensor.copy_(input_tensor.view(group.size(), -1)[group.rank()])
         if op == dist.ReduceOp.AVG:
@@ -81,7 +84,9 @@ def whole_tensor(tensor: torch.Tensor, in_place: bool) -> torch.Tensor:
     parts += [out[:0]] * (group.size() - len(parts))
     local = tensor.to_local()
     if parts[group.rank()].shape != local.shape:
-        raise RuntimeError(f"shard of shape {tuple(local.shape)} is not torch.chunk's part of {tuple(out.shape)}")
+        raise RuntimeError(
+            f"shard of shape {tuple(local.shape)} is not torch.chunk's part of {tuple(out.shape)}"
+        )
     parts[group.rank()].copy_(local)
     broadcast_parts(parts, group)
     return out

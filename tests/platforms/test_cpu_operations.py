@@ -47,7 +47,9 @@ def freed_then_released() -> dict:
     del held[:-1]
     freed = _anon_bytes()
     rd.get_platform("cpu").empty_cache()
-    return {k: (v - start) >> 20 for k, v in {"alive": alive, "freed": freed, "released": _anon_bytes()}.items()}
+    return {
+        k: (v - start) >> 20 for k, v in {"alive": alive, "freed": freed, "released": _anon_bytes()}.items()
+    }
 
 
 def test_empty_cache_gives_the_heaps_free_memory_back():

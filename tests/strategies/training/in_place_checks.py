@@ -35,7 +35,9 @@ def compare(rank: int) -> dict:
     mesh = init_device_mesh("cpu", (world,))
     for rows in (7, 1):  # uneven shards; a rank with none
         full = torch.arange(rows * 3, dtype=torch.float32).view(rows, 3)
-        out[f"whole_{rows}_rows"] = torch.equal(whole_tensor(distribute_tensor(full, mesh, [Shard(0)]), True), full)
+        out[f"whole_{rows}_rows"] = torch.equal(
+            whole_tensor(distribute_tensor(full, mesh, [Shard(0)]), True), full
+        )
     replicated = distribute_tensor(torch.ones(2, 2), mesh, [Replicate()])
     out["whole_replicated"] = torch.equal(whole_tensor(replicated, True), torch.ones(2, 2))
     return out
