@@ -350,6 +350,22 @@ def collectives_rank(rank: int, rows: int, cols: int, repeats: int) -> dict:
     return out
 
 
+def compact(stored: dict) -> str:
+    """The results as JSON, MiB and seconds to 0.01, one line per label."""
+
+    def rounded(value):
+        if isinstance(value, float):
+            return round(value, 2)
+        if isinstance(value, dict):
+            return {k: rounded(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [rounded(v) for v in value]
+        return value
+
+    lines = [f"{json.dumps(k)}: {json.dumps(rounded(v), separators=(',', ':'))}" for k, v in stored.items()]
+    return "{\n" + ",\n".join(lines) + "\n}\n"
+
+
 def rss(account: dict) -> dict[str, float]:
     return {k: account.get(k, 0) / MIB for k in (*FIELDS, "in_use", "kept", "mmapped")}
 
@@ -611,7 +627,7 @@ def main() -> None:
     if args.collectives:
         ranks = run_ranks("benchmarks.rank_memory:collectives_rank", 2, 151936, 896, 5, env=env, timeout=900)
         stored["collectives"] = {"date": str(datetime.date.today()), "ranks": ranks}
-        results.write_text(json.dumps(stored, indent=1))
+        results.write_text(compact(stored))
         say(f"collectives: {ranks[0]}")
     if runs:
         kept = [r for r in stored.get(args.label, {}).get("runs", []) if r["layers"] not in args.layers]
@@ -621,7 +637,7 @@ def main() -> None:
             "malloc_arena_max": os.environ.get("MALLOC_ARENA_MAX", "glibc default"),
             "runs": sorted(kept + runs, key=lambda r: r["layers"]),
         }
-        results.write_text(json.dumps(stored, indent=1))
+        results.write_text(compact(stored))
         say(f"wrote {results}")
     if "before" in stored and "after" in stored:
         plot(stored)
