@@ -1,8 +1,9 @@
 """Where one FSDP2 trainer rank's memory goes in a step of the 0.5B-shaped experiment
 (`experiment=qwen05b_shapes`: its trainer settings, its weight sync, its batch shape), measured
-on 2 local ranks (gloo on the CPU) at reduced depth (`--layers`, default 4 and 8 of Qwen2.5-0.5B's
-24 decoder layers, the full 151,936-token vocabulary) and fitted per layer, so that 24 layers are
-predicted without running them (`--layers 24` runs them: about 10 GB per rank).
+on 2 local ranks (gloo on the CPU) at reduced depth (`--layers`, default 4, 8 and 12 of
+Qwen2.5-0.5B's 24 decoder layers, the full 151,936-token vocabulary) and fitted per layer (least
+squares), so that 24 layers are predicted without running them (`--layers 24` runs them: about
+7 GiB per rank, ask `free -g` first).
 
 Each rank samples its /proc/self/status every 2 ms with a thread and attributes each sample to
 the phase it falls in: load; old logprobs (`forward_logprobs`); train forward, backward (with the
@@ -10,16 +11,20 @@ gradient clipping) and optimizer step (`train_step`, split by wrapping `Tensor.b
 clipping); the weight export of the sync (rank 0 sends to a real `WeightSender` over the
 experiment's plan, a receiver in another process; rank 1 drains its export); and between steps.
 Per phase: the peak and end of RssAnon (memory the process owns), RssFile (mapped file pages:
-the checkpoint, the libraries) and RssShmem (the sync's shared-memory slots), and glibc's own
+the checkpoint, the libraries) and RssShmem (the sync's shared-memory slots), glibc's own
 account at the phase's end (`mallinfo2`: bytes in use in its heaps, free bytes it keeps, bytes in
-mmapped chunks). The sharded state (parameters, gradients, Adam moments) is counted from the
-tensors. Results replace the rank_memory section of docs/benchmarks.md; the plot goes to
+mmapped chunks), the seconds it took, and after the step what `malloc_trim(0)` gives back. The
+sharded state (parameters, gradients, Adam moments) is counted from the tensors. `--collectives`
+also times gloo's all-gather, reduce-scatter and `full_tensor` against the in-place ones.
+Results replace the rank_memory section of docs/benchmarks.md; the plot goes to
 docs/rank_memory_benchmark.png.
 
-    MALLOC_ARENA_MAX=2 .venv/bin/python benchmarks/rank_memory.py [--layers 4 8] [--label before|after]
+    MALLOC_ARENA_MAX=2 .venv/bin/python benchmarks/rank_memory.py [--layers 4 8 12] [--label after] [--collectives]
 
 Runs are kept by label and depth in benchmarks/rank_memory_results.json (`--layers` with no
-depth only writes the section again from it).
+depth only writes the section again from it): `before` (commit 70cd4ed's code: this file run
+from a `git archive` of it with `--results` pointing here), `after` (this tree), and `check`
+(the code with the first two cuts, 4, 8, 12 and one measured 24-layer run: the fit's check).
 """
 
 from __future__ import annotations
@@ -463,7 +468,8 @@ def render(stored: dict) -> str:
     before, after = stored["before"], stored["after"]
     root = after["runs"][0]["root"]
     layers = sorted({r["layers"] for r in before["runs"]} & {r["layers"] for r in after["runs"]})
-    full = [r for r in after["runs"] if r["layers"] == 24]
+    check = stored.get("check", {"runs": []})["runs"]  # the fit checked against one 24-layer run
+    full = [r for r in check if r["layers"] == 24]
     by = {(label, r["layers"]): r for label in ("before", "after") for r in stored[label]["runs"]}
     fit_b = {p: fitted(before["runs"], lambda r, p=p: peak(r, p)) for p in PHASES}
     fit_a = {p: fitted(after["runs"], lambda r, p=p: peak(r, p)) for p in PHASES}
@@ -478,16 +484,15 @@ def render(stored: dict) -> str:
             f"sync ({after['runs'][0]['plan']}) to a receiver process. Peak anonymous resident memory "
             "(RssAnon) of rank 0 (the sender) in each phase of the second step (the first makes the Adam "
             "moments), MiB; **before**: the code of commit 70cd4ed, **after**: in-place collectives on "
-            "gloo and the host heap trimmed after each sync. The 24-layer columns are least-squares fits "
-            "(fixed + per layer) over the reduced depths"
-            + (", beside one measured 24-layer run (after)." if full else ".")
+            "gloo, the host heap trimmed after each sync, and the chunked head's weight gradient added "
+            "to in place. The 24-layer columns are least-squares fits (fixed + per layer) over the "
+            "reduced depths."
         ),
         "",
         "| phase | "
         + " | ".join(f"{n} layers before | {n} after" for n in layers)
-        + " | per layer (after) | 24 fitted: before | after |"
-        + (" 24 measured (after) |" if full else ""),
-        "|---|" + "---:|" * (2 * len(layers) + 3 + bool(full)),
+        + " | per layer (after) | 24 fitted: before | after |",
+        "|---|" + "---:|" * (2 * len(layers) + 3),
     ]
     for phase in PHASES:
         cells = [f"{peak(by[label, n], phase):.0f}" for n in layers for label in ("before", "after")]
@@ -496,16 +501,26 @@ def render(stored: dict) -> str:
             f"{fit_b[phase]['24']:.0f}",
             f"**{fit_a[phase]['24']:.0f}**",
         ]
-        if full:
-            cells.append(f"{peak(full[0], phase):.0f}")
         lines.append(f"| {phase} | " + " | ".join(cells) + " |")
+    if full:
+        worst = max(
+            abs(fitted(check, lambda r, p=p: peak(r, p))["24"] / peak(full[0], p) - 1) for p in PHASES
+        )
+        lines += [
+            "",
+            (
+                "The fit, checked once at full depth: with the first two cuts only (in-place collectives, "
+                "the trim), a measured 24-layer run and that code's fit over 4, 8 and 12 layers agree "
+                f"within {worst:.0%} in every phase (measured: "
+                + ", ".join(f"{p} {peak(full[0], p):.0f}" for p in PHASES)
+                + ")."
+            ),
+        ]
     parts = breakdown(after["runs"])
     lines += [
         "",
         (
-            "At 24 layers (after; "
-            + ("measured" if full else "fitted")
-            + "), each phase's peak split into the interpreter and libraries (RssAnon before loading), "
+            "At 24 layers (after; fitted), each phase's peak split into the interpreter and libraries (RssAnon before loading), "
             "the sharded state counted from its tensors (parameters and Adam moments; gradients, at "
             "their full size, in the backward and the optimizer step) and the rest: the gathered root unit "
             f"(embedding = tied head, {root:.0f} MiB in fp32), its gradient, a layer's gathered parameters, "
@@ -602,9 +617,9 @@ def main() -> None:
     from strategies.training.local_ranks import run_ranks
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--layers", type=int, nargs="*", default=[4, 8])
+    parser.add_argument("--layers", type=int, nargs="*", default=[4, 8, 12])
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--label", default="after", help="before | after: the code measured")
+    parser.add_argument("--label", default="after", help="before | after | check: the code measured")
     parser.add_argument(
         "--collectives", action="store_true", help="also time gloo's collectives vs the in-place ones"
     )
