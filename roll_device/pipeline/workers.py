@@ -14,6 +14,7 @@ strategies nor transformers, so it starts in about a second beside the heavy wor
 
 from __future__ import annotations
 
+import collections
 import time
 from dataclasses import asdict, dataclass
 
@@ -23,7 +24,7 @@ import torch.distributed as dist
 
 from roll_device.comm import Endpoint, SyncPlan, WeightSender, WeightSyncOptions, weights_hash
 from roll_device.pipeline.worker_base import PipelineWorker
-from roll_device.platforms import HOST_KIND, get_platform
+from roll_device.platforms import HOST_KIND, get_platform, release_host_heap
 from strategies.base import Completion, SamplingConfig, TrainBatch
 from strategies.inference.settings import RolloutSettings
 from strategies.training.losses import grpo_policy_loss
@@ -124,12 +125,17 @@ class TrainWorker(PipelineWorker):
             self.sender.connect()
 
     def send_weights(self, version: int) -> dict | None:
+        """The step's last call on a trainer: afterwards the free memory the C allocator keeps
+        from the step and the export goes back to the OS (the rollout runs next, on the same hosts)."""
         export = self.strategy.export_weights(dtype=self.export_dtype, snapshot=False)
         if self.sender is None:
-            for _ in export:
-                pass
-            return None
-        return asdict(self.sender.send(export, version=version))
+            collections.deque(export, maxlen=0)
+            stats = None
+        else:
+            stats = asdict(self.sender.send(export, version=version))
+        del export
+        release_host_heap()
+        return stats
 
     def close_sender(self) -> None:
         if self.sender is not None:

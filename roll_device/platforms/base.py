@@ -58,6 +58,10 @@ class Platform(Profiling, DeviceFacts, Topology, MemoryExtras, Determinism, Proc
     # the field uses dynamo's eager backend (the NPU: SGLang's Ascend piecewise graphs).
     compile_backend: ClassVar[str] = "inductor"
     supports_ipc: ClassVar[bool] = False
+    # The collective backend's all-gather and reduce-scatter copy the whole tensor through a
+    # temporary of their own (twice the gathered bytes at once): trainers gather and reduce in
+    # their own buffers instead (strategies/training/in_place_collectives.py).
+    collectives_copy_whole: ClassVar[bool] = False
     allocator_conf_env: ClassVar[str | None] = None
     required_package: ClassVar[str | None] = None
     # The package that extends torch for this kind (released per torch major.minor), and the

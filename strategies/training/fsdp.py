@@ -35,6 +35,7 @@ from strategies.training.common import (
 )
 from strategies.training.distributed import check_same_rows, ensure_process_group, release_process_group
 from strategies.training.fsdp_loading import empty_model, fill_shards, materialize
+from strategies.training.in_place_collectives import use_in_place_collectives, whole_tensor
 from strategies.training.logprobs import PACKED_ATTENTION, model_logprobs, next_token_logprobs
 from strategies.training.losses import masked_mean
 from strategies.training.settings import FsdpSettings
@@ -119,6 +120,8 @@ class FsdpTrainStrategy(TrainStrategy):
             if type(module).__name__ in units:
                 fully_shard(module, **sharding)
         self.model = fully_shard(model, **sharding)
+        if self.platform.collectives_copy_whole:
+            use_in_place_collectives(self.model)
         materialize(self.model, torch.device("cpu") if settings.optimizer_offload else self.device)
         fill_shards(self.model, model_path)
         self.optimizer = torch.optim.AdamW(
@@ -183,7 +186,7 @@ class FsdpTrainStrategy(TrainStrategy):
         `snapshot=False` yields them where they are (the device; a one-rank model's own
         parameters), valid until the next train step: the sync copies them at once."""
         for name, tensor in self.model.state_dict().items():
-            full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+            full = whole_tensor(tensor, self.platform.collectives_copy_whole)
             yield name, export_tensor(full, dtype, snapshot)
 
     def offload(self) -> None:

@@ -47,10 +47,20 @@ def entropy_of(logits: torch.Tensor) -> torch.Tensor:
     return torch.cat(pieces, dim=1)
 
 
+def head_logits(hidden: torch.Tensor, weight: torch.Tensor, bias) -> torch.Tensor:
+    """`F.linear(hidden, weight, bias)` computed as `weight @ hidden.T`, so that the weight's
+    gradient comes out of the matmul as a tensor of its own: `F.linear`'s is a view of another,
+    which autograd may not add to in place, so its sum with the other chunks' gradients or a tied
+    embedding's is a third [vocab x hidden] tensor at once (519 MiB at Qwen2.5-0.5B's shapes)."""
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    logits = (weight @ flat.T).T.reshape(*hidden.shape[:-1], weight.shape[0])
+    return logits if bias is None else logits + bias
+
+
 def _chunk_logprobs(
     hidden: torch.Tensor, weight: torch.Tensor, bias, labels: torch.Tensor, entropy: bool
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    logits = F.linear(hidden, weight, bias)
+    logits = head_logits(hidden, weight, bias)
     return next_token_logprobs(logits, labels), entropy_of(logits) if entropy else None
 
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import roll_device as rd
+from tests.isolated import run_isolated
 
 
 @pytest.fixture
@@ -29,6 +30,33 @@ def test_memory_reports_the_process_and_machine(cpu):
     free, total = cpu.mem_get_info()
     assert 0 < free <= total
     del block
+
+
+def _anon_bytes() -> int:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon:"))
+
+
+def freed_then_released() -> dict:
+    """MiB this fresh process holds over its start: with 3,000 tensors of 64 KiB alive (the C
+    allocator's heap), after freeing all but the last (which keeps the heap from shrinking by
+    itself), and after the platform's `empty_cache`."""
+    start = _anon_bytes()
+    held = [torch.ones(16384) for _ in range(3000)]
+    alive = _anon_bytes()
+    del held[:-1]
+    freed = _anon_bytes()
+    rd.get_platform("cpu").empty_cache()
+    return {
+        k: (v - start) >> 20 for k, v in {"alive": alive, "freed": freed, "released": _anon_bytes()}.items()
+    }
+
+
+def test_empty_cache_gives_the_heaps_free_memory_back():
+    """Freed host tensors stay resident in glibc's heap until `empty_cache` (`malloc_trim`)."""
+    mib = run_isolated("tests.platforms.test_cpu_operations:freed_then_released")
+    assert mib["freed"] > mib["alive"] // 2 > 64, mib  # freed, still resident
+    assert mib["released"] < mib["freed"] - mib["alive"] // 2, mib
 
 
 def test_seed_and_rng_state_roundtrip(cpu):

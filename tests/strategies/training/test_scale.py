@@ -79,3 +79,25 @@ def test_megatron_recomputation_and_token_budget_equal_its_plain_path(tiny_model
         assert rank["how"]["recompute"] == (None, "full")
         assert rank["logprob_diff"] < 1e-5 and rank["loss_diff"] < 1e-6 and rank["grad_norm_diff"] < 1e-6
         assert rank["weight_diff"] < 1e-4
+
+
+def test_chunk_logits_give_the_head_a_gradient_autograd_can_add_to_in_place():
+    """The chunked head's logits equal `F.linear`'s, and the weight's gradient reaches autograd as
+    a tensor of its own: `F.linear`'s is a view of another, which autograd's accumulation may not
+    add to in place, so summing it with the gradient of another chunk or of a tied embedding makes
+    a third [vocab x hidden] tensor."""
+    import torch
+    import torch.nn.functional as F
+
+    from strategies.training.logprobs import head_logits
+
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(50, 8, generator=g, requires_grad=True)
+    bias = torch.randn(50, generator=g)
+    hidden = torch.randn(2, 3, 8, generator=g)
+    views = []
+    weight.register_hook(lambda grad: views.append(grad._base is not None))
+    for logits_of in (head_logits, F.linear):
+        logits_of(hidden, weight, bias).logsumexp(-1).sum().backward()
+    torch.testing.assert_close(head_logits(hidden, weight, bias), F.linear(hidden, weight, bias))
+    assert views == [False, True]  # head_logits' gradient is its own tensor; F.linear's a view
