@@ -139,7 +139,7 @@ def test_the_main_job_as_the_readme_runs_it(tmp_path):
         env={**os.environ, "ROLL_DEVICE_HOME": str(tmp_path)},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    run_dir = Path(proc.stdout.strip().splitlines()[-1].split()[2])
+    run_dir = tmp_path / proc.stdout.strip().splitlines()[-1].split()[2]  # relative to the run's cwd
     rewards = [
         json.loads(line)["reward_mean"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()
     ]

@@ -19,6 +19,7 @@ def test_colocated_engine_and_trainer_take_turns_on_the_devices(tmp_path):
         "rollout=hf",
         "roles.actor_infer.device=npu",
         "roles.actor_infer.colocate_with=actor_train",
+        "algorithm.max_staleness=0",  # the experiment overlaps its two sides; colocated ones take turns
     )
     run_checked(cfg, tmp_path / "run", on_step=lambda record, roles: records.append(record))
     assert [(r["step"], r["weights_version"], r["sync_path"]) for r in records] == [
