@@ -73,12 +73,14 @@ def use_in_place_collectives(model: torch.nn.Module) -> None:
 
 def whole_tensor(tensor: torch.Tensor, in_place: bool) -> torch.Tensor:
     """The full tensor of a DTensor (every rank calls): with `in_place`, one sharded on dim 0 of a
-    1-D mesh is gathered into one new tensor, any other by `full_tensor`; a plain tensor as it is."""
+    1-D mesh of several ranks is gathered into one new tensor, any other by `full_tensor` (on one
+    rank that is the local tensor, not a copy); a plain tensor as it is."""
     if not isinstance(tensor, DTensor):
         return tensor
-    if not in_place or tensor.placements != (Shard(0),) or tensor.device_mesh.ndim != 1:
-        return tensor.full_tensor()
-    group = tensor.device_mesh.get_group()
+    mesh = tensor.device_mesh
+    if not in_place or tensor.placements != (Shard(0),) or mesh.ndim != 1 or mesh.size() == 1:
+        return tensor.full_tensor()  # on one rank: the local tensor itself, no copy
+    group = mesh.get_group()
     out = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
     parts = list(out.chunk(group.size())) if out.shape[0] else []  # Shard(0)'s split: torch.chunk's
     parts += [out[:0]] * (group.size() - len(parts))
