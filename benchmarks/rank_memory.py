@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.doc_sections import replace_section
+from benchmarks.train_memory import import_model_code, status_bytes
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "rank_memory_benchmark.png"
@@ -87,20 +88,17 @@ def glibc_account() -> dict[str, int]:
 
 
 def trimmable() -> int:
-    """Bytes of RssAnon that glibc's `malloc_trim(0)` gives back to the OS now."""
+    """Bytes of RssAnon that glibc's `malloc_trim(0)` (the platform's `release_host_heap`) gives
+    back to the OS now."""
+    from roll_device.platforms import release_host_heap
+
     before = status()["RssAnon"]
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    release_host_heap()
     return before - status()["RssAnon"]
 
 
 def status() -> dict[str, int]:
-    values = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            key = line.split(":", 1)[0]
-            if key in FIELDS:
-                values[key] = int(line.split()[1]) * 1024
-    return values
+    return status_bytes(FIELDS)
 
 
 class PhaseMeter:
@@ -253,7 +251,6 @@ def rank_main(rank: int, model_path: str, steps: int) -> dict:
     """Load and `steps` pipeline steps of the experiment's trainer; per step and phase, the meter's
     account, and the sharded state at the end of each step."""
     import roll_device as rd
-    from benchmarks.train_memory import import_model_code
     from strategies.registry import strategy_class
     from strategies.training.losses import grpo_policy_loss
     from tests.configs import changed, run_config

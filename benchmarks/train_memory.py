@@ -61,6 +61,21 @@ def say(message: str) -> None:
     print(f"[train-memory {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
+def status_bytes(fields: tuple[str, ...] = ("RssAnon",)) -> dict[str, int]:
+    """The `kB` fields of this process's /proc/self/status named in `fields`, in bytes, from one
+    read (a sampler reads several every 2 ms)."""
+    values = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key = line.split(":", 1)[0]
+            if key in fields:
+                values[key] = int(line.split()[1]) * 1024
+    missing = set(fields) - set(values)
+    if missing:
+        raise RuntimeError(f"no {', '.join(sorted(missing))} in /proc/self/status")
+    return values
+
+
 class PeakRss:
     """The peak anonymous resident memory of this process over a phase (RssAnon: the memory the
     process owns, not the safetensors pages it maps from the page cache), sampled by a thread."""
@@ -71,11 +86,7 @@ class PeakRss:
         threading.Thread(target=self._sample, daemon=True).start()
 
     def now(self) -> int:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("RssAnon:"):
-                    return int(line.split()[1]) * 1024
-        raise RuntimeError("no RssAnon in /proc/self/status")
+        return status_bytes()["RssAnon"]
 
     def _sample(self) -> None:
         while self.running:
