@@ -47,7 +47,7 @@ def build_tokenizer(vocab_size: int | None = None):
     )
 
 
-def build_config(num_layers: int = 2, hidden_size: int = 128, max_positions: int = 256):
+def build_config(num_layers: int = 2, hidden_size: int = 128, max_positions: int = 256, tied: bool = False):
     from transformers import Qwen2Config
 
     vocab = vocabulary()
@@ -59,17 +59,21 @@ def build_config(num_layers: int = 2, hidden_size: int = 128, max_positions: int
         num_attention_heads=hidden_size // 32,
         num_key_value_heads=max(hidden_size // 64, 1),
         max_position_embeddings=max_positions,
-        tie_word_embeddings=False,
+        tie_word_embeddings=tied,  # Qwen2.5-0.5B and 1.5B tie them
         torch_dtype="float32",
         **special_token_ids(),
     )
 
 
-def make_tiny_model(path: str | Path, seed: int = 0, num_layers: int = 2, hidden_size: int = 128) -> Path:
-    """Write a freshly initialized tiny model and its tokenizer to `path`; reuse it if present
-    with the same settings. Returns the path."""
+def make_tiny_model(
+    path: str | Path, seed: int = 0, num_layers: int = 2, hidden_size: int = 128, tied: bool = False
+) -> Path:
+    """Write a freshly initialized tiny model and its tokenizer to `path` (its head tied to the
+    embedding when `tied`); reuse it if present with the same settings. Returns the path."""
     path = Path(path)
     settings = {"seed": seed, "num_layers": num_layers, "hidden_size": hidden_size}
+    if tied:
+        settings["tied"] = True  # absent when untied: models made before keep their marker
     marker = path / MARKER
     if marker.exists() and json.loads(marker.read_text()) == settings:
         return path  # before the imports below: a run's start does not pay for the model's code
@@ -78,7 +82,7 @@ def make_tiny_model(path: str | Path, seed: int = 0, num_layers: int = 2, hidden
 
     path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(build_config(num_layers=num_layers, hidden_size=hidden_size))
+    model = Qwen2ForCausalLM(build_config(num_layers=num_layers, hidden_size=hidden_size, tied=tied))
     model.save_pretrained(path, safe_serialization=True)
     build_tokenizer().save_pretrained(path)
     marker.write_text(json.dumps(settings))

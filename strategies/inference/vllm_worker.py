@@ -7,7 +7,7 @@ runs in every engine process because vLLM imports this module there.
   `packed_modules_mapping`), and aliases it ignores (tied weights).
 - `roll_device_sync_stats()`: what the rank's weight-transfer engine received last (small).
 - `roll_device_weights_hash()` / `roll_device_save_weights(path)`: the weights the engine computes
-  with, in HF names (fused parameters split back, each tensor-parallel rank's part gathered over
+  with, in HF names (a tied head once, as the embedding; fused parameters split back, each tensor-parallel rank's part gathered over
   vLLM's tensor-parallel group), as a hash or a file. Where the CPU backend packed a linear weight
   into its kernel and left an empty parameter, the weight is read through the layer's own
   kernel: an identity input gives `I @ W.T`, i.e. the weight itself.
@@ -27,6 +27,7 @@ import torch
 
 from roll_device.comm.paths import BRIDGE, COLLECTIVE, COLOCATED, DIRECT
 from roll_device.errors import ConfigError
+from strategies.tied_weights import tied_aliases
 
 # The project's weight-transfer engines by sync path: the name vLLM knows each by, and its class
 # in strategies/inference/vllm_transfer.py (imported by vLLM's factory when first used).
@@ -83,10 +84,7 @@ def weight_layout(model: torch.nn.Module) -> dict[str, list]:
         else:
             names.extend(group)
             fused.append(group)
-    aliases = {n for n, _ in model.named_parameters(remove_duplicate=False)} - {
-        n for n, _ in model.named_parameters()
-    }
-    return {"names": names, "fused": fused, "ignored": sorted(aliases)}
+    return {"names": names, "fused": fused, "ignored": sorted(tied_aliases(model))}
 
 
 def _linear_weight(module: torch.nn.Module, weight: torch.Tensor) -> torch.Tensor:
@@ -123,13 +121,17 @@ def _gathered(tensor: torch.Tensor, dim: int | None) -> torch.Tensor:
 
 def read_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The weights `model` computes with, whole, in HF names, on the CPU: each tensor-parallel
-    rank's part gathered (every rank of the engine calls this together)."""
+    rank's part gathered (every rank of the engine calls this together). A tied head is the
+    embedding, named once (strategies/tied_weights.py), as the trainers export it."""
     from vllm.model_executor.layers.linear import LinearBase
 
+    aliases = tied_aliases(model)
     out: dict[str, torch.Tensor] = {}
     for module_path, module in model.named_modules():
         for leaf, param in module.named_parameters(recurse=False):
             name = f"{module_path}.{leaf}" if module_path else leaf
+            if name in aliases:
+                continue
             tensor = param.detach()
             if isinstance(module, LinearBase) and leaf == "weight":
                 tensor = _linear_weight(module, param)

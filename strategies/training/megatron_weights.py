@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import torch
 
 COLUMN, ROW, REPLICATED, QKV, GATE_UP = "column", "row", "replicated", "qkv", "gate_up"
-TIED_SOURCE, TIED_ALIAS = "model.embed_tokens.weight", "lm_head.weight"
+# a tied head (HEAD) is exported as the embedding alone: strategies/tied_weights.py
+EMBEDDING, HEAD = "model.embed_tokens.weight", "lm_head.weight"
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def parameters(shape: ModelShape, stage: int = 0, num_stages: int = 1) -> list[P
     the last the final norm and the output layer; with tied embeddings and several stages the
     last stage's output layer is a copy of the embedding that Megatron keeps in sync."""
     first, last = stage == 0, stage == num_stages - 1
-    params = [Param("embedding.word_embeddings.weight", (TIED_SOURCE,), COLUMN)] if first else []
+    params = [Param("embedding.word_embeddings.weight", (EMBEDDING,), COLUMN)] if first else []
     for local, i in enumerate(stage_layers(shape, stage, num_stages)):
         m, h = f"decoder.layers.{local}.", f"model.layers.{i}."
         attn = h + "self_attn."
@@ -80,9 +81,9 @@ def parameters(shape: ModelShape, stage: int = 0, num_stages: int = 1) -> list[P
     if last:
         params.append(Param("decoder.final_layernorm.weight", ("model.norm.weight",), REPLICATED))
         if not shape.tied_embeddings:
-            params.append(Param("output_layer.weight", (TIED_ALIAS,), COLUMN))
+            params.append(Param("output_layer.weight", (HEAD,), COLUMN))
         elif not first:
-            params.append(Param("output_layer.weight", (TIED_SOURCE,), COLUMN, exported=False))
+            params.append(Param("output_layer.weight", (EMBEDDING,), COLUMN, exported=False))
     return params
 
 
@@ -178,10 +179,7 @@ def export(
             continue
         local = named_params[param.megatron]
         shards = [local] if param.split == REPLICATED else gather(local)
-        for name, tensor in to_hf(param, shards, shape):
-            yield name, tensor
-            if shape.tied_embeddings and name == TIED_SOURCE:
-                yield TIED_ALIAS, tensor  # transformers lists the tied head under its own name
+        yield from to_hf(param, shards, shape)
 
 
 def manifest(

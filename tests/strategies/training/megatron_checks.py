@@ -63,7 +63,7 @@ def two_ranks(
     out["losses"] = [first["loss"]] + [trainer.train_step(batch, nll_loss())["loss"] for _ in range(3)]
 
     exported = dict(trainer.export_weights())
-    out["exported_names"], out["hf_names"] = sorted(exported), sorted(plain.state_dict())
+    out["exported_names"], out["hf_names"] = sorted(exported), hf_names(plain)
     fresh = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
     fresh.load_state_dict(exported, strict=True)
     out["export_logprob_diff"] = (
@@ -183,13 +183,20 @@ def llama_tied(directory: str) -> dict:
         "fsdp_step": fsdp.train_step(batch, nll_loss()),
     }
     exported = dict(megatron.export_weights())
-    out["exported_names"], out["hf_names"] = sorted(exported), sorted(plain.state_dict())
+    out["exported_names"], out["hf_names"] = sorted(exported), hf_names(plain)
     fsdp_weights = dict(fsdp.export_weights())
     out["weight_diff_vs_fsdp"] = max_diff(fsdp_weights, exported)
     out["weights_off_fraction"] = weights_off_fraction(exported, fsdp_weights)
     megatron.shutdown()
     fsdp.shutdown()
     return out
+
+
+def hf_names(model) -> list[str]:
+    """The names a trainer exports `model`'s weights under: a tied head is the embedding, once."""
+    from strategies.tied_weights import tied_aliases
+
+    return sorted(set(model.state_dict()) - tied_aliases(model))
 
 
 def weights_off_fraction(a: dict, b: dict, tolerance: float = 1e-5) -> float:
@@ -214,7 +221,7 @@ def llama_tied_pipeline(rank: int, directory: str) -> dict:
     ref_norm, ref_weights = reference_step(directory, batch)
     exported = dict(trainer.export_weights())
     out["reference_grad_norm"] = ref_norm
-    out["exported_names"], out["hf_names"] = sorted(exported), sorted(plain.state_dict())
+    out["exported_names"], out["hf_names"] = sorted(exported), hf_names(plain)
     out["weight_diff_vs_reference"] = max_diff(exported, ref_weights)
     out["weights_off_fraction"] = weights_off_fraction(exported, ref_weights)
     if trainer.stages.is_last:  # the output layer's copy of the embedding moved with it

@@ -179,7 +179,7 @@ def test_unsupported_model_family_is_named(tmp_path):
 def test_llama_with_tied_embeddings(tmp_path):
     out = run_isolated("tests.strategies.training.megatron_checks:llama_tied", str(tmp_path / "tiny-llama"))
     assert out["logprob_diff"] < 1e-5
-    assert out["exported_names"] == out["hf_names"]  # lm_head.weight listed for the tied head
+    assert out["exported_names"] == out["hf_names"]  # the tied head once, as the embedding
     assert out["megatron_step"]["grad_norm"] == pytest.approx(out["fsdp_step"]["grad_norm"], rel=1e-5)
     # Adam's first update is lr * g / (|g| + eps): the odd element whose gradient is near eps
     # moves differently under another summation order; a wrong mapping would move whole tensors.
