@@ -46,7 +46,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.doc_sections import replace_section
-from benchmarks.train_memory import import_model_code, status_bytes
+from benchmarks.train_memory import import_model_code
+from roll_device.platforms import process_status, release_host_heap
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "rank_memory_benchmark.png"
@@ -90,15 +91,13 @@ def glibc_account() -> dict[str, int]:
 def trimmable() -> int:
     """Bytes of RssAnon that glibc's `malloc_trim(0)` (the platform's `release_host_heap`) gives
     back to the OS now."""
-    from roll_device.platforms import release_host_heap
-
     before = status()["RssAnon"]
     release_host_heap()
     return before - status()["RssAnon"]
 
 
 def status() -> dict[str, int]:
-    return status_bytes(FIELDS)
+    return process_status(*FIELDS)
 
 
 class PhaseMeter:

@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.doc_sections import replace_section
+from roll_device.platforms import get_platform, process_status
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "sync_e2e_benchmark.png"
@@ -80,21 +81,14 @@ def say(message: str) -> None:
 
 
 # ---- measuring inside a process ---------------------------------------------------------------
-def _status(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 def reset_peak() -> int:
     """Reset the process's peak resident set; its resident set now."""
-    Path("/proc/self/clear_refs").write_text("5")
-    return _status("VmRSS")
+    get_platform("cpu").reset_peak_memory_stats()
+    return process_status("VmRSS")["VmRSS"]
 
 
 def peak_since(before: int) -> int:
-    return max(_status("VmHWM") - before, 0)
+    return max(process_status("VmHWM")["VmHWM"] - before, 0)
 
 
 def copy_counter():

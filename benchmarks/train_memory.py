@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.doc_sections import replace_section
+from roll_device.platforms import process_status
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "train_memory_benchmark.png"
@@ -61,21 +62,6 @@ def say(message: str) -> None:
     print(f"[train-memory {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def status_bytes(fields: tuple[str, ...] = ("RssAnon",)) -> dict[str, int]:
-    """The `kB` fields of this process's /proc/self/status named in `fields`, in bytes, from one
-    read (a sampler reads several every 2 ms)."""
-    values = {}
-    with open("/proc/self/status") as f:
-        for line in f:
-            key = line.split(":", 1)[0]
-            if key in fields:
-                values[key] = int(line.split()[1]) * 1024
-    missing = set(fields) - set(values)
-    if missing:
-        raise RuntimeError(f"no {', '.join(sorted(missing))} in /proc/self/status")
-    return values
-
-
 class PeakRss:
     """The peak anonymous resident memory of this process over a phase (RssAnon: the memory the
     process owns, not the safetensors pages it maps from the page cache), sampled by a thread."""
@@ -86,7 +72,7 @@ class PeakRss:
         threading.Thread(target=self._sample, daemon=True).start()
 
     def now(self) -> int:
-        return status_bytes()["RssAnon"]
+        return process_status("RssAnon")["RssAnon"]
 
     def _sample(self) -> None:
         while self.running:

@@ -1,7 +1,7 @@
 """One class per device kind and the registry that picks this process's platform."""
 
 from roll_device.platforms.base import Platform
-from roll_device.platforms.cpu import HOST_KIND, release_host_heap
+from roll_device.platforms.cpu import HOST_KIND, process_status, release_host_heap
 from roll_device.platforms.registry import current_platform, get_platform, known_kinds, resolved_at
 
 __all__ = [
@@ -10,6 +10,7 @@ __all__ = [
     "current_platform",
     "get_platform",
     "known_kinds",
+    "process_status",
     "release_host_heap",
     "resolved_at",
 ]

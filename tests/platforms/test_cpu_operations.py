@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import roll_device as rd
+from roll_device.platforms import process_status
 from tests.isolated import run_isolated
 
 
@@ -33,8 +34,7 @@ def test_memory_reports_the_process_and_machine(cpu):
 
 
 def _anon_bytes() -> int:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon:"))
+    return process_status("RssAnon")["RssAnon"]
 
 
 def freed_then_released() -> dict:
