@@ -5,14 +5,17 @@ trying a parallel layout on one machine).
 `run_ranks("pkg.mod:function", n, *args)` calls `function(rank, *args)` in every rank after
 `torch.distributed` is initialized with the backend of the rank's platform (`ROLL_DEVICE`, default
 cpu here: gloo) and returns the per-rank results in rank order; a failing rank raises with its
-traceback.
+traceback, a rank that dies without one (killed, crashed, or failed at its start) within a second
+with its exit code, not at the end of `timeout`.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import queue as queues
 import socket
+import time
 import traceback
 
 import torch.multiprocessing as mp
@@ -44,6 +47,22 @@ def _entry(target, rank, world_size, port, args, env, queue) -> None:
         queue.put((rank, False, traceback.format_exc()))
 
 
+POLL_S = 1.0  # how often the parent looks for ranks that died without a result
+
+
+def _check_alive(target: str, procs: list, queue, results: dict, deadline: float, timeout: float) -> None:
+    """Raise for a rank that ended without a result, or when `timeout` has passed. A rank's result
+    is in the queue's pipe before its process ends: a rank seen ended while the queue is empty is
+    lost."""
+    ended = [r for r, p in enumerate(procs) if r not in results and p.exitcode is not None]
+    if ended and queue.empty():
+        codes = ", ".join(f"rank {r} with exit code {procs[r].exitcode}" for r in ended)
+        raise RuntimeError(f"{target}: {codes} ended without a result (killed, or crashed; see its output)")
+    if time.monotonic() > deadline:
+        missing = [r for r in range(len(procs)) if r not in results]
+        raise TimeoutError(f"{target}: no result from ranks {missing} within {timeout:.0f} s")
+
+
 def run_ranks(
     target: str, world_size: int, *args, env: dict[str, str] | None = None, timeout: float = 180
 ) -> list:
@@ -59,14 +78,22 @@ def run_ranks(
     for p in procs:
         p.start()
     results: dict[int, object] = {}
+    deadline = time.monotonic() + timeout
     try:
-        for _ in procs:
-            rank, ok, value = queue.get(timeout=timeout)
+        while len(results) < world_size:
+            try:
+                rank, ok, value = queue.get(timeout=POLL_S)
+            except queues.Empty:
+                _check_alive(target, procs, queue, results, deadline, timeout)
+                continue
             if not ok:
                 raise RuntimeError(f"rank {rank} of {target} failed:\n{value}")
             results[rank] = value
     finally:
+        failed = len(results) < world_size  # the others may wait for the failed rank forever
         for p in procs:
+            if failed:
+                p.kill()
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
