@@ -1,8 +1,8 @@
 """A model whose head is tied to its embedding (as Qwen2.5-0.5B's is) crosses every end of a weight
 sync under the embedding's name alone: the FSDP2 trainer (2 gloo ranks) exports it once, the HF
 and vLLM engines load it and keep the head tied (their hashes equal the export's), and
-`roll-device export` writes a checkpoint of either trainer that transformers loads with the head
-tied. (The Megatron trainer's export over pipeline stages: tests/strategies/training/test_megatron.py.)"""
+`roll-device export` writes its checkpoint as a model that transformers loads with the head tied.
+(The Megatron trainer's side, over two pipeline stages: tests/strategies/training/test_megatron.py.)"""
 
 from __future__ import annotations
 
@@ -25,19 +25,14 @@ def tied_model_path(session_home) -> str:
     return str(make_tiny_model(session_home / "tiny-qwen2-tied", tied=True))
 
 
-def trained_on_two_ranks(checkpoint, model_path: str, trainer: str, layout: dict):
-    """`trainer`'s export after one step on 2 ranks, its checkpoint written to `checkpoint`."""
-    rank0 = run_ranks(
-        "tests.commands.export_checks:saved_after_a_step", 2, model_path, str(checkpoint), trainer, layout
-    )[0]
-    return {name: torch.from_numpy(array) for name, array in rank0["weights"].items()}
-
-
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, tied_model_path):
     """The FSDP2 trainer's checkpoint folder and export after one step on 2 ranks."""
     checkpoint = tmp_path_factory.mktemp("tied") / "checkpoints" / "step_1" / "policy"
-    return checkpoint, trained_on_two_ranks(checkpoint, tied_model_path, "fsdp", {})
+    rank0 = run_ranks(
+        "tests.commands.export_checks:saved_after_a_step", 2, tied_model_path, str(checkpoint), "fsdp", {}
+    )[0]
+    return checkpoint, {name: torch.from_numpy(array) for name, array in rank0["weights"].items()}
 
 
 def plain(model_path: str):
@@ -73,15 +68,10 @@ def test_an_engine_loads_the_embedding_into_its_tied_head(trained, tied_model_pa
         strategy.shutdown()
 
 
-@pytest.mark.parametrize("trainer", ["fsdp", "megatron"])
-def test_the_export_command_writes_a_tied_model(trained, tied_model_path, tmp_path, trainer):
-    """An FSDP2 checkpoint stores the head under both names; a Megatron one (tensor-parallel 2)
-    stores the embedding alone, and its export names it once too."""
+def test_the_export_command_writes_a_tied_model(trained, tied_model_path, tmp_path):
+    """An FSDP2 checkpoint stores the head under both names (a Megatron one the embedding alone:
+    tests/strategies/training/test_megatron.py, over two pipeline stages)."""
     checkpoint, weights = trained
-    if trainer == "megatron":
-        checkpoint = tmp_path / "checkpoints" / "step_1" / "policy"
-        weights = trained_on_two_ranks(checkpoint, tied_model_path, "megatron", {"tensor_parallel": 2})
-        assert HEAD not in weights
     assert main(["export", str(checkpoint), str(tmp_path / "hf"), "--model", tied_model_path]) == 0
     exported = plain(str(tmp_path / "hf"))
     assert exported.lm_head.weight is exported.model.embed_tokens.weight

@@ -205,9 +205,10 @@ def weights_off_fraction(a: dict, b: dict, tolerance: float = 1e-5) -> float:
     return off / sum(t.numel() for t in a.values())
 
 
-def llama_tied_pipeline(rank: int, directory: str) -> dict:
+def llama_tied_pipeline(rank: int, directory: str, checkpoint: str) -> dict:
     """The tied Llama over 2 pipeline stages: the embedding on the first, its copy in the output
-    layer on the last, their gradients summed by Megatron. Against a plain step on one process."""
+    layer on the last, their gradients summed by Megatron. Against a plain step on one process;
+    the trained state is saved to `checkpoint` (for `roll-device export`)."""
     from transformers import AutoModelForCausalLM
 
     batch = make_batch(seed=22)
@@ -227,5 +228,7 @@ def llama_tied_pipeline(rank: int, directory: str) -> dict:
     if trainer.stages.is_last:  # the output layer's copy of the embedding moved with it
         head = trainer.gpt.output_layer.weight.detach().cpu()
         out["head_copy_diff"] = (head - exported["model.embed_tokens.weight"]).abs().max().item()
+    out["embedding"] = exported["model.embed_tokens.weight"].numpy()
+    trainer.save_checkpoint(checkpoint)
     trainer.shutdown()
     return out

@@ -7,8 +7,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
+import torch
 
 import roll_device as rd
+from roll_device.cli import main
 from roll_device.errors import ConfigError
 from strategies.registry import strategy_class
 from strategies.training.local_ranks import run_ranks
@@ -188,10 +190,15 @@ def test_llama_with_tied_embeddings(tmp_path):
 
 def test_llama_with_tied_embeddings_over_two_pipeline_stages(tmp_path):
     """The embedding lives on stage 0 and a copy in stage 1's output layer; Megatron sums their
-    gradients, so a step equals a plain one-process step and the copy moves with the embedding."""
-    directory = str(tmp_path / "tiny-llama")
+    gradients, so a step equals a plain one-process step and the copy moves with the embedding.
+    The checkpoint holds the embedding alone; `roll-device export` ties the head to it."""
+    from transformers import AutoModelForCausalLM
+
+    directory, checkpoint = str(tmp_path / "tiny-llama"), tmp_path / "checkpoints" / "step_1" / "policy"
     run_isolated("tests.strategies.training.megatron_checks:make_tied_llama", directory)
-    ranks = run_ranks("tests.strategies.training.megatron_checks:llama_tied_pipeline", 2, directory)
+    ranks = run_ranks(
+        "tests.strategies.training.megatron_checks:llama_tied_pipeline", 2, directory, str(checkpoint)
+    )
     assert [rank["layers_held"] for rank in ranks] == [2, 2]
     for rank in ranks:
         assert rank["logprob_diff"] < 1e-5
@@ -199,3 +206,7 @@ def test_llama_with_tied_embeddings_over_two_pipeline_stages(tmp_path):
         assert rank["exported_names"] == rank["hf_names"]
         assert rank["weight_diff_vs_reference"] < 1e-3 and rank["weights_off_fraction"] < 1e-3
     assert ranks[1]["head_copy_diff"] == 0.0 and "head_copy_diff" not in ranks[0]
+    assert main(["export", str(checkpoint), str(tmp_path / "hf"), "--model", directory]) == 0
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "hf", dtype=torch.float32)
+    assert exported.lm_head.weight is exported.model.embed_tokens.weight
+    assert torch.equal(exported.model.embed_tokens.weight.detach(), torch.from_numpy(ranks[0]["embedding"]))
