@@ -17,3 +17,9 @@ def tied_aliases(model: torch.nn.Module) -> frozenset[str]:
     """The names under which `model` holds a parameter it already holds under an earlier name."""
     every = {name for name, _ in model.named_parameters(remove_duplicate=False)}
     return frozenset(every - {name for name, _ in model.named_parameters()})
+
+
+def state_once(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """`model.state_dict()` without the tied aliases: each tensor under its first name."""
+    aliases = tied_aliases(model)
+    return {name: tensor for name, tensor in model.state_dict().items() if name not in aliases}

@@ -52,7 +52,7 @@ def export_command(source: str, out_dir: str, model: str | None = None) -> int:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from strategies.tied_weights import tied_aliases
+    from strategies.tied_weights import state_once
     from strategies.training.checkpoint_export import hf_state_dict
 
     checkpoint, run_dir = checkpoint_and_run(Path(source).expanduser())
@@ -61,7 +61,7 @@ def export_command(source: str, out_dir: str, model: str | None = None) -> int:
     config = AutoConfig.from_pretrained(base)
     with torch.device("meta"):
         hf_model = AutoModelForCausalLM.from_config(config, dtype=next(iter(state.values())).dtype)
-    expected = set(hf_model.state_dict()) - tied_aliases(hf_model)  # a tied head: the embedding
+    expected = set(state_once(hf_model))  # a tied head: the embedding
     if missing := sorted(expected - set(state)):
         raise ConfigError(f"export: checkpoint {checkpoint} lacks {', '.join(missing[:3])} of model {base}")
     hf_model.load_state_dict({k: state[k] for k in expected}, strict=False, assign=True)

@@ -47,7 +47,7 @@ from strategies.inference.hf_sampling import sample
 from strategies.inference.requests import check_request
 from strategies.inference.settings import HfSettings
 from strategies.inference.weights import check_update
-from strategies.tied_weights import tied_aliases
+from strategies.tied_weights import state_once
 
 if TYPE_CHECKING:
     from strategies.inference.hf_prefill import PackedPrefill
@@ -331,12 +331,7 @@ class HfStrategy(InferenceStrategy):
         """The model's weights in HF names, copied to the CPU, for verification; a tied head is
         the embedding, named once (strategies/tied_weights.py), as the trainers export it."""
         self._require_started("read_weights")
-        aliases = tied_aliases(self.model)
-        return {
-            name: t.detach().to("cpu").clone()
-            for name, t in self.model.state_dict().items()
-            if name not in aliases
-        }
+        return {name: t.detach().to("cpu").clone() for name, t in state_once(self.model).items()}
 
     def offload(self) -> None:
         """Drop graphs and the KV store, move the weights to the CPU."""

@@ -20,7 +20,7 @@ import torch.distributed as dist
 from roll_device.errors import ConfigError
 from roll_device.platforms import Platform
 from strategies.base import LossFn, TrainBatch, TrainStrategy
-from strategies.tied_weights import tied_aliases
+from strategies.tied_weights import state_once
 from strategies.training.batches import align_to_tokens, shifted_labels, validate
 from strategies.training.common import (
     NonFiniteUpdateError,
@@ -187,10 +187,7 @@ class FsdpTrainStrategy(TrainStrategy):
         `snapshot=False` yields them where they are (the device; a one-rank model's own
         parameters), valid until the next train step: the sync copies them at once. A tied head
         is the embedding, yielded once under the embedding's name (strategies/tied_weights.py)."""
-        aliases = tied_aliases(self.model)
-        for name, tensor in self.model.state_dict().items():
-            if name in aliases:
-                continue
+        for name, tensor in state_once(self.model).items():
             full = whole_tensor(tensor, self.platform.collectives_copy_whole)
             yield name, export_tensor(full, dtype, snapshot)
 

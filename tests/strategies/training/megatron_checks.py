@@ -194,9 +194,9 @@ def llama_tied(directory: str) -> dict:
 
 def hf_names(model) -> list[str]:
     """The names a trainer exports `model`'s weights under: a tied head is the embedding, once."""
-    from strategies.tied_weights import tied_aliases
+    from strategies.tied_weights import state_once
 
-    return sorted(set(model.state_dict()) - tied_aliases(model))
+    return sorted(state_once(model))
 
 
 def weights_off_fraction(a: dict, b: dict, tolerance: float = 1e-5) -> float:
