@@ -1,6 +1,7 @@
 """Shared fixtures: a fresh platform registry per test, the tiny model made once per session (a
 session-wide ROLL_DEVICE_HOME, so runs share the one the default `model.tiny_dir` names), and one
-Ray cluster for the session's whole runs (`shared_cluster`).
+Ray cluster for the session's whole runs (`shared_cluster`); under pytest-xdist, tests marked
+`alone` run with no other test beside them (tests/run_alone.py).
 
 Every Ray cluster a test starts is a throwaway one on this machine, so the whole session runs
 without Ray's token authentication: Ray fixes a process's mode at its first local `ray.init`
@@ -19,8 +20,15 @@ import pytest
 from roll_device.cluster.sim_nodes import AUTH_MODE_ENV
 from roll_device.platforms import registry
 from tests.isolated import ROOT, isolated_env
+from tests.run_alone import held_slot, shared_dir
 
 os.environ[AUTH_MODE_ENV] = "disabled"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    with held_slot(item.get_closest_marker("alone") is not None, shared_dir(item.config)):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
