@@ -6,9 +6,9 @@ raylet a fixed 30 s to register with the cluster (ray/_private/node.py, not conf
 nodes of a simulated cluster start together, and on two cores shared with another worker's test
 one of them can miss it (seen once in a `-n 2` run: "The current node timed out during startup").
 
-How: every test holds one file lock in the run's shared temp folder, shared, and a test marked `alone` holds it
-exclusively. Each first passes a turnstile lock, which a waiting `alone` test holds, so tests
-that keep starting beside each other cannot pass it over.
+How: every test holds a shared lock on one file in the run's shared temp folder, and a test
+marked `alone` holds it exclusively. Each first passes a turnstile lock, which a waiting `alone`
+test holds, so tests that keep starting beside each other cannot pass it over.
 """
 
 from __future__ import annotations

@@ -8,9 +8,10 @@ runs in every engine process because vLLM imports this module there.
 - `roll_device_sync_stats()`: what the rank's weight-transfer engine received last (small).
 - `roll_device_weights_hash()` / `roll_device_save_weights(path)`: the weights the engine computes
   with, in HF names (a tied head once, as the embedding; fused parameters split back, each
-  tensor-parallel rank's part gathered over vLLM's tensor-parallel group), as a hash or a file. Where the CPU backend packed a linear weight
-  into its kernel and left an empty parameter, the weight is read through the layer's own
-  kernel: an identity input gives `I @ W.T`, i.e. the weight itself.
+  tensor-parallel rank's part gathered over vLLM's tensor-parallel group), as a hash or a file.
+  Where the CPU backend packed a linear weight into its kernel and left an empty parameter, the
+  weight is read through the layer's own kernel: an identity input gives `I @ W.T`, i.e. the
+  weight itself.
 
 Weights never travel through `collective_rpc` itself: they arrive through vLLM's weight-transfer
 API (strategies/inference/vllm_transfer.py) and leave as a file.
