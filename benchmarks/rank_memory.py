@@ -240,10 +240,13 @@ def open_sync(config, steps: int):
 def sync(trainer, sender, version: int) -> None:
     """The trainer's side of a weight sync: the pipeline's own `TrainWorker.send_weights` on a
     stand-in worker (the trainer, rank 0's sender, weights as trained): rank 0 sends, the other
-    rank drains the export (it gathers)."""
+    rank drains the export (it gathers to rank 0)."""
     from roll_device.pipeline.workers import TrainWorker
 
-    TrainWorker.send_weights(SimpleNamespace(strategy=trainer, sender=sender, export_dtype=None), version)
+    worker = SimpleNamespace(
+        strategy=trainer, sender=sender, export_dtype=None, sender_rank=TrainWorker.sender_rank
+    )
+    TrainWorker.send_weights(worker, version)
 
 
 def rank_main(rank: int, model_path: str, steps: int) -> dict:
@@ -327,6 +330,10 @@ def collectives_rank(rank: int, rows: int, cols: int, repeats: int) -> dict:
         "all-gather": (gloo_gather, own_gather),
         "reduce-scatter (AVG)": (gloo_reduce, own_reduce),
         "whole tensor (export)": (sharded.full_tensor, lambda: whole_tensor(sharded, True)),
+        "whole tensor to rank 0 (sync export)": (
+            sharded.full_tensor,
+            lambda: whole_tensor(sharded, True, to_rank=0),
+        ),
     }
     meter = PhaseMeter()
     out = {}
@@ -555,14 +562,17 @@ def render(stored: dict) -> str:
 
 
 def collectives_table(measured: dict) -> list[str]:
-    """gloo's collectives vs the in-place ones (`--collectives`), the slower rank's medians."""
+    """gloo's collectives vs the in-place ones (`--collectives`): the slower rank's medians, each
+    rank's peak."""
     names = list(measured["ranks"][0])
     lines = [
         (
             f"The collectives behind the cut, {measured['date']}, same machine: a tensor of the root "
             "unit's size (151,936 x 896 fp32, 519 MiB) on 2 gloo ranks, gloo's own call and the "
-            "in-place one alternating, 5 times each; median seconds (the slower rank) and the peak "
-            "RssAnon above the call's start (MiB; the reduce-scatter's includes its 519 MiB input):"
+            "in-place one alternating, 5 times each; median seconds (the slower rank) and each "
+            "rank's peak RssAnon above the call's start (MiB, rank 0 / rank 1; the reduce-scatter's "
+            "includes its 519 MiB input). A weight sync's export gathers to the sender alone (rank "
+            "0; the other rank sends its shard and receives nothing), against `full_tensor` on both:"
         ),
         "",
         "| collective | gloo s | in place s | in place / gloo | gloo peak | in-place peak |",
@@ -571,10 +581,8 @@ def collectives_table(measured: dict) -> list[str]:
     for name in names:
         gloo = max(r[name]["gloo"] for r in measured["ranks"])
         own = max(r[name]["in_place"] for r in measured["ranks"])
-        peaks = [max(r[name]["peaks"][i] for r in measured["ranks"]) for i in (0, 1)]
-        lines.append(
-            f"| {name} | {gloo:.2f} | {own:.2f} | **{own / gloo:.2f}x** | {peaks[0]:.0f} | {peaks[1]:.0f} |"
-        )
+        peaks = [" / ".join(f"{r[name]['peaks'][i]:.0f}" for r in measured["ranks"]) for i in (0, 1)]
+        lines.append(f"| {name} | {gloo:.2f} | {own:.2f} | **{own / gloo:.2f}x** | {peaks[0]} | {peaks[1]} |")
     return lines
 
 

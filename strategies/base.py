@@ -264,12 +264,14 @@ class TrainStrategy(Strategy, abc.ABC):
 
     @abc.abstractmethod
     def export_weights(
-        self, dtype: torch.dtype | None = None, snapshot: bool = True
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+        self, dtype: torch.dtype | None = None, snapshot: bool = True, to_rank: int | None = None
+    ) -> Iterator[tuple[str, torch.Tensor | None]]:
         """Full (unsharded) HF-named tensors, for weight sync and export: by default fp32 host
-        snapshots that later train steps leave unchanged, on every kind and world size. A weight
-        sync asks for `dtype` (the engine's; cast on the device) and `snapshot=False` (tensors
-        where they are, valid until the next train step: the sync copies them at once)."""
+        snapshots that later train steps leave unchanged, on every rank, kind and world size. A
+        weight sync asks for `dtype` (the engine's; cast on the device), `snapshot=False` (tensors
+        where they are, valid until the next train step: the sync copies them at once) and
+        `to_rank` (the global rank that sends them: the others yield each name with None, and a
+        trainer may spare them the gather). Every rank must drain the iterator."""
 
     @abc.abstractmethod
     def offload(self) -> None:

@@ -44,6 +44,8 @@ def freed_by(platform, release) -> int:
 class TrainWorker(PipelineWorker):
     """One rank of a train strategy."""
 
+    sender_rank = 0  # the rank that sends the weights to the engines
+
     def setup(self, model_path: str, strategy: str, settings: TrainSettings, master: tuple[str, int]) -> int:
         """Start the strategy (`strategy`: its qualified class name, strategies/registry.py);
         returns this rank's data-parallel rank."""
@@ -106,14 +108,14 @@ class TrainWorker(PipelineWorker):
         """Hash of the full exported weights (every rank must call: the export gathers)."""
         return weights_hash(self.strategy.export_weights())
 
-    # ---- weight sync: rank 0 sends; every rank drains the export (it gathers shards) ----------
+    # ---- weight sync: rank 0 sends; every rank drains the export (it gathers to rank 0) -------
     def open_sender(
         self, plan: SyncPlan, receivers: int, options: WeightSyncOptions, engine_dtype: str | None
     ) -> Endpoint | None:
-        """Rank 0 opens the sender (every rank exports: the export gathers); weights leave the
-        trainer cast to the engine's `engine_dtype` (None: as trained; the engine casts)."""
+        """The sender rank opens the sender (every rank exports: the export gathers); weights leave
+        the trainer cast to the engine's `engine_dtype` (None: as trained; the engine casts)."""
         self.export_dtype = None if engine_dtype is None else getattr(torch, engine_dtype)
-        if self.rank != 0:
+        if self.rank != self.sender_rank:
             return None
         self.sender = WeightSender(
             plan, self.platform, receivers, options, host=ray.util.get_node_ip_address()
@@ -127,7 +129,9 @@ class TrainWorker(PipelineWorker):
     def send_weights(self, version: int) -> dict | None:
         """The step's last call on a trainer: afterwards the free memory the C allocator keeps
         from the step and the export goes back to the OS (the rollout runs next, on the same hosts)."""
-        export = self.strategy.export_weights(dtype=self.export_dtype, snapshot=False)
+        export = self.strategy.export_weights(
+            dtype=self.export_dtype, snapshot=False, to_rank=self.sender_rank
+        )
         if self.sender is None:
             collections.deque(export, maxlen=0)
             stats = None

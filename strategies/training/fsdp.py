@@ -179,17 +179,22 @@ class FsdpTrainStrategy(TrainStrategy):
 
     # ---- weights --------------------------------------------------------------------------
     def export_weights(
-        self, dtype: torch.dtype | None = None, snapshot: bool = True
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+        self, dtype: torch.dtype | None = None, snapshot: bool = True, to_rank: int | None = None
+    ) -> Iterator[tuple[str, torch.Tensor | None]]:
         """Every rank yields the same full tensors under their HF names (each is gathered with a
         collective, so every rank must drain the iterator): fp32 host snapshots, on every kind.
-        For a weight sync: `dtype` (the engine's) casts each on the device before it moves, and
-        `snapshot=False` yields them where they are (the device; a one-rank model's own
-        parameters), valid until the next train step: the sync copies them at once. A tied head
-        is the embedding, yielded once under the embedding's name (strategies/tied_weights.py)."""
+        For a weight sync: `dtype` (the engine's) casts each shard on the device before it is
+        gathered (the gather moves the engine's bytes), `snapshot=False` yields the tensors where
+        they are (the device; a one-rank model's own parameters), valid until the next train step
+        (the sync copies them at once), and `to_rank` gathers them to that rank alone (on a backend
+        whose collectives copy the whole tensor, by sends to it; on the others by an all-gather):
+        the other ranks yield each name with None. A tied head is the embedding, yielded once
+        under the embedding's name (strategies/tied_weights.py)."""
+        keep = to_rank is None or dist.get_rank() == to_rank
         for name, tensor in state_once(self.model).items():
-            full = whole_tensor(tensor, self.platform.collectives_copy_whole)
-            yield name, export_tensor(full, dtype, snapshot)
+            shard = tensor.detach() if dtype is None else tensor.detach().to(dtype)
+            full = whole_tensor(shard, self.platform.collectives_copy_whole, to_rank)
+            yield name, export_tensor(full, dtype, snapshot) if keep else None
 
     def offload(self) -> None:
         """Parameters, gradients and optimizer state to the CPU (a no-op on the CPU platform)."""

@@ -9,7 +9,9 @@ in fp32) in every forward, backward and weight export: each would hold one more 
   output first; each rank's part is then broadcast from it, in place.
 - `InPlaceReduceScatter` (FSDP2's reduce-scatter): an in-place all-reduce of the input (a buffer
   FSDP frees afterwards), then this rank's part copied out (divided by the world for AVG).
-- `whole_tensor`: a DTensor sharded on dim 0 gathered into one new tensor (the weight export).
+- `whole_tensor`: a DTensor sharded on dim 0 gathered into one new tensor (the weight export),
+  on every rank by broadcasts, or on one rank only (a weight sync's sender) by sends to it: the
+  other ranks then receive nothing and allocate nothing.
 
 On gloo they also take less time (0.5x to 0.7x at that size, benchmarks/rank_memory.py). They
 move more bytes than fused collectives (the all-reduce twice a reduce-scatter's): for a backend
@@ -71,24 +73,46 @@ def use_in_place_collectives(model: torch.nn.Module) -> None:
             module.set_custom_reduce_scatter(InPlaceReduceScatter())
 
 
-def whole_tensor(tensor: torch.Tensor, in_place: bool) -> torch.Tensor:
-    """The full tensor of a DTensor (every rank calls): with `in_place`, one sharded on dim 0 of a
-    1-D mesh of several ranks is gathered into one new tensor, any other by `full_tensor` (on one
-    rank that is the local tensor, not a copy); a plain tensor as it is."""
-    if not isinstance(tensor, DTensor):
-        return tensor
-    mesh = tensor.device_mesh
-    if not in_place or tensor.placements != (Shard(0),) or mesh.ndim != 1 or mesh.size() == 1:
-        return tensor.full_tensor()  # on one rank: the local tensor itself, no copy
-    group = mesh.get_group()
+def receive_parts(parts: Sequence[torch.Tensor], group: dist.ProcessGroup) -> None:
+    """Each other rank r's `parts[r]` into its place on this rank, in place (empty parts
+    skipped): the receiving end of every other rank sending its own part here."""
+    for rank, part in enumerate(parts):
+        if rank != group.rank() and part.numel():
+            dist.recv(part, group_src=rank, group=group)
+
+
+def whole_tensor(tensor: torch.Tensor, in_place: bool, to_rank: int | None = None) -> torch.Tensor | None:
+    """The full tensor of a DTensor (every rank calls), on every rank, or with `to_rank` (a global
+    rank) on that rank alone: the others get None. With `in_place`, one sharded on dim 0 of a 1-D
+    mesh of several ranks is gathered into one new tensor (by sends to `to_rank` alone, where
+    given), any other by `full_tensor` (on one rank that is the local tensor, not a copy); a plain
+    tensor is returned as it is."""
+    if isinstance(tensor, DTensor):
+        mesh = tensor.device_mesh
+        if in_place and tensor.placements == (Shard(0),) and mesh.ndim == 1 and mesh.size() > 1:
+            return _gathered_shards(tensor, to_rank)
+        tensor = tensor.full_tensor()  # on one rank: the local tensor itself, no copy
+    return tensor if to_rank is None or dist.get_rank() == to_rank else None
+
+
+def _gathered_shards(tensor: DTensor, to_rank: int | None) -> torch.Tensor | None:
+    group = tensor.device_mesh.get_group()
+    local = tensor.to_local()
+    dst = None if to_rank is None else dist.get_group_rank(group, to_rank)
+    if dst is not None and group.rank() != dst:  # a sender of its shard only
+        if local.numel():
+            dist.send(local.contiguous(), group_dst=dst, group=group)
+        return None
     out = torch.empty(tensor.shape, dtype=tensor.dtype, device=tensor.device)
     parts = list(out.chunk(group.size())) if out.shape[0] else []  # Shard(0)'s split: torch.chunk's
     parts += [out[:0]] * (group.size() - len(parts))
-    local = tensor.to_local()
     if parts[group.rank()].shape != local.shape:
         raise RuntimeError(
             f"shard of shape {tuple(local.shape)} is not torch.chunk's part of {tuple(out.shape)}"
         )
     parts[group.rank()].copy_(local)
-    broadcast_parts(parts, group)
+    if dst is None:
+        broadcast_parts(parts, group)
+    else:
+        receive_parts(parts, group)
     return out

@@ -30,6 +30,7 @@ from strategies.training.common import (
     TrainerStateError,
     check_model_path,
     checkpoint_cause,
+    export_tensor,
     free_storages,
     plan_micro_batches,
     refuse_non_finite,
@@ -313,24 +314,26 @@ class MegatronTrainStrategy(TrainStrategy):
         return shards
 
     def export_weights(
-        self, dtype: torch.dtype | None = None, snapshot: bool = True
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+        self, dtype: torch.dtype | None = None, snapshot: bool = True, to_rank: int | None = None
+    ) -> Iterator[tuple[str, torch.Tensor | None]]:
         """Every rank yields the same full tensors under HF names (tensor-parallel shards are
         all-gathered per tensor, pipeline stages broadcast theirs in turn, so every rank must
         drain the iterator): the fp32 weights, or with bf16 compute the bf16 weights the model
         computes with, as host snapshots. For a weight sync: `dtype` (the engine's) casts each on
-        the device, and `snapshot=False` yields them where they are, valid until the next train
-        step (the sync copies them at once)."""
+        the device, `snapshot=False` yields them where they are, valid until the next train step
+        (the sync copies them at once), and with `to_rank` the other ranks yield each name with
+        None (they still take part in every gather and broadcast: no cast, no copy)."""
         if self._offloaded is not None:
             raise TrainerStateError("the Megatron trainer is offloaded: call reload() before export")
         params = dict(self.gpt.named_parameters())
         shape, tp = self.plan.shape, self.settings.tensor_parallel
-        yield from self.stages.gather_export(
+        exported = self.stages.gather_export(
             lambda: megatron_weights.export(params, self.table, shape, self._gather_tp),
             lambda: megatron_weights.manifest(params, self.table, shape, tp),
-            dtype,
-            snapshot,
         )
+        keep = to_rank is None or dist.get_rank() == to_rank
+        for name, tensor in exported:
+            yield name, export_tensor(tensor, dtype, snapshot) if keep else None
 
     def _device_tensors(self) -> list[torch.Tensor]:
         tensors = list(self.gpt.parameters())

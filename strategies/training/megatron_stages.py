@@ -13,8 +13,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from strategies.training.common import export_tensor
-
 
 class PipelineStages:
     """This rank's place in its pipeline group (ranks with the same tensor- and data-parallel
@@ -49,16 +47,13 @@ class PipelineStages:
         self,
         local_export: Callable[[], Iterator[tuple[str, torch.Tensor]]],
         local_manifest: Callable[[], list[tuple[str, tuple[int, ...], torch.dtype]]],
-        dtype: torch.dtype | None = None,
-        snapshot: bool = True,
     ) -> Iterator[tuple[str, torch.Tensor]]:
-        """Every stage's exported tensors, stage by stage, on every stage (host snapshots, or
-        with `snapshot=False` where they are: `export_tensor`). A stage first announces its
-        manifest (names, shapes, dtypes), then broadcasts its tensors one at a time, so no rank
-        holds more than one foreign tensor at once."""
+        """Every stage's exported tensors, stage by stage, on every stage, on the device (valid
+        until the next step). A stage first announces its manifest (names, shapes, dtypes), then
+        broadcasts its tensors one at a time, so no rank holds more than one foreign tensor at
+        once."""
         if self.size == 1:
-            for name, tensor in local_export():
-                yield name, export_tensor(tensor, dtype, snapshot)
+            yield from local_export()
             return
         for stage, source in enumerate(self.global_ranks):
             mine = stage == self.rank
@@ -76,4 +71,4 @@ class PipelineStages:
                 else:
                     tensor = torch.empty(shape, dtype=sent_dtype, device=self.device)
                 dist.broadcast(tensor, src=source, group=self.group)
-                yield name, export_tensor(tensor, dtype, snapshot)
+                yield name, tensor

@@ -12,6 +12,7 @@ from strategies.training.losses import grpo_policy_loss, masked_mean, nll_loss
 from tests.configs import trainer_settings
 from tests.isolated import error_of, simulated_npu
 from tests.strategies.training.data import concat, make_batch
+from tests.strategies.training.in_place_checks import point_to_point_calls
 
 CHANGES = {"lr": 5.0e-3, "micro_batch_size": 1, "max_grad_norm": 1.0}  # to the shipped trainer sections
 
@@ -73,6 +74,14 @@ def two_ranks(rank: int, model_path: str, checkpoint_dir: str) -> dict:
     exported = dict(trainer.export_weights())
     out["exported_names"] = sorted(exported)
     out["hf_names"] = sorted(plain.state_dict())
+    with point_to_point_calls() as calls:  # a weight sync's export: bf16 engine, rank 0 sends
+        for_sync = list(trainer.export_weights(dtype=torch.bfloat16, snapshot=False, to_rank=0))
+    out["sync_export_names"] = sorted(name for name, _ in for_sync)
+    out["sync_export_matches"] = all(
+        torch.equal(tensor, exported[name].bfloat16()) if rank == 0 else tensor is None
+        for name, tensor in for_sync
+    )
+    out["sync_export_calls"] = sorted(set(calls))
     fresh = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
     fresh.load_state_dict(exported, strict=True)
     out["export_logprob_diff"] = (

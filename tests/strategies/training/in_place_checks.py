@@ -3,12 +3,38 @@ in-place collectives next to torch's own on the same inputs."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
 from strategies.training.in_place_collectives import InPlaceAllGather, InPlaceReduceScatter, whole_tensor
+
+
+@contextlib.contextmanager
+def point_to_point_calls() -> Iterator[list[tuple[str, torch.dtype]]]:
+    """The calls this rank makes to torch.distributed's send, recv and broadcast while inside, as
+    (function, dtype of the tensor), in order; the real functions run."""
+    calls: list[tuple[str, torch.dtype]] = []
+    real = {name: getattr(dist, name) for name in ("send", "recv", "broadcast")}
+
+    def recording(name):
+        def call(tensor, *args, **kwargs):
+            calls.append((name, tensor.dtype))
+            return real[name](tensor, *args, **kwargs)
+
+        return call
+
+    try:
+        for name in real:
+            setattr(dist, name, recording(name))
+        yield calls
+    finally:
+        for name, function in real.items():
+            setattr(dist, name, function)
 
 
 def compare(rank: int) -> dict:
@@ -38,6 +64,14 @@ def compare(rank: int) -> dict:
         out[f"whole_{rows}_rows"] = torch.equal(
             whole_tensor(distribute_tensor(full, mesh, [Shard(0)]), True), full
         )
+        with point_to_point_calls() as calls:
+            to_first = whole_tensor(distribute_tensor(full, mesh, [Shard(0)]), True, to_rank=0)
+        out[f"to_rank_0_{rows}_rows"] = torch.equal(to_first, full) if rank == 0 else to_first is None
+        # rank 0 only receives, the other rank only sends its shard (none when it holds none)
+        expected = [("recv", full.dtype)] * (rows > 1) if rank == 0 else [("send", full.dtype)] * (rows > 1)
+        out[f"to_rank_0_{rows}_rows_calls"] = calls == expected
     replicated = distribute_tensor(torch.ones(2, 2), mesh, [Replicate()])
     out["whole_replicated"] = torch.equal(whole_tensor(replicated, True), torch.ones(2, 2))
+    to_second = whole_tensor(replicated, True, to_rank=1)
+    out["replicated_to_rank_1"] = torch.equal(to_second, torch.ones(2, 2)) if rank == 1 else to_second is None
     return out

@@ -64,6 +64,12 @@ def two_ranks(
 
     exported = dict(trainer.export_weights())
     out["exported_names"], out["hf_names"] = sorted(exported), hf_names(plain)
+    for_sync = list(trainer.export_weights(dtype=torch.bfloat16, snapshot=False, to_rank=1))
+    out["sync_export_names"] = sorted(name for name, _ in for_sync)
+    out["sync_export_matches"] = all(
+        torch.equal(tensor.cpu(), exported[name].bfloat16()) if rank == 1 else tensor is None
+        for name, tensor in for_sync
+    )
     fresh = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
     fresh.load_state_dict(exported, strict=True)
     out["export_logprob_diff"] = (

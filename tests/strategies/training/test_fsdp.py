@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+import torch
 
 import roll_device as rd
 from roll_device.errors import ConfigError
@@ -54,6 +55,16 @@ def test_export_yields_hf_names_that_load_with_identical_logits(two_ranks):
     for rank in two_ranks:
         assert rank["exported_names"] == rank["hf_names"]
         assert rank["export_logprob_diff"] < 1e-5
+
+
+def test_a_sync_export_gathers_the_engines_dtype_to_the_sender_alone(two_ranks):
+    """Rank 0 (the sender) gets every tensor in bf16; rank 1 yields the names with None: it only
+    sends its bf16 shards, rank 0 only receives (no broadcast, no fp32 on the wire)."""
+    for rank in two_ranks:
+        assert rank["sync_export_names"] == rank["exported_names"]
+        assert rank["sync_export_matches"]
+    assert two_ranks[0]["sync_export_calls"] == [("recv", torch.bfloat16)]
+    assert two_ranks[1]["sync_export_calls"] == [("send", torch.bfloat16)]
 
 
 def test_checkpoint_reload_gives_identical_next_step(two_ranks):

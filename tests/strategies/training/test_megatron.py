@@ -78,6 +78,12 @@ def test_exported_weights_load_into_transformers_with_matching_logits(two_ranks)
         assert rank["offload_reload_weight_diff"] == 0.0
 
 
+def test_a_sync_export_yields_tensors_on_the_sending_rank_alone(two_ranks):
+    for rank in two_ranks[1]:  # rank 1 sends here: the other one yields the names with None
+        assert rank["sync_export_names"] == rank["exported_names"]
+        assert rank["sync_export_matches"]
+
+
 def test_checkpoint_reload_gives_identical_next_step(two_ranks):
     for rank in two_ranks[1]:
         assert rank["step_after_load"] == pytest.approx(rank["step_after_save"], rel=1e-6)
