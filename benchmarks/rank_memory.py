@@ -488,8 +488,8 @@ def render(stored: dict) -> str:
             "(RssAnon) of rank 0 (the sender) in each phase of the second step (the first makes the Adam "
             "moments), MiB; **before**: the code of commit 70cd4ed, **after**: in-place collectives on "
             "gloo, the host heap trimmed after each sync, and the chunked head's weight gradient added "
-            "to in place. The 24-layer columns are least-squares fits (fixed + per layer) over the "
-            "reduced depths."
+            "to in place (measured again with the sync's export gathered to rank 0 alone). The 24-layer "
+            "columns are least-squares fits (fixed + per layer) over the reduced depths."
         ),
         "",
         "| phase | "
@@ -552,8 +552,14 @@ def render(stored: dict) -> str:
         (
             f"Free memory glibc kept between steps, which `malloc_trim(0)` gave back at once: up to "
             f"{trims['before']:.0f} MiB per rank before, {trims['after']:.0f} MiB after (the trainer "
-            "worker now trims after each sync). The other rank (it drains the export, sends nothing) "
-            "peaks within about a root unit of rank 0 and holds no shared memory."
+            "worker now trims after each sync). In the export the other rank sends its shards to "
+            "rank 0 and receives nothing; it peaks there at "
+            + ", ".join(f"{phase_of(r['ranks'][1], 'export')['peak']['RssAnon']:.0f}" for r in after["runs"])
+            + " MiB at "
+            + ", ".join(str(r["layers"]) for r in after["runs"])
+            + " layers (rank 0: "
+            + ", ".join(f"{peak(r, 'export'):.0f}" for r in after["runs"])
+            + ") and holds no shared memory."
         ),
         "",
         "![rank memory](rank_memory_benchmark.png)",
