@@ -1,5 +1,7 @@
 """Run in each of 2 gloo ranks (tests/strategies/training/test_in_place_collectives.py): the
-in-place collectives next to torch's own on the same inputs."""
+in-place collectives next to torch's own on the same inputs, and the whole-tensor gather to one
+rank, with the sends, receives and broadcasts each rank made (`point_to_point_calls`, which the
+FSDP checks use too)."""
 
 from __future__ import annotations
 
