@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 import os
+import time
+
+import torch.distributed as dist
 
 
 def exits(rank: int, code: int) -> None:
-    """The rank's process ends at once, without a result (as a killed or crashed one does)."""
-    os._exit(code)
+    """Rank 0's process ends at once, without a result (as a killed or crashed one does), once
+    every rank is past the group's set-up (a rank still joining it would fail with a connection
+    error of its own first); the others keep running, as ranks waiting on a lost peer do."""
+    dist.barrier()
+    if rank == 0:
+        os._exit(code)
+    time.sleep(600)
