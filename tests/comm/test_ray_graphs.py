@@ -29,6 +29,9 @@ from tests.comm.graph_actors import SIM_NPU, GraphActor
 from tests.isolated import run_isolated
 
 EXECUTIONS = 100
+# Ray waits 10 s for a compiled graph's result by default (RAY_CGRAPH_get_timeout); on two cores
+# shared with another test's workers one execution took longer (seen once, at execution 73 of 100).
+RESULT_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +76,7 @@ def test_npu_tensors_pass_actor_to_actor_through_the_communicator(npu_actors):
     # Sends and receives run on the communicator's own side streams (Platform.new_stream).
     graph = dag.experimental_compile(_overlap_gpu_communication=True)
     try:
-        results = [ray.get(graph.execute(i)) for i in range(EXECUTIONS)]
+        results = [ray.get(graph.execute(i), timeout=RESULT_TIMEOUT_S) for i in range(EXECUTIONS)]
         sent, received = (_open_communicators([a]) for a in npu_actors)
     finally:
         graph.teardown()
@@ -99,7 +102,7 @@ def test_collectives_in_a_graph_across_two_npu_actors(npu_actors):
         )
     graph = dag.experimental_compile()
     try:
-        results = [ray.get(graph.execute(i)) for i in (1, 5)]
+        results = [ray.get(graph.execute(i), timeout=RESULT_TIMEOUT_S) for i in (1, 5)]
         stats = _open_communicators(npu_actors)
     finally:
         graph.teardown()
@@ -124,7 +127,7 @@ def test_a_cpu_actor_feeds_npu_actors_through_host_staging(npu_actors):
             dag = second.check.bind(on_device, step)
         graph = dag.experimental_compile()
         try:
-            results = [ray.get(graph.execute(i)) for i in range(10)]
+            results = [ray.get(graph.execute(i), timeout=RESULT_TIMEOUT_S) for i in range(10)]
             received = _open_communicators([second])
         finally:
             graph.teardown()
