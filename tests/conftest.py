@@ -1,7 +1,8 @@
 """Shared fixtures: a fresh platform registry per test, the tiny model made once per session (a
 session-wide ROLL_DEVICE_HOME, so runs share the one the default `model.tiny_dir` names), and one
-Ray cluster for the session's whole runs (`shared_cluster`); under pytest-xdist, tests marked
-`alone` run with no other test beside them (tests/run_alone.py).
+Ray cluster for the session's whole runs (`shared_cluster`); under pytest-xdist, the nodes of a
+simulated cluster start with no other test running beside them (tests/run_alone.py), and the files
+go to the workers longest first (tests/file_order.py).
 
 Every Ray cluster a test starts is a throwaway one on this machine, so the whole session runs
 without Ray's token authentication: Ray fixes a process's mode at its first local `ray.init`
@@ -11,23 +12,57 @@ same process would then lose its actors. docs/cluster.md says the same for users
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 
 import pytest
 
-from roll_device.cluster.sim_nodes import AUTH_MODE_ENV
+from roll_device.cluster.sim_nodes import AUTH_MODE_ENV, SimNodes
 from roll_device.platforms import registry
+from tests.file_order import FileSeconds, order_longest_first, recorded_seconds
 from tests.isolated import ROOT, isolated_env
-from tests.run_alone import held_slot, shared_dir
+from tests.run_alone import alone, held_slot, shared_dir
 
 os.environ[AUTH_MODE_ENV] = "disabled"
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--write-file-seconds",
+        action="store_true",
+        help="write each test file's seconds into tests/file_seconds.json (the order xdist hands files out)",
+    )
+
+
+def pytest_configure(config):
+    if config.getoption("write_file_seconds") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(FileSeconds(), "file-seconds")
+
+
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config, "workerinput"):  # xdist's workers collect; the controller hands files out
+        order_longest_first(items, recorded_seconds())
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    with held_slot(item.get_closest_marker("alone") is not None, shared_dir(item.config)):
+    with held_slot(shared_dir(item.config)):
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sim_nodes_start_alone():
+    """A simulated cluster's worker nodes start with no other test running (tests/run_alone.py)."""
+    add_nodes = SimNodes.add_nodes
+
+    def add_nodes_alone(nodes, entries, alive_nodes):
+        with alone() if entries else contextlib.nullcontext():
+            return add_nodes(nodes, entries, alive_nodes)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(SimNodes, "add_nodes", add_nodes_alone)
         yield
 
 

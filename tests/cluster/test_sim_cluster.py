@@ -12,8 +12,6 @@ from roll_device.errors import ConfigError, PlanError
 from tests.cluster.role_workers import DeviceIdentityWorker, ProbeWorker
 from tests.configs import cluster_settings, run_config
 
-pytestmark = pytest.mark.alone  # starts a simulated cluster of several nodes (tests/run_alone.py)
-
 NODES = (
     "[{name: npu-node, num_cpus: 1, resources: {NPU: 4}}, {name: gpu-node, num_cpus: 1, num_gpus: 2}, "
     "{name: amd-node, num_cpus: 1, num_gpus: 1, accelerator_type: AMD-Instinct-MI300X}]"

@@ -21,8 +21,6 @@ from strategies.base import INFERENCE, TRAIN, SamplingConfig
 from strategies.registry import qualified_name
 from tests.configs import run_config
 
-pytestmark = pytest.mark.alone  # starts a simulated cluster of several nodes (tests/run_alone.py)
-
 NODES = "[{name: npu-node, num_cpus: 1, resources: {NPU: 1}}, {name: gpu-node, num_cpus: 1, num_gpus: 1}]"
 CONFIG = [
     "cluster=sim",

@@ -17,8 +17,6 @@ from roll_device.pipeline.config import RunConfig
 from roll_device.pipeline.role_settings import role_requests
 from tests.configs import cluster_settings, run_config
 
-pytestmark = pytest.mark.alone  # starts a simulated cluster of several nodes (tests/run_alone.py)
-
 ROOT = Path(__file__).resolve().parents[2]
 SIM = [
     "cluster=sim",

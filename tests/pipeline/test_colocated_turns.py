@@ -8,8 +8,6 @@ import pytest
 from roll_device.commands.run import run_checked
 from tests.configs import run_config
 
-pytestmark = pytest.mark.alone  # starts a simulated cluster of several nodes (tests/run_alone.py)
-
 
 @pytest.mark.slow
 def test_colocated_engine_and_trainer_take_turns_on_the_devices(tmp_path):

@@ -7,13 +7,9 @@ hccl backend, vLLM, and the host bridge over gloo between the nodes. The experim
 two sides (`algorithm.max_staleness=1`): the second step's rollout runs while the first trains.
 """
 
-import pytest
-
 from roll_device.commands.run import run_checked
 from roll_device.pipeline.workers import RolloutWorker, TrainWorker
 from tests.configs import run_config
-
-pytestmark = pytest.mark.alone  # starts a simulated cluster of several nodes (tests/run_alone.py)
 
 
 def test_mixed_devices_step_on_the_sim_cluster(tmp_path):
