@@ -33,12 +33,9 @@ def recorded_seconds() -> dict[str, float]:
 
 def order_longest_first(items: list[pytest.Item], seconds: dict[str, float]) -> None:
     """Reorder `items` in place: files by recorded seconds, longest first (unlisted files first);
-    the tests of a file keep their order."""
+    the sort is stable, so the tests of a file keep their order and files of equal seconds theirs."""
     longest = max(seconds.values(), default=0.0) + 1.0
-    position = {}
-    for index, item in enumerate(items):
-        position.setdefault(item.location[0], index)
-    items.sort(key=lambda item: (-seconds.get(item.location[0], longest), position[item.location[0]]))
+    items.sort(key=lambda item: -seconds.get(item.location[0], longest))
 
 
 class FileSeconds:
