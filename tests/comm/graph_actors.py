@@ -4,10 +4,13 @@ started with ROLL_DEVICE=npu-sim, the CPU otherwise."""
 
 from __future__ import annotations
 
+import time
+
 import torch
 from torch.distributed import distributed_c10d as c10d
 
 import roll_device as rd
+from roll_device.comm.ray_graphs.communicator import PlatformCommunicator
 
 # Actor options for a simulated NPU: one of the NPUs the local Ray instance declares.
 SIM_NPU = {"resources": {"NPU": 1}, "num_cpus": 0, "runtime_env": {"env_vars": {"ROLL_DEVICE": "npu-sim"}}}
@@ -72,6 +75,25 @@ class GraphActor:
         collective.barrier(name)
         return out
 
+    def read_turn(self) -> tuple[float, float]:
+        """Seconds per turn of this process's Compiled Graph reads, and Ray's whole wait."""
+        from ray.dag import DAGContext
+
+        context = DAGContext.get_current()
+        return context.read_iteration_timeout, context.get_timeout
+
     def process_groups(self) -> int:
         """How many process groups this process holds."""
         return len(c10d._world.pg_map)
+
+
+class PausingCommunicator(PlatformCommunicator):
+    """A test stand-in for a sender that is preempted right after its tensor went out: Ray writes
+    the rest of the value (through shared memory) `pause_s` later. Everything else is the real
+    communicator."""
+
+    pause_s = 0.5  # five of Ray's 0.1 s read turns
+
+    def send(self, value: torch.Tensor, peer_rank: int) -> None:
+        super().send(value, peer_rank)
+        time.sleep(self.pause_s)

@@ -25,12 +25,13 @@ from roll_device.cluster.sim_nodes import AUTH_MODE_ENV
 from roll_device.comm.ray_graphs import edge_transport
 from roll_device.comm.ray_graphs.communicator import PlatformCommunicator
 from tests.comm.direct_transport_checks import NUMEL, STEPS
-from tests.comm.graph_actors import SIM_NPU, GraphActor
+from tests.comm.graph_actors import SIM_NPU, GraphActor, PausingCommunicator
 from tests.isolated import run_isolated
 
 EXECUTIONS = 100
-# Ray waits 10 s for a compiled graph's result by default (RAY_CGRAPH_get_timeout); on two cores
-# shared with another test's workers one execution took longer (seen once, at execution 73 of 100).
+# Ray waits 10 s for a compiled graph's result by default (RAY_CGRAPH_get_timeout); Ray's workers
+# run at a low priority, and on two cores shared with another test's processes an execution can
+# take seconds.
 RESULT_TIMEOUT_S = 120
 
 
@@ -86,6 +87,26 @@ def test_npu_tensors_pass_actor_to_actor_through_the_communicator(npu_actors):
     # Teardown leaves no process group and no open communicator in either actor.
     assert ray.get([a.process_groups.remote() for a in npu_actors]) == [0, 0]
     assert _open_communicators(npu_actors) == []
+
+
+def test_a_sender_paused_between_a_tensor_and_the_rest_of_its_value_does_not_hang_the_graph(npu_actors):
+    # Ray 2.60 reads inputs in 0.1 s turns and starts a half-read tensor input over, waiting for the
+    # next tensor (ray-project/ray#59913): without the communicator's longer turns this hangs at the
+    # first execution (it did, at execution 73 of 100 above, in CI).
+    communicator = PausingCommunicator.for_actors(npu_actors)
+    sender, receiver = npu_actors
+    with InputNode() as step:
+        tensor = sender.make.bind(step).with_tensor_transport(transport=communicator)
+        dag = receiver.check.bind(tensor, step)
+    graph = dag.experimental_compile()
+    try:
+        results = [ray.get(graph.execute(i), timeout=RESULT_TIMEOUT_S) for i in range(3)]
+        turns = ray.get([a.read_turn.remote() for a in npu_actors])
+    finally:
+        graph.teardown()
+        communicator.close()
+    assert results == [("npu:0", 0.0)] * 3
+    assert all(turn == whole_wait >= 10 for turn, whole_wait in turns)
 
 
 def test_collectives_in_a_graph_across_two_npu_actors(npu_actors):

@@ -16,6 +16,13 @@ key-value store names rank 0's store), never touches an actor's default group, a
 `destroy()` (which Ray calls once per channel and once per communicator: it is idempotent and
 local). `stats()` counts what this communicator carried, so that a test can prove the tensors
 went through it and not through Ray's host channels.
+
+Joining also lengthens this actor's input reads to Ray's whole wait (`whole_value_reads`): Ray 2.60
+reads a task's inputs in turns of `read_iteration_timeout` (0.1 s), and a turn that ends after a
+tensor came through the communicator but before the rest of its value came through shared memory
+starts that input over: the actor waits for the next tensor (the graph hangs) or pairs one
+execution's tensors with the next one's value (ray-project/ray#59913). A sender preempted for
+0.1 s between its two writes is enough; it hung a graph here on two loaded cores.
 """
 
 from __future__ import annotations
@@ -110,6 +117,7 @@ class PlatformCommunicator(Communicator):
             send = recv = self._stream if self._stream is not None else self._platform.current_stream()
         self._send = StreamContext(self._platform, send)
         self._recv = StreamContext(self._platform, recv)
+        whole_value_reads()
 
     def get_actor_handles(self) -> list:
         return self._actor_handles
@@ -225,6 +233,16 @@ class PlatformCommunicator(Communicator):
             "platform": platform.name if platform is not None else None,
             "open": self._ops is not None and not self._destroyed,
         }
+
+
+def whole_value_reads() -> None:
+    """Make this process's Compiled Graph reads wait up to Ray's whole wait (`get_timeout`) per
+    turn, so that no turn ends halfway through a value (module docstring). Only how fast an actor
+    that reads several inputs notices an upstream error changes: within one turn instead of 0.1 s."""
+    from ray.dag import DAGContext
+
+    context = DAGContext.get_current()
+    context.read_iteration_timeout = max(context.read_iteration_timeout, context.get_timeout)
 
 
 def _destroy_in_actor(actor, comm_id: str) -> None:
