@@ -237,8 +237,9 @@ class PlatformCommunicator(Communicator):
 
 def whole_value_reads() -> None:
     """Make this process's Compiled Graph reads wait up to Ray's whole wait (`get_timeout`) per
-    turn, so that no turn ends halfway through a value (module docstring). Only how fast an actor
-    that reads several inputs notices an upstream error changes: within one turn instead of 0.1 s."""
+    turn: a turn then ends halfway through a value only when its sender stalls that long between
+    the two writes (module docstring). The price: an actor that reads several inputs notices an
+    upstream error within one turn instead of 0.1 s."""
     from ray.dag import DAGContext
 
     context = DAGContext.get_current()
