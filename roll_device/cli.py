@@ -111,10 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--shapes",
         choices=SHAPES,
         default=TINY_SHAPES,
-        help=f"{TINY_SHAPES} (default) or {QWEN_SHAPES}'s shapes (random weights, for measurements at size)",
+        help=f"{TINY_SHAPES} (default), or {' or '.join(QWEN_SHAPES)}'s shapes (random weights, for measurements at size)",
     )
     tiny.add_argument("--seed", type=int, default=0)
-    tiny.add_argument("--layers", type=int, default=None, help="decoder layers (tiny: 2, qwen: 24)")
+    tiny.add_argument(
+        "--layers", type=int, default=None, help="decoder layers (tiny: 2, qwen: the model's own)"
+    )
     tiny.add_argument("--hidden", type=int, default=None, help="hidden size of the tiny shapes (128)")
     tiny.set_defaults(func=_make_tiny_model)
     return parser

@@ -4,11 +4,13 @@
 # weights synced by the colocated CUDA path. Runs the tiny default for 30 steps, a randomly
 # initialised model of Qwen2.5-0.5B's shapes for 10, and the Megatron trainer for a few; prints one
 # line per job (scripts/job_summary.py) and writes each run's folder under RESULTS_DIR (default
-# runs/gpu-job), with nvidia-smi's memory readings every 0.5 s in memory.csv.
+# runs/gpu-job), with the GPU's used memory every 0.1 s in memory.csv (scripts/gpu_memory_log.py).
 #
 #   bash scripts/gpu-job.sh [RESULTS_DIR]
 #
-# GPU_JOB_TIMEOUT bounds each job (seconds, default 300). Python: as scripts/gpu-check.sh.
+# GPU_JOBS picks the jobs, in order (default "tiny qwen2.5-0.5b-shaped megatron"; qwen2.5-1.5b-shaped
+# is the larger size). GPU_JOB_TIMEOUT bounds each job (seconds, default 300). Python: as
+# scripts/gpu-check.sh. Runs into the same RESULTS_DIR add to its memory.csv and phases.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${1:-runs/gpu-job}
@@ -26,10 +28,9 @@ if ls .whl/*.whl >/dev/null 2>&1 && ! "$PY" -c 'import ray, hydra, megatron.core
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl || exit 2
     export PYTHONPATH="$PWD/.site:$PYTHONPATH"
 fi
-command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu \
-    --format=csv,noheader,nounits -lms 500 >"$RESULTS/memory.csv" 2>/dev/null &
-smi=$!
-trap 'kill $smi 2>/dev/null' EXIT
+"$PY" scripts/gpu_memory_log.py "$RESULTS/memory.csv" 0.1 &
+sampler=$!
+trap 'kill $sampler 2>/dev/null' EXIT
 
 COLOCATED=(rollout=hf roles.actor_infer.colocate_with=actor_train save_every=0)
 failed=0
@@ -51,11 +52,20 @@ job() {  # job NAME OVERRIDES...: one run, bounded; its summary line
     "$PY" scripts/job_summary.py "$name" "$RESULTS/$name"
 }
 
-SHAPED="$ROLL_DEVICE_HOME/qwen2.5-0.5b-shaped"
-"$PY" -m roll_device.cli make-tiny-model "$SHAPED" --shapes qwen2.5-0.5b >/dev/null || exit 2
-
-job tiny max_steps=30
-job qwen2.5-0.5b-shaped model.path="$SHAPED" rollout.dtype=bfloat16 max_steps=10 algorithm.max_new_tokens=32
-job megatron trainer=megatron max_steps=5
+for name in ${GPU_JOBS:-tiny qwen2.5-0.5b-shaped megatron}; do
+    case $name in
+    tiny) job tiny max_steps=30 ;;
+    megatron) job megatron trainer=megatron max_steps=5 ;;
+    qwen2.5-*-shaped)  # a randomly initialised model of that Qwen2.5's shapes, made once
+        model="$ROLL_DEVICE_HOME/$name"
+        "$PY" -m roll_device.cli make-tiny-model "$model" --shapes "${name%-shaped}" >/dev/null || exit 2
+        job "$name" model.path="$model" rollout.dtype=bfloat16 max_steps=10 algorithm.max_new_tokens=32
+        ;;
+    *)
+        echo "gpu-job: unknown job $name in GPU_JOBS (tiny, megatron, qwen2.5-0.5b-shaped, qwen2.5-1.5b-shaped)"
+        exit 2
+        ;;
+    esac
+done
 [ "$failed" -eq 0 ] && echo "gpu-job: passed (results in $RESULTS)" || echo "gpu-job: FAILED (logs in $RESULTS)"
 exit "$failed"

@@ -1,5 +1,6 @@
-"""A randomly initialised causal LM with the shapes of Qwen2.5-0.5B (any number of its layers),
-saved in Hugging Face format: a realistic size for memory and speed measurements, no download.
+"""A randomly initialised causal LM with the shapes of a Qwen2.5 model (0.5B or 1.5B, any number of
+its layers), saved in Hugging Face format: a realistic size for memory and speed measurements, no
+download.
 
 With `tokenizer=True` the character tokenizer of `tiny.py` is saved beside it, stretched over the
 whole vocabulary (151,936 entries: the characters first, then placeholder tokens), so that the
@@ -11,45 +12,66 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-QWEN2_5_0_5B = {
+_QWEN2_5_COMMON = {
     "vocab_size": 151936,
-    "hidden_size": 896,
-    "intermediate_size": 4864,
-    "num_attention_heads": 14,
     "num_key_value_heads": 2,
-    "num_hidden_layers": 24,
     "max_position_embeddings": 32768,
     "rope_theta": 1000000.0,
     "rms_norm_eps": 1e-6,
     "tie_word_embeddings": True,
 }
+# the shapes each name stands for, from the models' published config.json
+QWEN_SHAPES = {
+    "qwen2.5-0.5b": {
+        **_QWEN2_5_COMMON,
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_attention_heads": 14,
+        "num_hidden_layers": 24,
+    },
+    "qwen2.5-1.5b": {
+        **_QWEN2_5_COMMON,
+        "hidden_size": 1536,
+        "intermediate_size": 8960,
+        "num_attention_heads": 12,
+        "num_hidden_layers": 28,
+    },
+}
+DEFAULT_SHAPES = "qwen2.5-0.5b"
 MARKER = "roll_device_qwen_shaped.json"
 
 
-def qwen_shaped_config(num_layers: int | None = None):
-    """Qwen2.5-0.5B's `Qwen2Config`, with `num_layers` decoder layers instead of 24 if given."""
+def qwen_shaped_config(num_layers: int | None = None, shapes: str = DEFAULT_SHAPES):
+    """The `Qwen2Config` of `shapes` (a key of QWEN_SHAPES), with `num_layers` decoder layers
+    instead of the model's own if given."""
     from transformers import Qwen2Config
 
-    layers = QWEN2_5_0_5B["num_hidden_layers"] if num_layers is None else num_layers
-    return Qwen2Config(**{**QWEN2_5_0_5B, "num_hidden_layers": layers}, torch_dtype="float32")
+    config = QWEN_SHAPES[shapes]
+    layers = config["num_hidden_layers"] if num_layers is None else num_layers
+    return Qwen2Config(**{**config, "num_hidden_layers": layers}, torch_dtype="float32")
 
 
 def make_qwen_shaped_model(
-    path: str | Path, num_layers: int | None = None, seed: int = 0, tokenizer: bool = False
+    path: str | Path,
+    num_layers: int | None = None,
+    seed: int = 0,
+    tokenizer: bool = False,
+    shapes: str = DEFAULT_SHAPES,
 ) -> Path:
-    """Write a freshly initialised fp32 model of Qwen2.5-0.5B's shapes to `path` (reused when
-    present with the same settings), with the character tokenizer when `tokenizer`. Returns the path."""
+    """Write a freshly initialised fp32 model of `shapes` (a key of QWEN_SHAPES) to `path` (reused
+    when present with the same settings), with the character tokenizer when `tokenizer`. Returns
+    the path."""
     import torch
     from transformers import Qwen2ForCausalLM
 
     path = Path(path)
-    settings = {"seed": seed, "num_layers": num_layers, "tokenizer": tokenizer}
+    settings = {"seed": seed, "num_layers": num_layers, "tokenizer": tokenizer, "shapes": shapes}
     marker = path / MARKER
     if marker.exists() and json.loads(marker.read_text()) == settings:
         return path
     path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    config = qwen_shaped_config(num_layers)
+    config = qwen_shaped_config(num_layers, shapes)
     if tokenizer:
         from roll_device.models.tiny import build_tokenizer, special_token_ids
 

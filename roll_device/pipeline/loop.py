@@ -43,6 +43,9 @@ from roll_device.pipeline.workers import Generated, RolloutWorker, TrainWorker
 from strategies.base import Completion, NonFiniteUpdateError, SamplingConfig
 from strategies.training.losses import group_normalized_advantages
 
+# each timed part of `train` -> its span's name in the step's timeline ("train" spans all three)
+PART_SPANS = {"reward_s": "reward", "logprob_s": "logprob", "train_s": "update"}
+
 
 @dataclass
 class Collected:
@@ -154,10 +157,14 @@ class GrpoStep:
         (`state` advanced in place); returns the step's metrics record, its sync still to come."""
         timings, start = {"rollout_s": got.finished - got.started}, time.perf_counter()
         started_wall = time.time()
+        spans, span_start = {}, started_wall  # wall-clock spans of the parts, for the timeline
 
         def lap(name: str, since: float) -> float:
-            now = time.perf_counter()
+            nonlocal span_start
+            now, wall = time.perf_counter(), time.time()
             timings[name] = now - since
+            spans[PART_SPANS[name]] = [span_start, wall]
+            span_start = wall
             return now
 
         self.freed.update(self.turns.for_training())
@@ -218,7 +225,11 @@ class GrpoStep:
             **freed,
             "sync_s": 0.0,
             "step_s": time.perf_counter() - start + got.waited_s,
-            "timeline": {"rollout": [got.started, got.finished], "train": [started_wall, time.time()]},
+            "timeline": {
+                "rollout": [got.started, got.finished],
+                "train": [started_wall, time.time()],
+                **spans,
+            },
         }
 
     def sync(self, record: dict) -> None:
