@@ -1,6 +1,7 @@
 """One line per finished run of `roll-device run`, from its `metrics.jsonl`: steps, the mean reward
 at the first and the last step, the mean seconds of each part of a step (the first step, which
-includes warm-up, left out where there are others), and rollout tokens per second.
+includes warm-up, left out where there are others; `swap` is the colocated turns: offload and
+reload), and rollout tokens per second.
 
 python scripts/job_summary.py NAME RUN_DIR [SAMPLES_PER_STEP]
 """
@@ -11,7 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-PARTS = ("rollout_s", "reward_s", "logprob_s", "train_s", "sync_s", "step_s")
+PARTS = ("rollout_s", "reward_s", "logprob_s", "train_s", "sync_s", "swap_s", "step_s")
 
 
 def summary(name: str, run_dir: str, samples_per_step: int = 64) -> str:

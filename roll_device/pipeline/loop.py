@@ -81,6 +81,7 @@ class GrpoStep:
         self.training = False
         self.turns = ColocatedTurns(roles)  # a colocated engine and trainer take turns on the devices
         self.freed: dict[str, int] = {}  # device bytes each side's turn freed, for the next record
+        self.swaps: dict[str, list[float]] = {}  # wall-clock span of each turn, for the next record
 
     def sampling(self, step: int) -> SamplingConfig:
         return SamplingConfig(
@@ -96,7 +97,7 @@ class GrpoStep:
         expected to be generated with the weights of step `version`; returns without waiting."""
         samples = self.source.batch(position, self.config.data.prompts_per_step)
         prompt_ids = [self.encoder.encode(s.prompt) for s in samples]
-        self.freed.update(self.turns.for_rollout())
+        self.take_turn(self.turns.for_rollout)
         launched = self.start_generation(samples, prompt_ids, self.sampling(step))
         return Rollout(step, position, len(samples), version, launched)
 
@@ -155,6 +156,9 @@ class GrpoStep:
     def train(self, state: PipelineState, rollout: Rollout, got: Collected) -> dict:
         """Step `state.step` on rollout `rollout` (collected as `got`) up to the policy update
         (`state` advanced in place); returns the step's metrics record, its sync still to come."""
+        self.take_turn(self.turns.for_training)
+        freed, self.freed = self.freed, {}
+        swaps, swap_s = self.turn_spans()
         timings, start = {"rollout_s": got.finished - got.started}, time.perf_counter()
         started_wall = time.time()
         spans, span_start = {}, started_wall  # wall-clock spans of the parts, for the timeline
@@ -167,8 +171,6 @@ class GrpoStep:
             span_start = wall
             return now
 
-        self.freed.update(self.turns.for_training())
-        freed, self.freed = self.freed, {}
         rewards = torch.tensor(self.score(got.samples, got.completions))
         t = lap("reward_s", start)
         advantages = group_normalized_advantages(rewards, self.algo.samples_per_prompt)
@@ -224,18 +226,38 @@ class GrpoStep:
             **timings,
             **freed,
             "sync_s": 0.0,
-            "step_s": time.perf_counter() - start + got.waited_s,
+            "swap_s": swap_s,
+            "step_s": time.perf_counter() - start + got.waited_s + swap_s,
             "timeline": {
                 "rollout": [got.started, got.finished],
                 "train": [started_wall, time.time()],
                 **spans,
+                **swaps,
             },
         }
 
+    def take_turn(self, turn) -> None:
+        """One colocated turn (`self.turns.for_*`): keeps the device bytes it freed and, where
+        colocated, its wall-clock span under the turn's name, both for the step's record."""
+        if not self.turns.active:
+            return
+        begin = time.time()
+        self.freed.update(turn() or {})
+        self.swaps[turn.__name__] = [begin, time.time()]
+
+    def turn_spans(self) -> tuple[dict[str, list[float]], float]:
+        """The turns taken since the last call: their spans, and their seconds together."""
+        swaps, self.swaps = self.swaps, {}
+        return swaps, sum(end - begin for begin, end in swaps.values())
+
     def sync(self, record: dict) -> None:
         """Send step `record["step"]`'s weights to the rollout; adds the sync to `record`."""
+        self.take_turn(self.turns.for_sync)
+        swaps, swap_s = self.turn_spans()
+        record["swap_s"] += swap_s
+        record["step_s"] += swap_s
+        record["timeline"].update(swaps)
         start, started_wall = time.perf_counter(), time.time()
-        self.turns.for_sync()
         sync = self.roles.sync_weights(version=record["step"])
         record.update(weights_version=sync["version"], sync_path=sync["path"])
         record["sync_s"] = time.perf_counter() - start

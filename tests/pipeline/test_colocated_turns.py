@@ -1,7 +1,8 @@
 """The colocated lifecycle on the simulated NPU (`cluster=sim`): an HF rollout on the trainer's
 two NPUs sleeps while the FSDP2 trainer steps and wakes for the sync and the next rollout; the
 trainer offloads while the engine generates. Each step's metrics report the device memory each
-side freed, as the simulated NPU counts it (simulated: no real device memory is involved)."""
+side freed, as the simulated NPU counts it (simulated: no real device memory is involved), and the
+time the turns took (`swap_s`, part of `step_s`), each turn's span in the step's timeline."""
 
 import pytest
 
@@ -29,3 +30,15 @@ def test_colocated_engine_and_trainer_take_turns_on_the_devices(tmp_path):
     for record in records:
         assert record["freed_bytes_actor_train"] > 0, "the trainer offloaded while the engine generated"
         assert record["freed_bytes_actor_infer"] > 0, "the engine slept while the trainer stepped"
+        spans = record["timeline"]
+        assert spans["for_rollout"][1] <= spans["rollout"][0], "the engine woke before it generated"
+        assert (
+            spans["rollout"][1] <= spans["for_training"][0] <= spans["for_training"][1] <= spans["train"][0]
+        )
+        assert spans["train"][1] <= spans["for_sync"][0] <= spans["for_sync"][1] <= spans["sync"][0]
+        turns = sum(
+            end - begin for begin, end in (spans[t] for t in ("for_rollout", "for_training", "for_sync"))
+        )
+        assert record["swap_s"] == pytest.approx(turns) and record["swap_s"] > 0
+        parts = ("reward_s", "logprob_s", "train_s", "sync_s", "swap_s", "trainer_wait_s")
+        assert record["step_s"] >= sum(record[part] for part in parts), "the turns are part of the step"

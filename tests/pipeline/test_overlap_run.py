@@ -58,6 +58,9 @@ def test_a_rollout_worker_lost_mid_overlap_keeps_the_step_and_resume_continues_t
     # rollout 2 ran on the engines while step 1 was scored and trained
     assert before[1]["timeline"]["rollout"][0] < before[0]["timeline"]["train"][1]
     assert before[1]["importance_ratio_mean"] > 0 and 0 <= before[1]["importance_clipped_share"] <= 1
+    assert all(r["swap_s"] == 0 and "for_rollout" not in r["timeline"] for r in before), (
+        "no turns: own devices"
+    )
     if not resume:
         return
     run_checked(run_config(*base, "resume=true"), run_dir)

@@ -63,7 +63,7 @@ def test_the_gpu_job_without_a_gpu_says_so_and_exits_0(tmp_path):
 def test_job_summary_leaves_out_the_warm_up_step(tmp_path):
     from job_summary import summary
 
-    parts = ("rollout_s", "reward_s", "logprob_s", "train_s", "sync_s", "step_s")
+    parts = ("rollout_s", "reward_s", "logprob_s", "train_s", "sync_s", "swap_s", "step_s")
     records = [
         {"step": 1, "reward_mean": 0.2, "response_len": 8.0, **dict.fromkeys(parts, 10.0)},
         {"step": 2, "reward_mean": 0.5, "response_len": 8.0, **dict.fromkeys(parts, 1.0)},
@@ -73,6 +73,6 @@ def test_job_summary_leaves_out_the_warm_up_step(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     assert summary("tiny", str(tmp_path), samples_per_step=64) == (
         "job tiny: 3 steps, reward 0.200 -> 0.900; per step rollout=1.000s reward=1.000s logprob=1.000s "
-        "train=1.000s sync=1.000s step=1.000s; rollout 384 tokens/s"
+        "train=1.000s sync=1.000s swap=1.000s step=1.000s; rollout 384 tokens/s"
     )
     assert summary("none", str(tmp_path / "missing")).startswith("job none: no step finished")
