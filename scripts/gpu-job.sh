@@ -3,8 +3,10 @@
 # reference and rollout (rollout=hf, decode graphs on) colocated on one GPU with fractional shares,
 # weights synced by the colocated CUDA path. Runs the tiny default for 30 steps, a randomly
 # initialised model of Qwen2.5-0.5B's shapes for 10, and the Megatron trainer for a few; prints one
-# line per job (scripts/job_summary.py) and writes each run's folder under RESULTS_DIR (default
-# runs/gpu-job), with the GPU's used memory every 0.1 s in memory.csv (scripts/gpu_memory_log.py).
+# line per job (scripts/job_summary.py), then one per job with the GPU's peak memory in each phase
+# (benchmarks/gpu_job.py), and writes each run's folder under RESULTS_DIR (default runs/gpu-job),
+# with the device in device.txt and the GPU's used memory every 0.1 s in memory.csv
+# (scripts/gpu_memory_log.py). `python benchmarks/gpu_job.py RESULTS_DIR` writes the docs section.
 #
 #   bash scripts/gpu-job.sh [RESULTS_DIR]
 #
@@ -28,6 +30,10 @@ if ls .whl/*.whl >/dev/null 2>&1 && ! "$PY" -c 'import ray, hydra, megatron.core
     "$PY" -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl || exit 2
     export PYTHONPATH="$PWD/.site:$PYTHONPATH"
 fi
+"$PY" -c 'import datetime, ray, torch, transformers
+p = torch.cuda.get_device_properties(0)
+print(f"{p.name} ({p.total_memory // 2**20} MiB), torch {torch.__version__}, Ray {ray.__version__}, "
+      f"transformers {transformers.__version__}, {datetime.date.today()}")' >"$RESULTS/device.txt"
 "$PY" scripts/gpu_memory_log.py "$RESULTS/memory.csv" 0.1 &
 sampler=$!
 trap 'kill $sampler 2>/dev/null' EXIT
@@ -67,5 +73,7 @@ for name in ${GPU_JOBS:-tiny qwen2.5-0.5b-shaped megatron}; do
         ;;
     esac
 done
+# per-phase peak memory per job (benchmarks/gpu_job.py; `--no-write`: docs/ are rewritten by hand)
+"$PY" benchmarks/gpu_job.py "$RESULTS" --no-write 2>&1 | sed 's/^/check /'
 [ "$failed" -eq 0 ] && echo "gpu-job: passed (results in $RESULTS)" || echo "gpu-job: FAILED (logs in $RESULTS)"
 exit "$failed"

@@ -11,9 +11,10 @@ trainer's devices). Around each step the loop calls:
   host) and the trainers reload, for logprobs and the policy update;
 - `for_sync()`: the engine wakes to receive the new weights (the trainer, loaded, exports them).
 
-Each returns the device memory the offloading side freed, by role, as the platform counts it
-(device memory on accelerators and on the simulated NPU; nothing is counted on the CPU, where
-"device" memory is host memory) for the step's metrics: `freed_bytes_<role>`. Inactive (separate
+Each returns the device memory the offloading side gave back to the device, by role: the device's
+free memory after over before (`mem_get_info`: memory left in a caching allocator's cache does not
+count; on accelerators and the simulated NPU; nothing is counted on the CPU, where "device" memory
+is host memory) for the step's metrics: `freed_bytes_<role>`. Inactive (separate
 devices), every call does nothing and returns nothing.
 """
 

@@ -32,13 +32,16 @@ from strategies.training.settings import TrainSettings
 
 
 def freed_by(platform, release) -> int:
-    """The device bytes `release()` frees on `platform`: 0 where device memory is host memory."""
+    """The device bytes `release()` gives back to the device on `platform`: the device's free memory
+    after it over before, as `mem_get_info` reports it, so memory a release leaves in the caching
+    allocator's cache (or in storages still alive) does not count. 0 where device memory is host
+    memory."""
     if platform.device_type == get_platform(HOST_KIND).device_type:
         release()
         return 0
-    before = platform.memory_allocated()
+    before = platform.mem_get_info()[0]
     release()
-    return max(before - platform.memory_allocated(), 0)
+    return max(platform.mem_get_info()[0] - before, 0)
 
 
 class TrainWorker(PipelineWorker):

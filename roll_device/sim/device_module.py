@@ -135,7 +135,7 @@ def synchronize(device=None) -> None:
 
 
 def empty_cache() -> None:
-    """Give back the memory of graph pools no graph uses any more (nothing else is cached)."""
+    """Give back the cached memory, and that of graph pools no graph uses any more."""
     LEDGER.empty_cache(current_index())
 
 

@@ -1,13 +1,17 @@
 """Device memory of the simulated NPU: live storages per device, graph memory pools, and a capacity.
 
-What a user of torch_npu's caching allocator observes, modelled without the caching:
+What a user of torch_npu's caching allocator observes:
 - `allocated`: bytes of the storages of live simulated tensors (views of one storage count once);
+- the cache: bytes of freed storages outside graph pools stay reserved, as the caching allocator
+  keeps freed blocks, until `empty_cache()` gives them back to the device; a later allocation
+  outside pools takes from them first (any cached byte serves any request: no block sizes, no
+  fragmentation, so reserved memory is a lower bound of the real allocator's);
 - graph pools: storages allocated while a graph captures on its device come from that graph's pool.
   A pool's footprint is the most it ever held at once, so graphs that share a pool (captured largest
   first) share its memory; it stays reserved while a graph uses it, and after the last one is reset
   until `empty_cache()`, as torch's allocator keeps a released pool's blocks until then;
-- `reserved` (and what `mem_get_info` reports as used): allocations outside pools plus every pool's
-  footprint. Memory freed outside pools returns at once (no cache, no fragmentation);
+- `reserved` (and what `mem_get_info` reports as used): allocations outside pools, the cache, and
+  every pool's footprint;
 - an allocation that would take `reserved` past the capacity (`ROLL_SIM_NPU_MEMORY_BYTES`, default
   64 GiB, times the process's fraction once `set_per_process_memory_fraction` set one) raises
   `torch.OutOfMemoryError` with torch_npu's wording (the device's total capacity, and what the
@@ -54,6 +58,7 @@ class MemoryLedger:
         self._lock = threading.RLock()
         self._live: dict[tuple[int, int], list] = {}  # (device, storage key) -> [nbytes, refs, pool]
         self._outside: dict[int, int] = {}  # bytes of live storages outside any pool
+        self._cached: dict[int, int] = {}  # bytes freed outside pools, reserved until empty_cache
         self._pools: dict[tuple[int, int], Pool] = {}
         self.allocated: dict[int, int] = {}
         self.peak: dict[int, int] = {}
@@ -90,8 +95,9 @@ class MemoryLedger:
             return pool
 
     def empty_cache(self, index: int) -> None:
-        """Give back what pools no graph uses any more hold beyond their live storages."""
+        """Give back the cache, and what pools no graph uses any more hold beyond their live storages."""
         with self._lock:
+            self._cached[index] = 0
             for key, pool in list(self._pools.items()):
                 if pool.index == index and not pool.users:
                     pool.peak = pool.live
@@ -102,7 +108,7 @@ class MemoryLedger:
     def reserved(self, index: int) -> int:
         with self._lock:
             pools = sum(p.peak for p in self._pools.values() if p.index == index)
-            return self._outside.get(index, 0) + pools
+            return self._outside.get(index, 0) + self._cached.get(index, 0) + pools
 
     def track(self, wrapper, key: tuple[int, int], nbytes: int, pool: Pool | None) -> None:
         """Count the storage `key` while `wrapper` (or another tracked tensor on it) lives.
@@ -118,7 +124,8 @@ class MemoryLedger:
         weakref.finalize(wrapper, self._release, key)
 
     def _take(self, index: int, nbytes: int, pool: Pool | None) -> None:
-        growth = nbytes if pool is None else max(pool.live + nbytes - pool.peak, 0)
+        cached = self._cached.get(index, 0) if pool is None else 0
+        growth = max(nbytes - cached, 0) if pool is None else max(pool.live + nbytes - pool.peak, 0)
         reserved = self.reserved(index)
         if growth and reserved + growth > self.capacity(index):
             raise errors.out_of_memory(
@@ -131,6 +138,7 @@ class MemoryLedger:
             )
         if pool is None:
             self._outside[index] = self._outside.get(index, 0) + nbytes
+            self._cached[index] = cached - (nbytes - growth)
         else:
             pool.live += nbytes
             pool.peak = max(pool.peak, pool.live)
@@ -168,6 +176,7 @@ class MemoryLedger:
         self.allocated[index] -= nbytes
         if pool is None:
             self._outside[index] -= nbytes
+            self._cached[index] = self._cached.get(index, 0) + nbytes
         else:
             pool.live -= nbytes
 

@@ -197,12 +197,15 @@ class FsdpTrainStrategy(TrainStrategy):
             yield name, export_tensor(full, dtype, snapshot) if keep else None
 
     def offload(self) -> None:
-        """Parameters, gradients and optimizer state to the CPU (a no-op on the CPU platform)."""
+        """Parameters, gradients and optimizer state to the CPU (a no-op on the CPU platform), their
+        device memory given back to the device (the caching allocator keeps freed blocks until
+        `empty_cache`: without it a colocated engine gets none of it)."""
         if self._offloaded is not None:
             return
         cpu = torch.device("cpu")
         self.model.to(cpu)
         self._offloaded = move_optimizer_state(self.optimizer, cpu)
+        self.platform.empty_cache()
 
     def reload(self) -> None:
         if self._offloaded is None:

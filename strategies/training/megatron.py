@@ -347,9 +347,11 @@ class MegatronTrainStrategy(TrainStrategy):
 
     def offload(self) -> None:
         """Copy parameters, gradient buffers and optimizer state to host memory and free their
-        device storage (views into Megatron's flat buffers stay valid)."""
+        device storage (views into Megatron's flat buffers stay valid), given back to the device
+        (`empty_cache`: the caching allocator keeps freed blocks until then)."""
         if self._offloaded is None:
             self._offloaded = free_storages(self._device_tensors())
+            self.platform.empty_cache()
 
     def reload(self) -> None:
         if self._offloaded is not None:

@@ -1,7 +1,8 @@
 """The colocated lifecycle on the simulated NPU (`cluster=sim`): an HF rollout on the trainer's
 two NPUs sleeps while the FSDP2 trainer steps and wakes for the sync and the next rollout; the
 trainer offloads while the engine generates. Each step's metrics report the device memory each
-side freed, as the simulated NPU counts it (simulated: no real device memory is involved), and the
+side gave back to the device, as the simulated NPU counts it (its cache keeps freed memory until
+`empty_cache`, as torch_npu's allocator does; simulated: no real device memory is involved), and the
 time the turns took (`swap_s`, part of `step_s`), each turn's span in the step's timeline."""
 
 import pytest
@@ -28,8 +29,9 @@ def test_colocated_engine_and_trainer_take_turns_on_the_devices(tmp_path):
         (2, 2, "colocated"),
     ]
     for record in records:
-        assert record["freed_bytes_actor_train"] > 0, "the trainer offloaded while the engine generated"
-        assert record["freed_bytes_actor_infer"] > 0, "the engine slept while the trainer stepped"
+        # given back to the device (its free memory), not only freed into the caching allocator
+        assert record["freed_bytes_actor_train"] > 0, "the trainer's offload gave the engine its memory"
+        assert record["freed_bytes_actor_infer"] > 0, "the engine's sleep gave the trainer its memory"
         spans = record["timeline"]
         assert spans["for_rollout"][1] <= spans["rollout"][0], "the engine woke before it generated"
         assert (
