@@ -184,17 +184,22 @@ def section(results: list[dict]) -> str:
         lines += [
             "",
             (
-                "Weight sync end to end on the GPU (`benchmarks/sync_end_to_end.py --device cuda`: FSDP2 trainer "
-                "to HF engine, fp32, two processes on the one GPU; the paths one GPU can take; median of 3 rounds):"
+                "Weight sync end to end on the GPU (`benchmarks/sync_end_to_end.py --device cuda`: from the "
+                "trainer's live parameters to the engine's, fp32, two processes on the one GPU, the paths one GPU "
+                "can take; median of the benchmark's rounds; peak extra: the device allocator's peak above what "
+                "each process held before the sync):"
             ),
             "",
-            "| size | path | s | GB/s | vs one device memcpy | copies | peak extra MB (trainer + engine) |",
-            "|---|---|---:|---:|---:|---:|---|",
+            (
+                "| size | trainer -> engine | path | s | GB/s | vs one device memcpy | copies | "
+                "peak extra MB (trainer + engine) |"
+            ),
+            "|---|---|---|---:|---:|---:|---:|---|",
         ]
         for row in sync_rows:
             lines.append(
-                f"| {row['size']} | {row['path']} | {row['seconds']} | {row['gbps']} | {row['vs_memcpy']} | "
-                f"{row['copies']} | {row['peak_extra_mb']} |"
+                f"| {row['size']} | {row['trainer']} -> {row['engine']} | {row['path']} | {row['seconds']} | "
+                f"{row['gbps']} | {row['vs_memcpy']} | {row['copies']} | {row['peak_extra_mb']} |"
             )
     lines += ["", f"![GPU job breakdown]({PLOT.name})"]
     return "\n".join(lines)

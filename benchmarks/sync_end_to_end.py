@@ -32,6 +32,11 @@ Results replace the sync_e2e section of docs/benchmarks.md; the plot is
 docs/sync_e2e_benchmark.png.
 
     .venv/bin/python benchmarks/sync_end_to_end.py [--sizes tiny,0.5b] [--rounds 3] [--groups fsdp-vllm] [--no-write]
+
+On a device (`--device cuda`): both processes compute on it, the memcpy baseline is a copy on the
+device, peak memory is the device allocator's, the paths one device cannot take (`collective`:
+NCCL refuses two ranks on one device) are left out, and the rows go to `--results` (JSON) and the
+printed lines, not docs/ (benchmarks/gpu_job.py shows the GPU's lines).
 """
 
 from __future__ import annotations

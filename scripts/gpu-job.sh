@@ -10,8 +10,8 @@
 #
 #   bash scripts/gpu-job.sh [RESULTS_DIR]
 #
-# GPU_JOBS picks the jobs, in order (default "tiny qwen2.5-0.5b-shaped megatron"; qwen2.5-1.5b-shaped
-# is the larger size). GPU_JOB_TIMEOUT bounds each job (seconds, default 300). Python: as
+# GPU_JOBS picks the jobs, in order (default "tiny qwen2.5-0.5b-shaped megatron sync"; sync is
+# benchmarks/sync_end_to_end.py on the GPU at 0.5B shapes; qwen2.5-1.5b-shaped is the larger size). GPU_JOB_TIMEOUT bounds each job (seconds, default 300). Python: as
 # scripts/gpu-check.sh. Runs into the same RESULTS_DIR add to its memory.csv and phases.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -58,17 +58,24 @@ job() {  # job NAME OVERRIDES...: one run, bounded; its summary line
     "$PY" scripts/job_summary.py "$name" "$RESULTS/$name"
 }
 
-for name in ${GPU_JOBS:-tiny qwen2.5-0.5b-shaped megatron}; do
+for name in ${GPU_JOBS:-tiny qwen2.5-0.5b-shaped megatron sync}; do
     case $name in
     tiny) job tiny max_steps=30 ;;
     megatron) job megatron trainer=megatron max_steps=5 ;;
+    sync)  # the weight-sync benchmark on the GPU, its lines beside the jobs' (benchmarks/gpu_job.py)
+        timeout "$LIMIT" "$PY" benchmarks/sync_end_to_end.py --device cuda --sizes 0.5b \
+            --groups fsdp-hf,megatron-hf --no-write >"$RESULTS/sync.log" 2>&1
+        # each path's line as its group ends (kept where the time bound cuts the benchmark short)
+        sed -n 's/^\[sync-e2e [0-9:]*\] \(sync_e2e .*\)/\1/p' "$RESULTS/sync.log" >"$RESULTS/sync_e2e.txt"
+        echo "check sync benchmark: $(wc -l <"$RESULTS/sync_e2e.txt") path(s) measured (log: $RESULTS/sync.log)"
+        ;;
     qwen2.5-*-shaped)  # a randomly initialised model of that Qwen2.5's shapes, made once
         model="$ROLL_DEVICE_HOME/$name"
         "$PY" -m roll_device.cli make-tiny-model "$model" --shapes "${name%-shaped}" >/dev/null || exit 2
         job "$name" model.path="$model" rollout.dtype=bfloat16 max_steps=10 algorithm.max_new_tokens=32
         ;;
     *)
-        echo "gpu-job: unknown job $name in GPU_JOBS (tiny, megatron, qwen2.5-0.5b-shaped, qwen2.5-1.5b-shaped)"
+        echo "gpu-job: unknown job $name in GPU_JOBS (tiny, megatron, qwen2.5-0.5b-shaped, qwen2.5-1.5b-shaped, sync)"
         exit 2
         ;;
     esac

@@ -112,6 +112,17 @@ def test_make_tiny_model_refuses_a_hidden_size_for_qwen_shapes(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+def test_the_cli_offers_every_qwen_shape_the_models_module_defines():
+    from roll_device.commands.models import QWEN_SHAPES
+    from roll_device.models import qwen_shaped
+
+    assert QWEN_SHAPES == tuple(qwen_shaped.QWEN_SHAPES)
+    config = qwen_shaped.qwen_shaped_config(num_layers=1, shapes="qwen2.5-1.5b")
+    assert (config.hidden_size, config.intermediate_size, config.num_attention_heads) == (1536, 8960, 12)
+    assert config.num_hidden_layers == 1 and config.vocab_size == 151936
+    assert qwen_shaped.qwen_shaped_config().num_hidden_layers == 24, "0.5B's own layers by default"
+
+
 def test_a_stretched_tokenizer_covers_the_vocabulary_without_adding_digits():
     from transformers import PreTrainedTokenizerFast
 

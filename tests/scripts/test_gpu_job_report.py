@@ -33,4 +33,4 @@ def test_the_section_has_a_row_per_job_and_the_turns_only_where_they_were_timed(
     shaped = results[1]["jobs"][0]
     assert shaped["turns_timed"] and shaped["means"]["swap_s"] > 0
     assert shaped["means"]["step_s"] >= shaped["means"]["swap_s"] + shaped["means"]["train_s"]
-    assert "| 0.5b | colocated |" in text, "the sync benchmark's GPU lines"
+    assert "| 0.5b | fsdp -> hf | colocated |" in text, "the sync benchmark's GPU lines"

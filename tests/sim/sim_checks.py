@@ -64,6 +64,33 @@ def platform_contract() -> dict:
     return out
 
 
+def allocator_cache() -> dict:
+    """What freed memory does to `memory_reserved` and `mem_get_info` until `empty_cache`."""
+    p = simulated_npu()
+    mib = 2**20
+    p.empty_cache()
+
+    def reserved() -> int:
+        return (p.memory_reserved() - base) // mib
+
+    base, free_before = p.memory_reserved(), p.mem_get_info()[0]
+    x = torch.empty(4 * mib, dtype=torch.uint8, device=p.device())
+    del x
+    out = {
+        "freed_still_reserved": reserved(),
+        "free_still_reduced": p.mem_get_info()[0] == free_before - 4 * mib,
+    }
+    y = torch.empty(1 * mib, dtype=torch.uint8, device=p.device())
+    out["reused"] = reserved()
+    z = torch.empty(8 * mib, dtype=torch.uint8, device=p.device())
+    out["grown"] = reserved()
+    del y, z
+    p.empty_cache()
+    out["after_empty_cache"] = reserved()
+    out["free_back"] = p.mem_get_info()[0] == free_before
+    return out
+
+
 def qwen_step() -> dict:
     """A tiny Qwen2 forward + backward + AdamW step on npu:0 against the same on the CPU."""
     p = simulated_npu()

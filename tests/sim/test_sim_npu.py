@@ -20,6 +20,16 @@ def test_npu_platform_contract_on_simulated_npu():
     assert r["graphs"] is True and r["graph_class"] == "NPUGraph"
 
 
+def test_freed_memory_stays_reserved_until_empty_cache_as_torch_npus_allocator_keeps_it():
+    r = run_isolated("tests.sim.sim_checks:allocator_cache")
+    assert r["freed_still_reserved"] == 4 and r["free_still_reduced"], (
+        "freed into the cache, not to the device"
+    )
+    assert r["reused"] == 4, "a smaller allocation takes cached memory"
+    assert r["grown"] == 9, "a larger one takes the rest of the cache and grows by the difference"
+    assert r["after_empty_cache"] == 0 and r["free_back"]
+
+
 def test_tiny_qwen2_step_matches_cpu():
     r = run_isolated("tests.sim.sim_checks:qwen_step")
     assert r["param_device"] == "npu:0"
