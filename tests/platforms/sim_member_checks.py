@@ -61,6 +61,8 @@ def memory() -> dict:
         "max_reserved": peak_reserved,
         "reserved_after_free": p.memory_reserved(),
     }
+    p.empty_cache()
+    out["reserved_after_empty_cache"] = p.memory_reserved()
     p.set_memory_fraction(0.5)
     half = p.total_memory() // 2
     out["over_fraction"] = error_of(
@@ -76,6 +78,7 @@ def memory() -> dict:
     out["settings"] = current_settings()
     out["bad_setting"] = error_of(lambda: p.set_allocator_settings("no_such_key:1"))
     out.update(memory_history(p))
+    p.empty_cache()
     out["used"] = p.device_memory_used()
     t = torch.ones(2)
     out["pinned"] = p.supports_pinned_memory

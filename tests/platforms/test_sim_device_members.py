@@ -50,7 +50,8 @@ def test_device_facts_name_the_simulation():
 def test_memory_extras_follow_the_ledger_and_the_fraction():
     r = run_isolated(f"{CHECKS}:memory", env={"ROLL_SIM_NPU_MEMORY_BYTES": str(64 << 20)})
     assert r["allocated"] == 1 << 20 and r["reserved_peak"] == r["max_reserved"] >= 1 << 20
-    assert r["reserved_after_free"] == 0
+    assert r["reserved_after_free"] == 1 << 20, "freed into the cache, as torch_npu's allocator keeps it"
+    assert r["reserved_after_empty_cache"] == 0
     assert r["over_fraction"].startswith("OutOfMemoryError: NPU out of memory") and r["under_fraction"] == ""
     assert r["settings"] == {"expandable_segments": "False"}
     assert "unrecognized allocator setting 'no_such_key:1'" in r["bad_setting"]

@@ -90,6 +90,7 @@ def hf_device_limits(model_path: str) -> dict:
 
     for name, cls in (("offload", HfStrategy), ("buggy_offload", WeightsStay)):
         gc.collect()  # strategies the checks above left in reference cycles (failed starts) go first
+        platform.empty_cache()  # and their memory back to the device, out of the allocator's cache
         baseline = platform.mem_get_info()[0]
         strategy = _start(cls, model_path, max_batch_size=8)
         out[f"{name}_weight_bytes"] = sum(p.numel() * p.element_size() for p in strategy.model.parameters())

@@ -113,6 +113,9 @@ def memory(name: str, model_path: str) -> dict:
     before = trainer.forward_logprobs(batch)
     reading = {"trained": _memory_reading(platform)}
     trainer.offload()
+    platform.synchronize()
+    # before this check empties the cache: what the offload itself gave back to the device
+    given_back = platform.mem_get_info()[0] - reading["trained"]["free"]
     reading["offloaded"], state["offloaded"] = (
         _memory_reading(platform),
         device_state_bytes(trainer, platform),
@@ -131,6 +134,7 @@ def memory(name: str, model_path: str) -> dict:
         **{f"{what}_mib": {k: r[what] // MIB for k, r in reading.items()} for what in _READING},
         "state_mib": {k: v // MIB for k, v in state.items()},
         "others_moved_mib": (max(device_wide) - min(device_wide)) // MIB,
+        "offload_gave_back_mib": given_back // MIB,
         "logprobs_equal_after_reload": bool(torch.equal(before, after)),
         "loss_after_reload": step["loss"],
     }
