@@ -501,12 +501,12 @@ def line(row: dict) -> str:
 
 # ---- report -----------------------------------------------------------------------------------
 def device_name(kind: str) -> str:
-    """The device the rows were measured on, and the torch build."""
+    """The device the rows were measured on, the host's cores, and the torch build."""
     import torch
 
-    if kind == "cpu":
-        return f"cpu ({host.machine()}, {os.cpu_count()} cores), torch {torch.__version__}"
-    return f"{get_platform(kind).device_name(0)}, torch {torch.__version__}"
+    return (
+        f"{kind}: {get_platform(kind).device_name(0)}, {os.cpu_count()} CPU cores, torch {torch.__version__}"
+    )
 
 
 def label(row: dict) -> str:

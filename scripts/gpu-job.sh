@@ -11,8 +11,9 @@
 #   bash scripts/gpu-job.sh [RESULTS_DIR]
 #
 # GPU_JOBS picks the jobs, in order (default "tiny qwen2.5-0.5b-shaped megatron sync"; sync is
-# benchmarks/sync_end_to_end.py on the GPU at 0.5B shapes; qwen2.5-1.5b-shaped is the larger size). GPU_JOB_TIMEOUT bounds each job (seconds, default 300). Python: as
-# scripts/gpu-check.sh. Runs into the same RESULTS_DIR add to its memory.csv and phases.txt.
+# benchmarks/sync_end_to_end.py on the GPU at 0.5B shapes; qwen2.5-1.5b-shaped is the larger size).
+# GPU_JOB_TIMEOUT bounds each job (seconds, default 300). Python: as scripts/gpu-check.sh. Runs into
+# the same RESULTS_DIR add to its memory.csv and phases.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${1:-runs/gpu-job}

@@ -1,7 +1,8 @@
 """The GPU's used memory (every process on it, as the driver counts it) every INTERVAL seconds, one
-CSV row `epoch_s,used_mib` per reading (added to OUT.csv), until killed. Read through NVML (nvidia-ml-py), which makes
-no CUDA context of its own, so the readings do not count this process. Wall-clock epoch seconds, so
-that benchmarks/gpu_job.py can join the readings with the spans of each step's timeline.
+CSV row `epoch_s,used_mib` per reading (added to OUT.csv), until killed. Read through NVML
+(nvidia-ml-py), which makes no CUDA context of its own, so the readings do not count this process.
+Wall-clock epoch seconds, so that benchmarks/gpu_job.py can join the readings with the spans of
+each step's timeline.
 
 python scripts/gpu_memory_log.py OUT.csv [INTERVAL] [GPU_INDEX]
 """
