@@ -167,17 +167,21 @@ class InferenceStrategy(Strategy, abc.ABC):
         """Devices of one engine with `settings`, each with a process that receives weights."""
         return 1
 
+    @classmethod
+    def check_sync_path(cls, settings: RolloutSettings, sync_path: str) -> None:
+        """A ConfigError when an engine with `settings` cannot be fed along `sync_path`, found when
+        the run is planned (before Ray), not when the engine starts."""
+
     @abc.abstractmethod
     def initialize(
         self,
         model_path: str,
         settings: RolloutSettings,
-        colocated: bool = False,
         sync_path: str | None = None,
     ) -> None:
-        """Load the model and start the engine on this worker's devices; `colocated`: the engine
-        shares its devices with a trainer (it frees memory while the trainer works); `sync_path`:
-        the weight-sync path it will be fed along (comm/paths.py; None: none planned)."""
+        """Load the model and start the engine on this worker's devices; `sync_path`: the
+        weight-sync path it will be fed along (comm/paths.py; None: none planned; `colocated`:
+        the engine shares its devices with a trainer and frees memory while the trainer works)."""
 
     @abc.abstractmethod
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> list[Completion]:

@@ -1,7 +1,7 @@
 """No import circles in the cluster layer, the strategies, the pipeline, the doctor, the graph
 runners, the models, the inputs or the commands: every import there, at module top or inside a
 function, points one way (plan -> placement never; the strategy packages -> base, and
-strategies/registry.py -> both; pipeline/roles.py -> role_settings.py, never back). And nothing
+strategies/registry.py -> both; pipeline/roles.py -> run_plan.py, never back). And nothing
 points back up the floors: platforms and sim at the bottom, then the capabilities (comm, cluster,
 graph, models, inputs, compat), the strategies, the doctor, the pipeline, the commands, the CLI.
 The package's own `roll_device/__init__.py` (the public names) stands outside the floors."""

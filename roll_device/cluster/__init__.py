@@ -7,7 +7,7 @@ Public API (see docs/cluster.md):
 - `start_cluster(cluster) -> ClusterHandle`: connect to the `local`, `sim` or `remote` cluster
   (a context manager; `.shutdown()` ends only what it started).
 - `read_inventory() -> Inventory`: alive nodes, CPUs, devices by kind, simulated or not.
-- `build_plan(roles, inventory, cpu_per_worker) -> Plan` (or `plan_for(roles, cluster)`): every
+- `build_plan(roles, inventory, cpu_per_worker) -> Plan`: every
   role placed on devices of its kind, one worker per device; `PlanError` when it does not fit.
   `Plan.format()` is the device map; `Plan.roles[role]` a `RolePlan`.
 - `RoleWorker`: base class of role actors; binds its kind's platform and device on start.
@@ -19,7 +19,6 @@ from roll_device.cluster.group import DispatchError, WorkerGroup, shard
 from roll_device.cluster.inventory import Inventory, NodeInfo, read_inventory
 from roll_device.cluster.launcher import ClusterHandle, start_cluster
 from roll_device.cluster.plan import Plan, RolePlan, Slot, build_plan
-from roll_device.cluster.planning import inventory_here, plan_for
 from roll_device.cluster.settings import ClusterSettings, RoleSettings, read_cluster
 from roll_device.cluster.worker import RoleWorker
 
@@ -36,8 +35,6 @@ __all__ = [
     "Slot",
     "WorkerGroup",
     "build_plan",
-    "inventory_here",
-    "plan_for",
     "read_cluster",
     "read_inventory",
     "shard",

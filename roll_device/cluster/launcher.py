@@ -24,7 +24,7 @@ import os
 import signal
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Self
@@ -111,24 +111,32 @@ def _connect(cluster: ClusterSettings) -> ClusterHandle:
     if ray.is_initialized():
         log.info("roll-device: already connected to Ray; using that cluster")
         return ClusterHandle(cluster.name, ray.get_runtime_context().gcs_address)
-    if isinstance(cluster, RemoteCluster):
-        check_reachable(cluster.address)
-        ray.init(address=cluster.address)
-        return _owned(ClusterHandle(cluster.name, cluster.address))
-    if isinstance(cluster, LocalCluster):
-        if os.environ.get("RAY_ADDRESS"):
-            ray.init()
-            return _owned(ClusterHandle(cluster.name, ray.get_runtime_context().gcs_address))
-        before = descendants()
-        ray.init(
-            address="local",
-            num_cpus=cluster.num_cpus,
-            resources=cluster.resources,
-            include_dashboard=cluster.include_dashboard,
-        )
-        watcher = watch(descendants() - before)
-        return _owned(ClusterHandle(cluster.name, ray.get_runtime_context().gcs_address, watcher=watcher))
-    return _start_sim(cluster)
+    return CONNECT[cluster.name](cluster)
+
+
+def _join_remote(cluster: RemoteCluster) -> ClusterHandle:
+    import ray
+
+    check_reachable(cluster.address)
+    ray.init(address=cluster.address)
+    return _owned(ClusterHandle(cluster.name, cluster.address))
+
+
+def _start_local(cluster: LocalCluster) -> ClusterHandle:
+    import ray
+
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init()
+        return _owned(ClusterHandle(cluster.name, ray.get_runtime_context().gcs_address))
+    before = descendants()
+    ray.init(
+        address="local",
+        num_cpus=cluster.num_cpus,
+        resources=cluster.resources,
+        include_dashboard=cluster.include_dashboard,
+    )
+    watcher = watch(descendants() - before)
+    return _owned(ClusterHandle(cluster.name, ray.get_runtime_context().gcs_address, watcher=watcher))
 
 
 def check_reachable(
@@ -175,6 +183,14 @@ def _start_sim(cluster: SimCluster) -> ClusterHandle:
         handle.shutdown()
         raise
     return handle
+
+
+# how each `cluster` option connects, by its name
+CONNECT: dict[str, Callable[..., ClusterHandle]] = {
+    "local": _start_local,
+    "sim": _start_sim,
+    "remote": _join_remote,
+}
 
 
 def _owned(handle: ClusterHandle) -> ClusterHandle:

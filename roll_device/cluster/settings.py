@@ -9,11 +9,20 @@ is the plan's to say (plan.py).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StrictBool, field_validator, model_validator
 
+from roll_device.cluster.inventory import (
+    ACCELERATOR_TYPE_RESOURCE,
+    HEAD_RESOURCE,
+    SIMULATED_LABEL,
+    Inventory,
+    inventory_from_nodes,
+    machine_inventory,
+)
 from roll_device.errors import ConfigError
 from roll_device.platforms import known_kinds
 from roll_device.platforms.registry import AUTO
@@ -34,6 +43,18 @@ class SimNode(Section):
     resources: ResourceCounts = Field(default_factory=dict, description="custom resources, e.g. {NPU: 4}")
     accelerator_type: str | None = Field(None, description="e.g. AMD-Instinct-MI300X: the GPUs count as rocm")
 
+    def declared_resources(self) -> dict[str, float]:
+        """The node's custom resources (its accelerator type included)."""
+        resources = dict(self.resources)
+        if self.accelerator_type:
+            resources[ACCELERATOR_TYPE_RESOURCE + self.accelerator_type] = 1
+        return resources
+
+    @property
+    def simulated(self) -> bool:
+        """Whether the node declares accelerators (it has none: they are simulated)."""
+        return bool(self.num_gpus or self.declared_resources())
+
     @field_validator("resources")
     @classmethod
     def _no_reserved(cls, resources: dict[str, float]) -> dict[str, float]:
@@ -45,7 +66,37 @@ class SimNode(Section):
         return resources
 
 
-class LocalCluster(Section):
+class ClusterSection(Section):
+    """What every `cluster` option answers about itself, so that callers ask instead of switching
+    on its type."""
+
+    # Every role runs on this machine's own devices (a simulation named by ROLL_DEVICE then
+    # simulates nothing the workers see).
+    on_this_machine: ClassVar[bool] = False
+    # The nodes are known before Ray starts (this machine, or declared): the run's plan can be
+    # made and checked then.
+    plans_before_start: ClassVar[bool] = False
+    # The nodes are declared by the config: a plan that does not fit them is final before Ray.
+    declares_nodes: ClassVar[bool] = False
+    # Why `submit` cannot send a run on this cluster (None: it can).
+    submit_refusal: ClassVar[str | None] = None
+
+    def inventory_here(self) -> Inventory:
+        """The nodes a run would plan on from this machine, without Ray: this machine."""
+        return machine_inventory(None)
+
+    def checks_roles_here(self) -> bool:
+        """Whether the cluster is this machine alone, so that each role's checks can run in this
+        process before Ray starts."""
+        return False
+
+    def submit_target(self) -> tuple[str | None, dict[str, Any] | None]:
+        """The dashboard address (None: found elsewhere) and the runtime environment a submitted
+        job gets from this section."""
+        return None, None
+
+
+class LocalCluster(ClusterSection):
     """Embedded Ray on this machine (joins the job's cluster inside a Ray job)."""
 
     name: Literal["local"]
@@ -55,8 +106,17 @@ class LocalCluster(Section):
     include_dashboard: StrictBool
     cpu_per_worker: CpuPerWorker
 
+    on_this_machine: ClassVar[bool] = True
+    plans_before_start: ClassVar[bool] = True
 
-class SimCluster(Section):
+    def inventory_here(self) -> Inventory:
+        return machine_inventory(self.num_cpus)
+
+    def checks_roles_here(self) -> bool:
+        return not os.environ.get("RAY_ADDRESS")  # set: the run joins a Ray job's cluster
+
+
+class SimCluster(ClusterSection):
     """Several Ray nodes on this machine that declare accelerators they do not have."""
 
     name: Literal["sim"]
@@ -65,6 +125,28 @@ class SimCluster(Section):
     cpu_per_worker: CpuPerWorker
     head: SimNode
     nodes: list[SimNode]
+
+    plans_before_start: ClassVar[bool] = True
+    declares_nodes: ClassVar[bool] = True
+    submit_refusal: ClassVar[str | None] = (
+        "cluster=sim starts its own cluster on this machine: run it with `roll-device run "
+        "cluster=sim`; submit sends a run to an existing cluster (cluster=local there joins it)"
+    )
+
+    def inventory_here(self) -> Inventory:
+        """The declared nodes, without starting them (the node ids are the names: a plan on them
+        is for checking, not for reserving)."""
+        records = []
+        for number, (name, node) in enumerate(self.entries()):
+            resources = node.declared_resources()
+            labels = {SIMULATED_LABEL: "true"} if node.simulated else {}
+            resources.update(CPU=float(node.num_cpus), GPU=float(node.num_gpus))
+            if number == 0:
+                resources[HEAD_RESOURCE] = 1.0
+            records.append(
+                {"Alive": True, "NodeID": name, "NodeName": name, "Resources": resources, "Labels": labels}
+            )
+        return inventory_from_nodes(records)
 
     @model_validator(mode="after")
     def _named(self) -> SimCluster:
@@ -78,7 +160,7 @@ class SimCluster(Section):
         return [(self.head.name or HEAD_NAME, self.head)] + [(str(n.name), n) for n in self.nodes]
 
 
-class RemoteCluster(Section):
+class RemoteCluster(ClusterSection):
     """An existing Ray cluster, by address."""
 
     name: Literal["remote"]
@@ -97,8 +179,11 @@ class RemoteCluster(Section):
             )
         return address
 
+    def submit_target(self) -> tuple[str | None, dict[str, Any] | None]:
+        return self.dashboard_address, self.runtime_env
 
-ClusterSettings = LocalCluster | SimCluster | RemoteCluster
+
+ClusterSettings = LocalCluster | SimCluster | RemoteCluster  # one of the ClusterSection types
 CLUSTER_TYPES: dict[str, type[ClusterSettings]] = {
     "local": LocalCluster,
     "sim": SimCluster,
@@ -108,7 +193,7 @@ CLUSTER_TYPES: dict[str, type[ClusterSettings]] = {
 
 def read_cluster(values: Any) -> ClusterSettings:
     """The `cluster` section as the type its `name` chooses."""
-    if isinstance(values, LocalCluster | SimCluster | RemoteCluster):
+    if isinstance(values, ClusterSection):
         return values
     name = (values or {}).get("name")
     if name not in CLUSTER_TYPES:

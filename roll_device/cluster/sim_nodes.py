@@ -31,13 +31,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from roll_device.cluster.inventory import (
-    ACCELERATOR_TYPE_RESOURCE,
-    HEAD_RESOURCE,
     SIMULATED_LABEL,
-    Inventory,
-    inventory_from_nodes,
 )
-from roll_device.cluster.settings import SimCluster, SimNode
+from roll_device.cluster.settings import SimNode
 from roll_device.errors import RollDeviceError
 
 START_TIMEOUT_S = 120.0
@@ -61,19 +57,6 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def declared_resources(node: SimNode) -> dict[str, float]:
-    """The custom resources of one node (its accelerator type included)."""
-    resources = dict(node.resources)
-    if node.accelerator_type:
-        resources[ACCELERATOR_TYPE_RESOURCE + node.accelerator_type] = 1
-    return resources
-
-
-def simulated(node: SimNode) -> bool:
-    """Whether the node declares accelerators (it has none: they are simulated)."""
-    return bool(node.num_gpus or declared_resources(node))
-
-
 def node_args(name: str, node: SimNode) -> list[str]:
     """`ray start` arguments for one node of the sim cluster."""
     args = [
@@ -87,28 +70,12 @@ def node_args(name: str, node: SimNode) -> list[str]:
         "--disable-usage-stats",
         "--block",
     ]
-    resources = declared_resources(node)
+    resources = node.declared_resources()
     if resources:
         args.append(f"--resources={json.dumps(resources)}")
-    if simulated(node):
+    if node.simulated:
         args.append(f"--labels={SIMULATED_LABEL}=true")
     return args
-
-
-def declared_inventory(cluster: SimCluster) -> Inventory:
-    """The inventory `cluster` will have, without starting it (the node ids are the names: a plan
-    on it is for checking, not for reserving)."""
-    records = []
-    for number, (name, node) in enumerate(cluster.entries()):
-        resources = declared_resources(node)
-        labels = {SIMULATED_LABEL: "true"} if simulated(node) else {}
-        resources.update(CPU=float(node.num_cpus), GPU=float(node.num_gpus))
-        if number == 0:
-            resources[HEAD_RESOURCE] = 1.0
-        records.append(
-            {"Alive": True, "NodeID": name, "NodeName": name, "Resources": resources, "Labels": labels}
-        )
-    return inventory_from_nodes(records)
 
 
 class SimNodes:

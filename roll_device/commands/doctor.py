@@ -13,15 +13,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from roll_device.cluster import Plan, inventory_here, plan_for
-from roll_device.commands.gate import check_model, load_config, plan_here
+from roll_device.commands.gate import check_model, load_config
 from roll_device.doctor.capabilities import capabilities_of
 from roll_device.doctor.checks import Problem, role_problems, stack_problems
 from roll_device.doctor.facts import declared_packages, gather_facts
 from roll_device.doctor.report import format_capabilities, format_versions, problems_message
 from roll_device.errors import ConfigError, PlanError, RollDeviceError
 from roll_device.pipeline.config import RunConfig
-from roll_device.pipeline.role_settings import role_requests
+from roll_device.pipeline.run_plan import RunPlan, build_run_plan
 from roll_device.platforms import current_platform
 
 PLAN = "plan"  # the role of a problem with the plan itself
@@ -40,22 +39,19 @@ def doctor_command(overrides: list[str]) -> int:
     print(format_versions(facts), flush=True)
     problems = stack_problems(facts, packages)
     try:
-        roles = config.roles_to_run().present()
-        plan: Plan | None = plan_for(
-            roles, config.cluster, inventory_here(config.cluster), config.engine_sizes()
-        )
+        plan: RunPlan | None = build_run_plan(config, config.cluster.inventory_here())
     except PlanError as exc:
         plan = None
         problems.append(Problem(PLAN, "-", str(exc)))
     if plan is not None:
-        requests = role_requests(config, plan)
+        requests = list(plan.requests)
         caps = {(r.kind, r.simulated): None for r in requests}
         caps = {key: capabilities_of(*key) for key in caps}
         print("\ndevice kinds of this experiment:")
         print(format_capabilities(list(caps.values()), requests), flush=True)
         for request in requests:
             problems += role_problems(request, caps[(request.kind, request.simulated)], facts)
-    problems += _model_problems(config)
+    problems += _model_problems(config, plan if config.cluster.plans_before_start else None)
     if problems:
         headline = f"{len(problems)} problem(s) stop this experiment here:"
         raise DoctorError(problems_message(headline, [p.line() for p in problems]))
@@ -63,14 +59,15 @@ def doctor_command(overrides: list[str]) -> int:
     return 0
 
 
-def _model_problems(config: RunConfig) -> list[Problem]:
-    """What the model must allow with the roles' settings (`check_model`), for a model already on
-    disk (`model.path`, or the tiny model once made: the doctor makes none)."""
+def _model_problems(config: RunConfig, plan: RunPlan | None) -> list[Problem]:
+    """What the model must allow with the roles' settings (`check_model`, told the compute
+    platforms of `plan`), for a model already on disk (`model.path`, or the tiny model once made:
+    the doctor makes none)."""
     path = Path(config.model.path or config.model.tiny_dir)
     if not (path / "config.json").is_file():
         return []
     try:
-        check_model(config, str(path), plan_here(config))
+        check_model(config, str(path), plan)
     except ConfigError as exc:
         return [Problem(MODEL, "-", str(exc))]
     return []

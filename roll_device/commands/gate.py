@@ -4,8 +4,8 @@ rules across sections), and check what can be checked before Ray or any worker s
 
 - `load_config(overrides)` / `read_config(cfg)`: the `RunConfig`, or one `ConfigError` line that
   names the key, the bad value and what to do.
-- `plan_here(config)`: the plan on a cluster of this machine (local or simulated) from the nodes
-  it will hold, without Ray, made once and handed to the checks below (None elsewhere).
+- the run's plan on a cluster whose nodes are known before Ray (`plan_here`, pipeline/run_plan.py)
+  is made once by the command and handed to the checks below (None elsewhere).
 - `check_before_start(config, run_dir, plan)`: what only the machine that runs the job can check (the
   data files and the reward's module, the model directory, the checkpoint a resumed run continues
   from, or for a new run that its folder holds no checkpoints unless `overwrite=true`, the roles
@@ -31,25 +31,20 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
-from roll_device.cluster import inventory_here, plan_for
-from roll_device.cluster.plan import Plan
-from roll_device.cluster.settings import LocalCluster, RemoteCluster, SimCluster
 from roll_device.commands.compose import compose
 from roll_device.doctor.preflight import check_here
-from roll_device.errors import ConfigError, PlanError
+from roll_device.errors import ConfigError
 from roll_device.files import make_folder
 from roll_device.inputs.loading import check_files
 from roll_device.models.hf_dir import check_model_dir
 from roll_device.pipeline.config import ROLE_TYPES, RunConfig
 from roll_device.pipeline.experiment import RUN_CONFIG_FILE
-from roll_device.pipeline.role_settings import compute_platform, role_requests
-from roll_device.pipeline.state import Checkpoints, PipelineState
+from roll_device.pipeline.run_plan import RunPlan
+from roll_device.pipeline.state import Checkpoints, ResumePoint
 from roll_device.platforms import Platform, get_platform
 from roll_device.platforms.registry import AUTO, ENV_VAR, simulations
 from roll_device.settings import read_section
 from strategies.registry import strategy_type
-
-ResumePoint = tuple[Path, PipelineState]
 
 
 def resolved(cfg: DictConfig) -> dict[str, Any]:
@@ -80,7 +75,7 @@ def check_simulation(config: RunConfig, command: str) -> None:
     without a word. Refused, with the sim cluster's example, whose nodes declare NPUs and whose
     workers there compute on the simulated NPU (docs/cluster.md)."""
     value = os.environ.get(ENV_VAR, "")
-    if value in simulations() and isinstance(config.cluster, LocalCluster):
+    if value in simulations() and config.cluster.on_this_machine:
         raise ConfigError(
             f"{ENV_VAR}={value} simulates {simulations()[value]} devices in this process only: on "
             "cluster=local every role would run on this machine's CPU; to simulate a run on NPU nodes, "
@@ -103,7 +98,7 @@ def check_model_files(config: RunConfig) -> None:
     check_model_dir(path)  # config.json of a supported family, and a tokenizer
 
 
-def check_before_start(config: RunConfig, run_dir: Path, plan: Plan | None) -> ResumePoint | None:
+def check_before_start(config: RunConfig, run_dir: Path, plan: RunPlan | None) -> ResumePoint | None:
     """What the machine that runs the job checks before anything starts or is written (the files
     are read once: sizes and CRC32s of a checkpoint); last, the run's folder is made (empty), or
     refused when it cannot be. Returns where a resumed run continues (None: afresh)."""
@@ -148,7 +143,7 @@ def check_same_trainer(config: RunConfig, run_dir: Path) -> None:
         )
 
 
-def check_model(config: RunConfig, model_path: str, plan: Plan | None) -> None:
+def check_model(config: RunConfig, model_path: str, plan: RunPlan | None) -> None:
     """What the model itself must allow with each role's settings, before any worker loads it:
     each strategy's own `check_model` (a Megatron layout the model's heads, vocabulary and layers
     take; a vLLM engine that holds one sequence), told the role's compute platform where it is
@@ -161,39 +156,21 @@ def check_model(config: RunConfig, model_path: str, plan: Plan | None) -> None:
         strategy_type(ROLE_TYPES[role], spec.strategy).check_model(platforms.get(role), settings, model_path)
 
 
-def check_roles_here(config: RunConfig, plan: Plan | None) -> None:
+def check_roles_here(config: RunConfig, plan: RunPlan | None) -> None:
     """On a cluster that is this machine alone (`cluster=local`, no RAY_ADDRESS to join), the
     preflight's checks of each role, in this process before Ray starts: a kind that lacks what a
     role's settings ask (graphs, a sleep level, a package) is refused in seconds, not after Ray's
     start. Other clusters are checked by the preflight on their nodes."""
-    if isinstance(config.cluster, LocalCluster) and not os.environ.get("RAY_ADDRESS") and plan is not None:
-        check_here(role_requests(config, plan))
+    if config.cluster.checks_roles_here() and plan is not None:
+        check_here(list(plan.requests))
 
 
-def plan_here(config: RunConfig) -> Plan | None:
-    """The plan on a local or simulated cluster from the nodes it will hold, without Ray (None on
-    a remote cluster). A plan that does not fit a simulated cluster (whose nodes are declared) is
-    refused here; on this machine it is None (refused with the inventory Ray finds, which may hold
-    devices declared through `cluster.resources`, once it runs)."""
-    if isinstance(config.cluster, RemoteCluster):
-        return None
-    try:
-        return plan_for(
-            config.roles_to_run().present(),
-            config.cluster,
-            inventory_here(config.cluster),
-            config.engine_sizes(),
-        )
-    except PlanError:
-        if isinstance(config.cluster, SimCluster):
-            raise
-        return None
-
-
-def _compute_platforms_known_here(config: RunConfig, plan: Plan | None) -> dict[str, Platform]:
-    """Each role's compute platform as planned without Ray: on a local or simulated cluster from
-    the nodes it will hold (`plan`); on a remote one only for roles that name their device kind."""
+def _compute_platforms_known_here(config: RunConfig, plan: RunPlan | None) -> dict[str, Platform]:
+    """Each role's compute platform as planned without Ray: from the nodes the cluster will hold
+    (`plan`); on a cluster whose nodes are not known here, only for roles that name their kind."""
+    if plan is not None:
+        return dict(plan.platforms)
+    if config.cluster.plans_before_start:
+        return {}
     roles = config.roles_to_run().present()
-    if isinstance(config.cluster, RemoteCluster):
-        return {role: get_platform(spec.device) for role, spec in roles.items() if spec.device != AUTO}
-    return {} if plan is None else {role: compute_platform(plan, role) for role in plan.roles}
+    return {role: get_platform(spec.device) for role, spec in roles.items() if spec.device != AUTO}

@@ -4,8 +4,9 @@ where the run runs."""
 
 from __future__ import annotations
 
-from roll_device.cluster import plan_for, read_inventory, start_cluster
+from roll_device.cluster import read_inventory, start_cluster
 from roll_device.commands.gate import check_simulation, load_config
+from roll_device.pipeline.run_plan import build_run_plan
 
 
 def plan_command(overrides: list[str]) -> int:
@@ -15,7 +16,7 @@ def plan_command(overrides: list[str]) -> int:
         inventory = read_inventory()
         print(f"cluster '{handle.name}' at {handle.address}:")
         print(inventory.format(), flush=True)
-        plan = plan_for(config.roles_to_run().present(), config.cluster, inventory, config.engine_sizes())
+        plan = build_run_plan(config, inventory)
         print("\ndevice plan:")
         print(plan.format(), flush=True)
     return 0

@@ -25,16 +25,11 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from roll_device.commands.compose import CONFIG_NAME, compose, config_dir, explain
-from roll_device.commands.gate import (
-    check_before_start,
-    check_model,
-    check_simulation,
-    plan_here,
-    read_config,
-)
+from roll_device.commands.gate import check_before_start, check_model, check_simulation, read_config
 from roll_device.errors import ConfigError, RollDeviceError
 from roll_device.pipeline.config import RunConfig
 from roll_device.pipeline.experiment import model_path, run_experiment
+from roll_device.pipeline.run_plan import plan_here
 
 HYDRA_OUTPUT = ".hydra"
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 
-from roll_device.cluster.settings import RemoteCluster, SimCluster
 from roll_device.cluster.submit import entrypoint, runtime_env, submit_job
 from roll_device.commands.gate import load_config
 from roll_device.errors import ConfigError
@@ -18,25 +17,16 @@ def submit_command(
 ) -> int:
     """`command` (run or plan, as the command line allows) with `overrides`, sent to the cluster."""
     config = load_config(overrides)  # a bad override fails here, before anything is sent
-    cluster = config.cluster
-    if isinstance(cluster, SimCluster):
-        raise ConfigError(
-            "cluster=sim starts its own cluster on this machine: run it with `roll-device run "
-            "cluster=sim`; submit sends a run to an existing cluster (cluster=local there joins it)"
-        )
-    remote = cluster if isinstance(cluster, RemoteCluster) else None
-    address = (
-        address
-        or (remote.dashboard_address if remote else None)
-        or os.environ.get("RAY_API_SERVER_ADDRESS")
-        or _http_ray_address()
-    )
+    if config.cluster.submit_refusal:
+        raise ConfigError(config.cluster.submit_refusal)
+    dashboard, cluster_env = config.cluster.submit_target()
+    address = address or dashboard or os.environ.get("RAY_API_SERVER_ADDRESS") or _http_ray_address()
     if not address:
         raise ConfigError(
             "submit needs the cluster's dashboard address: --address http://<head>:8265, "
             "cluster.dashboard_address=..., or RAY_API_SERVER_ADDRESS"
         )
-    job_env = runtime_env(remote.runtime_env if remote else None)
+    job_env = runtime_env(cluster_env)
     return submit_job(address, entrypoint(command, overrides), job_env, no_wait=no_wait)
 
 

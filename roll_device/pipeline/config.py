@@ -12,9 +12,18 @@ the reference the KL term needs, and a reward the data can be scored with.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, SerializeAsAny, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import (
+    Field,
+    SerializeAsAny,
+    StrictBool,
+    StrictInt,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from roll_device.cluster.settings import ClusterSettings, RoleSettings, check_colocation, owner, read_cluster
 from roll_device.comm.options import WeightSyncOptions
@@ -27,9 +36,28 @@ from strategies.registry import names, strategy_type
 from strategies.training.settings import TrainSettings
 
 REWARD = "reward"  # the role type of reward workers (the pipeline's own, no strategy registry)
-ROLE_TYPES = {"actor_infer": INFERENCE, "actor_train": TRAIN, "reference": TRAIN, "reward": REWARD}
 SECTION_OF = {INFERENCE: "rollout", TRAIN: "trainer"}  # the section a role type's strategy reads
-REQUIRED_ROLES = ("actor_infer", "actor_train", "reward")
+
+
+@dataclass(frozen=True)
+class RoleEntry:
+    """One role of the pipeline: the type of strategy its workers run, and whether a run needs it."""
+
+    role_type: str
+    required: bool = True
+
+
+# The pipeline's table of roles. A new role (a critic, environment workers) is one entry here: the
+# `roles` section gets its key, the plan places it, and pipeline/roles.py starts it with the worker
+# class of its role type.
+ROLE_TABLE = {
+    "actor_infer": RoleEntry(INFERENCE),
+    "actor_train": RoleEntry(TRAIN),
+    "reference": RoleEntry(TRAIN, required=False),
+    "reward": RoleEntry(REWARD),
+}
+ROLE_TYPES = {role: entry.role_type for role, entry in ROLE_TABLE.items()}
+REQUIRED_ROLES = tuple(role for role, entry in ROLE_TABLE.items() if entry.required)
 REWARD_STRATEGIES = ("rule",)
 RESUME_CHOICES = (True, False, "latest_valid")
 
@@ -66,16 +94,11 @@ class ExperimentSettings(OpenSection):
     name: str
 
 
-class RolesSettings(Section):
-    """The pipeline's roles (`roles.<role>=null` drops one)."""
-
-    actor_infer: RoleSettings | None
-    actor_train: RoleSettings | None
-    reference: RoleSettings | None
-    reward: RoleSettings | None
+class _Roles(Section):
+    """The pipeline's roles (`roles.<role>=null` drops one), one key per entry of `ROLE_TABLE`."""
 
     @model_validator(mode="after")
-    def _colocation(self) -> RolesSettings:
+    def _colocation(self) -> _Roles:
         check_colocation(self.present())
         return self
 
@@ -86,6 +109,14 @@ class RolesSettings(Section):
     def without(self, name: str) -> RolesSettings:
         """These roles less `name`."""
         return self.model_copy(update={name: None})
+
+
+RolesSettings = create_model(
+    "RolesSettings",
+    __base__=_Roles,
+    __doc__=_Roles.__doc__,
+    **{role: (RoleSettings | None, ...) for role in ROLE_TABLE},
+)
 
 
 def _strategy_section(role_type: str, values: Any) -> Any:

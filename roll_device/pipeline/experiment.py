@@ -28,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from roll_device.cluster import plan_for, start_cluster
+from roll_device.cluster import read_inventory, start_cluster
 from roll_device.cluster.placement import release
 from roll_device.doctor.preflight import preflight
 from roll_device.errors import RollDeviceError, WeightSyncError
@@ -43,19 +43,18 @@ from roll_device.pipeline.loop import Collected, GrpoStep
 from roll_device.pipeline.metrics import PASS_KEY, MetricsLog
 from roll_device.pipeline.output import LOG_DIR, quiet_driver, summarise_worker_logs
 from roll_device.pipeline.overlap import Rollout, RolloutQueue
-from roll_device.pipeline.role_settings import role_requests
 from roll_device.pipeline.roles import (
     RoleGroups,
     WorkerFailedError,
     WorkerLostError,
     start_roles,
 )
-from roll_device.pipeline.state import Checkpoints, PipelineState
+from roll_device.pipeline.run_plan import RunPlan, build_run_plan
+from roll_device.pipeline.state import Checkpoints, PipelineState, ResumePoint
 from roll_device.pipeline.workers import TrainWorker
 from strategies.base import NonFiniteUpdateError
 
 POLICY_DIR = "policy"
-ResumePoint = tuple[Path, PipelineState]
 
 RUN_CONFIG_FILE = "config.yaml"  # the run's typed configuration, in its run directory
 
@@ -82,7 +81,7 @@ class Run:
         self.saved_step = 0
         self.last_step = inputs.last_step
 
-    def begin(self, start: tuple[Path, PipelineState] | None) -> None:
+    def begin(self, start: ResumePoint | None) -> None:
         """Continue from checkpoint `start`, or start afresh (dropping the records an earlier
         run left in this directory: each step is recorded once)."""
         if start is None:
@@ -227,13 +226,13 @@ def _run(config: RunConfig, run_dir: Path, path: str, start, on_step: Callable |
     inputs = _inputs(config, load_tokenizer(path), path, read_data(config.data, config.seed))  # before Ray
     started = time.perf_counter()
     with start_cluster(config.cluster):
-        plan = plan_for(config.roles_to_run().present(), config.cluster, engine_sizes=config.engine_sizes())
+        plan = build_run_plan(config, read_inventory())
         print(
             f"cluster ready in {time.perf_counter() - started:.1f}s; device plan:\n{plan.format()}",
             flush=True,
         )
         checking = time.perf_counter()
-        nodes = preflight(plan, role_requests(config, plan))
+        nodes = preflight(plan.placement, list(plan.requests))
         print(
             f"preflight: {nodes} node(s) ready for their roles ({time.perf_counter() - checking:.1f}s)",
             flush=True,
@@ -241,37 +240,46 @@ def _run(config: RunConfig, run_dir: Path, path: str, start, on_step: Callable |
         try:
             roles = start_roles(config, plan, path, log_dir=run_dir / LOG_DIR)
         except WorkerLostError as lost:
-            release(plan)
+            release(plan.placement)
             again = "no step ran; run the same command again once the cause is fixed"
             raise final_error(lost, again, run_dir / LOG_DIR) from lost
         try:
-            hosted = "".join(f"; {role} runs in {host}'s workers" for role, host in roles.hosted.items())
             print(
-                f"workers ready in {time.perf_counter() - started:.1f}s; weight sync: {roles.sync.describe()}{hosted}",
+                f"workers ready in {time.perf_counter() - started:.1f}s; {describe_roles(roles)}",
                 flush=True,
             )
-            run = Run(config, run_dir, roles, inputs)
-            try:
-                run.begin(start)
-                run.loop(on_step)
-            except WorkerLostError as lost:
-                raise run.fail(lost) from lost
-            except RewardFunctionError as failed:  # its one line, not Ray's wrapped traceback
-                cause = getattr(failed, "cause", None) or failed
-                raise run.ended(RewardFunctionError, str(cause).splitlines()[0]) from None
-            except NonFiniteUpdateError as refused:
-                raise run.ended(NonFiniteUpdateError, f"step {run.state.step + 1}: {refused}") from None
-            except WeightSyncError as failed:
-                raise run.ended(WeightSyncError, str(failed)) from failed
-            except KeyboardInterrupt as stop:
-                raise run.ended(*how_stopped(stop)) from None
-            title = f"{config.experiment.name}: GRPO, {data_summary(config)} ({plan_summary(plan)})"
-            png = run.metrics.plot(title, with_kl="reference" in config.roles_to_run().present())
-            print(f"{run.metrics.summary()}; plot: {png}")
+            _drive(Run(config, run_dir, roles, inputs), plan, start, on_step)
         finally:
             roles.shutdown()
-            release(plan)
+            release(plan.placement)
             print(summarise_worker_logs(run_dir / LOG_DIR), flush=True)
+
+
+def describe_roles(roles: RoleGroups) -> str:
+    """The weight sync's path and the roles hosted in other roles' workers."""
+    hosted = "".join(f"; {role} runs in {host}'s workers" for role, host in roles.hosted.items())
+    return f"weight sync: {roles.sync.describe()}{hosted}"
+
+
+def _drive(run: Run, plan: RunPlan, start: ResumePoint | None, on_step: Callable | None) -> None:
+    """Run the steps; every way a run ends early becomes its error, after what can be kept is."""
+    try:
+        run.begin(start)
+        run.loop(on_step)
+    except WorkerLostError as lost:
+        raise run.fail(lost) from lost
+    except RewardFunctionError as failed:  # its one line, not Ray's wrapped traceback
+        cause = getattr(failed, "cause", None) or failed
+        raise run.ended(RewardFunctionError, str(cause).splitlines()[0]) from None
+    except NonFiniteUpdateError as refused:
+        raise run.ended(NonFiniteUpdateError, f"step {run.state.step + 1}: {refused}") from None
+    except WeightSyncError as failed:
+        raise run.ended(WeightSyncError, str(failed)) from failed
+    except KeyboardInterrupt as stop:
+        raise run.ended(*how_stopped(stop)) from None
+    title = f"{run.config.experiment.name}: GRPO, {data_summary(run.config)} ({plan.summary()})"
+    png = run.metrics.plot(title, with_kl="reference" in plan.roles)
+    print(f"{run.metrics.summary()}; plot: {png}")
 
 
 def resume_advice(run_dir: Path) -> str:
@@ -299,9 +307,3 @@ def data_summary(config: RunConfig) -> str:
     if config.data.path:
         return f"{Path(config.data.path).name}, reward {config.reward.function}"
     return f"task '{config.data.task}'"
-
-
-def plan_summary(plan) -> str:
-    return ", ".join(
-        f"{role} on {p.kind}" + (" (simulated)" if p.simulated else "") for role, p in plan.roles.items()
-    )

@@ -3,7 +3,7 @@ connect the weight-sync path from `actor_train` to `actor_infer`.
 
 A reference on exactly the trainer's devices with the trainer's strategy, one that can hold a
 second model in a process (`TrainStrategy.hosts_reference`: FSDP), runs inside the `actor_train`
-workers (`hosted_reference`), as verl's fused actor/reference worker does: no processes of its
+workers (`RunPlan.hosted`, pipeline/run_plan.py), as verl's fused actor/reference worker does: no processes of its
 own to start (about 2 s of the default job's start-up on 2 cores) or to hold device memory. Its
 logprobs come from `RoleGroups.logprobs("reference", ...)` either way; a reference on devices of
 its own (`roles.reference.colocate_with=null`) keeps its own workers.
@@ -28,20 +28,20 @@ from typing import Any
 
 import ray
 
-from roll_device.cluster import Plan, WorkerGroup, shard
+from roll_device.cluster import WorkerGroup, shard
 from roll_device.comm import Endpoint, SyncPlan, WeightSyncOptions, abort_sync, sync_actor_options
-from roll_device.comm.paths import COLOCATED
 from roll_device.errors import RollDeviceError, WeightSyncError
-from roll_device.pipeline.config import RunConfig
+from roll_device.pipeline.config import REWARD, ROLE_TYPES, RunConfig
 from roll_device.pipeline.output import setup_progress
 from roll_device.pipeline.reward_worker import RewardWorker
-from roll_device.pipeline.role_settings import compute_platform, sync_plan
+from roll_device.pipeline.run_plan import SYNC_RECEIVER, SYNC_SENDER, RunPlan
 from roll_device.pipeline.worker_base import PipelineWorker
 from roll_device.pipeline.workers import RolloutWorker, TrainWorker
 from strategies.base import INFERENCE, TRAIN
-from strategies.registry import qualified_name, strategy_class
+from strategies.registry import qualified_name
 
 ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # in Ray's task error headers
+SYNC_ENDS = (SYNC_SENDER, SYNC_RECEIVER)
 
 
 class WorkerLostError(RollDeviceError, RuntimeError):
@@ -136,17 +136,6 @@ def watching(role: str) -> Iterator[None]:
         if isinstance(exc.cause, RollDeviceError):
             raise exc.cause from None
         raise WorkerFailedError(role, exc) from exc
-
-
-def hosted_reference(config: RunConfig, plan: Plan) -> bool:
-    """Whether the reference runs inside the `actor_train` workers (see the module docstring)."""
-    if "reference" not in plan.roles:
-        return False  # trainer roles share the one `trainer` section: the same strategy
-    reference, train = plan.roles["reference"], plan.roles["actor_train"]
-    if (reference.kind, reference.slots) != (train.kind, train.slots):
-        return False
-    kind = compute_platform(plan, "reference").kind
-    return strategy_class(TRAIN, config.trainer.name, kind).hosts_reference
 
 
 @dataclass
@@ -260,81 +249,96 @@ class RoleGroups:
             group.kill()
 
 
-def start_roles(config: RunConfig, plan: Plan, model_path: str, log_dir: Path | None = None) -> RoleGroups:
+# the worker class of each role type (pipeline/config.py's ROLE_TABLE gives each role its type)
+WORKER_OF = {INFERENCE: RolloutWorker, TRAIN: TrainWorker, REWARD: RewardWorker}
+
+
+def start_roles(config: RunConfig, plan: RunPlan, model_path: str, log_dir: Path | None = None) -> RoleGroups:
     """Start and set up every planned role (their output in `log_dir` when given); connect the
     weight sync."""
-    options = config.weight_sync
-    sync_ends = {"ray_options": sync_actor_options(options.path)}
-    groups = {
-        "actor_train": WorkerGroup(plan, "actor_train", TrainWorker, **sync_ends),
-        "actor_infer": WorkerGroup(plan, "actor_infer", RolloutWorker, **sync_ends),
-        "reward": WorkerGroup(plan, "reward", RewardWorker),
-    }
-    hosted = {"reference": "actor_train"} if hosted_reference(config, plan) else {}
-    if "reference" in plan.roles and not hosted:
-        groups["reference"] = WorkerGroup(plan, "reference", TrainWorker)
-    roles = RoleGroups(groups, sync_plan(plan, options.path), options, hosted=hosted)
+    roles = RoleGroups(_start_groups(config, plan), plan.sync, config.weight_sync, hosted=plan.hosted)
     # each worker runs its calls in order: the capture comes first, and nothing waits for it here
     capture = {
         role: group.async_call_all(PipelineWorker.capture_output, str(log_dir))
-        for role, group in groups.items()
+        for role, group in roles.groups.items()
         if log_dir is not None
     }
-    setups = {
-        "actor_infer": groups["actor_infer"].async_call_all(
-            RolloutWorker.setup,
-            model_path,
-            qualified_name(INFERENCE, config.roles.actor_infer.strategy),
-            config.rollout,
-            roles.sync.path == COLOCATED,
-            roles.sync.path,
-        ),
-        "reward": groups["reward"].async_call_all(
-            RewardWorker.setup, config.reward.function, config.data.task, config.reward.name(config.data.task)
-        ),
-    }
-    trainer = qualified_name(TRAIN, config.trainer.name)
-    for role in ("actor_train", "reference"):
-        if role in groups:
-            master = roles.wait({role: [groups[role].async_call_rank0(TrainWorker.get_master_addr_port)]})[
-                role
-            ][0]
-            setups[role] = groups[role].async_call_all(
-                TrainWorker.setup, model_path, trainer, config.trainer, master
-            )
-    if hosted:  # after the policy's setup in each worker (a worker runs its calls in order)
-        setups["reference"] = groups["actor_train"].async_call_all(
-            TrainWorker.setup_reference, model_path, trainer, config.trainer
-        )
     try:
+        setups = _start_setups(config, plan, roles, model_path)
         with setup_progress(setups) as ready:
             done = roles.wait(setups, on_ready=ready)
         roles.wait(capture)
     except BaseException:
         roles.shutdown()  # the workers that did start
         raise
-    roles.dp_ranks = {role: done[role] for role in ("actor_train", "reference") if role in done}
-    rollout_kind = compute_platform(plan, "actor_infer").kind
-    engine = strategy_class(INFERENCE, config.roles.actor_infer.strategy, rollout_kind)
-    engine_size = engine.engine_size(config.rollout)  # every process of an engine receives
-    endpoint = roles.wait(
+    roles.dp_ranks = {role: done[role] for role in done if ROLE_TYPES[role] == TRAIN}
+    _connect_sync(config, plan, roles)
+    return roles
+
+
+def _start_groups(config: RunConfig, plan: RunPlan) -> dict[str, WorkerGroup]:
+    """A worker group per role with workers of its own (not a hosted one); the sync's two ends
+    get the sync path's Ray options."""
+    sync_ends = {"ray_options": sync_actor_options(config.weight_sync.path)}
+    return {
+        role: WorkerGroup(
+            plan.placement, role, WORKER_OF[ROLE_TYPES[role]], **(sync_ends if role in SYNC_ENDS else {})
+        )
+        for role in plan.roles
+        if role not in plan.hosted
+    }
+
+
+def _start_setups(config: RunConfig, plan: RunPlan, roles: RoleGroups, model_path: str) -> dict[str, list]:
+    """Every role's set-up calls, in flight: a trainer role's after its rank 0 named the
+    rendezvous; a hosted role's in its host's workers, after the host's own set-up."""
+    groups = roles.groups
+    setups = {
+        "actor_infer": groups["actor_infer"].async_call_all(
+            RolloutWorker.setup,
+            model_path,
+            qualified_name(INFERENCE, config.roles.actor_infer.strategy),
+            config.rollout,
+            plan.sync.path,
+        ),
+        "reward": groups["reward"].async_call_all(
+            RewardWorker.setup, config.reward.function, config.data.task, config.reward.name(config.data.task)
+        ),
+    }
+    trainer = qualified_name(TRAIN, config.trainer.name)
+    for role in (role for role in groups if ROLE_TYPES[role] == TRAIN):
+        call_rank0 = groups[role].async_call_rank0(TrainWorker.get_master_addr_port)
+        master = roles.wait({role: [call_rank0]})[role][0]
+        setups[role] = groups[role].async_call_all(
+            TrainWorker.setup, model_path, trainer, config.trainer, master
+        )
+    for role, host in plan.hosted.items():  # a worker runs its calls in order
+        setups[role] = groups[host].async_call_all(
+            TrainWorker.setup_reference, model_path, trainer, config.trainer
+        )
+    return setups
+
+
+def _connect_sync(config: RunConfig, plan: RunPlan, roles: RoleGroups) -> None:
+    """Open the sender on the trainer's workers and connect every process of every engine."""
+    groups, options = roles.groups, config.weight_sync
+    engine_size = plan.strategy("actor_infer").engine_size(config.rollout)  # every engine process receives
+    roles.endpoint = roles.wait(
         {
             "actor_train": groups["actor_train"].async_call_all(
                 TrainWorker.open_sender,
-                roles.sync,
+                plan.sync,
                 groups["actor_infer"].world_size * engine_size,
                 options,
                 None if config.rollout.dtype == "auto" else config.rollout.dtype,
             )
         }
     )["actor_train"][0]
-    roles.endpoint = endpoint
     roles.wait(
         {
             "actor_train": groups["actor_train"].async_call_all(TrainWorker.connect_sender),
             "actor_infer": groups["actor_infer"].async_call_all(
-                RolloutWorker.connect_receiver, endpoint, options.timeout_s
+                RolloutWorker.connect_receiver, roles.endpoint, options.timeout_s
             ),
         }
     )
-    return roles

@@ -57,6 +57,10 @@ def read_state(path: Path) -> PipelineState:
     return PipelineState(**values)
 
 
+# A checkpoint a run continues from: its folder and the pipeline state saved there.
+ResumePoint = tuple[Path, PipelineState]
+
+
 class Checkpoints:
     def __init__(self, run_dir: Path) -> None:
         self.root = Path(run_dir) / "checkpoints"
@@ -78,7 +82,7 @@ class Checkpoints:
         (self.root / "latest.tmp").rename(self.root / "latest")
         return final
 
-    def latest(self) -> tuple[Path, PipelineState] | None:
+    def latest(self) -> ResumePoint | None:
         """The checkpoint `latest` names (unchecked), or None before the first commit."""
         marker = self.root / "latest"
         if not marker.exists():
@@ -129,7 +133,7 @@ class Checkpoints:
         """Remove every checkpoint here (a new run with overwrite=true)."""
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def resume_point(self, mode: bool | str) -> tuple[Path, PipelineState]:
+    def resume_point(self, mode: bool | str) -> ResumePoint:
         """The checkpoint a run with `resume=mode` continues from, or a ConfigError."""
         marker = self.root / "latest"
         if not marker.exists():

@@ -168,13 +168,11 @@ class RolloutWorker(PipelineWorker):
     """One inference engine (on one device or, with tensor parallelism, several): it receives
     weights as receivers `rank * engine_size + 1` on (every process of the engine receives)."""
 
-    def setup(
-        self, model_path: str, strategy: str, settings: RolloutSettings, colocated: bool, sync_path: str
-    ) -> None:
-        """Start the engine (`strategy`: its qualified class name; `colocated`: it shares its
-        devices with a trainer; `sync_path`: the weight-sync path that feeds it)."""
+    def setup(self, model_path: str, strategy: str, settings: RolloutSettings, sync_path: str) -> None:
+        """Start the engine (`strategy`: its qualified class name; `sync_path`: the weight-sync
+        path that feeds it, `colocated` where it shares its devices with a trainer)."""
         self.strategy = self.new_strategy(strategy)
-        self.strategy.initialize(model_path, settings, colocated, sync_path)
+        self.strategy.initialize(model_path, settings, sync_path)
         self.engine_size = self.strategy.engine_size(settings)
         self.last_finished: float | None = None  # the end of the last generation
         self.syncing_s = 0.0  # seconds of weight syncs since then

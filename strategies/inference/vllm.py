@@ -90,17 +90,19 @@ class VllmStrategy(InferenceStrategy):
     def engine_size(cls, settings: VllmSettings) -> int:
         return settings.tensor_parallel_size
 
-    def initialize(
-        self, model_path: str, settings: VllmSettings, colocated: bool = False, sync_path: str | None = None
-    ) -> None:
-        self.sync_path = sync_path or (COLOCATED if colocated else BRIDGE)
-        if self.sync_path == DIRECT and settings.tensor_parallel_size > 1:
+    @classmethod
+    def check_sync_path(cls, settings: VllmSettings, sync_path: str) -> None:
+        if sync_path == DIRECT and settings.tensor_parallel_size > 1:
             raise ConfigError(
                 f"weight_sync.path=rdt reaches only a vLLM engine of one rank (Ray delivers into the "
                 f"actor's process), not rollout.tensor_parallel_size={settings.tensor_parallel_size}: "
                 "use weight_sync.path=auto"
             )
-        self.spec = build_engine_spec(self.platform, model_path, settings, colocated)
+
+    def initialize(self, model_path: str, settings: VllmSettings, sync_path: str | None = None) -> None:
+        self.sync_path = sync_path or BRIDGE
+        self.check_sync_path(settings, self.sync_path)
+        self.spec = build_engine_spec(self.platform, model_path, settings, self.sync_path == COLOCATED)
         self.spec.kwargs["weight_transfer_config"] = {"backend": ENGINES[self.sync_path]}
         self.max_model_len = settings.max_model_len
         self.bucket_bytes = settings.update_bucket_bytes

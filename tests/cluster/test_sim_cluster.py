@@ -5,10 +5,11 @@ plans refused before any worker starts. Every device result here is a simulation
 import pytest
 import ray
 
-from roll_device.cluster import DispatchError, WorkerGroup, plan_for, read_inventory, shard, start_cluster
+from roll_device.cluster import DispatchError, WorkerGroup, read_inventory, shard, start_cluster
 from roll_device.cluster.placement import release
 from roll_device.commands.plan import plan_command
 from roll_device.errors import ConfigError, PlanError
+from roll_device.pipeline.run_plan import build_run_plan
 from tests.cluster.role_workers import DeviceIdentityWorker, ProbeWorker
 from tests.configs import cluster_settings, run_config
 
@@ -40,7 +41,7 @@ def cluster():
 @pytest.fixture(scope="module")
 def placed(cluster):
     config = run_config(*SIM, *ROLES)
-    plan = plan_for(config.roles_to_run().present(), config.cluster)
+    plan = build_run_plan(config, read_inventory()).placement
     groups = {role: WorkerGroup(plan, role, ProbeWorker, scale=2.0) for role in plan.roles}
     yield plan, groups
     for group in groups.values():

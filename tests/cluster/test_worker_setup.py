@@ -10,7 +10,7 @@ from roll_device.cluster import RoleWorker, start_cluster
 from roll_device.cluster.launcher import check_reachable
 from roll_device.cluster.plan import compute_kind
 from roll_device.cluster.settings import SimNode
-from roll_device.cluster.sim_nodes import declared_inventory, node_args
+from roll_device.cluster.sim_nodes import node_args
 from roll_device.cluster.worker import WorkerSpec, local_device_index, worker_env
 from roll_device.errors import ConfigError, DeviceUnavailableError
 from roll_device.settings import read_section
@@ -67,7 +67,7 @@ def test_sim_node_entries_become_ray_start_arguments():
 def test_the_shipped_sim_cluster_is_known_before_it_starts():
     cluster = cluster_settings(SIM)
     assert [name for name, _ in cluster.entries()] == ["head", "npu-node", "gpu-node"]
-    nodes = {node.name: node for node in declared_inventory(cluster).nodes}
+    nodes = {node.name: node for node in cluster.inventory_here().nodes}
     assert nodes["head"].is_head and nodes["head"].devices == {} and not nodes["head"].simulated
     assert nodes["npu-node"].devices == {"npu": 4} and nodes["npu-node"].simulated
     assert nodes["gpu-node"].devices == {"cuda": 2} and nodes["gpu-node"].simulated

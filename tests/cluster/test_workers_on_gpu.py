@@ -21,7 +21,7 @@ def gpu_uuids() -> list[str]:
 
 
 def test_colocated_workers_compute_on_the_gpu_ray_assigned():
-    from roll_device.cluster import WorkerGroup, plan_for, start_cluster
+    from roll_device.cluster import WorkerGroup, build_plan, read_inventory, start_cluster
     from tests.cluster.role_workers import DeviceIdentityWorker
     from tests.cluster.test_plan import roles
     from tests.configs import cluster_settings
@@ -29,7 +29,9 @@ def test_colocated_workers_compute_on_the_gpu_ray_assigned():
     uuids = gpu_uuids()
     cluster = cluster_settings("cluster.num_cpus=2")
     with start_cluster(cluster):
-        plan = plan_for(roles(train=("auto", 1), infer=("auto", 1, "train")), cluster)
+        plan = build_plan(
+            roles(train=("auto", 1), infer=("auto", 1, "train")), read_inventory(), cluster.cpu_per_worker
+        )
         assert {role: p.kind for role, p in plan.roles.items()} == {"train": "cuda", "infer": "cuda"}
         groups = {role: WorkerGroup(plan, role, DeviceIdentityWorker) for role in plan.roles}
         seen = {role: group.call_rank0(DeviceIdentityWorker.identity) for role, group in groups.items()}

@@ -12,10 +12,10 @@ from __future__ import annotations
 import pytest
 import ray
 
-from roll_device.cluster import WorkerGroup, plan_for, start_cluster
+from roll_device.cluster import WorkerGroup, read_inventory, start_cluster
 from roll_device.cluster.placement import release
 from roll_device.models.tiny import make_tiny_model
-from roll_device.pipeline.role_settings import sync_plan
+from roll_device.pipeline.run_plan import build_run_plan
 from roll_device.pipeline.workers import RolloutWorker, TrainWorker
 from strategies.base import INFERENCE, TRAIN, SamplingConfig
 from strategies.registry import qualified_name
@@ -45,12 +45,13 @@ def test_simulated_npu_trainer_to_vllm_on_a_simulated_gpu_node(tiny_model_path, 
     config = run_config(*CONFIG)
     trainer_model = make_tiny_model(tmp_path / "trainer-model", seed=1)  # other weights than the engine's
     with start_cluster(config.cluster):
-        plan = plan_for(config.roles_to_run().present(), config.cluster)
+        run_plan = build_run_plan(config, read_inventory())
+        plan = run_plan.placement
         train = WorkerGroup(plan, "actor_train", TrainWorker)
         infer = WorkerGroup(plan, "actor_infer", RolloutWorker)
         try:
             options = config.weight_sync
-            sync = sync_plan(plan, options.path)
+            sync = run_plan.sync
             assert (
                 sync.describe() == "bridge: npu -> cpu via gloo broadcast (host buckets) [simulated device]"
             )
@@ -62,7 +63,7 @@ def test_simulated_npu_trainer_to_vllm_on_a_simulated_gpu_node(tiny_model_path, 
             ray.get(
                 train.async_call_all(TrainWorker.setup, str(trainer_model), trainer, config.trainer, ("", 0))
                 + infer.async_call_all(
-                    RolloutWorker.setup, tiny_model_path, engine, config.rollout, False, sync.path
+                    RolloutWorker.setup, tiny_model_path, engine, config.rollout, sync.path
                 )
             )
             before = infer.call_all(RolloutWorker.generate, PROMPTS, GREEDY)[0].completions[0].token_ids

@@ -16,12 +16,12 @@ from roll_device.commands.gate import (
     check_same_trainer,
     check_simulation,
     load_config,
-    plan_here,
 )
 from roll_device.commands.run import run_checked
 from roll_device.doctor.preflight import PreflightError
 from roll_device.errors import ConfigError
 from roll_device.pipeline.experiment import RUN_CONFIG_FILE
+from roll_device.pipeline.run_plan import plan_here
 
 BAD_VALUES = [
     (["max_steps=abc"], "max_steps='abc': input should be a valid integer"),

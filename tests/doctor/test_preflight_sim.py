@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 import ray
 
-from roll_device.cluster import Plan, plan_for, start_cluster
+from roll_device.cluster import read_inventory, start_cluster
 from roll_device.doctor.preflight import PreflightError, preflight
-from roll_device.pipeline.config import RunConfig
-from roll_device.pipeline.role_settings import role_requests
+from roll_device.pipeline.run_plan import RunPlan, build_run_plan
 from tests.configs import cluster_settings, run_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,22 +41,21 @@ def cluster():
     handle.shutdown()
 
 
-def planned(*overrides: str) -> tuple[RunConfig, Plan]:
-    """The run's config and its plan on the connected cluster, as `run` makes them."""
-    config = run_config(*overrides)
-    return config, plan_for(config.roles_to_run().present(), config.cluster)
+def planned(*overrides: str) -> RunPlan:
+    """The run's plan on the connected cluster, as `run` makes it."""
+    return build_run_plan(run_config(*overrides), read_inventory())
 
 
 def test_roles_the_simulated_npu_node_can_serve_pass(cluster):
-    config, plan = planned(*SIM, *NPU_ROLES, "rollout=hf")  # FSDP and the hf rollout need nothing more
-    assert preflight(plan, role_requests(config, plan)) == 2, "the head (reward) and the NPU node"
+    plan = planned(*SIM, *NPU_ROLES, "rollout=hf")  # FSDP and the hf rollout need nothing more
+    assert preflight(plan.placement, list(plan.requests)) == 2, "the head (reward) and the NPU node"
 
 
 def test_vllm_without_vllm_ascend_on_a_simulated_npu_node_is_refused_in_seconds(cluster):
-    config, plan = planned(*SIM, *NPU_ROLES)
+    plan = planned(*SIM, *NPU_ROLES)
     started = time.perf_counter()
     with pytest.raises(PreflightError) as refused:
-        preflight(plan, role_requests(config, plan))
+        preflight(plan.placement, list(plan.requests))
     assert time.perf_counter() - started < 30
     message = str(refused.value)
     assert message.startswith("preflight found 2 problem(s) before any worker started:\n")

@@ -6,10 +6,9 @@ import json
 
 import pytest
 
-from roll_device.cluster import plan_for
 from roll_device.cluster.inventory import Inventory, NodeInfo
 from roll_device.commands.run import run_checked
-from roll_device.pipeline.roles import hosted_reference
+from roll_device.pipeline.run_plan import build_run_plan
 from tests.configs import run_config
 
 HOST = Inventory((NodeInfo("h" * 56, "10.0.0.1", "head", cpus=2, is_head=True),))
@@ -28,10 +27,7 @@ GPUS = Inventory((NodeInfo("h" * 56, "10.0.0.1", "head", cpus=8, is_head=True, d
 )
 def test_which_references_run_in_the_trainers_workers(overrides, inventory, hosted):
     config = run_config(*overrides)
-    assert (
-        hosted_reference(config, plan_for(config.roles_to_run().present(), config.cluster, inventory))
-        is hosted
-    )
+    assert bool(build_run_plan(config, inventory).hosted) is hosted
 
 
 @pytest.mark.slow

@@ -4,8 +4,9 @@ inventories: no Ray, no devices needed."""
 
 import pytest
 
-from roll_device.cluster import Inventory, NodeInfo, plan_for
+from roll_device.cluster import Inventory, NodeInfo
 from roll_device.errors import PlanError
+from roll_device.pipeline.run_plan import build_run_plan
 from tests.configs import run_config
 
 
@@ -18,7 +19,7 @@ def _node(kind, count):
 @pytest.mark.parametrize("experiment, kind", [("qwen2_5_7b_npu8", "npu"), ("qwen2_5_7b_gpu8", "cuda")])
 def test_reference_layout_fits_one_eight_device_node(experiment, kind):
     cfg = run_config(f"experiment={experiment}")  # read and checked as a run reads it
-    plan = plan_for(cfg.roles_to_run().present(), cfg.cluster, _node(kind, 8))
+    plan = build_run_plan(cfg, _node(kind, 8)).placement
     assert plan.roles["actor_train"].kind == plan.roles["actor_infer"].kind == kind
     train = {s.index for s in plan.roles["actor_train"].slots}
     infer = {s.index for s in plan.roles["actor_infer"].slots}
@@ -31,4 +32,4 @@ def test_reference_layout_fits_one_eight_device_node(experiment, kind):
 def test_reference_layout_on_a_smaller_node_names_what_is_missing():
     cfg = run_config("experiment=qwen2_5_7b_npu8")
     with pytest.raises(PlanError, match=r"role 'actor_train' wants 4 npu device\(s\), but only 2"):
-        plan_for(cfg.roles_to_run().present(), cfg.cluster, _node("npu", 6))
+        build_run_plan(cfg, _node("npu", 6))

@@ -25,9 +25,7 @@ class ToyEngine(InferenceStrategy):
     settings_cls = ToySettings
     model: torch.nn.Module | None = None
 
-    def initialize(
-        self, model_path: str, settings: ToySettings, colocated: bool = False, sync_path: str | None = None
-    ) -> None:
+    def initialize(self, model_path: str, settings: ToySettings, sync_path: str | None = None) -> None:
         self.settings = settings
         model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32)
         self.model = model.to(self.platform.device()).eval()
