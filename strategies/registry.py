@@ -26,7 +26,15 @@ STRATEGIES: dict[tuple[str, str], str] = {
 
 def register_strategy(role_type: str, name: str, qualified_name: str) -> None:
     """Serve `role_type` strategy `name` with the class `qualified_name` (`package.module:Class`),
-    in this process (register in every process that starts it, or name it in STRATEGIES)."""
+    in this process (register in every process that starts it, or name it in STRATEGIES). The same
+    registration again is a no-op; a different class under a taken name is refused (a ValueError),
+    as vLLM's factories refuse one."""
+    taken = STRATEGIES.get((role_type, name))
+    if taken is not None and taken != qualified_name:
+        raise ValueError(
+            f"{role_type} strategy '{name}' is already registered as {taken}: register "
+            f"{qualified_name} under another name"
+        )
     STRATEGIES[(role_type, name)] = qualified_name
 
 

@@ -1,6 +1,6 @@
 """Weight sync from a trainer to rollout workers, on any pair of device kinds.
 
-`plan_sync` / `choose_path` pick the path from the two roles' kinds and placement (colocated:
+`plan_sync` picks the path from the two roles' kinds and placement (colocated:
 IPC handles or shared memory; collective: a broadcast over the kind's backend; bridge: host
 staging across kinds; rdt, only when asked for: Ray Direct Transport between Ray actors started
 with `sync_actor_options(path)`). `WeightSender` (trainer rank 0) and `WeightReceiver` (each rollout worker)
@@ -13,7 +13,7 @@ from roll_device.comm.hashing import weights_hash
 from roll_device.comm.messages import SyncStats
 from roll_device.comm.options import WeightSyncOptions
 from roll_device.comm.paths import PATHS
-from roll_device.comm.planner import SyncPlan, choose_path, plan_sync
+from roll_device.comm.planner import SyncPlan, plan_sync
 from roll_device.comm.rdt_transport import sync_actor_options
 from roll_device.comm.receiver import WeightReceiver
 from roll_device.comm.sender import WeightSender
@@ -27,7 +27,6 @@ __all__ = [
     "WeightSender",
     "WeightSyncOptions",
     "abort_sync",
-    "choose_path",
     "plan_sync",
     "sync_actor_options",
     "weights_hash",

@@ -126,13 +126,3 @@ def _auto_path(src: Platform, same_kind: bool, colocated: bool, same_node: bool)
         return BRIDGE
     return COLLECTIVE
 
-
-def choose_path(
-    src_kind: str | Platform,
-    dst_kind: str | Platform,
-    colocated: bool,
-    same_node: bool,
-    forced: str = AUTO,
-) -> str:
-    """The path name (one of `PATHS`) `plan_sync` picks for these roles."""
-    return plan_sync(src_kind, dst_kind, colocated=colocated, same_node=same_node, forced=forced).path

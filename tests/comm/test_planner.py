@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import roll_device as rd
-from roll_device.comm import WeightSyncOptions, choose_path, plan_sync
+from roll_device.comm import WeightSyncOptions, plan_sync
 from roll_device.errors import ConfigError, UnknownDeviceError
 from roll_device.settings import read_section
 from tests.configs import run_config, weight_sync
@@ -46,7 +46,7 @@ def test_simulated_ends_are_labelled_and_count_as_their_kind():
 
 
 def test_platform_objects_are_accepted_like_kinds():
-    assert choose_path(rd.get_platform("cuda"), rd.get_platform("npu"), False, False) == "bridge"
+    assert plan_sync(rd.get_platform("cuda"), rd.get_platform("npu"), colocated=False, same_node=False).path == "bridge"
 
 
 @pytest.mark.parametrize(
@@ -86,13 +86,13 @@ def test_forced_paths_that_work(src, dst, colocated, same_node, forced, path, tr
 )
 def test_impossible_choices_are_refused_up_front(src, dst, colocated, same_node, forced, message):
     with pytest.raises(ConfigError) as info:
-        choose_path(src, dst, colocated, same_node, forced)
+        plan_sync(src, dst, colocated=colocated, same_node=same_node, forced=forced)
     assert message in str(info.value)
 
 
 def test_unknown_kind_is_refused():
     with pytest.raises(UnknownDeviceError, match="unknown device kind 'tpu'"):
-        choose_path("tpu", "cuda", False, True)
+        plan_sync("tpu", "cuda", colocated=False, same_node=True)
 
 
 def test_options_from_the_composed_config():
