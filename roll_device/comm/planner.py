@@ -125,4 +125,3 @@ def _auto_path(src: Platform, same_kind: bool, colocated: bool, same_node: bool)
     if src.device_type == get_platform(HOST_KIND).device_type and same_node:
         return BRIDGE
     return COLLECTIVE
-

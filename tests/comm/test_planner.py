@@ -46,7 +46,10 @@ def test_simulated_ends_are_labelled_and_count_as_their_kind():
 
 
 def test_platform_objects_are_accepted_like_kinds():
-    assert plan_sync(rd.get_platform("cuda"), rd.get_platform("npu"), colocated=False, same_node=False).path == "bridge"
+    assert (
+        plan_sync(rd.get_platform("cuda"), rd.get_platform("npu"), colocated=False, same_node=False).path
+        == "bridge"
+    )
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@ harmless, with another class refused."""
 
 import pytest
 
-import strategies.registry as registry
+from strategies import registry
 from strategies.base import INFERENCE
 from strategies.registry import qualified_name, register_strategy
 
