@@ -21,10 +21,12 @@ writes it and the plot, docs/rank_memory_benchmark.png; benchmarks/phase_meter.p
 
     MALLOC_ARENA_MAX=2 .venv/bin/python benchmarks/rank_memory.py [--layers 4 8 12] [--label after] [--collectives]
 
-Runs are kept by label and depth in results/rank_memory.json (`--layers` with no
-depth only writes the section again from it): `before` (commit 70cd4ed's code: this file run
-from a `git archive` of it with `--results` pointing here), `after` (this tree), and `check`
-(the code with the first two cuts, 4, 8, 12 and one measured 24-layer run: the fit's check).
+Runs are kept by label and depth in results/rank_memory.json (`--layers` with no depth only
+writes the section again from it): `after`, this tree's code, is the one the section shows;
+`check` holds 4, 8, 12 and one measured 24-layer run of one code, the fit's check; other labels
+keep runs of earlier code for comparisons (`before`: commit 70cd4ed's code, this file run from a
+`git archive` of it with `--results` pointing here; the measurements log of docs/benchmarks.md
+compares them).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.doc_sections import replace_section
 from benchmarks.phase_meter import FIELDS, PhaseMeter, glibc_account, instrument, status, trimmable
-from benchmarks.rank_memory_report import PLOT, plot, render
+from benchmarks.rank_memory_report import CURRENT, PLOT, plot, render
 from benchmarks.train_memory import import_model_code
 
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -308,7 +310,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, nargs="*", default=[4, 8, 12])
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--label", default="after", help="before | after | check: the code measured")
+    parser.add_argument(
+        "--label", default=CURRENT, help="the code measured: after (this tree), check, before"
+    )
     parser.add_argument(
         "--collectives", action="store_true", help="also time gloo's collectives vs the in-place ones"
     )
@@ -343,7 +347,7 @@ def main() -> None:
         }
         results.write_text(compact(stored))
         say(f"wrote {results}")
-    if "before" in stored and "after" in stored:
+    if CURRENT in stored:
         plot(stored)
         replace_section(DOC, "rank_memory", render(stored))
         say(f"wrote {DOC.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")

@@ -1,6 +1,8 @@
 """The rank_memory section of docs/benchmarks.md and its plot, from the runs benchmarks/rank_memory.py
-keeps (results/rank_memory.json): per phase the peak RssAnon of rank 0 at each measured depth, the
-per-layer fit and its value at 24 layers, what the peak holds, and the collectives' table."""
+keeps (results/rank_memory.json) for this tree's code: per phase the peak RssAnon of rank 0 at each
+measured depth, the per-layer fit and its value at 24 layers, what the peak holds, and the
+collectives' table. Runs of other code kept under other labels are for comparisons (the
+measurements log of docs/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PLOT = ROOT / "docs" / "rank_memory_benchmark.png"
 PHASES = ("load", "logprobs", "forward", "backward", "optimizer", "export", "between")
+CURRENT = "after"  # the label of the runs of this tree's code (`--label`); others are kept for comparisons
 
 
 STATE_IN = {"backward": ("params", "adam", "grads"), "optimizer": ("params", "adam", "grads")}
@@ -68,62 +71,59 @@ def breakdown(runs: list[dict]) -> dict[str, dict[str, float]]:
 
 
 def render(stored: dict) -> str:
-    """The section: the peaks before and after with their fits, the fit's check, what the peak
-    holds at 24 layers, the collectives (where measured) and what glibc kept."""
+    """The section for the runs of this tree's code (label `after`): the peaks per depth with their
+    fit, the fit's check against a measured 24-layer run (label `check`), what the peak holds at 24
+    layers, the collectives (where measured) and what glibc keeps."""
+    current = stored[CURRENT]
     lines = [
         "## Where a trainer rank's memory goes (`benchmarks/rank_memory.py`)",
         "",
-        setting(stored["after"]),
+        setting(current),
         "",
-        *peaks_table(stored),
+        *peaks_table(current["runs"]),
         *fit_check(stored.get("check", {"runs": []})["runs"]),
         "",
-        *holds_table(stored["after"]["runs"]),
+        *holds_table(current["runs"]),
     ]
     if "collectives" in stored:
         lines += ["", *collectives_table(stored["collectives"])]
-    lines += ["", kept_by_glibc(stored), "", f"![rank memory]({PLOT.name})"]
+    lines += ["", kept_by_glibc(current["runs"]), "", f"![rank memory]({PLOT.name})"]
     return "\n".join(lines)
 
 
-def setting(after: dict) -> str:
+def setting(current: dict) -> str:
     return (
-        f"{after['date']}, {after['machine']}, `MALLOC_ARENA_MAX={after['malloc_arena_max']}`. The "
+        f"{current['date']}, {current['machine']}, `MALLOC_ARENA_MAX={current['malloc_arena_max']}`. The "
         "0.5B-shaped experiment's trainer (`experiment=qwen05b_shapes`: FSDP2 on 2 ranks, fp32, packing, "
         "recomputation, logprob chunks of 32, 64-token micro-batches, 4 rows of 22 tokens per rank) with "
         "Qwen2.5-0.5B's shapes at reduced depth (the full 151,936-token vocabulary), and its weight "
-        f"sync ({after['runs'][0]['plan']}) to a receiver process. Peak anonymous resident memory "
+        f"sync ({current['runs'][0]['plan']}) to a receiver process. Peak anonymous resident memory "
         "(RssAnon) of rank 0 (the sender) in each phase of the second step (the first makes the Adam "
-        "moments), MiB; **before**: the code of commit 70cd4ed, **after**: in-place collectives on "
-        "gloo, the host heap trimmed after each sync, and the chunked head's weight gradient added "
-        "to in place (measured again with the sync's export gathered to rank 0 alone). The 24-layer "
-        "columns are least-squares fits (fixed + per layer) over the reduced depths."
+        "moments), MiB. The 24-layer column is a least-squares fit (fixed + per layer) over the "
+        "reduced depths."
     )
 
 
-def peaks_table(stored: dict) -> list[str]:
-    """Per phase: the peak before and after at each depth both measured, the per-layer slope after
-    and both fits at 24 layers."""
-    before, after = stored["before"]["runs"], stored["after"]["runs"]
-    layers = sorted({r["layers"] for r in before} & {r["layers"] for r in after})
-    by = {(label, r["layers"]): r for label in ("before", "after") for r in stored[label]["runs"]}
+def peaks_table(runs: list[dict]) -> list[str]:
+    """Per phase: the peak at each measured depth, the per-layer slope and the fit at 24 layers."""
+    shallow = [r for r in runs if r["layers"] < 24]
     lines = [
-        "| phase | "
-        + " | ".join(f"{n} layers before | {n} after" for n in layers)
-        + " | per layer (after) | 24 fitted: before | after |",
-        "|---|" + "---:|" * (2 * len(layers) + 3),
+        "| phase | " + " | ".join(f"{r['layers']} layers" for r in shallow) + " | per layer | 24 fitted |",
+        "|---|" + "---:|" * (len(shallow) + 2),
     ]
     for phase in PHASES:
-        fit_before, fit_after = (fitted(runs, lambda r, p=phase: peak(r, p)) for runs in (before, after))
-        cells = [f"{peak(by[label, n], phase):.0f}" for n in layers for label in ("before", "after")]
-        cells += [f"{fit_after['per_layer']:.0f}", f"{fit_before['24']:.0f}", f"**{fit_after['24']:.0f}**"]
+        fit = fitted(runs, lambda r, p=phase: peak(r, p))
+        cells = [f"{peak(r, phase):.0f}" for r in shallow] + [
+            f"{fit['per_layer']:.0f}",
+            f"**{fit['24']:.0f}**",
+        ]
         lines.append(f"| {phase} | " + " | ".join(cells) + " |")
     return lines
 
 
 def fit_check(check: list[dict]) -> list[str]:
-    """How far the fit over the reduced depths lands from a measured 24-layer run; nothing where no
-    such run was kept."""
+    """How far the fit over the reduced depths lands from a measured 24-layer run of the same code;
+    nothing where no such run was kept."""
     full = [r for r in check if r["layers"] == 24]
     if not full:
         return []
@@ -131,9 +131,8 @@ def fit_check(check: list[dict]) -> list[str]:
     return [
         "",
         (
-            "The fit, checked once at full depth: with the first two cuts only (in-place collectives, "
-            "the trim), a measured 24-layer run and that code's fit over 4, 8 and 12 layers agree "
-            f"within {worst:.0%} in every phase (measured: "
+            "The fit, checked at full depth (`--label check`): a measured 24-layer run and the same "
+            f"code's fit over 4, 8 and 12 layers agree within {worst:.0%} in every phase (measured: "
             + ", ".join(f"{p} {peak(full[0], p):.0f}" for p in PHASES)
             + ")."
         ),
@@ -145,7 +144,7 @@ def holds_table(runs: list[dict]) -> list[str]:
     root = runs[0]["root"]
     lines = [
         (
-            "At 24 layers (after; fitted), each phase's peak split into the interpreter and libraries "
+            "At 24 layers (fitted), each phase's peak split into the interpreter and libraries "
             "(RssAnon before loading), the sharded state counted from its tensors (parameters and Adam "
             "moments; gradients, at their full size, in the backward and the optimizer step) and the rest: "
             f"the gathered root unit (embedding = tied head, {root:.0f} MiB in fp32), its gradient, a "
@@ -166,23 +165,18 @@ def holds_table(runs: list[dict]) -> list[str]:
     return lines
 
 
-def kept_by_glibc(stored: dict) -> str:
-    """The free memory glibc kept between steps before and after, and the other rank's export."""
-    trims = {
-        label: max(rank["steps"][-1]["trimmable"] for run in stored[label]["runs"] for rank in run["ranks"])
-        for label in ("before", "after")
-    }
-    after = stored["after"]["runs"]
+def kept_by_glibc(runs: list[dict]) -> str:
+    """The free memory glibc keeps between steps, and the other rank's export."""
+    kept = max(rank["steps"][-1]["trimmable"] for run in runs for rank in run["ranks"])
     return (
-        f"Free memory glibc kept between steps, which `malloc_trim(0)` gave back at once: up to "
-        f"{trims['before']:.0f} MiB per rank before, {trims['after']:.0f} MiB after (the trainer "
-        "worker now trims after each sync). In the export the other rank sends its shards to "
-        "rank 0 and receives nothing; it peaks there at "
-        + ", ".join(f"{phase_of(r['ranks'][1], 'export')['peak']['RssAnon']:.0f}" for r in after)
+        f"Free memory glibc keeps between steps, which `malloc_trim(0)` would give back: up to {kept:.0f} "
+        "MiB per rank (the trainer worker trims the heap after each sync). In the export the other rank "
+        "sends its shards to rank 0 and receives nothing; it peaks there at "
+        + ", ".join(f"{phase_of(r['ranks'][1], 'export')['peak']['RssAnon']:.0f}" for r in runs)
         + " MiB at "
-        + ", ".join(str(r["layers"]) for r in after)
+        + ", ".join(str(r["layers"]) for r in runs)
         + " layers (rank 0: "
-        + ", ".join(f"{peak(r, 'export'):.0f}" for r in after)
+        + ", ".join(f"{peak(r, 'export'):.0f}" for r in runs)
         + ") and holds no shared memory."
     )
 
@@ -193,8 +187,8 @@ def collectives_table(measured: dict) -> list[str]:
     names = list(measured["ranks"][0])
     lines = [
         (
-            f"The collectives behind the cut, {measured['date']}, same machine: a tensor of the root "
-            "unit's size (151,936 x 896 fp32, 519 MiB) on 2 gloo ranks, gloo's own call and the "
+            f"The collectives the trainer uses on gloo, {measured['date']}, same machine: a tensor of the "
+            "root unit's size (151,936 x 896 fp32, 519 MiB) on 2 gloo ranks, gloo's own call and the "
             "in-place one alternating, 5 times each; median seconds (the slower rank) and each "
             "rank's peak RssAnon above the call's start (MiB, rank 0 / rank 1; the reduce-scatter's "
             "includes its 519 MiB input). A weight sync's export gathers to the sender alone (rank "
@@ -218,25 +212,28 @@ def plot(stored: dict) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    runs = stored[CURRENT]["runs"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
     xs = range(len(PHASES))
-    for offset, label in ((-0.2, "before"), (0.2, "after")):
-        fits = [fitted(stored[label]["runs"], lambda r, p=p: peak(r, p))["24"] for p in PHASES]
-        left.bar([x + offset for x in xs], fits, 0.4, label=label)
+    shallow = [r for r in runs if r["layers"] < 24]
+    columns = [(f"{r['layers']} layers", [peak(r, p) for p in PHASES]) for r in shallow]
+    columns.append(("24 fitted", [fitted(runs, lambda r, p=p: peak(r, p))["24"] for p in PHASES]))
+    width = 0.8 / len(columns)
+    for i, (label, values) in enumerate(columns):
+        left.bar([x - 0.4 + (i + 0.5) * width for x in xs], values, width, label=label)
     left.set_xticks(list(xs), PHASES, rotation=20)
     left.set_ylabel("peak RssAnon per rank, MiB")
-    depths = ", ".join(str(r["layers"]) for r in stored["after"]["runs"] if r["layers"] < 24)
-    left.set_title(f"24 layers (fitted over {depths} layers), before vs after")
+    left.set_title("Peak per phase by depth, and fitted at 24 layers")
     left.legend()
-    parts = breakdown(stored["after"]["runs"])
+    parts = breakdown(runs)
     bottom = [0.0] * len(PHASES)
     for key, name in (("base", "interpreter"), ("state", "sharded state"), ("rest", "rest (root unit, ...)")):
         values = [parts[p][key] for p in PHASES]
         right.bar(list(xs), values, 0.6, bottom=bottom, label=name)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     right.set_xticks(list(xs), PHASES, rotation=20)
-    measured = any(r["layers"] == 24 for r in stored["after"]["runs"])
-    right.set_title(f"24 layers ({'measured' if measured else 'fitted'}), after: what the peak holds")
+    measured = any(r["layers"] == 24 for r in runs)
+    right.set_title(f"24 layers ({'measured' if measured else 'fitted'}): what the peak holds")
     right.legend()
     fig.tight_layout()
     fig.savefig(PLOT, dpi=110)
