@@ -3,7 +3,7 @@ machine's platform, 2 local ranks (gloo on the CPU), every rank one intra-op thr
 
 - peak memory per rank while loading a model of Qwen2.5-0.5B's shapes (`--layers` of its 24
   decoder layers): shard by shard from the safetensors files (the trainer) vs the whole fp32
-  model loaded and then sharded (what the trainer did before), against the rank's own share of
+  model loaded and then sharded (the plain way), against the rank's own share of
   the parameters;
 - peak memory per rank of a forward (logprobs) and of a train step at a long sequence
   (`--length` tokens, one row per rank) with each feature off vs on: activation recomputation,
@@ -159,7 +159,7 @@ def bf16_copy(model_path: str) -> str:
 
 
 def whole_load_rank(rank: int, model_path: str) -> dict:
-    """What loading did before: the whole fp32 model on every rank, then sharded."""
+    """The plain way to load: the whole fp32 model on every rank, then sharded."""
     import torch
     from torch.distributed.fsdp import fully_shard
     from transformers import AutoModelForCausalLM
