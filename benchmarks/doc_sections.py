@@ -1,11 +1,13 @@
 """docs/benchmarks.md holds one section per benchmark script between `<!-- name:begin -->` and
-`<!-- name:end -->`; `replace_section` rewrites one script's section and leaves the others."""
+`<!-- name:end -->`; `replace_section` rewrites one script's section and leaves the others. A
+script's first section goes after the others, before the measurements log that ends the file."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 HEADER = "# Benchmarks\n\nMeasured comparisons; each section is written by its script.\n"
+LOG = "## Measurements log"  # dated history, kept by hand at the end
 
 
 def replace_section(doc: Path, name: str, body: str) -> None:
@@ -15,6 +17,9 @@ def replace_section(doc: Path, name: str, body: str) -> None:
     if begin in text and end in text:
         head, rest = text.split(begin, 1)
         text = head + section + rest.split(end, 1)[1]
+    elif LOG in text:
+        head, log = text.split(LOG, 1)
+        text = head.rstrip("\n") + "\n\n" + section + "\n\n" + LOG + log
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     doc.write_text(text)

@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 import roll_device as rd
 from benchmarks.doc_sections import replace_section
-from benchmarks.weight_sync import make_state, qwen_shapes
+from benchmarks.weight_sync_receiver import make_state, qwen_shapes
 from strategies.inference.hf import DECODE_ATTENTION
 
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -216,63 +216,78 @@ def receiver_main(conn, shapes) -> None:
         conn.send(answer)
 
 
+class IpcPair:
+    """This process's colocated sender and a receiver process on the same GPU, connected; the
+    receiver answers (command, arg) messages (`ask` returns the call that waits for the answer)."""
+
+    def __init__(self, platform, shapes) -> None:
+        from roll_device.comm import WeightSender, plan_sync
+        from roll_device.commands.gate import load_config
+
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.process = ctx.Process(target=receiver_main, args=(child, shapes))
+        self.process.start()
+        self.plan = plan_sync(
+            platform.kind, platform.kind, colocated=True, same_node=True, forced="colocated"
+        )
+        self.sender = WeightSender(self.plan, platform, 1, load_config([]).weight_sync)  # configured defaults
+        answer = self.ask("connect", self.sender.endpoint)
+        self.sender.connect()
+        answer()
+
+    def ask(self, command, arg=None):
+        self.conn.send((command, arg))
+        return self.conn.recv
+
+    def sync(self, state, version: int) -> float:
+        """Seconds of one sync of `state`, until the receiver has applied it."""
+        answer = self.ask("receive")
+        start = time.perf_counter()
+        self.sender.send(state.items(), version=version)
+        answer()
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        closed = self.ask("close")
+        self.sender.close()
+        closed()
+        self.process.join(timeout=60)
+
+
 def measure_ipc(platform, args) -> dict:
-    from roll_device.comm import WeightSender, plan_sync, weights_hash
-    from roll_device.commands.gate import load_config
+    from roll_device.comm import weights_hash
 
     shapes = qwen_shapes(24)
     state = {k: v.to(platform.device()) for k, v in make_state(shapes, torch.bfloat16, fill=True).items()}
     targets = {k: torch.empty_like(v) for k, v in state.items()}
     nbytes = sum(t.numel() * t.element_size() for t in state.values())
-    ctx = mp.get_context("spawn")
-    conn, child = ctx.Pipe()
-    process = ctx.Process(target=receiver_main, args=(child, shapes))
-    process.start()
-    plan = plan_sync(platform.kind, platform.kind, colocated=True, same_node=True, forced="colocated")
-    sender = WeightSender(plan, platform, 1, load_config([]).weight_sync)  # the configured defaults
-
-    def ask(command, arg=None):
-        conn.send((command, arg))
-        return conn.recv
-
-    answer = ask("connect", sender.endpoint)
-    sender.connect()
-    answer()
+    pair = IpcPair(platform, shapes)
 
     def copy():
         for name, tensor in state.items():
             targets[name].copy_(tensor)
-
-    def sync(version):
-        answer = ask("receive")
-        start = time.perf_counter()
-        sender.send(state.items(), version=version)
-        answer()
-        return time.perf_counter() - start
 
     say(f"colocated IPC sync vs device copy, {nbytes / 1e9:.2f} GB")
     times = []
     try:
         for round_ in range(args.rounds + 1):
             copy_s = timed(platform, copy)
-            sync_s = sync(round_ + 1)
+            sync_s = pair.sync(state, round_ + 1)
             if round_:
                 times.append((sync_s, copy_s))
                 say(f"  round {round_}: sync {sync_s * 1e3:.1f} ms, copy {copy_s * 1e3:.1f} ms")
-        ask("zero")()
-        sync(args.rounds + 2)
-        hash_equal = ask("hash")() == weights_hash(state.items())
+        pair.ask("zero")()
+        pair.sync(state, args.rounds + 2)
+        hash_equal = pair.ask("hash")() == weights_hash(state.items())
     finally:
-        closed = ask("close")
-        sender.close()
-        closed()
-        process.join(timeout=60)
+        pair.close()
     if not hash_equal:
         raise SystemExit("colocated IPC sync: the receiver's weights differ from the export")
     sync_s = statistics.median(t for t, _ in times)
     copy_s = statistics.median(c for _, c in times)
     return {
-        "plan": plan.describe(),
+        "plan": pair.plan.describe(),
         "bytes": nbytes,
         "sync_gbps": nbytes / sync_s / 1e9,
         "copy_gbps": nbytes / copy_s / 1e9,

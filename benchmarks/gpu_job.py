@@ -1,6 +1,6 @@
 """The whole job on a GPU (`scripts/gpu-job.sh`) as a section of docs/benchmarks.md.
 
-Per job: the mean seconds of each part of a step (scripts/job_summary.py: warm-up step and a step
+Per job: the mean seconds of each part of a step (benchmarks/job_summary.py: warm-up step and a step
 whose sync was cut short left out), rollout tokens per second, the device memory the colocated
 turns freed, and the GPU's peak used memory in each phase of a step. The peaks join the readings of
 scripts/gpu_memory_log.py (every process on the GPU, one reading about every 0.1 s) with the
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.doc_sections import replace_section
-from scripts.job_summary import step_means, steps, timed
+from benchmarks.job_summary import step_means, steps, timed
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "gpu_job_benchmark.png"
@@ -134,24 +134,51 @@ def cell(value: float | None, digits: int = 2) -> str:
 
 def section(results: list[dict]) -> str:
     jobs = [job for result in results for job in result["jobs"]]
-    devices = {r["device"] for r in results}
-    calls = "; ".join(f"{r['folder']}: {', '.join(j['name'] for j in r['jobs'])}" for r in results)
-    where = f"on {devices.pop()}" if len(devices) == 1 else "each on the device its folder names"
-    runs = f"{calls}; {where}"
     lines = [
         "## The whole job on a GPU (`scripts/gpu-job.sh`, `benchmarks/gpu_job.py`)",
         "",
+        setting(results),
+        "",
+        *times_table(jobs),
+        "",
         (
-            f"Runs {runs}. Nothing simulated: `roll-device run` with the project's embedded Ray (a local "
-            "cluster), trainer (FSDP2 over NCCL, one rank; or Megatron-core), reference hosted in the "
-            "trainer's workers and rollout (`rollout=hf`, decode graphs on) colocated on the one GPU with "
-            "fractional shares, weights synced by the colocated path (CUDA IPC), the trainer offloaded "
-            "while the engine generates and the engine asleep while the trainer steps. Mean seconds per "
-            "step over the steps after the first (a step whose sync the run's time bound cut short is left "
-            "out); turns: the colocated offload and reload (`swap_s`), timed from the 0.5B-shaped run on; "
-            "step: the whole step, turns included where timed."
+            "Peak used GPU memory per phase (GiB; every process on the GPU, readings about every 0.1 s; "
+            '"-": no reading fell inside the phase, shorter than the interval):'
         ),
         "",
+        "| job | " + " | ".join(PHASES) + " |",
+        "|---|" + "---:|" * len(PHASES),
+        *(
+            f"| {job['name']} | " + " | ".join(cell(job["peaks_gib"][p], 1) for p in PHASES) + " |"
+            for job in jobs
+        ),
+        *sync_table([row for result in results for row in result["sync"]]),
+        "",
+        f"![GPU job breakdown]({PLOT.name})",
+    ]
+    return "\n".join(lines)
+
+
+def setting(results: list[dict]) -> str:
+    """Which jobs ran in which folder, on what, and how the job is laid out on the one GPU."""
+    devices = {r["device"] for r in results}
+    calls = "; ".join(f"{r['folder']}: {', '.join(j['name'] for j in r['jobs'])}" for r in results)
+    where = f"on {devices.pop()}" if len(devices) == 1 else "each on the device its folder names"
+    return (
+        f"Runs {calls}; {where}. Nothing simulated: `roll-device run` with the project's embedded Ray (a "
+        "local cluster), trainer (FSDP2 over NCCL, one rank; or Megatron-core), reference hosted in the "
+        "trainer's workers and rollout (`rollout=hf`, decode graphs on) colocated on the one GPU with "
+        "fractional shares, weights synced by the colocated path (CUDA IPC), the trainer offloaded "
+        "while the engine generates and the engine asleep while the trainer steps. Mean seconds per "
+        "step over the steps after the first (a step whose sync the run's time bound cut short is left "
+        "out); turns: the colocated offload and reload (`swap_s`), timed from the 0.5B-shaped run on; "
+        "step: the whole step, turns included where timed."
+    )
+
+
+def times_table(jobs: list[dict]) -> list[str]:
+    """Per job: steps, reward, the mean seconds of each part, tokens/s and what the turns freed."""
+    lines = [
         (
             "| job | steps | reward first -> last | rollout s | reward s | logprob s | update s | sync s | turns s "
             "| step s | rollout tok/s | freed by the turns GiB |"
@@ -167,42 +194,34 @@ def section(results: list[dict]) -> str:
             + " | ".join(f"{m[p]:.3f}" for p in ("rollout_s", "reward_s", "logprob_s", "train_s", "sync_s"))
             + f" | {turns} | {m['step_s']:.3f} | {m['tokens_per_s']:,.0f} | {freed} |"
         )
-    lines += [
+    return lines
+
+
+def sync_table(rows: list[dict]) -> list[str]:
+    """The sync benchmark's lines on the GPU, where the folders hold them."""
+    if not rows:
+        return []
+    lines = [
         "",
         (
-            "Peak used GPU memory per phase (GiB; every process on the GPU, readings about every 0.1 s; "
-            '"-": no reading fell inside the phase, shorter than the interval):'
+            "Weight sync end to end on the GPU (`benchmarks/sync_end_to_end.py --device cuda`: from the "
+            "trainer's live parameters to the engine's, fp32, two processes on the one GPU, the paths one GPU "
+            "can take; median of the benchmark's rounds; peak extra: the device allocator's peak above what "
+            "each process held before the sync):"
         ),
         "",
-        "| job | " + " | ".join(PHASES) + " |",
-        "|---|" + "---:|" * len(PHASES),
+        (
+            "| size | trainer -> engine | path | s | GB/s | vs one device memcpy | copies | "
+            "peak extra MB (trainer + engine) |"
+        ),
+        "|---|---|---|---:|---:|---:|---:|---|",
     ]
-    for job in jobs:
-        lines.append(f"| {job['name']} | " + " | ".join(cell(job["peaks_gib"][p], 1) for p in PHASES) + " |")
-    sync_rows = [row for result in results for row in result["sync"]]
-    if sync_rows:
-        lines += [
-            "",
-            (
-                "Weight sync end to end on the GPU (`benchmarks/sync_end_to_end.py --device cuda`: from the "
-                "trainer's live parameters to the engine's, fp32, two processes on the one GPU, the paths one GPU "
-                "can take; median of the benchmark's rounds; peak extra: the device allocator's peak above what "
-                "each process held before the sync):"
-            ),
-            "",
-            (
-                "| size | trainer -> engine | path | s | GB/s | vs one device memcpy | copies | "
-                "peak extra MB (trainer + engine) |"
-            ),
-            "|---|---|---|---:|---:|---:|---:|---|",
-        ]
-        for row in sync_rows:
-            lines.append(
-                f"| {row['size']} | {row['trainer']} -> {row['engine']} | {row['path']} | {row['seconds']} | "
-                f"{row['gbps']} | {row['vs_memcpy']} | {row['copies']} | {row['peak_extra_mb']} |"
-            )
-    lines += ["", f"![GPU job breakdown]({PLOT.name})"]
-    return "\n".join(lines)
+    for row in rows:
+        lines.append(
+            f"| {row['size']} | {row['trainer']} -> {row['engine']} | {row['path']} | {row['seconds']} | "
+            f"{row['gbps']} | {row['vs_memcpy']} | {row['copies']} | {row['peak_extra_mb']} |"
+        )
+    return lines
 
 
 def plot(jobs: list[dict]) -> None:

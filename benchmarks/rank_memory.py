@@ -16,28 +16,28 @@ account at the phase's end (`mallinfo2`: bytes in use in its heaps, free bytes i
 mmapped chunks), the seconds it took, and after the step what `malloc_trim(0)` gives back. The
 sharded state (parameters, gradients, Adam moments) is counted from the tensors. `--collectives`
 also times gloo's all-gather, reduce-scatter and `full_tensor` against the in-place ones.
-Results replace the rank_memory section of docs/benchmarks.md; the plot goes to
-docs/rank_memory_benchmark.png.
+Results replace the rank_memory section of docs/benchmarks.md (benchmarks/rank_memory_report.py
+writes it and the plot, docs/rank_memory_benchmark.png; benchmarks/phase_meter.py is the meter).
 
     MALLOC_ARENA_MAX=2 .venv/bin/python benchmarks/rank_memory.py [--layers 4 8 12] [--label after] [--collectives]
 
-Runs are kept by label and depth in benchmarks/rank_memory_results.json (`--layers` with no
-depth only writes the section again from it): `before` (commit 70cd4ed's code: this file run
-from a `git archive` of it with `--results` pointing here), `after` (this tree), and `check`
-(the code with the first two cuts, 4, 8, 12 and one measured 24-layer run: the fit's check).
+Runs are kept by label and depth in results/rank_memory.json (`--layers` with no depth only
+writes the section again from it): `after`, this tree's code, is the one the section shows;
+`check` holds 4, 8, 12 and one measured 24-layer run of one code, the fit's check; other labels
+keep runs of earlier code for comparisons (`before`: commit 70cd4ed's code, this file run from a
+`git archive` of it with `--results` pointing here; the measurements log of docs/benchmarks.md
+compares them).
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime
 import json
 import os
 import platform as host
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -46,130 +46,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.doc_sections import replace_section
+from benchmarks.phase_meter import FIELDS, PhaseMeter, glibc_account, instrument, status, trimmable
+from benchmarks.rank_memory_report import CURRENT, PLOT, plot, render
 from benchmarks.train_memory import import_model_code
-from roll_device.platforms import process_status, release_host_heap
 
 DOC = ROOT / "docs" / "benchmarks.md"
-PLOT = ROOT / "docs" / "rank_memory_benchmark.png"
 EXPERIMENT = "experiment=qwen05b_shapes"
-FIELDS = ("RssAnon", "RssFile", "RssShmem")
-PHASES = ("load", "logprobs", "forward", "backward", "optimizer", "export", "between")
 MIB = 2**20
 
 
 def say(message: str) -> None:
     print(f"[rank-memory {time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-class Mallinfo2(ctypes.Structure):
-    _fields_ = [
-        (name, ctypes.c_size_t)
-        for name in (
-            "arena",
-            "ordblks",
-            "smblks",
-            "hblks",
-            "hblkhd",
-            "usmblks",
-            "fsmblks",
-            "uordblks",
-            "fordblks",
-            "keepcost",
-        )
-    ]
-
-
-def glibc_account() -> dict[str, int]:
-    """glibc malloc's bytes over all its arenas: in use (`in_use`), free but kept (`kept`), and in
-    chunks of their own mapping (`mmapped`, returned to the OS when freed)."""
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = Mallinfo2
-    info = libc.mallinfo2()
-    return {"in_use": info.uordblks, "kept": info.fordblks, "mmapped": info.hblkhd}
-
-
-def trimmable() -> int:
-    """Bytes of RssAnon that glibc's `malloc_trim(0)` (the platform's `release_host_heap`) gives
-    back to the OS now."""
-    before = status()["RssAnon"]
-    release_host_heap()
-    return before - status()["RssAnon"]
-
-
-def status() -> dict[str, int]:
-    return process_status(*FIELDS)
-
-
-class PhaseMeter:
-    """Per phase: the peak of each /proc field over its samples, its value at the phase's end, and
-    glibc's account then. `mark(name)` ends the current phase and starts `name` (a phase met again,
-    in the next micro-batch, goes on accumulating its peak)."""
-
-    def __init__(self) -> None:
-        self.phase: str | None = None
-        self.peaks: dict[str, dict[str, int]] = {}
-        self.ends: dict[str, dict] = {}
-        self.seconds: dict[str, float] = {}
-        self._since = time.perf_counter()
-        self._lock = threading.Lock()
-        self.running = True
-        threading.Thread(target=self._sample, daemon=True).start()
-
-    def _record(self) -> dict[str, int]:
-        values = status()
-        with self._lock:
-            if self.phase is not None:
-                peak = self.peaks.setdefault(self.phase, dict(values))
-                for key, value in values.items():
-                    peak[key] = max(peak[key], value)
-        return values
-
-    def _sample(self) -> None:
-        while self.running:
-            self._record()
-            time.sleep(0.002)
-
-    def mark(self, phase: str | None) -> None:
-        now = time.perf_counter()
-        if self.phase is not None:
-            self.ends[self.phase] = {**self._record(), **glibc_account()}
-            self.seconds[self.phase] = self.seconds.get(self.phase, 0.0) + now - self._since
-        self._since = now
-        with self._lock:
-            self.phase = phase
-        if phase is not None:
-            self._record()
-
-    def take(self) -> dict:
-        """The phases measured since the last take, and a fresh start."""
-        self.mark(None)
-        out = {
-            p: {"peak": self.peaks[p], "end": self.ends[p], "seconds": self.seconds[p]} for p in self.peaks
-        }
-        self.peaks, self.ends, self.seconds = {}, {}, {}
-        return out
-
-
-def instrument(meter: PhaseMeter) -> None:
-    """Mark the train step's phases: a backward (and the clipping after the last one) and the
-    optimizer step; the next micro-batch's forward starts when a backward returns."""
-    import torch
-
-    backward, clip = torch.Tensor.backward, torch.nn.utils.clip_grad_norm_
-
-    def marked_backward(self, *args, **kwargs):
-        meter.mark("backward")
-        backward(self, *args, **kwargs)
-        meter.mark("forward")
-
-    def marked_clip(*args, **kwargs):
-        meter.mark("backward")
-        norm = clip(*args, **kwargs)
-        meter.mark("optimizer")
-        return norm
-
-    torch.Tensor.backward = marked_backward
-    torch.nn.utils.clip_grad_norm_ = marked_clip
 
 
 def step_batch(rank: int, config):
@@ -253,9 +140,9 @@ def rank_main(rank: int, model_path: str, steps: int) -> dict:
     """Load and `steps` pipeline steps of the experiment's trainer; per step and phase, the meter's
     account, and the sharded state at the end of each step."""
     import roll_device as rd
+    from benchmarks.configs import changed, run_config
     from strategies.registry import strategy_class
     from strategies.training.losses import grpo_policy_loss
-    from tests.configs import changed, run_config
 
     config = run_config(EXPERIMENT)
     settings = changed(config.trainer, "trainer", max_grad_norm=1e9)  # no clipping that could refuse
@@ -299,6 +186,33 @@ def collectives_rank(rank: int, rows: int, cols: int, repeats: int) -> dict:
     above the call's start (MiB)."""
     import statistics
 
+    import torch.distributed as dist
+
+    meter = PhaseMeter()
+    out = {}
+    for name, calls in collective_pairs(rank, rows, cols).items():
+        seconds: list[list[float]] = [[], []]
+        peaks = [0.0, 0.0]
+        for _ in range(repeats):
+            for i, call in enumerate(calls):
+                dist.barrier()
+                meter.mark(name)
+                start_anon, start = status()["RssAnon"], time.perf_counter()
+                call()
+                seconds[i].append(time.perf_counter() - start)
+                account = meter.take()[name]
+                peaks[i] = max(peaks[i], (account["peak"]["RssAnon"] - start_anon) / MIB)
+        out[name] = {
+            "gloo": statistics.median(seconds[0]),
+            "in_place": statistics.median(seconds[1]),
+            "peaks": peaks,
+        }
+    meter.running = False
+    return out
+
+
+def collective_pairs(rank: int, rows: int, cols: int) -> dict:
+    """Per collective, gloo's own call and the in-place one, on a `rows` x `cols` fp32 tensor."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -326,7 +240,7 @@ def collectives_rank(rank: int, rows: int, cols: int, repeats: int) -> dict:
     def own_reduce():
         InPlaceReduceScatter()(torch.empty(numel // world), full.clone(), group, dist.ReduceOp.AVG)
 
-    pairs = {
+    return {
         "all-gather": (gloo_gather, own_gather),
         "reduce-scatter (AVG)": (gloo_reduce, own_reduce),
         "whole tensor (export)": (sharded.full_tensor, lambda: whole_tensor(sharded, True)),
@@ -335,27 +249,6 @@ def collectives_rank(rank: int, rows: int, cols: int, repeats: int) -> dict:
             lambda: whole_tensor(sharded, True, to_rank=0),
         ),
     }
-    meter = PhaseMeter()
-    out = {}
-    for name, calls in pairs.items():
-        seconds: list[list[float]] = [[], []]
-        peaks = [0.0, 0.0]
-        for _ in range(repeats):
-            for i, call in enumerate(calls):
-                dist.barrier()
-                meter.mark(name)
-                start_anon, start = status()["RssAnon"], time.perf_counter()
-                call()
-                seconds[i].append(time.perf_counter() - start)
-                account = meter.take()[name]
-                peaks[i] = max(peaks[i], (account["peak"]["RssAnon"] - start_anon) / MIB)
-        out[name] = {
-            "gloo": statistics.median(seconds[0]),
-            "in_place": statistics.median(seconds[1]),
-            "peaks": peaks,
-        }
-    meter.running = False
-    return out
 
 
 def compact(stored: dict) -> str:
@@ -410,218 +303,6 @@ def summarize(layers: int, ranks: list[dict]) -> dict:
     }
 
 
-STEP_PHASES = PHASES[1:]
-STATE_IN = {"backward": ("params", "adam", "grads"), "optimizer": ("params", "adam", "grads")}
-
-
-def peak(run: dict, phase: str, field: str = "RssAnon") -> float:
-    """Rank 0's (the sender's) peak of `field` in `phase` of the last step (load: the load), MiB."""
-    return phase_of(run["ranks"][0], phase)["peak"][field]
-
-
-def phase_of(rank: dict, phase: str) -> dict:
-    return rank["load"] if phase == "load" else rank["steps"][-1]["phases"][phase]
-
-
-def state_in(run: dict, phase: str) -> float:
-    """The sharded state a rank holds in `phase`: parameters, Adam moments once the first step
-    made them, gradients from the backward to the optimizer step (their full size), MiB."""
-    state = run["ranks"][0]["steps"][-1]["state"]
-    if phase == "load":
-        return state["params"]
-    return sum(state[k] if k != "grads" else state["params"] for k in STATE_IN.get(phase, ("params", "adam")))
-
-
-def fitted(runs: list[dict], key) -> dict[str, float]:
-    """`key(run)` split into a per-layer and a fixed part by least squares over the reduced depths,
-    and its value at 24 layers, MiB."""
-    import numpy as np
-
-    shallow = [r for r in runs if r["layers"] < 24]
-    per_layer, fixed = np.polyfit([r["layers"] for r in shallow], [key(r) for r in shallow], 1)
-    return {"per_layer": float(per_layer), "fixed": float(fixed), "24": float(fixed + 24 * per_layer)}
-
-
-def breakdown(runs: list[dict]) -> dict[str, dict[str, float]]:
-    """Per phase at 24 layers (measured where a 24-layer run exists, else fitted): the higher
-    RssAnon peak, the interpreter, the sharded state, the rest, and the RssFile and RssShmem peaks
-    (rank 0: the sender), MiB."""
-    full = [r for r in runs if r["layers"] == 24]
-
-    def at24(key) -> float:
-        return key(full[0]) if full else fitted(runs, key)["24"]
-
-    out = {}
-    for phase in PHASES:
-        anon = at24(lambda r, p=phase: peak(r, p))
-        base = at24(lambda r: r["ranks"][0]["base"]["RssAnon"])
-        state = at24(lambda r, p=phase: state_in(r, p))
-        out[phase] = {
-            "anon": anon,
-            "base": base,
-            "state": state,
-            "rest": anon - base - state,
-            "file": at24(lambda r, p=phase: phase_of(r["ranks"][0], p)["peak"]["RssFile"]),
-            "shmem": at24(lambda r, p=phase: phase_of(r["ranks"][0], p)["peak"]["RssShmem"]),
-        }
-    return out
-
-
-def render(stored: dict) -> str:
-    before, after = stored["before"], stored["after"]
-    root = after["runs"][0]["root"]
-    layers = sorted({r["layers"] for r in before["runs"]} & {r["layers"] for r in after["runs"]})
-    check = stored.get("check", {"runs": []})["runs"]  # the fit checked against one 24-layer run
-    full = [r for r in check if r["layers"] == 24]
-    by = {(label, r["layers"]): r for label in ("before", "after") for r in stored[label]["runs"]}
-    fit_b = {p: fitted(before["runs"], lambda r, p=p: peak(r, p)) for p in PHASES}
-    fit_a = {p: fitted(after["runs"], lambda r, p=p: peak(r, p)) for p in PHASES}
-    lines = [
-        "## Where a trainer rank's memory goes (`benchmarks/rank_memory.py`)",
-        "",
-        (
-            f"{after['date']}, {after['machine']}, `MALLOC_ARENA_MAX={after['malloc_arena_max']}`. The "
-            "0.5B-shaped experiment's trainer (`experiment=qwen05b_shapes`: FSDP2 on 2 ranks, fp32, packing, "
-            "recomputation, logprob chunks of 32, 64-token micro-batches, 4 rows of 22 tokens per rank) with "
-            "Qwen2.5-0.5B's shapes at reduced depth (the full 151,936-token vocabulary), and its weight "
-            f"sync ({after['runs'][0]['plan']}) to a receiver process. Peak anonymous resident memory "
-            "(RssAnon) of rank 0 (the sender) in each phase of the second step (the first makes the Adam "
-            "moments), MiB; **before**: the code of commit 70cd4ed, **after**: in-place collectives on "
-            "gloo, the host heap trimmed after each sync, and the chunked head's weight gradient added "
-            "to in place (measured again with the sync's export gathered to rank 0 alone). The 24-layer "
-            "columns are least-squares fits (fixed + per layer) over the reduced depths."
-        ),
-        "",
-        "| phase | "
-        + " | ".join(f"{n} layers before | {n} after" for n in layers)
-        + " | per layer (after) | 24 fitted: before | after |",
-        "|---|" + "---:|" * (2 * len(layers) + 3),
-    ]
-    for phase in PHASES:
-        cells = [f"{peak(by[label, n], phase):.0f}" for n in layers for label in ("before", "after")]
-        cells += [
-            f"{fit_a[phase]['per_layer']:.0f}",
-            f"{fit_b[phase]['24']:.0f}",
-            f"**{fit_a[phase]['24']:.0f}**",
-        ]
-        lines.append(f"| {phase} | " + " | ".join(cells) + " |")
-    if full:
-        worst = max(
-            abs(fitted(check, lambda r, p=p: peak(r, p))["24"] / peak(full[0], p) - 1) for p in PHASES
-        )
-        lines += [
-            "",
-            (
-                "The fit, checked once at full depth: with the first two cuts only (in-place collectives, "
-                "the trim), a measured 24-layer run and that code's fit over 4, 8 and 12 layers agree "
-                f"within {worst:.0%} in every phase (measured: "
-                + ", ".join(f"{p} {peak(full[0], p):.0f}" for p in PHASES)
-                + ")."
-            ),
-        ]
-    parts = breakdown(after["runs"])
-    lines += [
-        "",
-        (
-            "At 24 layers (after; fitted), each phase's peak split into the interpreter and libraries (RssAnon before loading), "
-            "the sharded state counted from its tensors (parameters and Adam moments; gradients, at "
-            "their full size, in the backward and the optimizer step) and the rest: the gathered root unit "
-            f"(embedding = tied head, {root:.0f} MiB in fp32), its gradient, a layer's gathered parameters, "
-            "activations and logits chunks, collective buffers, and free memory glibc keeps. The rest is "
-            "also given in root-unit sizes; in the train forward it includes, from the second "
-            "micro-batch on, the first one's gradients. RssFile and RssShmem are rank 0's (the "
-            "sender's) peaks."
-        ),
-        "",
-        "| phase | RssAnon peak | interpreter | sharded state | rest | rest / root | RssFile | RssShmem |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for phase, v in parts.items():
-        lines.append(
-            f"| {phase} | {v['anon']:.0f} | {v['base']:.0f} | {v['state']:.0f} | {v['rest']:.0f} | "
-            f"{v['rest'] / root:.1f} | {v['file']:.0f} | {v['shmem']:.0f} |"
-        )
-    trims = {
-        label: max(rank["steps"][-1]["trimmable"] for run in stored[label]["runs"] for rank in run["ranks"])
-        for label in ("before", "after")
-    }
-    if "collectives" in stored:
-        lines += ["", *collectives_table(stored["collectives"])]
-    lines += [
-        "",
-        (
-            f"Free memory glibc kept between steps, which `malloc_trim(0)` gave back at once: up to "
-            f"{trims['before']:.0f} MiB per rank before, {trims['after']:.0f} MiB after (the trainer "
-            "worker now trims after each sync). In the export the other rank sends its shards to "
-            "rank 0 and receives nothing; it peaks there at "
-            + ", ".join(f"{phase_of(r['ranks'][1], 'export')['peak']['RssAnon']:.0f}" for r in after["runs"])
-            + " MiB at "
-            + ", ".join(str(r["layers"]) for r in after["runs"])
-            + " layers (rank 0: "
-            + ", ".join(f"{peak(r, 'export'):.0f}" for r in after["runs"])
-            + ") and holds no shared memory."
-        ),
-        "",
-        "![rank memory](rank_memory_benchmark.png)",
-    ]
-    return "\n".join(lines)
-
-
-def collectives_table(measured: dict) -> list[str]:
-    """gloo's collectives vs the in-place ones (`--collectives`): the slower rank's medians, each
-    rank's peak."""
-    names = list(measured["ranks"][0])
-    lines = [
-        (
-            f"The collectives behind the cut, {measured['date']}, same machine: a tensor of the root "
-            "unit's size (151,936 x 896 fp32, 519 MiB) on 2 gloo ranks, gloo's own call and the "
-            "in-place one alternating, 5 times each; median seconds (the slower rank) and each "
-            "rank's peak RssAnon above the call's start (MiB, rank 0 / rank 1; the reduce-scatter's "
-            "includes its 519 MiB input). A weight sync's export gathers to the sender alone (rank "
-            "0; the other rank sends its shard and receives nothing), against `full_tensor` on both:"
-        ),
-        "",
-        "| collective | gloo s | in place s | in place / gloo | gloo peak | in-place peak |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    for name in names:
-        gloo = max(r[name]["gloo"] for r in measured["ranks"])
-        own = max(r[name]["in_place"] for r in measured["ranks"])
-        peaks = [" / ".join(f"{r[name]['peaks'][i]:.0f}" for r in measured["ranks"]) for i in (0, 1)]
-        lines.append(f"| {name} | {gloo:.2f} | {own:.2f} | **{own / gloo:.2f}x** | {peaks[0]} | {peaks[1]} |")
-    return lines
-
-
-def plot(stored: dict) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
-    xs = range(len(PHASES))
-    for offset, label in ((-0.2, "before"), (0.2, "after")):
-        fits = [fitted(stored[label]["runs"], lambda r, p=p: peak(r, p))["24"] for p in PHASES]
-        left.bar([x + offset for x in xs], fits, 0.4, label=label)
-    left.set_xticks(list(xs), PHASES, rotation=20)
-    left.set_ylabel("peak RssAnon per rank, MiB")
-    depths = ", ".join(str(r["layers"]) for r in stored["after"]["runs"] if r["layers"] < 24)
-    left.set_title(f"24 layers (fitted over {depths} layers), before vs after")
-    left.legend()
-    parts = breakdown(stored["after"]["runs"])
-    bottom = [0.0] * len(PHASES)
-    for key, name in (("base", "interpreter"), ("state", "sharded state"), ("rest", "rest (root unit, ...)")):
-        values = [parts[p][key] for p in PHASES]
-        right.bar(list(xs), values, 0.6, bottom=bottom, label=name)
-        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
-    right.set_xticks(list(xs), PHASES, rotation=20)
-    measured = any(r["layers"] == 24 for r in stored["after"]["runs"])
-    right.set_title(f"24 layers ({'measured' if measured else 'fitted'}), after: what the peak holds")
-    right.legend()
-    fig.tight_layout()
-    fig.savefig(PLOT, dpi=110)
-
-
 def main() -> None:
     from roll_device.models.qwen_shaped import make_qwen_shaped_model
     from strategies.training.local_ranks import run_ranks
@@ -629,11 +310,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, nargs="*", default=[4, 8, 12])
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--label", default="after", help="before | after | check: the code measured")
+    parser.add_argument(
+        "--label", default=CURRENT, help="the code measured: after (this tree), check, before"
+    )
     parser.add_argument(
         "--collectives", action="store_true", help="also time gloo's collectives vs the in-place ones"
     )
-    parser.add_argument("--results", default=str(ROOT / "benchmarks" / "rank_memory_results.json"))
+    parser.add_argument("--results", default=str(ROOT / "results" / "rank_memory.json"))
     args = parser.parse_args()
     results = Path(args.results)
     stored = json.loads(results.read_text()) if results.exists() else {}
@@ -664,7 +347,7 @@ def main() -> None:
         }
         results.write_text(compact(stored))
         say(f"wrote {results}")
-    if "before" in stored and "after" in stored:
+    if CURRENT in stored:
         plot(stored)
         replace_section(DOC, "rank_memory", render(stored))
         say(f"wrote {DOC.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")

@@ -39,6 +39,8 @@ PLOT = ROOT / "docs" / "rollout_benchmark.png"
 BATCHES = (1, 4, 16)
 RESULT = "ROLLOUT-BENCH-RESULT "
 SEED = 1234
+# the settings each part process is started with, and the results name
+PART_ARGS = ("rounds", "ratio_rounds", "max_tokens", "prompt_length", "raw_batch", "layers", "hidden")
 
 
 def say(message: str) -> None:
@@ -369,29 +371,37 @@ def main() -> None:
             hidden_size=args.hidden,
         )
     )
-    argv = [
-        f"--{k.replace('_', '-')}={getattr(args, k)}"
-        for k in ("rounds", "ratio_rounds", "max_tokens", "prompt_length", "raw_batch", "layers", "hidden")
-    ]
-    results = {
+    results = {**setting(platform, args), **measure_parts(platform, model, args)}
+    results["load_after"] = os.getloadavg()[0]
+    write_results(results)
+    say(f"wrote {DOC.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")
+    print(f"vllm_strategy_vs_raw={results['vs_raw']['ratio']:.4f}")
+
+
+def setting(platform, args) -> dict:
+    """What the results were measured on and with."""
+    return {
         "when": datetime.date.today().isoformat(),
         "device": platform.name,
         "simulated": platform.simulated,
         "host": f"{host.machine()}, {os.cpu_count()} CPU cores",
-        "layers": args.layers,
-        "hidden": args.hidden,
-        "prompt_length": args.prompt_length,
-        "max_tokens": args.max_tokens,
-        "rounds": args.rounds,
-        "ratio_rounds": args.ratio_rounds,
-        "raw_batch": args.raw_batch,
+        **{k: getattr(args, k) for k in PART_ARGS},
         "load": os.getloadavg()[0],
     }
+
+
+def measure_parts(platform, model: str, args) -> dict:
+    """Each part in its own process: vLLM (with its ratio to raw vLLM), HF eager and, where the
+    platform captures graphs, HF with decode graphs and with prefill graphs too."""
+    argv = [f"--{k.replace('_', '-')}={getattr(args, k)}" for k in PART_ARGS]
     vllm = run_part("vllm", model, argv)
-    results["vs_raw"] = vllm["vs_raw"]
-    results["vllm"] = {int(b): v for b, v in vllm["vllm"].items()}
-    results["hf_eager"] = by_batch(run_part("hf-eager", model, argv)["generate"])
-    results["hf_graphs"] = results["hf_prefill_graphs"] = None
+    results = {
+        "vs_raw": vllm["vs_raw"],
+        "vllm": {int(b): v for b, v in vllm["vllm"].items()},
+        "hf_eager": by_batch(run_part("hf-eager", model, argv)["generate"]),
+        "hf_graphs": None,
+        "hf_prefill_graphs": None,
+    }
     if platform.supports_graphs:
         decode_graphs = run_part("hf-graphs", model, argv)
         results["hf_graphs"] = by_batch(decode_graphs["generate"])
@@ -400,10 +410,7 @@ def main() -> None:
         results["hf_prefill_graphs"] = {key: by_batch(both[key]) for key in ("generate", "prefill")}
     else:
         say(f"no device graphs on {platform.name}: HF decode and prefill graphs not measured")
-    results["load_after"] = os.getloadavg()[0]
-    write_results(results)
-    say(f"wrote {DOC.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")
-    print(f"vllm_strategy_vs_raw={results['vs_raw']['ratio']:.4f}")
+    return results
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ machine's platform, 2 local ranks (gloo on the CPU), every rank one intra-op thr
 
 - peak memory per rank while loading a model of Qwen2.5-0.5B's shapes (`--layers` of its 24
   decoder layers): shard by shard from the safetensors files (the trainer) vs the whole fp32
-  model loaded and then sharded (what the trainer did before), against the rank's own share of
+  model loaded and then sharded (the plain way), against the rank's own share of
   the parameters;
 - peak memory per rank of a forward (logprobs) and of a train step at a long sequence
   (`--length` tokens, one row per rank) with each feature off vs on: activation recomputation,
@@ -104,8 +104,8 @@ def long_batch(length: int, rows: int = 1, real: list[int] | None = None, seed: 
 
 def trainer_with(model_path: str, changes: dict):
     import roll_device as rd
+    from benchmarks.configs import trainer_settings
     from strategies.registry import strategy_class
-    from tests.configs import trainer_settings
 
     platform = rd.current_platform()
     trainer = strategy_class("train", "fsdp", platform.kind)(platform)
@@ -117,9 +117,9 @@ def memory_rank(rank: int, model_path: str, changes: dict, length: int) -> dict:
     """Load (shard by shard), a forward and a train step at `length` tokens; peaks per phase (the
     settings are read and the model's code imported before the load phase)."""
     import roll_device as rd
+    from benchmarks.configs import trainer_settings
     from strategies.registry import strategy_class
     from strategies.training.losses import grpo_policy_loss
-    from tests.configs import trainer_settings
 
     platform = rd.current_platform()
     settings = trainer_settings("fsdp", **{**OFF, **changes})
@@ -159,7 +159,7 @@ def bf16_copy(model_path: str) -> str:
 
 
 def whole_load_rank(rank: int, model_path: str) -> dict:
-    """What loading did before: the whole fp32 model on every rank, then sharded."""
+    """The plain way to load: the whole fp32 model on every rank, then sharded."""
     import torch
     from torch.distributed.fsdp import fully_shard
     from transformers import AutoModelForCausalLM
@@ -318,21 +318,24 @@ def render(rows: list[dict], whole: float, speeds: dict, args, device: str) -> s
             for a in ATTENTION
         ),
         "",
-        (
-            "Packing halves the tokens the linear layers see, but on the CPU no attention kernel is "
-            "varlen: the packed row's attention spans the whole row (sdpa with a general block-diagonal "
-            "mask, eager with the full score matrix), where padded rows are causal and half as long "
-            "(256 vs about 512 tokens), so "
-            "the result depends on the kernel. Three timed steps per case on a 2-core machine shared "
-            "with other jobs: noisy. A varlen kernel (flash_attention_2 on GPUs) computes only the "
-            "diagonal blocks; not measured here."
-        ),
+        PACKING_READING,
         "",
         "Optimizer offload is not in the table: on the CPU its state is in host memory either way.",
         "",
         "![train memory](train_memory_benchmark.png)",
     ]
     return "\n".join(lines)
+
+
+PACKING_READING = (
+    "Packing halves the tokens the linear layers see, but on the CPU no attention kernel is "
+    "varlen: the packed row's attention spans the whole row (sdpa with a general block-diagonal "
+    "mask, eager with the full score matrix), where padded rows are causal and half as long "
+    "(256 vs about 512 tokens), so "
+    "the result depends on the kernel. Three timed steps per case on a 2-core machine shared "
+    "with other jobs: noisy. A varlen kernel (flash_attention_2 on GPUs) computes only the "
+    "diagonal blocks; not measured here."
+)
 
 
 def plot(rows: list[dict], whole: float, speeds: dict) -> None:

@@ -3,7 +3,7 @@
 # reference and rollout (rollout=hf, decode graphs on) colocated on one GPU with fractional shares,
 # weights synced by the colocated CUDA path. Runs the tiny default for 30 steps, a randomly
 # initialised model of Qwen2.5-0.5B's shapes for 10, and the Megatron trainer for a few; prints one
-# line per job (scripts/job_summary.py), then one per job with the GPU's peak memory in each phase
+# line per job (benchmarks/job_summary.py), then one per job with the GPU's peak memory in each phase
 # (benchmarks/gpu_job.py), and writes each run's folder under RESULTS_DIR (default runs/gpu-job),
 # with the device in device.txt and the GPU's used memory every 0.1 s in memory.csv
 # (scripts/gpu_memory_log.py). `python benchmarks/gpu_job.py RESULTS_DIR` writes the docs section.
@@ -56,7 +56,7 @@ job() {  # job NAME OVERRIDES...: one run, bounded; its summary line
         tail -5 "$RESULTS/$name.log"
         return
     fi
-    "$PY" scripts/job_summary.py "$name" "$RESULTS/$name"
+    "$PY" benchmarks/job_summary.py "$name" "$RESULTS/$name"
 }
 
 for name in ${GPU_JOBS:-tiny qwen2.5-0.5b-shaped megatron sync}; do

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -58,29 +57,3 @@ def test_summary_has_one_line_per_test_case(tmp_path):
 def test_the_gpu_job_without_a_gpu_says_so_and_exits_0(tmp_path):
     proc = run_script("gpu-job.sh", tmp_path)
     assert proc.returncode == 0 and proc.stdout.startswith("gpu-job: skipped: no CUDA device"), proc.stderr
-
-
-def test_job_summary_leaves_out_the_warm_up_step_and_a_cut_short_sync(tmp_path):
-    from job_summary import summary
-
-    parts = ("rollout_s", "reward_s", "logprob_s", "train_s", "sync_s", "swap_s", "step_s")
-    synced = {"response_len": 8.0, "weights_version": 1}
-    records = [
-        {"step": 1, "reward_mean": 0.2, **synced, **dict.fromkeys(parts, 10.0)},
-        {"step": 2, "reward_mean": 0.5, **synced, **dict.fromkeys(parts, 1.0)},
-        {"step": 2, "eval_pass@1": 0.5},
-        {"step": 3, "reward_mean": 0.9, **synced, **dict.fromkeys(parts, 1.0), "response_len": 4.0},
-        {
-            "step": 4,
-            "reward_mean": 0.8,
-            **dict.fromkeys(parts, 7.0),
-            "response_len": 4.0,
-            "weights_version": None,
-        },
-    ]
-    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert summary("tiny", str(tmp_path), samples_per_step=64) == (
-        "job tiny: 4 steps, reward 0.200 -> 0.800; per step rollout=1.000s reward=1.000s logprob=1.000s "
-        "train=1.000s sync=1.000s swap=1.000s step=1.000s; rollout 384 tokens/s"
-    )
-    assert summary("none", str(tmp_path / "missing")).startswith("job none: no step finished")

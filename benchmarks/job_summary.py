@@ -3,7 +3,7 @@ at the first and the last step, the mean seconds of each part of a step (the fir
 includes warm-up, left out where there are others, and so is a step whose sync was cut short;
 `swap` is the colocated turns: offload and reload), and rollout tokens per second.
 
-python scripts/job_summary.py NAME RUN_DIR [SAMPLES_PER_STEP]
+python benchmarks/job_summary.py NAME RUN_DIR [SAMPLES_PER_STEP]
 """
 
 from __future__ import annotations
