@@ -31,15 +31,15 @@ S = TypeVar("S", bound=BaseModel)
 
 
 class Section(BaseModel):
-    """A config section: typed, immutable, unknown keys refused."""
+    """A config section: typed, immutable, unknown keys and numbers that are not finite refused."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # no inf, no nan
 
 
 class OpenSection(BaseModel):
     """A config section other parts add keys to (tasks, experiments): unknown keys are kept."""
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
 
 def read_section(cls: type[S], values: Any, section: str) -> S:

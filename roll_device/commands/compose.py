@@ -67,6 +67,12 @@ def explain(exc: Exception) -> str:
             defaults = None  # no default configuration to compare with: no suggestion
         near = close_keys(full_key, defaults) if defaults is not None else []
         meant = f"did you mean {' or '.join(near)}? " if near else ""
+        owners = options_with_key(full_key)
+        if owners:
+            return (
+                f"{full_key} is not a key of this configuration but of {' and '.join(owners)}: choose "
+                f"{owners[0]} to set it"
+            )
         new = (
             f"; a new key is added with {add}"
             if defaults is not None and _takes_new(full_key, defaults)
@@ -85,6 +91,22 @@ def _takes_new(key: str, defaults: DictConfig) -> bool:
     from roll_device.pipeline.config import accepts_new_key
 
     return accepts_new_key(key, {"trainer": defaults.trainer.name, "rollout": defaults.rollout.name})
+
+
+def options_with_key(key: str) -> list[str]:
+    """`group=option` for each option of the config group `key` starts with whose file has the
+    rest of `key` (`cluster.runtime_env` -> `cluster=remote`)."""
+    import yaml
+
+    group, _, rest = key.partition(".")
+    found = []
+    for path in sorted((config_dir() / group).glob("*.yaml")) if rest else []:
+        node = yaml.safe_load(path.read_text())
+        for part in rest.split("."):
+            node = node.get(part, KeyError) if isinstance(node, dict) else KeyError
+        if node is not KeyError:
+            found.append(f"{group}={path.stem}")
+    return found
 
 
 def close_keys(key: str, defaults: DictConfig) -> list[str]:

@@ -32,6 +32,7 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 from roll_device.commands.compose import compose
+from roll_device.commands.models import QWEN_SHAPES
 from roll_device.doctor.preflight import check_here
 from roll_device.errors import ConfigError
 from roll_device.files import make_folder
@@ -92,10 +93,19 @@ def check_model_files(config: RunConfig) -> None:
     path = Path(given).expanduser()
     fix = "give a directory saved with save_pretrained (with config.json), or model.path=null for the tiny model"
     if not given.strip() or not path.exists():
-        raise ConfigError(f"model.path='{given}' does not exist: {fix}")
+        raise ConfigError(f"model.path='{given}' does not exist: {_how_to_make(path) or fix}")
     if not path.is_dir():
         raise ConfigError(f"model.path='{given}' is a file, not a model directory: {fix}")
     check_model_dir(path)  # config.json of a supported family, and a tokenizer
+
+
+def _how_to_make(path: Path) -> str:
+    """The command that makes a missing model of the project's own shapes (a folder named
+    `<shapes>-shaped`, as the shipped experiments name them), or ""."""
+    shapes = path.name.removesuffix("-shaped")
+    if shapes == path.name or shapes not in QWEN_SHAPES:
+        return ""
+    return f"make it once with `roll-device make-tiny-model {path} --shapes {shapes}` (no download), or set model.path"
 
 
 def check_before_start(config: RunConfig, run_dir: Path, plan: RunPlan | None) -> ResumePoint | None:

@@ -99,7 +99,11 @@ class _Roles(Section):
 
     @model_validator(mode="after")
     def _colocation(self) -> _Roles:
-        check_colocation(self.present())
+        roles = self.present()
+        for role in REQUIRED_ROLES:  # by its own name, before another role's colocate_with names it
+            if role not in roles:
+                raise ConfigError(f"roles.{role} is missing: the GRPO pipeline needs it")
+        check_colocation(roles)
         return self
 
     def present(self) -> dict[str, RoleSettings]:
@@ -196,11 +200,7 @@ class RunConfig(Section):
 
     # ---- rules across sections ---------------------------------------------------------------
     def _check_roles(self) -> None:
-        roles = self.roles.present()
-        for role in REQUIRED_ROLES:
-            if role not in roles:
-                raise ConfigError(f"roles.{role} is missing: the GRPO pipeline needs it")
-        for role, spec in roles.items():
+        for role, spec in self.roles.present().items():
             self._check_strategy(role, spec)
 
     def _check_strategy(self, role: str, spec: RoleSettings) -> None:

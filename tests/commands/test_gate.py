@@ -148,6 +148,17 @@ BAD_VALUES = [
         ),
     ),
     (
+        ["cluster.runtime_env={pip: [x]}"],
+        "cluster.runtime_env is not a key of this configuration but of cluster=remote: choose cluster=remote to set it",
+    ),
+    (
+        ["cluster.nodes=[]"],
+        "cluster.nodes is not a key of this configuration but of cluster=sim: choose cluster=sim to set it",
+    ),
+    (["trainer.lr=inf"], "trainer.lr=inf: input should be a finite number"),
+    (["algorithm.clip_ratio=nan"], "algorithm.clip_ratio=nan: input should be a finite number"),
+    (["roles.actor_train=null"], "roles.actor_train is missing: the GRPO pipeline needs it"),
+    (
         ["experiment=nope"],
         "experiment=nope: no such option; choose one of arithmetic_math, mixed_devices, qwen05b_shapes, qwen2_5_7b_gpu8,",
     ),
@@ -215,6 +226,10 @@ def test_resume_choices(resume):
         ),
         (lambda p: p, "has no config.json"),
         (lambda p: "''", "does not exist"),
+        (
+            lambda p: p / "qwen2.5-1.5b-shaped",
+            r"does not exist: make it once with `roll-device make-tiny-model .*qwen2.5-1.5b-shaped --shapes qwen2.5-1.5b`",
+        ),
     ],
 )
 def test_model_path_must_be_a_model_directory(tmp_path, make, message):
