@@ -32,10 +32,20 @@ from typing import Self
 from roll_device.cluster.reaper import Watcher, descendants, watch
 from roll_device.cluster.settings import ClusterSettings, LocalCluster, RemoteCluster, SimCluster
 from roll_device.cluster.sim_nodes import SimNodes
-from roll_device.errors import ConfigError
+from roll_device.errors import ConfigError, RollDeviceError
 
 log = logging.getLogger(__name__)
 REACH_TIMEOUT_S = 5.0  # to open a TCP connection to a remote cluster's address
+# Ray waits a fixed 30 s for its own node to register (ray/_private/node.py); a loaded machine can
+# miss that once: the embedded node is started again, up to this many tries in all.
+LOCAL_START_ATTEMPTS = 3
+RAY_START_TIMED_OUT = "timed out during startup"
+
+
+class ClusterStartError(RollDeviceError, RuntimeError):
+    """The embedded Ray node did not start."""
+
+    exit_code = 1
 
 
 @dataclass
@@ -129,12 +139,28 @@ def _start_local(cluster: LocalCluster) -> ClusterHandle:
         ray.init()
         return _owned(ClusterHandle(cluster.name, ray.get_runtime_context().gcs_address))
     before = descendants()
-    ray.init(
-        address="local",
-        num_cpus=cluster.num_cpus,
-        resources=cluster.resources,
-        include_dashboard=cluster.include_dashboard,
-    )
+    for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
+        try:
+            ray.init(
+                address="local",
+                num_cpus=cluster.num_cpus,
+                resources=cluster.resources,
+                include_dashboard=cluster.include_dashboard,
+            )
+            break
+        except Exception as exc:  # Ray raises a bare Exception when its 30 s start wait runs out
+            ray.shutdown()  # what this try started
+            if RAY_START_TIMED_OUT not in str(exc):
+                raise
+            log.warning(
+                "roll-device: Ray's node start timed out (try %d of %d)", attempt, LOCAL_START_ATTEMPTS
+            )
+    else:
+        raise ClusterStartError(
+            f"the embedded Ray node did not start in {LOCAL_START_ATTEMPTS} tries of Ray's 30 s each (this "
+            "machine is busy, or Ray cannot start here: see /tmp/ray/session_latest/logs): run again "
+            "once the load is lower, or lower cluster.num_cpus"
+        )
     watcher = watch(descendants() - before)
     return _owned(ClusterHandle(cluster.name, ray.get_runtime_context().gcs_address, watcher=watcher))
 

@@ -1,0 +1,60 @@
+"""The embedded Ray node's start on a loaded machine: Ray gives its own node a fixed 30 s to
+register and then raises a bare Exception; the launcher starts it again, and after its last try
+ends in one line. Ray's start is replaced by one that times out the way Ray's does (a loaded
+machine cannot be made on demand); everything else is the launcher's own code."""
+
+import pytest
+import ray
+
+from roll_device.cluster import launcher
+from roll_device.cluster.launcher import ClusterStartError, start_cluster
+from tests.configs import cluster_settings
+
+RAY_TIMEOUT = (
+    "The current node timed out during startup. This could happen because some of the raylet failed "
+    "to startup or the GCS has become overloaded."
+)
+
+
+def test_a_start_that_times_out_is_tried_again_then_refused_in_one_line(monkeypatch):
+    tries = []
+
+    def timing_out(**kwargs):
+        tries.append(kwargs["address"])
+        raise Exception(RAY_TIMEOUT)  # noqa: TRY002 - what Ray raises
+
+    monkeypatch.setattr(ray, "init", timing_out)
+    with pytest.raises(ClusterStartError) as failed:
+        start_cluster(cluster_settings())
+    assert tries == ["local"] * launcher.LOCAL_START_ATTEMPTS
+    message = str(failed.value)
+    assert "\n" not in message and f"did not start in {launcher.LOCAL_START_ATTEMPTS} tries" in message
+    assert failed.value.exit_code == 1
+
+
+def test_a_start_that_times_out_once_goes_on(monkeypatch):
+    real_init, tries = ray.init, []
+
+    def slow_once(**kwargs):
+        tries.append(1)
+        if len(tries) == 1:
+            raise Exception(RAY_TIMEOUT)  # noqa: TRY002 - what Ray raises
+        return real_init(**kwargs)
+
+    monkeypatch.setattr(ray, "init", slow_once)
+    with start_cluster(cluster_settings("cluster.num_cpus=1")) as handle:
+        assert ray.is_initialized() and handle.owns_connection
+    assert len(tries) == 2 and not ray.is_initialized()
+
+
+def test_other_start_errors_are_not_retried(monkeypatch):
+    tries = []
+
+    def broken(**kwargs):
+        tries.append(1)
+        raise ValueError("bad resources")
+
+    monkeypatch.setattr(ray, "init", broken)
+    with pytest.raises(ValueError, match="bad resources"):
+        start_cluster(cluster_settings())
+    assert len(tries) == 1
