@@ -50,14 +50,11 @@ from roll_device.pipeline.roles import (
     WorkerLostError,
     start_roles,
 )
-from roll_device.pipeline.state import Checkpoints, PipelineState
+from roll_device.pipeline.state import POLICY_DIR, RUN_CONFIG_FILE, Checkpoints, PipelineState
 from roll_device.pipeline.workers import TrainWorker
 from strategies.base import NonFiniteUpdateError
 
-POLICY_DIR = "policy"
 ResumePoint = tuple[Path, PipelineState]
-
-RUN_CONFIG_FILE = "config.yaml"  # the run's typed configuration, in its run directory
 
 
 def model_path(model: ModelSettings) -> str:
