@@ -7,7 +7,6 @@ the kind's device tensors with roll-device's communicator (docs/ray-graphs.md).
 """
 
 from roll_device.errors import RollDeviceError
-from roll_device.platforms import Platform, current_platform, get_platform, known_kinds
 
 __all__ = [
     "Platform",
@@ -18,6 +17,17 @@ __all__ = [
     "register_ray_communicator",
 ]
 __version__ = "0.1.0"
+PLATFORM_NAMES = ("Platform", "current_platform", "get_platform", "known_kinds")
+
+
+def __getattr__(name: str):
+    """The platform names, imported on first use: the platforms load torch, which a command that
+    refuses its arguments (checked before any work) does not need."""
+    if name in PLATFORM_NAMES:
+        from roll_device import platforms
+
+        return getattr(platforms, name)
+    raise AttributeError(f"module 'roll_device' has no attribute '{name}'")
 
 
 def register_ray_communicator(kind: str | None = None) -> str:

@@ -17,7 +17,7 @@ import sys
 from roll_device.commands.models import QWEN_SHAPES, SHAPES, TINY_SHAPES
 from roll_device.errors import RollDeviceError
 from roll_device.pipeline.interrupts import how_stopped, sigterm_as_interrupt
-from roll_device.platforms.registry import ENV_VAR, current_platform
+from roll_device.platforms import ENV_VAR
 from roll_device.sim.settings import check_all as check_simulation_settings
 
 SUBMITTABLE = ("run", "plan")  # what a submitted job may run
@@ -56,7 +56,7 @@ def _make_tiny_model(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from roll_device.commands.export import export_command
 
-    return export_command(args.source, args.out_dir, args.model)
+    return export_command(args.source, args.out_dir, args.model, args.overwrite)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("source", help="a run directory, a checkpoints/step_<N> folder or its policy/")
     export.add_argument("out_dir")
     export.add_argument("--model", default=None, help="the model the run trained (default: the run's model)")
+    export.add_argument(
+        "--overwrite", action="store_true", help="write into an OUT_DIR that already holds files"
+    )
     export.set_defaults(func=_export)
 
     tiny = sub.add_parser("make-tiny-model", help="write the tiny Qwen2 model and tokenizer")
@@ -136,6 +139,8 @@ def _guarded(subcommand: str, command) -> int:
     try:
         with sigterm_as_interrupt():
             if os.environ.get(ENV_VAR):  # a bad ROLL_DEVICE is refused before any work
+                from roll_device.platforms.registry import current_platform
+
                 current_platform()
             check_simulation_settings()  # as a bad ROLL_SIM_* value, which workers would read later
             return int(command() or 0)

@@ -39,9 +39,8 @@ from roll_device.files import make_folder
 from roll_device.inputs.loading import check_files
 from roll_device.models.hf_dir import check_model_dir
 from roll_device.pipeline.config import ROLE_TYPES, RunConfig
-from roll_device.pipeline.experiment import RUN_CONFIG_FILE
 from roll_device.pipeline.run_plan import RunPlan
-from roll_device.pipeline.state import Checkpoints, ResumePoint
+from roll_device.pipeline.state import RUN_CONFIG_FILE, Checkpoints, ResumePoint
 from roll_device.platforms import Platform, get_platform
 from roll_device.platforms.registry import AUTO, ENV_VAR, simulations
 from roll_device.settings import read_section

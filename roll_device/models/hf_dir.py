@@ -13,22 +13,26 @@ SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama")  # Qwen2.5 checkpoints say "
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
-def check_model_dir(path: str | Path) -> None:
+def check_model_dir(
+    path: str | Path, setting: str = "model.path", otherwise: str = "or null for the tiny model"
+) -> None:
+    """A ConfigError naming `setting` (what the user set to `path`) and, for a missing folder,
+    the fix `otherwise` offers besides a model directory."""
     path = Path(path).expanduser()
     if not (path / "config.json").is_file():
         what = "does not exist" if not path.exists() else "has no config.json"
         raise ConfigError(
-            f"model.path={path} {what}: give a local Hugging Face model directory (config.json, "
-            "weights, tokenizer), or null for the tiny model"
+            f"{setting}={path} {what}: give a local Hugging Face model directory (config.json, "
+            f"weights, tokenizer), {otherwise}"
         )
     model_type = json.loads((path / "config.json").read_text()).get("model_type")
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ConfigError(
-            f"model.path={path} is a '{model_type}' model: the strategies run "
+            f"{setting}={path} is a '{model_type}' model: the strategies run "
             f"{', '.join(SUPPORTED_MODEL_TYPES)} causal LMs"
         )
     if not any((path / name).is_file() for name in TOKENIZER_FILES):
         raise ConfigError(
-            f"model.path={path} has no tokenizer ({' or '.join(TOKENIZER_FILES)}): save the tokenizer "
+            f"{setting}={path} has no tokenizer ({' or '.join(TOKENIZER_FILES)}): save the tokenizer "
             "beside the model (tokenizer.save_pretrained(path))"
         )

@@ -50,13 +50,9 @@ from roll_device.pipeline.roles import (
     start_roles,
 )
 from roll_device.pipeline.run_plan import RunPlan, build_run_plan
-from roll_device.pipeline.state import Checkpoints, PipelineState, ResumePoint
+from roll_device.pipeline.state import POLICY_DIR, RUN_CONFIG_FILE, Checkpoints, PipelineState, ResumePoint
 from roll_device.pipeline.workers import TrainWorker
 from strategies.base import NonFiniteUpdateError
-
-POLICY_DIR = "policy"
-
-RUN_CONFIG_FILE = "config.yaml"  # the run's typed configuration, in its run directory
 
 
 def model_path(model: ModelSettings) -> str:

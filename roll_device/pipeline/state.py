@@ -21,6 +21,8 @@ from roll_device.errors import ConfigError
 
 STATE_FILE = "pipeline.json"
 MANIFEST_FILE = "manifest.json"
+POLICY_DIR = "policy"  # the train strategy's own files, in each checkpoint
+RUN_CONFIG_FILE = "config.yaml"  # the run's typed configuration, in its run directory
 CHUNK_BYTES = 16 << 20
 
 
@@ -82,13 +84,15 @@ class Checkpoints:
         (self.root / "latest.tmp").rename(self.root / "latest")
         return final
 
+    def latest_path(self) -> Path | None:
+        """The folder `latest` names (unchecked, maybe missing), or None before the first commit."""
+        marker = self.root / "latest"
+        return self.root / marker.read_text().strip() if marker.exists() else None
+
     def latest(self) -> ResumePoint | None:
         """The checkpoint `latest` names (unchecked), or None before the first commit."""
-        marker = self.root / "latest"
-        if not marker.exists():
-            return None
-        path = self.root / marker.read_text().strip()
-        return path, read_state(path)
+        path = self.latest_path()
+        return None if path is None else (path, read_state(path))
 
     def steps(self) -> list[Path]:
         """Committed checkpoint folders, newest first."""
@@ -118,6 +122,10 @@ class Checkpoints:
                 return f"{name} changed since it was written (CRC32 mismatch)"
         return None
 
+    def newest_complete(self, besides: Path) -> Path | None:
+        """The newest committed checkpoint other than `besides` that passes `problem()`."""
+        return next((p for p in self.steps() if p != besides and self.problem(p) is None), None)
+
     def refuse_overwrite(self, run_dir: Path) -> None:
         """A ConfigError when this folder holds checkpoints a new run (in `run_dir`) would replace."""
         found = self.steps()
@@ -135,17 +143,16 @@ class Checkpoints:
 
     def resume_point(self, mode: bool | str) -> ResumePoint:
         """The checkpoint a run with `resume=mode` continues from, or a ConfigError."""
-        marker = self.root / "latest"
-        if not marker.exists():
+        latest = self.latest_path()
+        if latest is None:
             raise ConfigError(
                 f"resume={mode} but {self.root} holds no checkpoint: pass the run's directory with "
                 "hydra.run.dir=<dir> (the folder that has checkpoints/), or set resume=false"
             )
-        latest = self.root / marker.read_text().strip()
         problem = self.problem(latest)
         if problem is None:
             return latest, read_state(latest)
-        fallback = next((p for p in self.steps() if p != latest and self.problem(p) is None), None)
+        fallback = self.newest_complete(besides=latest)
         if fallback is not None and mode == "latest_valid":
             return fallback, read_state(fallback)
         offer = (

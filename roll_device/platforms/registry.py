@@ -18,13 +18,13 @@ import traceback
 from importlib.metadata import entry_points
 
 from roll_device.errors import ConfigError, DeviceUnavailableError, UnknownDeviceError
+from roll_device.platforms import ENV_VAR
 from roll_device.platforms.base import Platform
 from roll_device.platforms.cpu import HOST_KIND, CpuPlatform
 from roll_device.platforms.cuda import CudaPlatform
 from roll_device.platforms.npu import NpuPlatform
 from roll_device.platforms.rocm import RocmPlatform
 
-ENV_VAR = "ROLL_DEVICE"
 AUTO = "auto"
 PLUGIN_GROUP = "roll_device.platforms"
 BUILTIN: dict[str, type[Platform]] = {
