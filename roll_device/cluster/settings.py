@@ -31,6 +31,9 @@ from roll_device.settings import Count, NonNegative, Section, read_section
 HEAD_NAME = "head"
 MISSING = "???"  # Hydra's mark of a mandatory value not given
 CpuPerWorker = Annotated[float, Field(gt=0, le=64, description="CPUs each CPU-role worker reserves")]
+SetupTimeout = Annotated[
+    float, Field(gt=0, description="seconds each wait of the workers' set-up may take before the run ends")
+]
 ResourceCounts = dict[str, NonNegative]  # Ray declares a node's resources in whole numbers
 
 
@@ -105,6 +108,7 @@ class LocalCluster(ClusterSection):
     resources: ResourceCounts | None = Field(description="custom resources this node declares")
     include_dashboard: StrictBool
     cpu_per_worker: CpuPerWorker
+    setup_timeout_s: SetupTimeout
 
     on_this_machine: ClassVar[bool] = True
     plans_before_start: ClassVar[bool] = True
@@ -123,6 +127,7 @@ class SimCluster(ClusterSection):
     address: None
     include_dashboard: StrictBool
     cpu_per_worker: CpuPerWorker
+    setup_timeout_s: SetupTimeout
     head: SimNode
     nodes: list[SimNode]
 
@@ -168,6 +173,7 @@ class RemoteCluster(ClusterSection):
     dashboard_address: str | None
     runtime_env: dict[str, Any] | None
     cpu_per_worker: CpuPerWorker
+    setup_timeout_s: SetupTimeout
 
     @field_validator("address")
     @classmethod

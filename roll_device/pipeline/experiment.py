@@ -233,6 +233,7 @@ def _run(config: RunConfig, run_dir: Path, path: str, start, on_step: Callable |
             f"preflight: {nodes} node(s) ready for their roles ({time.perf_counter() - checking:.1f}s)",
             flush=True,
         )
+        setting_up = time.perf_counter()  # what the set-up bar counts
         try:
             roles = start_roles(config, plan, path, log_dir=run_dir / LOG_DIR)
         except WorkerLostError as lost:
@@ -241,7 +242,8 @@ def _run(config: RunConfig, run_dir: Path, path: str, start, on_step: Callable |
             raise final_error(lost, again, run_dir / LOG_DIR) from lost
         try:
             print(
-                f"workers ready in {time.perf_counter() - started:.1f}s; {describe_roles(roles)}",
+                f"workers ready in {time.perf_counter() - setting_up:.1f}s (set-up; "
+                f"{time.perf_counter() - started:.1f}s since the cluster's start); {describe_roles(roles)}",
                 flush=True,
             )
             _drive(Run(config, run_dir, roles, inputs), plan, start, on_step)

@@ -34,14 +34,21 @@ class RunTerminatedError(RunInterruptedError):
     exit_code = 143
 
 
+# Whether SIGTERM arrived inside `sigterm_as_interrupt`: code between the handler and the run's
+# `except` (Ray's waits, a worker group's set-up) may catch the `Terminated` and raise a plain
+# KeyboardInterrupt in its place, so the signal is remembered, not read from the exception alone.
+_sigterm_received = threading.Event()
+
+
 def how_stopped(interrupt: KeyboardInterrupt) -> tuple[type[RunInterruptedError], str]:
     """The error that reports a run ended by `interrupt`, and how to say what happened."""
-    if isinstance(interrupt, Terminated):
+    if isinstance(interrupt, Terminated) or _sigterm_received.is_set():
         return RunTerminatedError, "terminated (SIGTERM)"
     return RunInterruptedError, "interrupted (Ctrl-C)"
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
+    _sigterm_received.set()
     raise Terminated
 
 
@@ -52,6 +59,7 @@ def sigterm_as_interrupt() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    _sigterm_received.clear()
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         yield

@@ -20,6 +20,7 @@ traceback.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -61,6 +62,26 @@ class WorkerLostError(RollDeviceError, RuntimeError):
     def advised(self, advice: str) -> WorkerLostError:
         """The same error, its message ending with `advice` (what was kept, how to go on)."""
         return type(self)(self.role, self.cause, advice)
+
+
+class SetupTimeoutError(WorkerLostError):
+    """Roles whose workers did not answer a set-up call within `cluster.setup_timeout_s` (`role`:
+    the first of them): alive, perhaps stuck; they are stopped with the run."""
+
+    def __init__(self, roles: list[str], cause=None, advice: str = "", bound_s: float = 0) -> None:
+        self.roles, self.bound_s = roles, bound_s
+        super().__init__(roles[0], cause or TimeoutError(), advice)
+
+    def summary(self) -> str:
+        names = ", ".join(f"'{role}'" for role in self.roles)
+        return (
+            f"{'role' if len(self.roles) == 1 else 'roles'} {names} did not finish set-up within {self.bound_s:g}s "
+            "(cluster.setup_timeout_s): a worker is stuck or the machine is too slow for the bound; "
+            "its log is in the run's logs/, raise cluster.setup_timeout_s if it was only slow"
+        )
+
+    def advised(self, advice: str) -> WorkerLostError:
+        return type(self)(self.roles, self.cause, advice, self.bound_s)
 
 
 class WorkerFailedError(WorkerLostError):
@@ -148,6 +169,7 @@ class RoleGroups:
     hosted: dict[str, str] = field(default_factory=dict)  # a role run inside another's workers
     watched: dict[Any, str] = field(default_factory=dict)  # background calls in flight -> role
     background_failure: RollDeviceError | None = None  # a watched call's, raised by the next wait
+    bound_s: float | None = None  # while set (the set-up), how long one wait may take
 
     def has(self, role: str) -> bool:
         return role in self.groups or role in self.hosted
@@ -188,7 +210,10 @@ class RoleGroups:
         self.raise_background_failure()
         role_of = {ref: role for role, refs in refs_by_role.items() for ref in refs}
         pending = set(role_of)
+        deadline = None if self.bound_s is None else time.monotonic() + self.bound_s
         while pending:
+            if deadline is not None and time.monotonic() > deadline:
+                raise SetupTimeoutError(sorted({role_of[ref] for ref in pending}), bound_s=self.bound_s)
             watched = [ref for ref in self.watched if ref not in role_of]
             ready, _ = ray.wait([*pending, *watched], num_returns=1, timeout=WAIT_SLICE_S)
             for ref in ready:
@@ -257,6 +282,7 @@ def start_roles(config: RunConfig, plan: RunPlan, model_path: str, log_dir: Path
     """Start and set up every planned role (their output in `log_dir` when given); connect the
     weight sync."""
     roles = RoleGroups(_start_groups(config, plan), plan.sync, config.weight_sync, hosted=plan.hosted)
+    roles.bound_s = config.cluster.setup_timeout_s
     # each worker runs its calls in order: the capture comes first, and nothing waits for it here
     capture = {
         role: group.async_call_all(PipelineWorker.capture_output, str(log_dir))
@@ -268,11 +294,12 @@ def start_roles(config: RunConfig, plan: RunPlan, model_path: str, log_dir: Path
         with setup_progress(setups) as ready:
             done = roles.wait(setups, on_ready=ready)
         roles.wait(capture)
+        roles.dp_ranks = {role: done[role] for role in done if ROLE_TYPES[role] == TRAIN}
+        _connect_sync(config, plan, roles)
     except BaseException:
         roles.shutdown()  # the workers that did start
         raise
-    roles.dp_ranks = {role: done[role] for role in done if ROLE_TYPES[role] == TRAIN}
-    _connect_sync(config, plan, roles)
+    roles.bound_s = None  # the steps' calls take as long as they take
     return roles
 
 
