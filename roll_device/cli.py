@@ -60,6 +60,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of every subcommand; `run` parses none of its arguments (`main` hands them to Hydra)."""
     parser = argparse.ArgumentParser(
         prog="roll-device",
         description=__doc__.split("\n\n")[0],
@@ -78,6 +79,21 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("overrides", nargs="*")
     plan.set_defaults(func=_plan)
 
+    _add_submit(sub)
+
+    doctor = sub.add_parser(
+        "doctor", help="versions, device capabilities and known-bad combinations; exit 2 on a problem"
+    )
+    doctor.add_argument("overrides", nargs="*", help="Hydra overrides of the experiment to check")
+    doctor.set_defaults(func=_doctor)
+
+    _add_export(sub)
+    _add_make_tiny_model(sub)
+    return parser
+
+
+def _add_submit(sub) -> None:
+    """`submit [--address A] [--no-wait] [--command run|plan] overrides...`."""
     submit = sub.add_parser("submit", help="submit the run to a Ray cluster (Ray Jobs API)")
     submit.add_argument("--address", default=None, help="dashboard address, e.g. http://127.0.0.1:8265")
     submit.add_argument("--no-wait", action="store_true", help="return after submission")
@@ -91,12 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("overrides", nargs="*")
     submit.set_defaults(func=_submit)
 
-    doctor = sub.add_parser(
-        "doctor", help="versions, device capabilities and known-bad combinations; exit 2 on a problem"
-    )
-    doctor.add_argument("overrides", nargs="*", help="Hydra overrides of the experiment to check")
-    doctor.set_defaults(func=_doctor)
 
+def _add_export(sub) -> None:
+    """`export source out_dir [--model M]`."""
     export = sub.add_parser(
         "export", help="write a Hugging Face model directory from a checkpoint of either trainer"
     )
@@ -108,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.set_defaults(func=_export)
 
+
+def _add_make_tiny_model(sub) -> None:
+    """`make-tiny-model path [--shapes S] [--seed N] [--layers N] [--hidden N]`."""
     tiny = sub.add_parser("make-tiny-model", help="write the tiny Qwen2 model and tokenizer")
     tiny.add_argument("path")
     tiny.add_argument(
@@ -122,7 +138,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     tiny.add_argument("--hidden", type=int, default=None, help="hidden size of the tiny shapes (128)")
     tiny.set_defaults(func=_make_tiny_model)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,6 +39,35 @@ def grpo_policy_loss(
     AReaL's decoupled correction); without `rollout_logprobs` the weights are 1.
     """
     high = clip_ratio if clip_ratio_high is None else clip_ratio_high
+    _check_policy_loss_settings(clip_ratio, clip_ratio_high, high, kl_coef, importance_ratio_cap)
+
+    def loss_fn(logprobs: torch.Tensor, batch: TrainBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        _check_policy_batch(batch, kl_coef)
+        device, dtype = logprobs.device, logprobs.dtype
+        mask = batch.response_mask.to(device, dtype)
+        old = batch.old_logprobs.to(device, dtype) if batch.old_logprobs is not None else logprobs.detach()
+        ratio = torch.exp(logprobs - old)
+        surrogate, clipped = clipped_surrogate(ratio, batch.advantages.to(device, dtype), clip_ratio, high)
+        weights, importance = importance_weights(batch, old, importance_ratio_cap, mask)
+        policy_loss = masked_mean(surrogate if weights is None else weights * surrogate, mask)
+        metrics = {
+            "policy_loss": policy_loss.item(),
+            "clip_fraction": masked_mean(clipped.to(dtype), mask).item(),
+            "ratio_mean": masked_mean(ratio.detach(), mask).item(),
+            **importance,
+        }
+        if kl_coef > 0:
+            kl = k3_kl(logprobs, batch.ref_logprobs, mask)
+            return policy_loss + kl_coef * kl, {**metrics, "kl": kl.item()}
+        return policy_loss, metrics
+
+    return loss_fn
+
+
+def _check_policy_loss_settings(
+    clip_ratio: float, clip_ratio_high: float | None, high: float, kl_coef: float, importance_ratio_cap: float
+) -> None:
+    """Refuses settings outside the loss's domain, naming the setting."""
     if not 0 < clip_ratio < 1 or high <= 0:
         raise ConfigError(
             f"grpo_policy_loss: clip_ratio must be in (0, 1) and clip_ratio_high > 0, got "
@@ -49,43 +78,33 @@ def grpo_policy_loss(
     if importance_ratio_cap < 1:
         raise ConfigError(f"grpo_policy_loss: importance_ratio_cap must be >= 1, got {importance_ratio_cap}")
 
-    def loss_fn(logprobs: torch.Tensor, batch: TrainBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        if batch.advantages is None:
-            raise ConfigError("grpo_policy_loss needs TrainBatch.advantages (one value per row)")
-        if kl_coef > 0 and batch.ref_logprobs is None:
-            raise ConfigError(
-                f"grpo_policy_loss with kl_coef={kl_coef} needs TrainBatch.ref_logprobs "
-                "(reference logprobs), or set kl_coef=0"
-            )
-        device = logprobs.device
-        mask = batch.response_mask.to(device, logprobs.dtype)
-        old = (
-            batch.old_logprobs.to(device, logprobs.dtype)
-            if batch.old_logprobs is not None
-            else logprobs.detach()
-        )
-        advantages = batch.advantages.to(device, logprobs.dtype).unsqueeze(1)
-        ratio = torch.exp(logprobs - old)
-        unclipped = ratio * advantages
-        clipped = torch.clamp(ratio, 1 - clip_ratio, 1 + high) * advantages
-        surrogate = -torch.minimum(unclipped, clipped)
-        weights, importance = importance_weights(batch, old, importance_ratio_cap, mask)
-        policy_loss = masked_mean(surrogate if weights is None else weights * surrogate, mask)
-        loss = policy_loss
-        metrics = {
-            "policy_loss": policy_loss.item(),
-            "clip_fraction": masked_mean((clipped < unclipped).to(logprobs.dtype), mask).item(),
-            "ratio_mean": masked_mean(ratio.detach(), mask).item(),
-            **importance,
-        }
-        if kl_coef > 0:
-            delta = batch.ref_logprobs.to(device, logprobs.dtype) - logprobs
-            kl = masked_mean(torch.exp(delta) - delta - 1, mask)
-            loss = loss + kl_coef * kl
-            metrics["kl"] = kl.item()
-        return loss, metrics
 
-    return loss_fn
+def _check_policy_batch(batch: TrainBatch, kl_coef: float) -> None:
+    """Refuses a batch without a field the loss needs, naming the field."""
+    if batch.advantages is None:
+        raise ConfigError("grpo_policy_loss needs TrainBatch.advantages (one value per row)")
+    if kl_coef > 0 and batch.ref_logprobs is None:
+        raise ConfigError(
+            f"grpo_policy_loss with kl_coef={kl_coef} needs TrainBatch.ref_logprobs "
+            "(reference logprobs), or set kl_coef=0"
+        )
+
+
+def clipped_surrogate(
+    ratio: torch.Tensor, advantages: torch.Tensor, low: float, high: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's per-token surrogate -min(ratio * A, clip(ratio, 1 - low, 1 + high) * A) for the
+    (B, T) `ratio` and the (B,) `advantages`, and where the clipped term was the smaller."""
+    advantages = advantages.unsqueeze(1)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1 - low, 1 + high) * advantages
+    return -torch.minimum(unclipped, clipped), clipped < unclipped
+
+
+def k3_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The k3 estimator of KL(policy || reference), token-mean: exp(ref - logp) - (ref - logp) - 1."""
+    delta = ref_logprobs.to(logprobs.device, logprobs.dtype) - logprobs
+    return masked_mean(torch.exp(delta) - delta - 1, mask)
 
 
 def importance_weights(

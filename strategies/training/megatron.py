@@ -151,31 +151,11 @@ class MegatronTrainStrategy(TrainStrategy):
         }
 
     def _build(self, hf_weights: Mapping[str, torch.Tensor]) -> None:
-        from megatron.core import parallel_state, tensor_parallel
-        from megatron.core.distributed import (
-            DistributedDataParallel,
-            DistributedDataParallelConfig,
-            finalize_model_grads,
-        )
-        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        """Megatron's parallel state, the model with `hf_weights` loaded, its DDP and optimizer."""
         from megatron.core.transformer.module import Float16Module
 
         s = self.settings
-        _join_parallel_state(s.tensor_parallel, s.pipeline_parallel)
-        tensor_parallel.model_parallel_cuda_manual_seed(s.seed)
-        self.tp_group = parallel_state.get_tensor_model_parallel_group()
-        self.dp_group = parallel_state.get_data_parallel_group()
-        self.replica_group = parallel_state.get_model_parallel_group()
-        self.tp_rank = parallel_state.get_tensor_model_parallel_rank()
-        self.stages = PipelineStages(
-            parallel_state.get_pipeline_model_parallel_group(),
-            parallel_state.get_pipeline_model_parallel_rank(),
-            s.pipeline_parallel,
-            self.device,
-        )
-        self.table = megatron_weights.parameters(self.plan.shape, self.stages.rank, self.stages.size)
-        self.data_parallel_rank = parallel_state.get_data_parallel_rank()
-        self.data_parallel_size = parallel_state.get_data_parallel_world_size()
+        self._join_groups()
         compute = s.param_dtype_name(self.platform.device_type)
         config = megatron_model.transformer_config(
             self.plan, s, compute, s.recompute_on(self.platform.device_type)
@@ -193,6 +173,39 @@ class MegatronTrainStrategy(TrainStrategy):
         if compute == "bf16":  # bf16 compute weights; the optimizer keeps fp32 master copies
             model = Float16Module(config, model)
         model.to(self.device)
+        self._wrap(model, config, bf16=compute == "bf16")
+
+    def _join_groups(self) -> None:
+        """Joins Megatron's parallel state; this rank's groups, ranks, pipeline stage and weights table."""
+        from megatron.core import parallel_state, tensor_parallel
+
+        s = self.settings
+        _join_parallel_state(s.tensor_parallel, s.pipeline_parallel)
+        tensor_parallel.model_parallel_cuda_manual_seed(s.seed)
+        self.tp_group = parallel_state.get_tensor_model_parallel_group()
+        self.dp_group = parallel_state.get_data_parallel_group()
+        self.replica_group = parallel_state.get_model_parallel_group()
+        self.tp_rank = parallel_state.get_tensor_model_parallel_rank()
+        self.stages = PipelineStages(
+            parallel_state.get_pipeline_model_parallel_group(),
+            parallel_state.get_pipeline_model_parallel_rank(),
+            s.pipeline_parallel,
+            self.device,
+        )
+        self.table = megatron_weights.parameters(self.plan.shape, self.stages.rank, self.stages.size)
+        self.data_parallel_rank = parallel_state.get_data_parallel_rank()
+        self.data_parallel_size = parallel_state.get_data_parallel_world_size()
+
+    def _wrap(self, model, config, bf16: bool) -> None:
+        """Megatron's DDP around `model` and its (distributed) Adam, hooked into `config`."""
+        from megatron.core.distributed import (
+            DistributedDataParallel,
+            DistributedDataParallelConfig,
+            finalize_model_grads,
+        )
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+
+        s = self.settings
         ddp_config = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True, use_distributed_optimizer=s.use_distributed_optimizer
         )
@@ -203,7 +216,7 @@ class MegatronTrainStrategy(TrainStrategy):
                 lr=s.lr,
                 weight_decay=s.weight_decay,
                 clip_grad=s.max_grad_norm,
-                bf16=compute == "bf16",
+                bf16=bf16,
                 params_dtype=torch.float32,
                 use_distributed_optimizer=s.use_distributed_optimizer,
                 # Megatron's HybridDeviceOptimizer: master weights, Adam state and step on the CPU
