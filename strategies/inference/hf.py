@@ -342,7 +342,8 @@ class HfStrategy(InferenceStrategy):
         """The graph guard after a weight update (strategies/inference/hf_guard.py): graphs checked
         against eager on the probe; re-captured, or eager from then on, where they differ."""
         self._require_started("guard_graphs")
-        self.graph_guard = self.guard.check(version).as_dict()
+        with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION):
+            self.graph_guard = self.guard.check(version).as_dict()
         return self.graph_guard
 
     def recapture_graphs(self) -> None:

@@ -16,15 +16,14 @@ releases them and keeps the strategy eager for the rest of the run, an offload a
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
-from torch.nn.attention import sdpa_kernel
 
 from roll_device.graph.guard import GraphGuard, probe_prompt, probe_tokens
 
-if TYPE_CHECKING:
-    from strategies.inference.hf import HfStrategy
+# The strategy is an `HfStrategy` (strategies/inference/hf.py), which imports this module.
+HfStrategy = Any
 
 
 def hf_guard(strategy: HfStrategy, model_name: str) -> GraphGuard:
@@ -52,20 +51,18 @@ def graphs_on(strategy: HfStrategy) -> bool | str:
 
 def probe(strategy: HfStrategy, eager: bool) -> torch.Tensor:
     """The probe's log-probabilities (see the module docstring), on the CPU: through the graphs,
-    or with `eager` without them."""
-    from strategies.inference.hf import DECODE_ATTENTION
+    or with `eager` without them. Called with gradients off and the strategy's attention kernels."""
     from strategies.inference.hf_cache import set_length
 
     prompt = probe_prompt(strategy.vocab_size)[: strategy.settings.max_model_len - 1]
     tokens = probe_tokens(strategy.vocab_size)
-    with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION):
-        first, mask, width = strategy._prefill([prompt], eager=eager)
-        found = [first[0, tokens].to("cpu")]
-        mask[..., width] = True  # the probe's step attends to its own new token too
-        for size in strategy.runner.sizes:
-            set_length(strategy.bucket_caches[size], width)
-            step = _step_inputs(size, mask[0], tokens[1], width, strategy.pad_id)
-            found.append(strategy.runner.run(step, eager=eager)[0, tokens].to("cpu"))
+    first, mask, width = strategy._prefill([prompt], eager=eager)
+    found = [first[0, tokens].to("cpu")]
+    mask[..., width] = True  # the probe's step attends to its own new token too
+    for size in strategy.runner.sizes:
+        set_length(strategy.bucket_caches[size], width)
+        step = _step_inputs(size, mask[0], tokens[1], width, strategy.pad_id)
+        found.append(strategy.runner.run(step, eager=eager)[0, tokens].to("cpu"))
     return torch.cat(found)
 
 

@@ -13,7 +13,7 @@ reports "no graphs", with the reason, and checks nothing.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 
@@ -21,8 +21,8 @@ from roll_device.compat.vllm import NO_GRAPHS, profile_for
 from roll_device.graph.guard import GraphGuard, probe_prompt, probe_tokens
 from strategies.inference.vllm_worker import RolloutWorkerExtension
 
-if TYPE_CHECKING:
-    from strategies.inference.vllm import VllmStrategy
+# The strategy is a `VllmStrategy` (strategies/inference/vllm.py), which imports this module.
+VllmStrategy = Any
 
 
 def vllm_guard(strategy: VllmStrategy, model_name: str) -> GraphGuard:
