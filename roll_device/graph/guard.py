@@ -92,6 +92,24 @@ class GuardReport:
         return asdict(self)
 
 
+SEVERITY = (NO_GRAPHS, PASSED, RECAPTURED, EAGER)  # a step's record keeps its engines' worst
+
+
+def step_record(reports: list[dict | None]) -> dict | None:
+    """One step's `graph_guard` record from its engines' reports (each rollout worker's sync result
+    carries one): the worst status, the engines at each status, the largest difference seen. None
+    where no engine declares a guard."""
+    found = [r for r in reports if r is not None]
+    if not found:
+        return None
+    errors = [r["max_error"] for r in found if r["max_error"] is not None]
+    return {
+        "status": max((r["status"] for r in found), key=SEVERITY.index),
+        "engines": {s: n for s in SEVERITY if (n := sum(r["status"] == s for r in found))},
+        "max_error": max(errors, default=None),
+    }
+
+
 Probe = Callable[[bool], torch.Tensor]  # probe(eager) -> the probe's log-probabilities, on the CPU
 
 

@@ -18,6 +18,7 @@ from roll_device.graph.guard import (
     GraphGuard,
     probe_prompt,
     probe_tokens,
+    step_record,
     tolerance_for,
 )
 
@@ -138,3 +139,19 @@ def test_the_probe_stays_inside_the_vocabulary():
         ids = probe_prompt(vocab) + probe_tokens(vocab)
         assert all(0 <= i < vocab for i in ids)
     assert len(set(probe_tokens(50))) == len(probe_tokens(50))
+
+
+def test_a_steps_record_keeps_its_engines_worst():
+    passed = {"status": PASSED, "max_error": 1e-6}
+    eager = {"status": EAGER, "max_error": 0.3}
+    assert step_record([passed, eager, passed]) == {
+        "status": EAGER,
+        "engines": {PASSED: 2, EAGER: 1},
+        "max_error": 0.3,
+    }
+    assert step_record([{"status": NO_GRAPHS, "max_error": None}]) == {
+        "status": NO_GRAPHS,
+        "engines": {NO_GRAPHS: 1},
+        "max_error": None,
+    }
+    assert step_record([None, None]) is None

@@ -74,3 +74,9 @@ def test_without_the_guard_the_stale_graphs_sample_other_tokens(sim):
     assert sim["clean"]["unguarded"] == sim["eager"]["tokens"]
     assert sim["recapture"]["unguarded"] != sim["eager"]["tokens"]
     assert sim["once"]["unguarded"] != sim["eager"]["tokens"]
+
+
+def test_on_the_cpu_the_guard_reports_no_graphs(hf_cpu):
+    report = hf_cpu.guard_graphs(3)
+    assert (report["status"], report["version"]) == (NO_GRAPHS, 3)
+    assert report["reason"] == "platform 'cpu' has no device graphs" and report["max_error"] is None
