@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 # The largest |graph - eager| over the probe's log-probabilities that still counts as the same
 # weights. fp32: the same kernels replayed agree to rounding; bf16/fp16: a captured step and an
 # eager one may pick other kernels (a packed prefill, another attention split) and round apart.
-TOLERANCES = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}
+TOLERANCES = {torch.float64: 1e-3, torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 6e-2}
 PROBE_PROMPT_LENGTH = 6  # shorter than a KV-cache block: nothing of it is served from a prefix cache
 PROBE_TOKENS = 4  # log-probabilities compared per position
 
