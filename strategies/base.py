@@ -154,10 +154,12 @@ class InferenceStrategy(Strategy, abc.ABC):
     `first_rank + engine_size - 1` of the trainer's `WeightSender`), `receive_weights` per sync and
     `close_weights`. By default the hosting process receives and hands the tensors to
     `update_weights`; an engine whose ranks live in processes of their own receives in each
-    (vLLM: its weight-transfer API)."""
+    (vLLM: its weight-transfer API). After each sync the engine's graph guard runs
+    (`guard_graphs`; roll_device/graph/guard.py); its report is kept as `graph_guard`."""
 
     settings_cls: ClassVar[type[RolloutSettings]] = RolloutSettings
     _receiver: WeightReceiver | None = None
+    graph_guard: dict | None = None  # the graph guard's report after the last sync (None: no guard)
 
     def __init__(self, platform: Platform) -> None:
         self.platform = platform
@@ -205,8 +207,18 @@ class InferenceStrategy(Strategy, abc.ABC):
         self._receiver.connect()
 
     def receive_weights(self) -> SyncStats:
-        """Receive the next sync (the sender sends at the same time); returns once it is applied."""
-        return self._receiver.receive(self.update_weights)
+        """Receive the next sync (the sender sends at the same time); returns once it is applied
+        and the graph guard has checked the engine's graphs against it."""
+        stats = self._receiver.receive(self.update_weights)
+        self.guard_graphs(stats.version)
+        return stats
+
+    def guard_graphs(self, version: int | None) -> dict | None:
+        """After the update to weights `version`: the engine's graphs checked against an eager step
+        with those weights (re-captured or dropped where they differ), the report kept as
+        `graph_guard` and returned; a caller of `update_weights` outside a sync calls it itself.
+        None: this engine declares no guard."""
+        return None
 
     @property
     def weights_version(self) -> int | None:

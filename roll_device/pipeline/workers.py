@@ -195,8 +195,11 @@ class RolloutWorker(PipelineWorker):
         self.strategy.connect_weights(endpoint, self.rank * self.engine_size + 1, timeout_s)
 
     def receive_weights(self) -> dict:
+        """The sync's stats, with the engine's graph guard report under `graph_guard` (None where the
+        engine declares no guard; roll_device/graph/guard.py)."""
         started = time.time()
         stats = asdict(self.strategy.receive_weights())
+        stats["graph_guard"] = self.strategy.graph_guard
         self.syncing_s += time.time() - started  # a weight sync is work, not idle time
         return stats
 

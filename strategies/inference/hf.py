@@ -43,6 +43,7 @@ from strategies.base import (
     SamplingConfig,
     SettingsNeed,
 )
+from strategies.inference.hf_guard import hf_guard
 from strategies.inference.hf_sampling import sample
 from strategies.inference.requests import check_request
 from strategies.inference.settings import HfSettings
@@ -71,6 +72,7 @@ class HfStrategy(InferenceStrategy):
 
     model: Any = None
     packed_prefill: PackedPrefill | None = None
+    graphs_stopped = False  # the graph guard found graphs it could not trust: eager from then on
     settings_cls = HfSettings
 
     @classmethod
@@ -117,6 +119,7 @@ class HfStrategy(InferenceStrategy):
         self.eos_ids = set() if eos is None else ({eos} if isinstance(eos, int) else set(eos))
         self.pad_id = self.model.config.pad_token_id or 0
         self._start_decoding()
+        self.guard = hf_guard(self, model_path)
 
     def _budgeted(self) -> list[int]:
         """The capture sizes within the platform's graph budget (one full graph per size), by the
@@ -154,14 +157,19 @@ class HfStrategy(InferenceStrategy):
             self.model.config, s.max_batch_size, s.max_model_len, self.model.dtype, device
         )
         self.bucket_caches: dict[int, Any] = {}
+        use_graphs = False if self.graphs_stopped else s.use_graphs
         self.runner = DecodeGraphRunner(
-            self.platform, self.capture_sizes, self._make_inputs, self._decode_step, s.use_graphs
+            self.platform, self.capture_sizes, self._make_inputs, self._decode_step, use_graphs
         )
         self.packed_prefill = (
             PackedPrefill(self.model, self.store, self.platform, self.prefill_capture_sizes, self.pad_id)
-            if s.prefill_graphs
+            if s.prefill_graphs and not self.graphs_stopped
             else None
         )
+        self._capture()
+
+    def _capture(self) -> None:
+        """Allocate every bucket and, with graphs, capture them (decode steps, packed prefills)."""
         with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION):
             self.runner.prepare()
             if self.packed_prefill is not None:
@@ -190,15 +198,18 @@ class HfStrategy(InferenceStrategy):
         )
         return out.logits[:, -1, :].float().log_softmax(dim=-1)
 
-    def _prefill(self, prompts: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, int]:
-        """Prefill of `prompts` into the store, left-padded; returns the first raw logprobs, the
-        decode mask (rows, 1, 1, max_len) and the padded prompt length."""
+    def _prefill(
+        self, prompts: list[list[int]], eager: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """Prefill of `prompts` into the store, left-padded (packed and replayed where prefill
+        graphs hold them, unless `eager`); returns the first raw logprobs, the decode mask
+        (rows, 1, 1, max_len) and the padded prompt length."""
         device = self.platform.device()
         width, max_len = max(len(p) for p in prompts), self.store.max_len
         pads = torch.tensor([width - len(p) for p in prompts], device=device)
         key = torch.arange(max_len, device=device)
         real = key[None, :] >= pads[:, None]  # (n, max_len): not a left pad
-        size = self.packed_prefill.bucket(prompts) if self.packed_prefill is not None else None
+        size = self.packed_prefill.bucket(prompts) if self.packed_prefill is not None and not eager else None
         if size is None:
             logprobs = self._padded_prefill(prompts, width, pads, real)
         else:
@@ -324,6 +335,28 @@ class HfStrategy(InferenceStrategy):
                         pending, size = [], 0
                 del name, tensor, target  # nothing of this tensor held while the next is fetched
         self.platform.synchronize()
+
+    def guard_graphs(self, version: int | None) -> dict:
+        """The graph guard after a weight update (strategies/inference/hf_guard.py): graphs checked
+        against eager on the probe; re-captured, or eager from then on, where they differ."""
+        self._require_started("guard_graphs")
+        with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION):
+            self.graph_guard = self.guard.check(version).as_dict()
+        return self.graph_guard
+
+    def recapture_graphs(self) -> None:
+        """Release every graph and capture them again from the weights as they are now."""
+        self.runner.release()
+        if self.packed_prefill is not None:
+            self.packed_prefill.runner.release()
+        self._capture()
+
+    def stop_graphs(self) -> None:
+        """Eager for the rest of the run, offload and reload included (the graph guard's fallback)."""
+        self.graphs_stopped = True
+        self._release_graphs()
+        self.runner.use_graphs = False
+        self._capture()
 
     def read_weights(self) -> dict[str, torch.Tensor]:
         """The model's weights in HF names, copied to the CPU, for verification; a tied head is

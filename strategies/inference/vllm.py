@@ -7,7 +7,8 @@ weight-transfer engine of its sync path (`vllm_worker.ENGINES`, implemented in v
 to the trainer's `WeightSender` with `LLM.init_weight_transfer_engine`, and `receive_weights` is
 `start_weight_update` / `update_weights` / `finish_weight_update` (the trainer's step as the
 weight version); the prefix cache is reset afterwards, since cached prompt states were computed
-with the old weights. `update_weights(named_tensors)` feeds the engine the same way from this
+with the old weights, and the graph guard checks the engine's graphs against the new weights
+(strategies/inference/vllm_guard.py). `update_weights(named_tensors)` feeds the engine the same way from this
 process (a sender of its own, along the same path). Nothing passes weights through
 `collective_rpc`: it carries small messages only (stats, a hash, a file name for `read_weights`).
 `offload()` / `reload()` are vLLM's sleep (level 1) / wake-up where sleep mode is on (colocated on
@@ -50,6 +51,7 @@ from strategies.inference.vllm_args import (
     engine_of,
     graph_mode_and_sleep_level,
 )
+from strategies.inference.vllm_guard import vllm_guard
 from strategies.inference.vllm_worker import ENGINES, RolloutWorkerExtension, register_engines
 from strategies.inference.weights import check_update
 
@@ -126,6 +128,7 @@ class VllmStrategy(InferenceStrategy):
         self.sleeping = False
         self._version: int | None = None
         self._local_version = 0
+        self.guard = vllm_guard(self, model_path)
 
     def sampling_params(self, sampling: SamplingConfig, prompt_index: int):
         """vLLM's SamplingParams for one prompt. vLLM seeds sample k of a request with seed + k;
@@ -188,7 +191,16 @@ class VllmStrategy(InferenceStrategy):
         self.llm.finish_weight_update(weight_version=str(stats.version))
         self.llm.reset_prefix_cache()
         self._version = stats.version
+        self.guard_graphs(stats.version)
         return stats
+
+    def guard_graphs(self, version: int | None) -> dict:
+        """The graph guard after a weight update (strategies/inference/vllm_guard.py): the engine's
+        graphs checked against its eager step; re-captured, or eager from then on, where they
+        differ; "no graphs" where it captures none."""
+        self._require_started("guard_graphs")
+        self.graph_guard = self.guard.check(version).as_dict()
+        return self.graph_guard
 
     @property
     def weights_version(self) -> int | None:

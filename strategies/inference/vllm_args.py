@@ -26,6 +26,7 @@ with graphs) raise `ConfigError` saying what to change.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from roll_device.graph import default_capture_sizes, fit_capture_sizes, graphs_p
 from roll_device.platforms import Platform, get_platform, known_kinds
 from strategies.inference.settings import VllmSettings
 
+log = logging.getLogger(__name__)
 WORKER_EXTENSION = "strategies.inference.vllm_worker.RolloutWorkerExtension"
 DEFAULT_CPU_KV_CACHE_BYTES = 256 << 20
 
@@ -123,6 +125,26 @@ def _capture_sizes(
     )
 
 
+def graph_mode_unproven(engine: EngineProfile, mode: str, model_path: str) -> str | None:
+    """Where the kind keeps a list of graph modes known good with in-place weight updates and `mode`
+    is not on it for the model's type: the line that says so (the graph guard checks it after
+    every sync); else None."""
+    if engine.graph_safe_modes is None:
+        return None
+    try:
+        model_type = text_model_config(model_path, "read the model type", required=False).get("model_type")
+    except ConfigError:
+        model_type = None
+    known = engine.graph_safe_modes(model_type)
+    if mode in known:
+        return None
+    return (
+        f"graph_mode={mode} is not known good with in-place weight updates for model type {model_type!r} "
+        f"(known good: {', '.join(known)}; roll_device/compat/vllm_ascend.py): the graph guard checks the "
+        "graphs after every weight sync"
+    )
+
+
 def engine_env(settings: VllmSettings) -> dict[str, str]:
     """`rollout.env` as the engine process's variables (strings)."""
     return {str(k): str(v) for k, v in settings.env.items()}
@@ -192,6 +214,9 @@ def build_engine_spec(
     engine = engine_of(platform)
     eager, mode, sleep_level = _graph_mode_and_sleep_level(platform, settings, colocated)
     sizes = _capture_sizes(engine, platform.graph_budget, mode, settings, model_path)
+    unproven = graph_mode_unproven(engine, mode, model_path)
+    if unproven is not None:
+        log.warning(unproven)
     env = _environment(platform, engine, mode != NO_GRAPHS, settings)
     blocking = platform.launch_blocking_env
     if blocking and mode != NO_GRAPHS and {**environ, **env}.get(blocking, "0") not in ("", "0"):

@@ -6,6 +6,8 @@ runs in every engine process because vLLM imports this module there.
   parameter (q/k/v into qkv_proj, gate/up into gate_up_proj; from the model's
   `packed_modules_mapping`), and aliases it ignores (tied weights).
 - `roll_device_sync_stats()`: what the rank's weight-transfer engine received last (small).
+- `roll_device_graphs(action)`: the graph guard's pause / resume / drop / re-capture of the rank's
+  device graphs (roll_device/compat/vllm_graphs.py).
 - `roll_device_weights_hash()` / `roll_device_save_weights(path)`: the weights the engine computes
   with, in HF names (a tied head once, as the embedding; fused parameters split back, each
   tensor-parallel rank's part gathered over vLLM's tensor-parallel group), as a hash or a file.
@@ -183,6 +185,21 @@ class RolloutWorkerExtension:
 
         with torch.no_grad():
             return weights_hash(read_weights(self.model_runner.get_model()).items())
+
+    def roll_device_graphs(self, action: str) -> bool:
+        """The graph guard's switch `action` in this rank (roll_device/compat/vllm_graphs.py):
+        "pause" (eager until "resume"), "resume", "drop" (eager for good), "recapture"; returns
+        whether the rank replays graphs afterwards."""
+        from roll_device.compat import vllm_graphs
+
+        switches = {
+            "pause": vllm_graphs.pause_graphs,
+            "resume": vllm_graphs.resume_graphs,
+            "drop": vllm_graphs.drop_graphs,
+            "recapture": vllm_graphs.recapture_graphs,
+        }
+        switches[action](self.model_runner)
+        return vllm_graphs.graphs_replayed(self.model_runner)
 
     def roll_device_save_weights(self, path: str) -> None:
         """The whole weights as a safetensors file at `path` (written by the first rank)."""

