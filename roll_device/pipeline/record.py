@@ -67,6 +67,7 @@ class StepRecord(dict):
                 "rollout_wait_s": outcome.engine_idle_s,
                 "weights_version": None,  # the sync's (`add_sync`)
                 "sync_path": None,
+                "graph_guard": None,  # the engines' graphs checked after the sync (roll_device/graph/guard.py)
                 **timeline.fields(),
             }
         )
@@ -80,7 +81,7 @@ class StepRecord(dict):
 
     def add_sync(self, sync: dict, took: Timed) -> None:
         """The weight sync `sync` (`RoleGroups.sync_weights`' report), timed as `took`."""
-        self.update(weights_version=sync["version"], sync_path=sync["path"])
+        self.update(weights_version=sync["version"], sync_path=sync["path"], graph_guard=sync["graph_guard"])
         self["sync_s"] = took.seconds
         self["step_s"] += took.seconds
         self["timeline"]["sync"] = took.span

@@ -32,6 +32,7 @@ import ray
 from roll_device.cluster import WorkerGroup, shard
 from roll_device.comm import Endpoint, SyncPlan, WeightSyncOptions, abort_sync, sync_actor_options
 from roll_device.errors import RollDeviceError, WeightSyncError
+from roll_device.graph.guard import step_record
 from roll_device.pipeline.config import REWARD, ROLE_TYPES, RunConfig
 from roll_device.pipeline.output import setup_progress
 from roll_device.pipeline.reward_worker import RewardWorker
@@ -250,8 +251,10 @@ class RoleGroups:
             raise failed
 
     def sync_weights(self, version: int) -> dict:
-        """Trainer rank 0 -> every rollout worker; returns the sender's stats. A worker lost or
-        failed on either end, or a sync that failed there, aborts the sync for the other end."""
+        """Trainer rank 0 -> every rollout worker; returns the sender's stats and the engines'
+        graph guard (`graph_guard`: graphs checked against eager after the update,
+        roll_device/graph/guard.py). A worker lost or failed on either end, or a sync that failed
+        there, aborts the sync for the other end."""
         try:
             done = self.wait(
                 {
@@ -267,7 +270,10 @@ class RoleGroups:
                     self.endpoint, failed.summary() if isinstance(failed, WorkerLostError) else str(failed)
                 )
             raise
-        return done["actor_train"][0]
+        return {
+            **done["actor_train"][0],
+            "graph_guard": step_record([r["graph_guard"] for r in done["actor_infer"]]),
+        }
 
     def shutdown(self) -> None:
         for group in self.groups.values():

@@ -218,13 +218,38 @@ def build_engine_spec(
     if unproven is not None:
         log.warning(unproven)
     env = _environment(platform, engine, mode != NO_GRAPHS, settings)
+    _check_launch_blocking(platform, mode, {**environ, **env})
+    kwargs = _engine_kwargs(engine, model_path, settings, eager, sleep_level)
+    if mode != NO_GRAPHS:
+        compilation: dict[str, Any] = {"cudagraph_mode": mode}
+        if sizes is not None:
+            compilation["cudagraph_capture_sizes"] = sizes
+        kwargs["compilation_config"] = compilation
+    kwargs.update(json.loads(json.dumps(dict(engine.args))))  # a copy the engine may change
+    return EngineSpec(
+        kwargs=kwargs,
+        env=env,
+        graph_mode=mode,
+        capture_sizes=sizes,
+        sleep_level=sleep_level,
+        force_eager=eager and engine.in_process,
+    )
+
+
+def _check_launch_blocking(platform: Platform, mode: str, environ: Mapping[str, str]) -> None:
+    """Launch blocking (CUDA_LAUNCH_BLOCKING, ASCEND_LAUNCH_BLOCKING) cannot run graphs."""
     blocking = platform.launch_blocking_env
-    if blocking and mode != NO_GRAPHS and {**environ, **env}.get(blocking, "0") not in ("", "0"):
+    if blocking and mode != NO_GRAPHS and environ.get(blocking, "0") not in ("", "0"):
         raise ConfigError(
             f"{blocking}=1 is incompatible with graph_mode={mode}: unset {blocking} "
             "or run eager (rollout.enforce_eager=true)"
         )
 
+
+def _engine_kwargs(
+    engine, model_path: str, settings: VllmSettings, eager: bool, sleep_level: int | None
+) -> dict[str, Any]:
+    """vLLM's engine arguments for the settings, without the graph settings."""
     kwargs: dict[str, Any] = {
         "model": model_path,
         "tokenizer": model_path,
@@ -249,17 +274,4 @@ def build_engine_spec(
         kwargs["kv_cache_memory_bytes"] = kv_bytes
     else:
         kwargs["gpu_memory_utilization"] = settings.gpu_memory_utilization
-    if mode != NO_GRAPHS:
-        compilation: dict[str, Any] = {"cudagraph_mode": mode}
-        if sizes is not None:
-            compilation["cudagraph_capture_sizes"] = sizes
-        kwargs["compilation_config"] = compilation
-    kwargs.update(json.loads(json.dumps(dict(engine.args))))  # a copy the engine may change
-    return EngineSpec(
-        kwargs=kwargs,
-        env=env,
-        graph_mode=mode,
-        capture_sizes=sizes,
-        sleep_level=sleep_level,
-        force_eager=eager and engine.in_process,
-    )
+    return kwargs

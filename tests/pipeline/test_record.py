@@ -33,6 +33,7 @@ ALGORITHM_KEYS = [
     "rollout_wait_s",
     "weights_version",
     "sync_path",
+    "graph_guard",
     "rollout_s",
     "reward_s",
     "logprob_s",
@@ -106,13 +107,15 @@ def test_colocated_turns_and_the_sync_extend_the_record():
     got.add_turns(turns.pop_spans())
     with timed() as took:
         time.sleep(0.01)
-    got.add_sync({"version": 4, "path": "colocated"}, took)
+    guard = {"status": "ok", "engines": {"ok": 1}, "max_error": 1e-6}
+    got.add_sync({"version": 4, "path": "colocated", "graph_guard": guard}, took)
     assert list(got) == ALGORITHM_KEYS + ["freed_bytes_actor_train", "freed_bytes_actor_infer"] + END_KEYS
     spans = got["timeline"]
     assert list(spans)[5:] == ["for_rollout", "for_training", "for_sync", "sync"]
     swaps = sum(end - begin for begin, end in (spans[t] for t in ("for_rollout", "for_training", "for_sync")))
     assert got["swap_s"] == pytest.approx(swaps) and got["swap_s"] >= 0.03
     assert (got["weights_version"], got["sync_path"], got["sync_s"]) == (4, "colocated", took.seconds)
+    assert got["graph_guard"] == guard
     assert got["step_s"] == pytest.approx(before + spans["for_sync"][1] - spans["for_sync"][0] + took.seconds)
 
 
@@ -121,5 +124,10 @@ def test_a_sync_cut_short_leaves_its_fields_empty():
     with pytest.raises(RuntimeError), timed() as took:
         raise RuntimeError("a rollout worker was lost")
     assert took.span == [] and took.seconds == 0.0
-    assert (got["weights_version"], got["sync_path"], got["sync_s"]) == (None, None, 0.0)
+    assert (got["weights_version"], got["sync_path"], got["sync_s"], got["graph_guard"]) == (
+        None,
+        None,
+        0.0,
+        None,
+    )
     assert "sync" not in got["timeline"]

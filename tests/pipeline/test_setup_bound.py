@@ -44,6 +44,4 @@ def test_a_set_up_that_never_ends_ends_the_run_within_its_bound(stuck, shared_cl
     assert "'actor_infer'" in stuck, message
     assert f" did not finish set-up within {BOUND_S}s (cluster.setup_timeout_s)" in message
     assert "no step ran" in message
-    assert took < BOUND_S + 90, (
-        f"ended {took:.0f}s after the start"
-    )  # the model's load and Ray's calls beside it
+    assert took < BOUND_S + 180, f"ended {took:.0f}s after the start"  # start-up on a loaded machine
