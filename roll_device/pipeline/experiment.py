@@ -33,6 +33,7 @@ from roll_device.cluster.placement import release
 from roll_device.doctor.preflight import preflight
 from roll_device.errors import RollDeviceError, WeightSyncError
 from roll_device.files import make_folder
+from roll_device.graph.guard import EAGER, RECAPTURED
 from roll_device.inputs.loading import RunInputs, load_inputs, load_tokenizer, read_data
 from roll_device.inputs.prompts import PromptEncoder
 from roll_device.inputs.rewards import RewardFunctionError
@@ -131,6 +132,7 @@ class Run:
                 finally:  # a finished step is recorded once, even when its sync was cut short
                     self.metrics.append(record)
                 bar.update(1)
+                self.say_graph_guard(record, bar)
                 postfix = {"reward": f"{record['reward_mean']:.3f}"}
                 if self.config.eval.due(self.state.step, self.last_step):
                     postfix["pass@1"] = f"{self.evaluate()[PASS_KEY]:.3f}"
@@ -142,6 +144,12 @@ class Run:
                     on_step(record, self.roles)
         finally:
             bar.close()
+
+    def say_graph_guard(self, record: dict, bar) -> None:
+        """One line above the bar when an engine's graphs disagreed with eager after the sync."""
+        line = graph_guard_line(record, self.config.model.path or "the tiny model")
+        if line:
+            bar.write(line)
 
     def next_rollout(self, rollouts: RolloutQueue) -> tuple[Rollout, Collected]:
         """The rollout for this step, collected; one beyond `max_staleness` is never trained on
@@ -278,6 +286,19 @@ def _drive(run: Run, plan: RunPlan, start: ResumePoint | None, on_step: Callable
     title = f"{run.config.experiment.name}: GRPO, {data_summary(run.config)} ({plan.summary()})"
     png = run.metrics.plot(title, with_kl="reference" in plan.roles)
     print(f"{run.metrics.summary()}; plot: {png}")
+
+
+def graph_guard_line(record: dict, model: str) -> str:
+    """What a step's graph guard did, in one line, where its engines' graphs disagreed with eager
+    after the sync (re-captured, or eager from then on); "" otherwise. The engines' own lines are
+    in their worker logs."""
+    guard = record.get("graph_guard") or {}
+    if guard.get("status") not in (RECAPTURED, EAGER):
+        return ""
+    return (
+        f"graph guard: {model}, step {record['step']}: graphs differed from eager after the weight update "
+        f"(largest difference {guard['max_error']:.3g}); engines by outcome: {guard['engines']}"
+    )
 
 
 def resume_advice(run_dir: Path) -> str:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from roll_device.pipeline.batching import build_batch
+from roll_device.pipeline.experiment import graph_guard_line
 from roll_device.pipeline.record import StepOutcome, StepRecord
 from roll_device.pipeline.state import PipelineState
 from roll_device.pipeline.timeline import StepTimeline, TurnLog, timed
@@ -107,7 +108,7 @@ def test_colocated_turns_and_the_sync_extend_the_record():
     got.add_turns(turns.pop_spans())
     with timed() as took:
         time.sleep(0.01)
-    guard = {"status": "ok", "engines": {"ok": 1}, "max_error": 1e-6}
+    guard = {"status": "passed", "engines": {"passed": 1}, "max_error": 1e-6}
     got.add_sync({"version": 4, "path": "colocated", "graph_guard": guard}, took)
     assert list(got) == ALGORITHM_KEYS + ["freed_bytes_actor_train", "freed_bytes_actor_infer"] + END_KEYS
     spans = got["timeline"]
@@ -131,3 +132,22 @@ def test_a_sync_cut_short_leaves_its_fields_empty():
         None,
     )
     assert "sync" not in got["timeline"]
+
+
+@pytest.mark.parametrize(
+    "guard, said",
+    [
+        (None, ""),
+        ({"status": "no graphs", "engines": {"no graphs": 2}, "max_error": None}, ""),
+        ({"status": "passed", "engines": {"passed": 2}, "max_error": 1e-6}, ""),
+        (
+            {"status": "eager", "engines": {"passed": 1, "eager": 1}, "max_error": 0.206},
+            (
+                "graph guard: /m, step 3: graphs differed from eager after the weight update (largest "
+                "difference 0.206); engines by outcome: {'passed': 1, 'eager': 1}"
+            ),
+        ),
+    ],
+)
+def test_the_graph_guard_speaks_only_when_it_acted(guard, said):
+    assert graph_guard_line({"step": 3, "graph_guard": guard}, "/m") == said
