@@ -159,6 +159,7 @@ class InferenceStrategy(Strategy, abc.ABC):
 
     settings_cls: ClassVar[type[RolloutSettings]] = RolloutSettings
     _receiver: WeightReceiver | None = None
+    sync_path: str | None = None  # the path that feeds the engine (`initialize`; None: none planned)
     graph_guard: dict | None = None  # the graph guard's report after the last sync (None: no guard)
 
     def __init__(self, platform: Platform) -> None:
@@ -204,7 +205,7 @@ class InferenceStrategy(Strategy, abc.ABC):
     def connect_weights(self, endpoint: Endpoint, first_rank: int, timeout_s: float) -> None:
         """Join the trainer's sender at `endpoint` (which connects at the same time)."""
         self._receiver = WeightReceiver(endpoint, first_rank, self.platform, timeout_s=timeout_s)
-        self._receiver.connect()
+        self._receiver.connect(path=self.sync_path)
 
     def receive_weights(self) -> SyncStats:
         """Receive the next sync (the sender sends at the same time); returns once it is applied

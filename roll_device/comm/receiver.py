@@ -34,7 +34,7 @@ import torch
 
 from roll_device.comm.broadcast_transport import BroadcastReceiver
 from roll_device.comm.buckets import Entry, checksum, entry_bytes, unpack
-from roll_device.comm.control import Control, Endpoint, done_key
+from roll_device.comm.control import Control, Endpoint, abort_sync, done_key
 from roll_device.comm.messages import BucketHeader, SyncStats
 from roll_device.comm.rdt_transport import RdtReceiver
 from roll_device.comm.slot_transport import SlotReceiver
@@ -73,10 +73,19 @@ class WeightReceiver:
         self._seq = 0
         self._plan: dict[int, list[Entry]] = {}  # bucket index -> entries, as the sender sent them
 
-    def connect(self) -> None:
-        """Join the sender (which calls `connect` at the same time)."""
+    def connect(self, path: str | None = None) -> None:
+        """Join the sender (which calls `connect` at the same time); `path`: the sync path this
+        receiver serves, checked against the sender's plan before any group is joined (a refusal
+        is told to the sender through the control store)."""
         self.control = Control.connect(self.endpoint, self.timeout_s)
         setup: Setup = self.control.get(SETUP_KEY, "the sender's setup")
+        if path is not None and setup.plan.path != path:
+            reason = (
+                f"receiver rank {self.rank} serves the {path} path but the trainer's sender plans "
+                f"{setup.plan.describe()}: both ends take the path of one run plan"
+            )
+            abort_sync(self.endpoint, reason)
+            raise WeightSyncError(reason)
         if not 1 <= self.rank <= setup.receivers:
             raise WeightSyncError(
                 f"receiver rank {self.rank} is out of range: the sender expects ranks 1..{setup.receivers}"

@@ -93,6 +93,7 @@ class HfStrategy(InferenceStrategy):
         return SettingsNeed(graph_mode=GRAPH_MODES[asked])
 
     def initialize(self, model_path: str, settings: HfSettings, sync_path: str | None = None) -> None:
+        self.sync_path = sync_path
         self.settings = settings
         if settings.prefill_graphs and not self.platform.supports_graphs:
             raise ConfigError(

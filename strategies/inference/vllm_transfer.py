@@ -33,7 +33,7 @@ from roll_device.comm import Endpoint, WeightReceiver
 from roll_device.comm.paths import BRIDGE, COLLECTIVE, COLOCATED, DIRECT
 from roll_device.errors import ConfigError, WeightSyncError
 from roll_device.platforms import get_platform
-from strategies.inference.vllm_worker import ENGINES, quiet_partial_reload, weight_layout
+from strategies.inference.vllm_worker import quiet_partial_reload, weight_layout
 
 
 @dataclass
@@ -77,13 +77,8 @@ class ReceivingEngine(WeightTransferEngine[ReceiverInit, SyncRequest]):
         receiver = WeightReceiver(
             endpoint, rank, get_platform(init_info.kind), timeout_s=init_info.timeout_s, device=self.device
         )
-        receiver.connect()
+        receiver.connect(path=self.path)  # refused before joining a group when the paths differ
         self.receiver = receiver
-        if receiver.plan.path != self.path:
-            raise WeightSyncError(
-                f"the vLLM weight-transfer engine {ENGINES[self.path]} serves the {self.path} path but "
-                f"the trainer's sender plans {receiver.plan.describe()}"
-            )
 
     def start_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload

@@ -39,6 +39,15 @@ def test_receiver_rank_and_kind_are_checked_against_the_sender():
         WeightReceiver(to_npu.endpoint, 1, rd.get_platform("cpu"), timeout_s=1).connect()
 
 
+def test_a_receiver_of_another_path_is_refused_before_it_joins_and_the_sender_is_told():
+    sender = WeightSender(CPU_PLAN, rd.get_platform("cpu"), 1, QUICK)  # bridge, through shared memory
+    with pytest.raises(WeightSyncError, match="receiver rank 1 serves the collective path but the trainer's"):
+        WeightReceiver(sender.endpoint, 1, rd.get_platform("cpu"), timeout_s=1).connect(path="collective")
+    with pytest.raises(WeightSyncError, match="serves the collective path"):
+        sender.connect()  # told at once through the control store, not after its wait runs out
+    sender.close()
+
+
 def test_receive_before_connect_is_refused():
     receiver = WeightReceiver(Endpoint("127.0.0.1", 1), 1, rd.get_platform("cpu"))
     with pytest.raises(WeightSyncError, match="receive before connect"):
