@@ -86,7 +86,7 @@ def build_run_plan(config: RunConfig, inventory: Inventory) -> RunPlan:
     platforms = {role: _compute_platform(placement, role) for role in placement.roles}
     sync = _sync_plan(placement, platforms, config.weight_sync.path)
     strategy_type(INFERENCE, roles[SYNC_RECEIVER].strategy).check_sync_path(config.rollout, sync.path)
-    requests = tuple(_requests(config, placement, sync.path == COLOCATED))
+    requests = tuple(_requests(config, placement, sync))
     return RunPlan(roles, placement, platforms, engine_sizes, sync, requests)
 
 
@@ -121,8 +121,9 @@ def _sync_plan(placement: Plan, platforms: Mapping[str, Platform], path: str) ->
     )
 
 
-def _requests(config: RunConfig, placement: Plan, colocated: bool) -> list[RoleRequest]:
-    """One request per placed role and node it runs on."""
+def _requests(config: RunConfig, placement: Plan, sync: SyncPlan) -> list[RoleRequest]:
+    """One request per placed role and node it runs on (the rollout's says whether it shares its
+    devices with the trainer: the sync path is `colocated`)."""
     used = placement.groups()
     requests = []
     for role, where in placement.roles.items():
@@ -140,7 +141,7 @@ def _requests(config: RunConfig, placement: Plan, colocated: bool) -> list[RoleR
                     strategy_type=role_type if role_type in SECTION_OF else None,
                     strategy=config.roles.present()[role].strategy,
                     settings=config.strategy_settings(role),
-                    colocated=colocated and role == SYNC_RECEIVER,
+                    colocated=sync.path == COLOCATED and role == SYNC_RECEIVER,
                 )
             )
     return requests
