@@ -42,7 +42,8 @@ class PlatformGroup:
 
 
 class group(Generic[G]):  # lower case: it is used like `property`, on a class body
-    """A class attribute that gives each platform its own instance of the group class `cls`."""
+    """A class attribute that gives each platform its own instance of the group class `cls`; read
+    on the platform class, it is `cls` itself (`CudaPlatform.memory is CudaMemory`)."""
 
     def __init__(self, cls: type[G]) -> None:
         self.cls = cls
@@ -54,14 +55,14 @@ class group(Generic[G]):  # lower case: it is used like `property`, on a class b
             )
 
     @overload
-    def __get__(self, platform: None, owner: type) -> group[G]: ...
+    def __get__(self, platform: None, owner: type) -> type[G]: ...
 
     @overload
     def __get__(self, platform: object, owner: type) -> G: ...
 
     def __get__(self, platform, owner):
         if platform is None:
-            return self
+            return self.cls
         # Kept on the instance, which Python then reads before this (non-data) descriptor.
         made = platform.__dict__[self.cls.attribute] = self.cls(platform)
         return made
