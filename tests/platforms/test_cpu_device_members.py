@@ -85,21 +85,24 @@ def test_process_env_is_empty_and_ray_ids_are_none(cpu):
 @pytest.mark.parametrize(
     "member, call",
     [
-        ("profiler_start", lambda p: p.profiling.profiler_start()),
-        ("profiler_stop", lambda p: p.profiling.profiler_stop()),
-        ("device_capability", lambda p: p.facts.device_capability()),
-        ("device_uuid", lambda p: p.facts.device_uuid()),
-        ("device_index_of_uuid", lambda p: p.facts.device_index_of_uuid("GPU-0")),
-        ("pci_bus_id", lambda p: p.topology.pci_bus_id()),
-        ("switch_reduction_env", lambda p: p.env.switch_reduction_env(True)),
-        ("collective_ports_env", lambda p: p.env.collective_ports_env("30000-30100")),
-        ("attention_backend_env", lambda p: p.kernels.attention_backend_env("flash")),
-        ("sm_margin_env", lambda p: p.kernels.sm_margin_env(backward=4)),
-        ("set_memory_fraction", lambda p: p.memory.set_memory_fraction(0.5)),
-        ("record_memory_history", lambda p: p.memory.record_memory_history()),
-        ("dump_memory_snapshot", lambda p: p.memory.dump_memory_snapshot("x.pickle")),
-        ("set_allocator_settings", lambda p: p.memory.set_allocator_settings("expandable_segments:False")),
-        ("set_allocator_settings", lambda p: p.memory.set_expandable_segments(False)),
+        ("profiling.profiler_start", lambda p: p.profiling.profiler_start()),
+        ("profiling.profiler_stop", lambda p: p.profiling.profiler_stop()),
+        ("facts.device_capability", lambda p: p.facts.device_capability()),
+        ("facts.device_uuid", lambda p: p.facts.device_uuid()),
+        ("facts.device_index_of_uuid", lambda p: p.facts.device_index_of_uuid("GPU-0")),
+        ("topology.pci_bus_id", lambda p: p.topology.pci_bus_id()),
+        ("env.switch_reduction_env", lambda p: p.env.switch_reduction_env(True)),
+        ("env.collective_ports_env", lambda p: p.env.collective_ports_env("30000-30100")),
+        ("kernels.attention_backend_env", lambda p: p.kernels.attention_backend_env("flash")),
+        ("kernels.sm_margin_env", lambda p: p.kernels.sm_margin_env(backward=4)),
+        ("memory.set_memory_fraction", lambda p: p.memory.set_memory_fraction(0.5)),
+        ("memory.record_memory_history", lambda p: p.memory.record_memory_history()),
+        ("memory.dump_memory_snapshot", lambda p: p.memory.dump_memory_snapshot("x.pickle")),
+        (
+            "memory.set_allocator_settings",
+            lambda p: p.memory.set_allocator_settings("expandable_segments:False"),
+        ),
+        ("memory.set_allocator_settings", lambda p: p.memory.set_expandable_segments(False)),
     ],
 )
 def test_what_the_cpu_lacks_fails_loudly(cpu, member, call):
@@ -168,7 +171,7 @@ def test_registering_host_memory_is_a_no_op(cpu):
     cpu.memory.register_host_memory(t)
     cpu.memory.unregister_host_memory(t)
     with pytest.raises(
-        ValueError, match="platform 'cpu': register_host_memory takes a contiguous host tensor"
+        ValueError, match="platform 'cpu': memory.register_host_memory takes a contiguous host tensor"
     ):
         cpu.memory.register_host_memory(torch.ones(4, 4).t())
 
@@ -185,7 +188,7 @@ def test_process_env_by_name_per_kind(kind):
     else:
         assert p.env.switch_reduction_env(False) == {}
         with pytest.raises(
-            NotImplementedError, match=f"platform '{kind}' does not support switch_reduction_env"
+            NotImplementedError, match=f"platform '{kind}' does not support env.switch_reduction_env"
         ):
             p.env.switch_reduction_env(True)
     ports = {"HCCL_HOST_SOCKET_PORT_RANGE": "auto", "HCCL_NPU_SOCKET_PORT_RANGE": "auto"}
@@ -230,9 +233,9 @@ def test_visible_device_ids_follow_the_variable(monkeypatch):
 def test_what_the_npu_kind_cannot_do_is_named():
     npu = rd.get_platform("npu")
     for member, call in [
-        ("attention_backend_env", lambda: npu.kernels.attention_backend_env("flash")),
-        ("sm_margin_env", lambda: npu.kernels.sm_margin_env(forward=2)),
-        ("set_dnn_library_enabled", lambda: npu.kernels.set_dnn_library_enabled(False)),
+        ("kernels.attention_backend_env", lambda: npu.kernels.attention_backend_env("flash")),
+        ("kernels.sm_margin_env", lambda: npu.kernels.sm_margin_env(forward=2)),
+        ("kernels.set_dnn_library_enabled", lambda: npu.kernels.set_dnn_library_enabled(False)),
     ]:
         with pytest.raises(NotImplementedError, match=f"platform 'npu' does not support {member}"):
             call()

@@ -29,7 +29,7 @@ def test_cpu_lists_parse():
 
 def test_numa_node_and_cpus_come_from_the_pci_record(pci, monkeypatch):
     cuda = rd.get_platform("cuda")
-    monkeypatch.setattr(type(cuda), "_pci_address", lambda self, index: ADDRESS.upper())
+    monkeypatch.setattr(type(cuda.topology), "_pci_address", lambda self, index: ADDRESS.upper())
     monkeypatch.setattr(type(cuda), "current_device", lambda self: 0)
     assert cuda.topology.pci_bus_id() == ADDRESS
     assert cuda.topology.numa_node(0) == 1 and cuda.topology.cpu_affinity(0) == [8, 9, 10, 11, 16]
@@ -37,14 +37,16 @@ def test_numa_node_and_cpus_come_from_the_pci_record(pci, monkeypatch):
     monkeypatch.setattr(topology, "numa_nodes", lambda: {0: [0, 1]})
     assert cuda.topology.numa_node(0) == 0, "one node on the host: that one"
     monkeypatch.setattr(topology, "numa_nodes", lambda: {0: [0], 1: [1]})
-    with pytest.raises(NotImplementedError, match="platform 'cuda' does not support numa_node"):
+    with pytest.raises(NotImplementedError, match="platform 'cuda' does not support topology.numa_node"):
         cuda.topology.numa_node(0)
 
 
 def test_a_device_the_kernel_does_not_know_fails_loudly(pci, monkeypatch):
     cuda = rd.get_platform("cuda")
-    monkeypatch.setattr(type(cuda), "_pci_address", lambda self, index: "0000:99:00.0")
-    with pytest.raises(NotImplementedError, match="does not support cpu_affinity: the kernel has no record"):
+    monkeypatch.setattr(type(cuda.topology), "_pci_address", lambda self, index: "0000:99:00.0")
+    with pytest.raises(
+        NotImplementedError, match="does not support topology.cpu_affinity: the kernel has no record"
+    ):
         cuda.topology.cpu_affinity(0)
 
 
