@@ -50,8 +50,7 @@ SKIP = re.compile(r"(^|/)(tests?|examples?|docs?)/|(^|/)test_[^/]*\.py$")
 DEVICE_LAYERS = re.compile(
     r"^(?:roll/platforms/|mcore_adapter/src/mcore_adapter/platforms/|verl/utils/device\.py$)"
 )
-# torch_npu code: a module that imports torch_npu at its top level runs on Ascend only (kernels
-# patched in, torch_npu's profiler): the framework's NPU port itself, not a need of its generic code.
+# torch_npu code (a module importing it at top level): the framework's NPU port, Ascend only.
 TORCH_NPU_MODULE = re.compile(r"^(?:import torch_npu\b|from torch_npu\b)", re.MULTILINE)
 DM = (
     r"\b(?:torch\.cuda|torch\.npu|torch_npu\.npu|get_torch_device\(\)|(?:roll_)?current_platform)"
@@ -388,8 +387,10 @@ def uses(text: str, members: set[str]) -> list[tuple[str, str, tuple[str, ...]]]
             need, needed = attribute_need(matched, members)
         else:
             need = matched if use is SAME else use
-        # a rule's members serve only where the Platform being measured has every one of them
-        taken.append((need, matched, needed if needed and set(needed) <= members else NOT_SERVED))
+        # a rule's members serve only where the measured Platform has every one of them (a checkout
+        # from before the groups has a group's member flat, under its own name)
+        have = all(m in members or m.rpartition(".")[2] in members for m in needed)
+        taken.append((need, matched, needed if needed and have else NOT_SERVED))
     return taken
 
 

@@ -22,6 +22,8 @@ from roll_device.platforms.topology import Topology
 
 
 class CudaEnv(ProcessEnv):
+    """NCCL's variables and CUDA's hardware queues."""
+
     training_env_vars: ClassVar[dict[str, str]] = {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     collective_debug_var = "NCCL_DEBUG"
     switch_reduction_var = "NCCL_NVLS_ENABLE"
@@ -29,6 +31,8 @@ class CudaEnv(ProcessEnv):
 
 
 class CudaKernels(Kernels):
+    """CUDA's extension builder, lazy module loading, Transformer Engine and cuDNN."""
+
     kernel_arch_var = "TORCH_CUDA_ARCH_LIST"
     module_loading_var = ("CUDA_MODULE_LOADING", "LAZY", "EAGER")
     has_transformer_engine = True
@@ -44,12 +48,16 @@ class CudaKernels(Kernels):
 
 
 class CudaProfiling(Profiling):
+    """NVTX ranges and the Nsight capture range."""
+
     range_marker = NvtxMarker()
     profiler_activity_name = "CUDA"
     supports_capture_range = True
 
 
 class CudaDeterminism(Determinism):
+    """cuBLAS's workspace setting and cuDNN's flags."""
+
     deterministic_env_vars: ClassVar[dict[str, str]] = {"CUBLAS_WORKSPACE_CONFIG": ":4096:8"}
 
     def _set_library_determinism(self, enabled: bool) -> None:
@@ -59,6 +67,8 @@ class CudaDeterminism(Determinism):
 
 
 class CudaTopology(Topology):
+    """The PCI address from the device's properties."""
+
     def _pci_address(self, index: int) -> str:
         props = self.platform.facts.device_properties(index)
         ids = [getattr(props, f"pci_{part}_id", None) for part in ("domain", "bus", "device")]
@@ -68,6 +78,8 @@ class CudaTopology(Topology):
 
 
 class CudaMemory(Memory):
+    """The caching allocator's settings, read and changed through torch's accelerator API."""
+
     def expandable_segments_enabled(self) -> bool:
         """Whether the caching allocator makes expandable segments now: as the settings last given
         to it say (torch 2.11+ reports them), else as this process's allocator variable says."""

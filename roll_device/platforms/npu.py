@@ -47,6 +47,8 @@ SIMULATED_NPU = "npu-sim"  # the `ROLL_DEVICE` value of the simulated NPU (roll_
 
 
 class NpuEnv(ProcessEnv):
+    """HCCL's ports and log level; MindSpeed's hardware queues."""
+
     training_env_vars: ClassVar[dict[str, str]] = {
         "CUDA_DEVICE_MAX_CONNECTIONS": "1"
     }  # read by MindSpeed as by Megatron
@@ -61,11 +63,15 @@ class NpuEnv(ProcessEnv):
 
 
 class NpuKernels(Kernels):
+    """CANN's toolkit home; no Transformer Engine."""
+
     toolkit_home_envs = TOOLKIT_HOME_ENVS
     toolkit_default_homes = TOOLKIT_DEFAULT_HOMES
 
 
 class NpuDeterminism(Determinism):
+    """HCCL's deterministic reductions and Ascend's matmul switch."""
+
     # Deterministic HCCL reductions, and the matmul switch verl sets for Ascend determinism.
     deterministic_env_vars: ClassVar[dict[str, str]] = {
         "HCCL_DETERMINISTIC": "true",
@@ -74,6 +80,8 @@ class NpuDeterminism(Determinism):
 
 
 class NpuProfiling(Profiling):
+    """mstx ranges and torch_npu's profiler (torch's own on the simulation)."""
+
     range_marker = MstxMarker()
     profiler_package = "torch_npu.profiler"
     profiler_activity_name = "NPU"
@@ -92,6 +100,8 @@ class NpuProfiling(Profiling):
 
 
 class NpuFacts(DeviceFacts):
+    """SoC names for architectures, physical ids for UUIDs."""
+
     def device_capability(self, index: int | None = None) -> tuple[int, int]:
         self._unsupported("device_capability", "Ascend devices have no compute capability: use device_arch()")
 
@@ -106,6 +116,8 @@ class NpuFacts(DeviceFacts):
 
 
 class NpuTopology(Topology):
+    """PCI addresses from `npu-smi`."""
+
     def _pci_address(self, index: int) -> str:
         """From `npu-smi`: its map of logical devices to (NPU id, chip id), then that chip's
         board record, whose `PCIe Bus Info` line holds the address (spelled with or without spaces)."""
@@ -128,6 +140,8 @@ class NpuTopology(Topology):
 
 
 class NpuMemory(Memory):
+    """torch_npu's allocator, which has no workspace call of its own."""
+
     def clear_library_workspaces(self) -> None:
         """torch_npu offers no Python call that frees its operator workspaces alone (its workspace
         allocator empties itself when an allocation fails); `empty_cache` frees the caching

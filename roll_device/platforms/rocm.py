@@ -11,18 +11,24 @@ from roll_device.platforms.groups import group
 
 
 class RocmEnv(CudaEnv):
+    """ROCR's visibility variable beside HIP's; no in-switch reductions."""
+
     extra_visible_devices_envs = ("ROCR_VISIBLE_DEVICES",)
     extra_ray_noset_envs = ("RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES",)
     switch_reduction_var = None  # no NVLink SHARP on AMD GPUs: RCCL reduces in software
 
 
 class RocmFacts(DeviceFacts):
+    """GFX targets for architectures."""
+
     def device_arch(self, index: int | None = None) -> str:
         """The GFX target (`gfx942` on an MI300X), without feature suffixes."""
         return str(self.device_properties(index).gcnArchName).split(":")[0]
 
 
 class RocmKernels(CudaKernels):
+    """ROCm's extension builder and toolkit home; no lazy-loading switch."""
+
     kernel_arch_var = "PYTORCH_ROCM_ARCH"
     module_loading_var = None
     toolkit_home_envs = ("ROCM_PATH", "ROCM_HOME")

@@ -1,5 +1,5 @@
-"""The members frameworks ask of a device beyond the basics, on the CPU platform, for real:
-profiling, device facts, memory extras, RNG of all devices, determinism, process environment."""
+"""The members frameworks ask of a device beyond the basics, on the CPU platform, for real: the
+platform's groups (profiling, facts, memory, determinism, env, kernels, topology, runtime)."""
 
 import os
 import platform as host
@@ -45,7 +45,7 @@ def test_device_facts_describe_the_host(cpu):
     assert not rd.get_platform("cuda").is_device_tensor(torch.ones(1))
 
 
-def test_memory_extras(cpu):
+def test_memory_group(cpu):
     stats = cpu.memory.memory_stats()
     assert stats["allocated_bytes.all.peak"] >= stats["allocated_bytes.all.current"] > 0
     assert cpu.memory.max_memory_reserved() == cpu.max_memory_allocated()

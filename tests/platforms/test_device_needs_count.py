@@ -77,3 +77,11 @@ def test_device_layers_and_torch_npu_modules_are_out_of_scope():
     assert TORCH_NPU_MODULE.search('"""Doc."""\nimport torch\nimport torch_npu\n')
     assert TORCH_NPU_MODULE.search("from torch_npu import npu_rms_norm\n")
     assert not TORCH_NPU_MODULE.search("if is_npu_available:\n    import torch_npu\n"), "a lazy import is not"
+
+
+def test_a_checkout_from_before_the_groups_is_measured_by_its_flat_names():
+    text = 'torch.cuda.nvtx.range_push("step")\n'
+    assert uses(text, {"range_push"}) == [
+        ("nvtx/mstx range start", "torch.cuda.nvtx.range_push", ("profiling.range_push",))
+    ]
+    assert uses(text, {"kind"})[0][2] == (), "neither flat nor in a group: not served"

@@ -1,4 +1,4 @@
-"""Profiling, device facts, memory extras, RNG of all devices and determinism on a real CUDA or
+"""The platform's groups (profiling, facts, memory, determinism, topology, ...) on a real CUDA or
 ROCm GPU; skipped cleanly without one (run where one is visible, as test_gpu_operations.py)."""
 
 import os
@@ -55,7 +55,7 @@ def test_device_facts_agree_with_torch(gpu):
     )
 
 
-def test_memory_extras(gpu, tmp_path):
+def test_memory_group(gpu, tmp_path):
     gpu.memory.record_memory_history(True)
     x = torch.empty(1 << 22, device=gpu.device())
     stats = gpu.memory.memory_stats()

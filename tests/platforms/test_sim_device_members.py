@@ -50,7 +50,7 @@ def test_device_facts_name_the_simulation():
     assert "does not support kernels.set_dnn_library_enabled" in r["dnn"]
 
 
-def test_memory_extras_follow_the_ledger_and_the_fraction():
+def test_memory_group_follows_the_ledger_and_the_fraction():
     r = run_isolated(f"{CHECKS}:memory", env={"ROLL_SIM_NPU_MEMORY_BYTES": str(64 << 20)})
     assert r["allocated"] == 1 << 20 and r["reserved_peak"] == r["max_reserved"] >= 1 << 20
     assert r["reserved_after_free"] == 1 << 20, "freed into the cache, as torch_npu's allocator keeps it"
