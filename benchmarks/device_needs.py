@@ -13,11 +13,11 @@ that import torch_npu at top level, which run on Ascend only). `current_platform
 layer, not the framework's: its uses are not counted.
 
 Each use is one call site and has one need: the exact thing it does. A rule names the `Platform`
-members that do that thing on the kinds that have it; the need is served only if the measured
-`Platform` has every one of them (a rule with none is unserved). A device-module attribute no rule
-names is served by the member of the same name, if any. Coverage = served call sites / all call
-sites, and served needs / all distinct needs. The table and the numbers are written into
-docs/porting.md (section `device-needs`); the method is written beside it.
+members (a group's by dotted name: `memory.ipc_collect`) that do that thing on the kinds that have
+it; the need is served only if the measured `Platform` has every one of them (a rule with none is
+unserved). A device-module attribute no rule names is served by the member of that name, if any.
+Coverage = served call sites / all call sites, and served needs / all distinct needs; the table
+and the numbers go into docs/porting.md (section `device-needs`), the method beside it.
 
 Usage: python benchmarks/device_needs.py [--mirrors /work/.mirror] [--platform-root DIR] [--no-write]
        [--sites NEED]  (print the matched spellings and files of one need, or of all with `all`)
@@ -50,8 +50,7 @@ SKIP = re.compile(r"(^|/)(tests?|examples?|docs?)/|(^|/)test_[^/]*\.py$")
 DEVICE_LAYERS = re.compile(
     r"^(?:roll/platforms/|mcore_adapter/src/mcore_adapter/platforms/|verl/utils/device\.py$)"
 )
-# torch_npu code: a module that imports torch_npu at its top level runs on Ascend only (kernels
-# patched in, torch_npu's profiler): the framework's NPU port itself, not a need of its generic code.
+# torch_npu code (a module importing it at top level): the framework's NPU port, Ascend only.
 TORCH_NPU_MODULE = re.compile(r"^(?:import torch_npu\b|from torch_npu\b)", re.MULTILINE)
 DM = (
     r"\b(?:torch\.cuda|torch\.npu|torch_npu\.npu|get_torch_device\(\)|(?:roll_)?current_platform)"
@@ -60,9 +59,8 @@ DM = (
 VLLM_PLATFORM = re.compile(r"from vllm\.platforms import [^\n]*\bcurrent_platform\b(?: as (\w+))?")
 NOT_SERVED: tuple[str, ...] = ()
 SAME = None  # a rule whose need is the matched text itself (one need per spelling)
-# NVML queries a port makes; the session around them (init, handles, errors) is needed only while
-# one of them is not a member.
-NVML_QUERIES = ("device_uuid", "pci_bus_id", "set_cpu_affinity")
+# NVML queries a port makes; its session (init, handles, errors) is needed while one is not a member.
+NVML_QUERIES = ("facts.device_uuid", "topology.pci_bus_id", "topology.set_cpu_affinity")
 
 # (pattern, the exact need (the framework use the table shows; SAME: the matched text), the members
 # that serve it). At a position the longest match wins, then the first rule.
@@ -71,49 +69,49 @@ RULES: list[tuple[str, str | None, tuple[str, ...]]] = [
     (
         DM + r"nvtx\.(?:range_push|range_start)\b|\bmstx\.range_start\b|\bmark_start_range\(",
         "nvtx/mstx range start",
-        ("range_push",),
+        ("profiling.range_push",),
     ),
     (
         DM + r"nvtx\.(?:range_pop|range_end)\b|\bmstx\.range_end\b|\bmark_end_range\(",
         "nvtx/mstx range end",
-        ("range_pop",),
+        ("profiling.range_pop",),
     ),
     (
         DM + r"nvtx\.range\b|\bmstx\.mstx_range\b|\bmark_annotate\(|\bnvtx\.annotate\b",
         "nvtx.range / mstx_range",
-        ("range",),
+        ("profiling.range",),
     ),
-    (DM + r"nvtx\.mark\b|\bmstx\.mark\b", "nvtx.mark / mstx.mark", ("mark",)),
-    (DM + r"profiler\.start\b|cudaProfilerStart", "torch.cuda.profiler.start", ("profiler_start",)),
-    (DM + r"profiler\.stop\b|cudaProfilerStop", "torch.cuda.profiler.stop", ("profiler_stop",)),
-    (r"ProfilerActivity\.(?:CUDA|NPU)\b", "ProfilerActivity.CUDA / .NPU", ("profiler_activity",)),
-    (r"\btorch_npu\.profiler\.profile\b", "torch_npu.profiler.profile", ("profile",)),
+    (DM + r"nvtx\.mark\b|\bmstx\.mark\b", "nvtx.mark / mstx.mark", ("profiling.mark",)),
+    (DM + r"profiler\.start\b|cudaProfilerStart", "torch.cuda.profiler.start", ("profiling.profiler_start",)),
+    (DM + r"profiler\.stop\b|cudaProfilerStop", "torch.cuda.profiler.stop", ("profiling.profiler_stop",)),
+    (r"ProfilerActivity\.(?:CUDA|NPU)\b", "ProfilerActivity.CUDA / .NPU", ("profiling.profiler_activity",)),
+    (r"\btorch_npu\.profiler\.profile\b", "torch_npu.profiler.profile", ("profiling.profile",)),
     (
         r"\btorch_npu\.profiler\.(?!profile\b)\w+",
         "torch_npu.profiler settings (ProfilerLevel, ExportType, ...)",
-        ("profiler_module",),
+        ("profiling.profiler_module",),
     ),
     # device facts
     (DM + r"get_device_name\b", "torch.cuda.get_device_name", ("device_name",)),
-    (DM + r"get_device_properties\b", "torch.cuda.get_device_properties", ("device_properties",)),
+    (DM + r"get_device_properties\b", "torch.cuda.get_device_properties", ("facts.device_properties",)),
     (
         DM + r"get_device_capability\b|\bget_device_capability\(",
         "torch.cuda.get_device_capability",
-        ("device_capability",),
+        ("facts.device_capability",),
     ),
     (
         DM + r"get_device_uuid\b|\bget_device_uuid\(|\bnvmlDeviceGetUUID\b",
         "device UUID (vLLM / NVML)",
-        ("device_uuid",),
+        ("facts.device_uuid",),
     ),
-    (r"\bnvmlDeviceGetPciInfo\b", "PCI bus id (NVML)", ("pci_bus_id",)),
-    (r"\bnvmlDeviceSetCpuAffinity\b", "bind to the device's CPUs (NVML)", ("set_cpu_affinity",)),
+    (r"\bnvmlDeviceGetPciInfo\b", "PCI bus id (NVML)", ("topology.pci_bus_id",)),
+    (r"\bnvmlDeviceSetCpuAffinity\b", "bind to the device's CPUs (NVML)", ("topology.set_cpu_affinity",)),
     (
         r"\bimport pynvml\b|\bpynvml\.(?:nvmlInit|nvmlShutdown|nvmlDeviceGetHandleByIndex|NVMLError)\b",
         "NVML session (init, handle, errors)",
         NVML_QUERIES,
     ),
-    (DM + r"device_memory_used\b", "device memory used (all processes)", ("device_memory_used",)),
+    (DM + r"device_memory_used\b", "device memory used (all processes)", ("memory.device_memory_used",)),
     (r"\.is_(?:cuda|npu)\b(?!\()", "tensor.is_cuda", ("is_device_tensor",)),
     # devices and identity
     (
@@ -123,14 +121,14 @@ RULES: list[tuple[str, str | None, tuple[str, ...]]] = [
     ),
     (r"\.(?:cuda|npu)\((?!\))?", ".cuda() / .npu()", ("device",)),
     (DM + r"current_device\b|\bget_device_id\(\)", "torch.cuda.current_device", ("current_device",)),
-    (DM + r"init\b", "torch.cuda.init", ("init",)),
+    (DM + r"init\b", "torch.cuda.init", ("runtime.init",)),
     (DM + r"is_available\b|\bis_torch_npu_available\(", "torch.cuda.is_available", ("is_available",)),
     (
         DM + r"is_(?:cuda|npu|rocm)\b|\bis_(?:cuda|npu)_available\b|\btorch\.version\.(?:cuda|hip)\b",
         "is_npu_available / is_cuda()",
         ("kind",),
     ),
-    (r"\bROCM_PATH\b", "ROCM_PATH (the ROCm toolkit's home)", ("toolkit_home",)),
+    (r"\bROCM_PATH\b", "ROCM_PATH (the ROCm toolkit's home)", ("kernels.toolkit_home",)),
     (
         r"\bimport torch_npu\b|\btorch_npu\.__version__\b",
         "import torch_npu",
@@ -156,8 +154,8 @@ RULES: list[tuple[str, str | None, tuple[str, ...]]] = [
         ("ray_device_ids",),
     ),
     # process environment
-    (r"RAY_EXPERIMENTAL_NOSET_\w+", "RAY_EXPERIMENTAL_NOSET_*", ("ray_noset_env",)),
-    (r"\bROCR_VISIBLE_DEVICES\b", "ROCR_VISIBLE_DEVICES", ("pin_devices",)),
+    (r"RAY_EXPERIMENTAL_NOSET_\w+", "RAY_EXPERIMENTAL_NOSET_*", ("env.ray_noset_env",)),
+    (r"\bROCR_VISIBLE_DEVICES\b", "ROCR_VISIBLE_DEVICES", ("env.pin_devices",)),
     (
         r"\b(?:CUDA|HIP|ASCEND_RT)_VISIBLE_DEVICES\b|\bget_visible_devices_keyword\(\)|"
         + DM
@@ -165,43 +163,47 @@ RULES: list[tuple[str, str | None, tuple[str, ...]]] = [
         "CUDA_VISIBLE_DEVICES",
         ("visible_devices_env",),
     ),
-    (DM + r"get_visible_gpus\b", "visible device ids", ("visible_device_ids",)),
-    (DM + r"update_env_vars_for_visible_devices\b", "visible-device pin of one rank", ("pin_devices",)),
+    (DM + r"get_visible_gpus\b", "visible device ids", ("env.visible_device_ids",)),
+    (DM + r"update_env_vars_for_visible_devices\b", "visible-device pin of one rank", ("env.pin_devices",)),
     # ROLL's per-kind environments, by what their device variables are (the rest is Ray and vLLM)
     (
         DM + r"get_custom_env_vars\b",
         "ROLL's worker environment (allocator, NCCL cuMem and NVLS, TE SM margin)",
-        ("allocator_env", "collective_env", "switch_reduction_env", "sm_margin_env"),
+        ("allocator_env", "collective_env", "env.switch_reduction_env", "kernels.sm_margin_env"),
     ),
     (
         DM + r"get_vllm_run_time_env_vars\b",
         "ROLL's vLLM rank environment (pin, allocator conf cleared)",
-        ("rank_env", "allocator_conf_env"),
+        ("env.rank_env", "allocator_conf_env"),
     ),
     (
         r"\bNCCL_DEBUG(?:_SUBSYS|_FILE)?\b",
         "NCCL_DEBUG (collective library logging)",
-        ("collective_debug_env",),
+        ("env.collective_debug_env",),
     ),
-    (r"\bNCCL_NVLS_ENABLE\b", "NCCL_NVLS_ENABLE (NVLink SHARP)", ("switch_reduction_env",)),
+    (r"\bNCCL_NVLS_ENABLE\b", "NCCL_NVLS_ENABLE (NVLink SHARP)", ("env.switch_reduction_env",)),
     (
         r"\bHCCL_(?:HOST|NPU)_SOCKET_PORT_RANGE\b",
         "HCCL socket port ranges (colocated processes)",
-        ("collective_ports_env",),
+        ("env.collective_ports_env",),
     ),
     (
         r"\b(?:TORCH_)?NCCL_DETERMINISTIC\b|\bHCCL_DETERMINISTIC\b",
         "deterministic collectives",
-        ("deterministic_env",),
+        ("determinism.deterministic_env",),
     ),
-    (r"\bCUBLAS_WORKSPACE_CONFIG\b", "CUBLAS_WORKSPACE_CONFIG", ("deterministic_env",)),
-    (r"\bCLOSE_MATMUL_K_SHIFT\b", "CLOSE_MATMUL_K_SHIFT (Ascend matmul determinism)", ("deterministic_env",)),
+    (r"\bCUBLAS_WORKSPACE_CONFIG\b", "CUBLAS_WORKSPACE_CONFIG", ("determinism.deterministic_env",)),
+    (
+        r"\bCLOSE_MATMUL_K_SHIFT\b",
+        "CLOSE_MATMUL_K_SHIFT (Ascend matmul determinism)",
+        ("determinism.deterministic_env",),
+    ),
     (
         r"\btorch\.backends\.cudnn\.(?:deterministic|benchmark)\b|\buse_deterministic_algorithms\b",
         "cudnn.deterministic / benchmark, deterministic algorithms",
-        ("set_deterministic",),
+        ("determinism.set_deterministic",),
     ),
-    (r"\btorch\.backends\.cudnn\.enabled\b", "cudnn on/off", ("set_dnn_library_enabled",)),
+    (r"\btorch\.backends\.cudnn\.enabled\b", "cudnn on/off", ("kernels.set_dnn_library_enabled",)),
     (r"\btorch\.backends\.cudnn\.\w+", SAME, NOT_SERVED),
     (r"\bNCCL_CUMEM_ENABLE\b", "NCCL_CUMEM_ENABLE", ("collective_env",)),
     (r"\bTORCH_NCCL_AVOID_RECORD_STREAMS\b", "TORCH_NCCL_AVOID_RECORD_STREAMS", ("collective_env",)),
@@ -210,16 +212,16 @@ RULES: list[tuple[str, str | None, tuple[str, ...]]] = [
     (
         r"\bCUDA_DEVICE_MAX_CONNECTIONS\b",
         "CUDA_DEVICE_MAX_CONNECTIONS (the value an engine asks for)",
-        ("device_connections_env",),
+        ("env.device_connections_env",),
     ),
-    (r"\bTORCH_CUDA_ARCH_LIST\b", "TORCH_CUDA_ARCH_LIST", ("kernel_build_env",)),
-    (r"\bCUDA_MODULE_LOADING\b", "CUDA_MODULE_LOADING", ("module_loading_env",)),
+    (r"\bTORCH_CUDA_ARCH_LIST\b", "TORCH_CUDA_ARCH_LIST", ("kernels.kernel_build_env",)),
+    (r"\bCUDA_MODULE_LOADING\b", "CUDA_MODULE_LOADING", ("kernels.module_loading_env",)),
     (
         r"\bNVTE_(?:FLASH|FUSED|UNFUSED)_ATTN\b",
         "NVTE_*_ATTN (attention backend switches)",
-        ("attention_backend_env",),
+        ("kernels.attention_backend_env",),
     ),
-    (r"\bNVTE_(?:FWD|BWD)_LAYERNORM_SM_MARGIN\b", "NVTE_*_LAYERNORM_SM_MARGIN", ("sm_margin_env",)),
+    (r"\bNVTE_(?:FWD|BWD)_LAYERNORM_SM_MARGIN\b", "NVTE_*_LAYERNORM_SM_MARGIN", ("kernels.sm_margin_env",)),
     (r"\bNVTE_\w+", SAME, NOT_SERVED),
     (r"\bPYTORCH_(?:CUDA|HIP|NPU)_ALLOC_CONF\b", "PYTORCH_CUDA_ALLOC_CONF", ("allocator_conf_env",)),
     (r"\bTASK_QUEUE_ENABLE\b", "TASK_QUEUE_ENABLE", ("rollout_env",)),
@@ -234,26 +236,30 @@ RULES: list[tuple[str, str | None, tuple[str, ...]]] = [
     (
         DM + r"set_per_process_memory_fraction\b",
         "set_per_process_memory_fraction",
-        ("set_memory_fraction",),
+        ("memory.set_memory_fraction",),
     ),
-    (DM + r"_record_memory_history\b", "memory._record_memory_history", ("record_memory_history",)),
-    (DM + r"_dump_snapshot\b", "memory._dump_snapshot", ("dump_memory_snapshot",)),
-    (DM + r"_?set_allocator_settings\b", "memory._set_allocator_settings", ("set_allocator_settings",)),
-    (r"\bset_expandable_segments\(", "expandable segments on/off", ("set_expandable_segments",)),
+    (DM + r"_record_memory_history\b", "memory._record_memory_history", ("memory.record_memory_history",)),
+    (DM + r"_dump_snapshot\b", "memory._dump_snapshot", ("memory.dump_memory_snapshot",)),
+    (
+        DM + r"_?set_allocator_settings\b",
+        "memory._set_allocator_settings",
+        ("memory.set_allocator_settings",),
+    ),
+    (r"\bset_expandable_segments\(", "expandable segments on/off", ("memory.set_expandable_segments",)),
     (
         DM + r"clear_cublas_workspaces\b|_cuda_clearCublasWorkspaces",
         "clear cuBLAS workspaces",
-        ("clear_library_workspaces",),
+        ("memory.clear_library_workspaces",),
     ),
     (
         DM + r"cudart\(\)\.cudaHostRegister\b|\bcudaHostRegister\b",
         "cudaHostRegister (pin host memory in place)",
-        ("register_host_memory",),
+        ("memory.register_host_memory",),
     ),
     (
         DM + r"cudart\(\)\.cudaHostUnregister\b|\bcudaHostUnregister\b",
         "cudaHostUnregister",
-        ("unregister_host_memory",),
+        ("memory.unregister_host_memory",),
     ),
     (
         r"\bimport cupy\b|\bcp\.(?:zeros|empty|asarray|ndarray|uint8)\b",
@@ -264,7 +270,7 @@ RULES: list[tuple[str, str | None, tuple[str, ...]]] = [
     (
         r"\breductions\.(?:_?rebuild_cuda_tensor\w*|_?reduce_tensor\w*|init_reductions)\b|\brebuild_ipc\(",
         "IPC handle opened under another device numbering (the IPC rebuild patch)",
-        ("open_ipc_handle", "device_index_of_uuid"),
+        ("open_ipc_handle", "facts.device_index_of_uuid"),
     ),
     (
         (
@@ -272,12 +278,12 @@ RULES: list[tuple[str, str | None, tuple[str, ...]]] = [
             r"|\bcupy\.cuda\.nccl\b|\bget_unique_id\b"
         ),
         "device communicator outside torch.distributed (PyNccl / PyHccl / cupy NCCL)",
-        ("device_communicator",),
+        ("runtime.device_communicator",),
     ),
     # randomness, streams, graphs
     (DM + r"manual_seed(?:_all)?\b", "torch.cuda.manual_seed_all", ("manual_seed",)),
-    (DM + r"get_rng_state_all\b", "torch.cuda.get_rng_state_all", ("get_rng_state_all",)),
-    (DM + r"set_rng_state_all\b", "torch.cuda.set_rng_state_all", ("set_rng_state_all",)),
+    (DM + r"get_rng_state_all\b", "torch.cuda.get_rng_state_all", ("determinism.get_rng_state_all",)),
+    (DM + r"set_rng_state_all\b", "torch.cuda.set_rng_state_all", ("determinism.set_rng_state_all",)),
     (DM + r"Stream\b", "torch.cuda.Stream", ("new_stream",)),
     (DM + r"Event\b", "torch.cuda.Event", ("new_event",)),
     (DM + r"(?:CUDAGraph|NPUGraph)\b", "torch.cuda.CUDAGraph", ("graph_class",)),
@@ -299,9 +305,10 @@ COMPILED = [(re.compile(p), use, members) for p, use, members in RULES]
 
 
 def attribute_need(text: str, members: set[str]) -> tuple[str, tuple[str, ...]]:
-    """A device-module attribute no rule names: served by the member of the same name, if any."""
+    """A device-module attribute no rule names: served by the member (or group member) of its name."""
     name = re.sub(DM, "", text)
-    return (name, (name,)) if name in members else (text, NOT_SERVED)
+    same = sorted(m for m in members if m.rpartition(".")[2] == name)
+    return (name, (same[0],)) if same else (text, NOT_SERVED)
 
 
 def source_files(mirror: Path, packages: tuple[str, ...], snapshot: str) -> list[tuple[str, str]]:
@@ -380,8 +387,10 @@ def uses(text: str, members: set[str]) -> list[tuple[str, str, tuple[str, ...]]]
             need, needed = attribute_need(matched, members)
         else:
             need = matched if use is SAME else use
-        # a rule's members serve only where the Platform being measured has every one of them
-        taken.append((need, matched, needed if needed and set(needed) <= members else NOT_SERVED))
+        # a rule's members serve only where the measured Platform has every one of them (a checkout
+        # from before the groups has a group's member flat, under its own name)
+        have = all(m in members or m.rpartition(".")[2] in members for m in needed)
+        taken.append((need, matched, needed if needed and have else NOT_SERVED))
     return taken
 
 
@@ -442,18 +451,21 @@ def print_sites(result: dict, need: str) -> None:
             print(f"    {framework} {path} {matched!r} x{n}")
 
 
-MEMBERS_CODE = (
+MEMBERS_CODE = (  # a checkout from before the groups has none: its members are all flat
     "from roll_device.platforms import Platform\n"
     "names = set(dir(Platform))\n"
     "for cls in Platform.__mro__:\n"
     "    names |= set(getattr(cls, '__annotations__', {}))\n"
+    "for name in sorted(names):\n"
+    "    if getattr(getattr(Platform, name, None), 'attribute', None) == name:  # a group\n"
+    "        names |= {f'{name}.{m}' for m in dir(getattr(Platform, name)) if not m.startswith('_')}\n"
     "print(' '.join(sorted(n for n in names if not n.startswith('_'))))\n"
 )
 
 
 def platform_members(source_root: Path) -> set[str]:
-    """The public members (class attributes and annotated identity included) of the `Platform`
-    in the checkout at `source_root`: this one, or another to measure it before a change."""
+    """The public members (identity and groups' members, dotted, included) of the `Platform` in
+    the checkout at `source_root`: this one, or another to measure it before a change."""
     out = subprocess.run(
         [sys.executable, "-c", MEMBERS_CODE],
         cwd=source_root,

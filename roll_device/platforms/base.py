@@ -5,17 +5,17 @@ operations go through the kind's torch device module (`torch.cuda`, `torch.npu`,
 fetched lazily; a member the module or the kind cannot serve raises `NotImplementedError` that
 names the platform and the member. There is no `__getattr__` fall-through.
 
-Members beyond devices, memory counters, streams and graphs live in focused mixins composed here:
-`profiling.py`, `device_facts.py`, `topology.py`, `memory_extras.py`, `determinism.py`,
-`process_env.py`, `kernel_env.py`; the device communicator's group is built in `communicator.py`.
+On the class itself: the identity and the members the framework calls. The porting helpers other
+frameworks need live in named groups reached from it (`groups.py`), one file each: `env`
+(process_env.py), `kernels` (kernel_env.py), `memory` (memory.py), `profiling` (profiling.py),
+`determinism` (determinism.py), `facts` (device_facts.py), `topology` (topology.py), `runtime`
+(runtime.py). A kind changes a group by naming its own subclass (`memory = group(CudaMemory)`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
-import os
-from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar, NoReturn
 
@@ -23,21 +23,33 @@ import torch
 
 from roll_device.errors import MissingPackageError
 from roll_device.packages import Package
-from roll_device.platforms.communicator import DeviceCommunicator, connect
 from roll_device.platforms.determinism import Determinism
 from roll_device.platforms.device_facts import DeviceFacts
-from roll_device.platforms.kernel_env import KernelEnv
-from roll_device.platforms.memory_extras import MemoryExtras
+from roll_device.platforms.groups import group
+from roll_device.platforms.kernel_env import Kernels
+from roll_device.platforms.memory import Memory
 from roll_device.platforms.process_env import ProcessEnv
 from roll_device.platforms.profiling import Profiling
+from roll_device.platforms.runtime import Runtime
 from roll_device.platforms.topology import Topology
 
 # Where a device tensor's rebuild arguments (torch.multiprocessing.reductions) hold its device index.
 IPC_DEVICE_ARG = 6
 
 
-class Platform(Profiling, DeviceFacts, Topology, MemoryExtras, Determinism, ProcessEnv, KernelEnv):
-    """A device kind as the framework sees it. Subclasses set the identity and may override ops."""
+class Platform:
+    """A device kind as the framework sees it. Subclasses set the identity, may override ops and
+    name their own group classes."""
+
+    # ---- groups (docs/platforms.md, "Groups") ----------------------------------------------
+    env = group(ProcessEnv)
+    kernels = group(Kernels)
+    memory = group(Memory)
+    profiling = group(Profiling)
+    determinism = group(Determinism)
+    facts = group(DeviceFacts)
+    topology = group(Topology)
+    runtime = group(Runtime)
 
     kind: ClassVar[str]
     device_type: ClassVar[str]
@@ -68,10 +80,10 @@ class Platform(Profiling, DeviceFacts, Topology, MemoryExtras, Determinism, Proc
     # name of the vendor toolkit whose version the doctor reports.
     torch_companion: ClassVar[Package | None] = None
     toolkit_name: ClassVar[str | None] = None
-    # Where the kind's toolkit lives: the variables that name its home, first set wins, then the
-    # install defaults that exist.
-    toolkit_home_envs: ClassVar[tuple[str, ...]] = ()
-    toolkit_default_homes: ClassVar[tuple[str, ...]] = ()
+    # Collective-library tuning every process of the kind gets (the NCCL_* / HCCL_* family), and
+    # the variables that bound how long the library waits (seconds), set to one timeout.
+    collective_tuning_env: ClassVar[dict[str, str]] = {}
+    collective_timeout_envs: ClassVar[tuple[str, ...]] = ()
     install_hint: ClassVar[str] = "install the packages for this kind (docs/install.md)"
 
     def __init__(self, simulated: bool = False) -> None:
@@ -95,15 +107,6 @@ class Platform(Profiling, DeviceFacts, Topology, MemoryExtras, Determinism, Proc
         """The installed version of `toolkit_name` (read from its files, never by importing), or
         None when absent or the kind has no toolkit of its own."""
         return None
-
-    @classmethod
-    def toolkit_home(cls) -> str | None:
-        """The directory of the kind's toolkit here (CUDA's, ROCm's as `ROCM_PATH` names it,
-        CANN's), or None when it is not installed or the kind has no toolkit of its own."""
-        for name in cls.toolkit_home_envs:
-            if os.environ.get(name):
-                return os.environ[name]
-        return next((home for home in cls.toolkit_default_homes if Path(home).is_dir()), None)
 
     def device_module(self) -> ModuleType:
         """The torch device module of this kind (`torch.cuda`, `torch.npu`, `torch.cpu`)."""
@@ -141,10 +144,6 @@ class Platform(Profiling, DeviceFacts, Topology, MemoryExtras, Determinism, Proc
     def device_count(self) -> int:
         return int(self._call("device_count"))
 
-    def init(self) -> None:
-        """Initialise the device runtime now instead of at its first use (before forking workers)."""
-        self._call("init")
-
     def set_device(self, index: int) -> None:
         count = self.device_count()
         if not 0 <= index < count:
@@ -167,9 +166,6 @@ class Platform(Profiling, DeviceFacts, Topology, MemoryExtras, Determinism, Proc
     def memory_allocated(self) -> int:
         return int(self._call("memory_allocated"))
 
-    def memory_reserved(self) -> int:
-        return int(self._call("memory_reserved"))
-
     def max_memory_allocated(self) -> int:
         return int(self._call("max_memory_allocated"))
 
@@ -180,6 +176,24 @@ class Platform(Profiling, DeviceFacts, Topology, MemoryExtras, Determinism, Proc
         """(free, total) bytes of the current device."""
         free, total = self._call("mem_get_info")
         return int(free), int(total)
+
+    def device_name(self, index: int | None = None) -> str:
+        """The product name of device `index` (default: the current one)."""
+        index = self.current_device() if index is None else index
+        return str(self._call_as("device_name", "get_device_name", index))
+
+    def total_memory(self, index: int | None = None) -> int:
+        """Bytes of memory device `index` has in all."""
+        return int(self.facts.device_properties(index).total_memory)
+
+    def is_device_tensor(self, tensor: torch.Tensor) -> bool:
+        """Whether `tensor` lives on this kind's device (what `tensor.is_cuda` answers on CUDA)."""
+        return tensor.device.type == self.device_type
+
+    @property
+    def supports_pinned_memory(self) -> bool:
+        """Whether host memory can be page-locked for this kind's devices here (real and present)."""
+        return self.device_type != "cpu" and not self.simulated and self.is_available()
 
     def allocator_env(self) -> dict[str, str]:
         """Allocator settings for processes on this kind (expandable segments where supported)."""
@@ -257,7 +271,7 @@ class Platform(Profiling, DeviceFacts, Topology, MemoryExtras, Determinism, Proc
 
         rebuild, args = reduce_tensor(tensor)
         if self.is_device_tensor(tensor):
-            device = self.device_uuid(args[IPC_DEVICE_ARG])
+            device = self.facts.device_uuid(args[IPC_DEVICE_ARG])
             args = (*args[:IPC_DEVICE_ARG], device, *args[IPC_DEVICE_ARG + 1 :])
         return rebuild, args
 
@@ -267,7 +281,7 @@ class Platform(Profiling, DeviceFacts, Topology, MemoryExtras, Determinism, Proc
             self._unsupported("open_ipc_handle", "use the shared-memory path")
         rebuild, args = handle
         if len(args) > IPC_DEVICE_ARG and isinstance(args[IPC_DEVICE_ARG], str):
-            index = self.device_index_of_uuid(args[IPC_DEVICE_ARG])
+            index = self.facts.device_index_of_uuid(args[IPC_DEVICE_ARG])
             args = (*args[:IPC_DEVICE_ARG], index, *args[IPC_DEVICE_ARG + 1 :])
         return rebuild(*args)
 
@@ -276,18 +290,28 @@ class Platform(Profiling, DeviceFacts, Topology, MemoryExtras, Determinism, Proc
         weight-sync slots); nothing to change on kinds whose allocator needs no setting for it."""
         return contextlib.nullcontext()
 
-    # ---- device communicator ----------------------------------------------------------------
-    def device_communicator(
-        self, host: str, port: int, rank: int, world_size: int, timeout_s: float = 600.0
-    ) -> DeviceCommunicator:
-        """A communicator of `world_size` processes over this kind's collective library, outside
-        torch.distributed's default group (what a PyNccl communicator gives a trainer and its
-        rollout workers): rank 0 listens on host:port, the others connect; each member uses its
-        current device. Every member calls it; it returns once all have joined."""
-        if not 0 <= rank < world_size:
-            raise ValueError(f"platform '{self.name}': rank {rank} is not in a group of {world_size}")
-        self.device_module()  # loads the kind's package, which registers its backend with torch
-        return connect(host, port, rank, world_size, self.dist_backend, self.device(), timeout_s)
+    # ---- processes: what a role worker's environment and binding take ----------------------
+    def collective_env(self, timeout_s: int | None = None) -> dict[str, str]:
+        """Variables for a process that runs this kind's collectives. On kinds whose library has
+        no timeout variable (NCCL), the timeout is the process group's `timeout` argument."""
+        env = dict(self.collective_tuning_env)
+        if timeout_s is not None:
+            if timeout_s <= 0:
+                raise ValueError(f"platform '{self.name}': collective timeout {timeout_s} s must be positive")
+            env.update(dict.fromkeys(self.collective_timeout_envs, str(int(timeout_s))))
+        return env
+
+    def ray_device_ids(self) -> list[str]:
+        """The ids of this kind's devices that Ray assigned to the calling worker (physical ids;
+        empty outside a Ray worker and for kinds Ray does not schedule)."""
+        if self.ray_resource is None:
+            return []
+        import ray
+
+        if not ray.is_initialized():
+            return []
+        ids = ray.get_runtime_context().get_accelerator_ids().get(self.ray_resource, [])
+        return [str(i) for i in ids]
 
     # ---- rollout engines ------------------------------------------------------------------
     def rollout_env(self, graph_mode: bool) -> dict[str, str]:
@@ -316,7 +340,7 @@ class Platform(Profiling, DeviceFacts, Topology, MemoryExtras, Determinism, Proc
         return f"platform '{cls.kind}' reports no usable device here: {cls.install_hint}"
 
     @classmethod
-    def import_required_package(cls) -> ModuleType | None:
+    def _import_required_package(cls) -> ModuleType | None:
         """Import `required_package` (None when the kind needs none); a MissingPackageError that
         names it and the install hint when it cannot be imported."""
         if cls.required_package is None:

@@ -55,7 +55,7 @@ def new_process_group(
 class DeviceCommunicator:
     """`world_size` processes that move device tensors among themselves over one kind's collective
     backend. Every operation is collective or paired (send/recv) and returns once it completed;
-    tensors live on each member's device. Made by `Platform.device_communicator`."""
+    tensors live on each member's device. Made by `platform.runtime.device_communicator`."""
 
     def __init__(
         self, group: dist.ProcessGroup, store: dist.Store, rank: int, world_size: int, device: torch.device

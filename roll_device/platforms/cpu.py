@@ -17,7 +17,13 @@ from dataclasses import dataclass
 import torch
 
 from roll_device.platforms.base import Platform
-from roll_device.platforms.topology import numa_nodes
+from roll_device.platforms.determinism import Determinism
+from roll_device.platforms.device_facts import DeviceFacts
+from roll_device.platforms.groups import group
+from roll_device.platforms.kernel_env import Kernels
+from roll_device.platforms.memory import Memory
+from roll_device.platforms.runtime import Runtime
+from roll_device.platforms.topology import Topology, numa_nodes
 
 HOST_KIND = "cpu"  # the kind of the host itself: every node has it, its memory is host memory
 # Writing this to /proc/self/clear_refs resets the process's peak resident set (VmHWM).
@@ -65,6 +71,110 @@ def release_host_heap() -> None:
         trim(0)
 
 
+def host_memory() -> tuple[int, int]:
+    """(available, total) bytes of the machine's RAM, from /proc/meminfo."""
+    info = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, value = line.split(":", 1)
+            info[key] = int(value.split()[0]) * 1024
+    return info["MemAvailable"], info["MemTotal"]
+
+
+class CpuMemory(Memory):
+    """The process's resident set stands for the allocator's counters; no device allocator."""
+
+    def memory_reserved(self) -> int:
+        return self.platform.memory_allocated()
+
+    def max_memory_reserved(self) -> int:
+        return self.platform.max_memory_allocated()
+
+    def memory_stats(self) -> dict[str, int]:
+        current = self.platform.memory_allocated()
+        peak = max(self.platform.max_memory_allocated(), current)
+        return {
+            "allocated_bytes.all.current": current,
+            "allocated_bytes.all.peak": peak,
+            "reserved_bytes.all.current": current,
+            "reserved_bytes.all.peak": peak,
+        }
+
+    def device_memory_used(self, index: int | None = None) -> int:
+        available, total = host_memory()
+        return total - available
+
+    def set_memory_fraction(self, fraction: float) -> None:
+        self._unsupported("set_memory_fraction", "host memory has no per-process cap here (use cgroups)")
+
+    def ipc_collect(self) -> None:
+        """No device IPC handles on the CPU: nothing to collect."""
+
+    def clear_library_workspaces(self) -> None:
+        """CPU math libraries keep no device workspaces: nothing to release."""
+
+    def _runtime_call(self, member: str, name: str, *args: object) -> None:
+        """The CPU reads host memory directly: registering it (or undoing that) has nothing to do."""
+
+
+class CpuFacts(DeviceFacts):
+    """The host processor, under the names of a device's facts."""
+
+    def device_properties(self, index: int | None = None) -> HostProperties:
+        platform = self.platform
+        return HostProperties(platform.device_name(), platform.total_memory(), len(os.sched_getaffinity(0)))
+
+    def device_arch(self, index: int | None = None) -> str:
+        return host.machine()
+
+    def device_uuid(self, index: int | None = None) -> str:
+        self._unsupported("device_uuid", "the host processor has no device UUID")
+
+    def device_index_of_uuid(self, uuid: str) -> int:
+        self._unsupported("device_index_of_uuid", "the host processor has no device UUID")
+
+
+class CpuTopology(Topology):
+    """The CPUs this process may run on, and their NUMA node."""
+
+    def cpu_affinity(self, index: int | None = None) -> list[int]:
+        """The CPUs this process may run on."""
+        return sorted(os.sched_getaffinity(0))
+
+    def set_cpu_affinity(self, index: int | None = None) -> list[int]:
+        """The host's CPUs are this process's already: nothing to bind."""
+        return self.cpu_affinity()
+
+    def numa_node(self, index: int | None = None) -> int:
+        """The NUMA node of the first CPU this process may run on."""
+        first = self.cpu_affinity()[0]
+        return next((node for node, cpus in sorted(numa_nodes().items()) if first in cpus), 0)
+
+
+class CpuKernels(Kernels):
+    """oneDNN is the CPU's deep-learning primitives library."""
+
+    def set_dnn_library_enabled(self, enabled: bool) -> None:
+        torch.backends.mkldnn.enabled = enabled
+
+
+class CpuDeterminism(Determinism):
+    """The host's one generator stands for every device's."""
+
+    def get_rng_state_all(self) -> list[torch.Tensor]:
+        return [torch.get_rng_state()]
+
+    def set_rng_state_all(self, states: list[torch.Tensor]) -> None:
+        torch.set_rng_state(states[0])
+
+
+class CpuRuntime(Runtime):
+    """The CPU's runtime is the process itself."""
+
+    def init(self) -> None:
+        """The CPU needs no runtime initialisation."""
+
+
 class CpuPlatform(Platform):
     kind = HOST_KIND
     device_type = "cpu"
@@ -73,6 +183,12 @@ class CpuPlatform(Platform):
     visible_devices_env = None
     dist_backend = "gloo"
     collectives_copy_whole = True  # gloo: benchmarks/rank_memory.py
+    memory = group(CpuMemory)
+    facts = group(CpuFacts)
+    topology = group(CpuTopology)
+    kernels = group(CpuKernels)
+    determinism = group(CpuDeterminism)
+    runtime = group(CpuRuntime)
 
     @classmethod
     def is_available(cls) -> bool:
@@ -86,9 +202,6 @@ class CpuPlatform(Platform):
 
     def current_device(self) -> int:
         return 0
-
-    def init(self) -> None:
-        """The CPU needs no runtime initialisation."""
 
     def set_device(self, index: int) -> None:
         if index != 0:
@@ -107,94 +220,23 @@ class CpuPlatform(Platform):
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
-    def memory_reserved(self) -> int:
-        return self.memory_allocated()
-
     def max_memory_allocated(self) -> int:
         # The kernel updates the peak lazily: it can trail the resident set just read.
         return max(process_status("VmHWM")["VmHWM"], self.memory_allocated())
-
-    def max_memory_reserved(self) -> int:
-        return self.max_memory_allocated()
-
-    def memory_stats(self) -> dict[str, int]:
-        current = self.memory_allocated()
-        peak = max(self.max_memory_allocated(), current)
-        return {
-            "allocated_bytes.all.current": current,
-            "allocated_bytes.all.peak": peak,
-            "reserved_bytes.all.current": current,
-            "reserved_bytes.all.peak": peak,
-        }
-
-    def set_memory_fraction(self, fraction: float) -> None:
-        self._unsupported("set_memory_fraction", "host memory has no per-process cap here (use cgroups)")
-
-    def ipc_collect(self) -> None:
-        """No device IPC handles on the CPU: nothing to collect."""
-
-    def clear_library_workspaces(self) -> None:
-        """CPU math libraries keep no device workspaces: nothing to release."""
 
     def reset_peak_memory_stats(self) -> None:
         """The peak starts again from the resident set now (Linux resets VmHWM on request)."""
         with open("/proc/self/clear_refs", "w") as f:
             f.write(RESET_PEAK_RSS)
 
-    def device_memory_used(self, index: int | None = None) -> int:
-        available, total = self.mem_get_info()
-        return total - available
-
     def mem_get_info(self) -> tuple[int, int]:
-        info = {}
-        with open("/proc/meminfo") as f:
-            for line in f:
-                key, value = line.split(":", 1)
-                info[key] = int(value.split()[0]) * 1024
-        return info["MemAvailable"], info["MemTotal"]
+        return host_memory()
 
     def device_name(self, index: int | None = None) -> str:
         return host.processor() or host.machine()
 
-    def device_arch(self, index: int | None = None) -> str:
-        return host.machine()
-
-    def device_uuid(self, index: int | None = None) -> str:
-        self._unsupported("device_uuid", "the host processor has no device UUID")
-
-    def device_index_of_uuid(self, uuid: str) -> int:
-        self._unsupported("device_index_of_uuid", "the host processor has no device UUID")
-
-    def device_properties(self, index: int | None = None) -> HostProperties:
-        return HostProperties(self.device_name(), self.total_memory(), len(os.sched_getaffinity(0)))
-
-    def cpu_affinity(self, index: int | None = None) -> list[int]:
-        """The CPUs this process may run on."""
-        return sorted(os.sched_getaffinity(0))
-
-    def set_cpu_affinity(self, index: int | None = None) -> list[int]:
-        """The host's CPUs are this process's already: nothing to bind."""
-        return self.cpu_affinity()
-
-    def numa_node(self, index: int | None = None) -> int:
-        """The NUMA node of the first CPU this process may run on."""
-        first = self.cpu_affinity()[0]
-        return next((node for node, cpus in sorted(numa_nodes().items()) if first in cpus), 0)
-
-    def set_dnn_library_enabled(self, enabled: bool) -> None:
-        torch.backends.mkldnn.enabled = enabled
-
-    def _runtime_call(self, member: str, name: str, *args: object) -> None:
-        """The CPU reads host memory directly: registering it (or undoing that) has nothing to do."""
-
     def total_memory(self, index: int | None = None) -> int:
         return self.mem_get_info()[1]
-
-    def get_rng_state_all(self) -> list[torch.Tensor]:
-        return [torch.get_rng_state()]
-
-    def set_rng_state_all(self, states: list[torch.Tensor]) -> None:
-        torch.set_rng_state(states[0])
 
     def manual_seed(self, seed: int) -> None:
         torch.manual_seed(seed)

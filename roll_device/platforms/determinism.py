@@ -1,6 +1,6 @@
-"""Randomness and determinism members of `Platform`: the RNG state of every device of the kind,
-and the switches that make a run repeatable (torch's deterministic algorithms, the kind's library
-flags, and the environment its math and collective libraries read).
+"""`platform.determinism`: the RNG state of every device of the kind, and the switches that make a
+run repeatable (torch's deterministic algorithms, the kind's library flags, and the environment its
+math and collective libraries read).
 
 The variables of `deterministic_env()` are read when a library initialises (cuBLAS at its first
 handle, HCCL at its first communicator): give them to a worker's environment, or call
@@ -14,18 +14,22 @@ from typing import ClassVar
 
 import torch
 
+from roll_device.platforms.groups import PlatformGroup
 
-class Determinism:
-    """Mixed into `Platform`; the kind files set `deterministic_env_vars` and override the flags."""
 
+class Determinism(PlatformGroup):
+    """The determinism group; kinds name a subclass that sets `deterministic_env_vars` and the
+    library flags."""
+
+    attribute = "determinism"
     deterministic_env_vars: ClassVar[dict[str, str]] = {}
 
     def get_rng_state_all(self) -> list[torch.Tensor]:
         """The RNG state of every visible device of this kind, by index."""
-        return list(self._call("get_rng_state_all"))
+        return list(self._call("get_rng_state_all", "get_rng_state_all"))
 
     def set_rng_state_all(self, states: list[torch.Tensor]) -> None:
-        self._call("set_rng_state_all", states)
+        self._call("set_rng_state_all", "set_rng_state_all", states)
 
     def deterministic_env(self) -> dict[str, str]:
         """Variables that make this kind's math and collective libraries deterministic."""

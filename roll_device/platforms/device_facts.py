@@ -1,8 +1,9 @@
-"""Device-fact members of `Platform`: name, compute capability, architecture, UUID (and the device
-a UUID names here), total memory, properties, and whether a tensor lives on this kind's device.
+"""`platform.facts`: what a device is beyond its name and memory (`device_name`, `total_memory` and
+`is_device_tensor` stay on the platform): its properties, compute capability, architecture, UUID,
+and the device a UUID names here.
 
-Each reads the kind's torch device module (`get_device_name`, `get_device_properties`,
-`get_device_capability`); a kind that has no such fact raises `NotImplementedError` naming it.
+Each reads the kind's torch device module (`get_device_properties`, `get_device_capability`); a
+kind that has no such fact raises `NotImplementedError` naming it.
 """
 
 from __future__ import annotations
@@ -10,30 +11,21 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import torch
+from roll_device.platforms.groups import PlatformGroup
 
 
-class DeviceFacts:
-    """Mixed into `Platform`; kinds override what their device reports differently."""
+class DeviceFacts(PlatformGroup):
+    """The facts group; kinds name a subclass for what their device reports differently."""
 
-    def _index(self, index: int | None) -> int:
-        return self.current_device() if index is None else index
-
-    def device_name(self, index: int | None = None) -> str:
-        """The product name of device `index` (default: the current one)."""
-        return str(self._call_as("device_name", "get_device_name", self._index(index)))
+    attribute = "facts"
 
     def device_properties(self, index: int | None = None) -> Any:
         """The device module's properties object (name, total_memory, ...)."""
-        return self._call_as("device_properties", "get_device_properties", self._index(index))
-
-    def total_memory(self, index: int | None = None) -> int:
-        """Bytes of memory device `index` has in all."""
-        return int(self.device_properties(index).total_memory)
+        return self._call("device_properties", "get_device_properties", self._index(index))
 
     def device_capability(self, index: int | None = None) -> tuple[int, int]:
         """The (major, minor) compute capability (on ROCm: what torch maps the GFX version to)."""
-        major, minor = self._call_as("device_capability", "get_device_capability", self._index(index))
+        major, minor = self._call("device_capability", "get_device_capability", self._index(index))
         return int(major), int(minor)
 
     def device_arch(self, index: int | None = None) -> str:
@@ -49,17 +41,14 @@ class DeviceFacts:
         """The index, in this process's numbering, of the visible device `device_uuid` names `uuid`
         (with or without its `GPU-` / `NPU-` prefix): how a process opens a handle that another
         process, with other visible devices, made."""
-        for index in range(self.device_count()):
+        for index in range(self.platform.device_count()):
             own = self.device_uuid(index)
             if uuid in (own, own.split("-", 1)[-1]):
                 return index
         raise ValueError(
-            f"platform '{self.name}': no visible device has UUID {uuid} (check {self.visible_devices_env})"
+            f"platform '{self.platform.name}': no visible device has UUID {uuid} "
+            f"(check {self.platform.visible_devices_env})"
         )
-
-    def is_device_tensor(self, tensor: torch.Tensor) -> bool:
-        """Whether `tensor` lives on this kind's device (what `tensor.is_cuda` answers on CUDA)."""
-        return tensor.device.type == self.device_type
 
 
 def physical_device_id(visible_env: str, index: int) -> str:

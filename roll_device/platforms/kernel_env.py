@@ -1,9 +1,10 @@
-"""Kernel-library members of `Platform`: the variables that name the architectures extensions are
-built for and how the runtime loads kernel modules, the attention backend Transformer Engine is told
-to use (and the one the environment selects), the SMs its layer norms leave to communication, and
-the switch of the kind's deep-learning primitives library (cuDNN, MIOpen, oneDNN).
+"""`platform.kernels`: the kernel libraries of the kind and the toolkit they come with: the variables
+that name the architectures extensions are built for and how the runtime loads kernel modules, the
+attention backend Transformer Engine is told to use (and the one the environment selects), the SMs
+its layer norms leave to communication, the switch of the kind's deep-learning primitives library
+(cuDNN, MIOpen, oneDNN), and where the kind's toolkit lives (`CUDA_HOME`, `ROCM_PATH`, CANN's home).
 
-Values are per kind, set as class attributes in each kind's file; a kind without the library (no
+Values are per kind, set as class attributes of each kind's `kernels` group; a kind without the library (no
 Transformer Engine on the NPU and the CPU) returns nothing for the default and fails loudly, naming
 the member, when asked for something else.
 """
@@ -12,7 +13,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import ClassVar
+
+from roll_device.platforms.groups import PlatformGroup
 
 # Transformer Engine's attention backends, by the variable that switches each one on.
 ATTENTION_SWITCHES = {"flash": "NVTE_FLASH_ATTN", "fused": "NVTE_FUSED_ATTN", "unfused": "NVTE_UNFUSED_ATTN"}
@@ -21,19 +25,32 @@ AUTO_ATTENTION = "auto"  # Transformer Engine chooses
 LAYERNORM_SM_MARGIN_VARS = ("NVTE_FWD_LAYERNORM_SM_MARGIN", "NVTE_BWD_LAYERNORM_SM_MARGIN")
 
 
-class KernelEnv:
-    """Mixed into `Platform`; the kind files set the class attributes."""
+class Kernels(PlatformGroup):
+    """The kernels group; kinds name a subclass that sets the class attributes."""
 
+    attribute = "kernels"
     # The variable naming the architectures torch's extension builder compiles for.
     kernel_arch_var: ClassVar[str | None] = None
     # The variable that makes the runtime load kernel modules lazily (the value for lazy, eager).
     module_loading_var: ClassVar[tuple[str, str, str] | None] = None
     # Whether Transformer Engine (and its NVTE_* switches) runs on this kind.
     has_transformer_engine: ClassVar[bool] = False
+    # Where the kind's toolkit lives: the variables that name its home, first set wins, then the
+    # install defaults that exist.
+    toolkit_home_envs: ClassVar[tuple[str, ...]] = ()
+    toolkit_default_homes: ClassVar[tuple[str, ...]] = ()
+
+    def toolkit_home(self) -> str | None:
+        """The directory of the kind's toolkit here (CUDA's, ROCm's as `ROCM_PATH` names it,
+        CANN's), or None when it is not installed or the kind has no toolkit of its own."""
+        for name in self.toolkit_home_envs:
+            if os.environ.get(name):
+                return os.environ[name]
+        return next((home for home in self.toolkit_default_homes if Path(home).is_dir()), None)
 
     def kernel_arch(self, index: int | None = None) -> str:
         """The architecture name the kind's extension builder takes for device `index`."""
-        return self.device_arch(index)
+        return self.platform.facts.device_arch(index)
 
     def kernel_build_env(self, index: int | None = None) -> dict[str, str]:
         """Variables that make extensions built here compile for device `index`'s architecture
@@ -59,7 +76,9 @@ class KernelEnv:
         "unfused"; "local": none of them, Megatron's own; "auto": Transformer Engine chooses)."""
         if backend not in (*ATTENTION_SWITCHES, LOCAL_ATTENTION, AUTO_ATTENTION):
             known = (*ATTENTION_SWITCHES, LOCAL_ATTENTION, AUTO_ATTENTION)
-            raise ValueError(f"platform '{self.name}': attention backend '{backend}' is not one of {known}")
+            raise ValueError(
+                f"platform '{self.platform.name}': attention backend '{backend}' is not one of {known}"
+            )
         if backend == AUTO_ATTENTION:
             return {}
         self._require_transformer_engine("attention_backend_env")
@@ -87,7 +106,7 @@ class KernelEnv:
         Transformer Engine does not run; others fail loudly there."""
         if backward < 0 or forward < 0:
             raise ValueError(
-                f"platform '{self.name}': SM margins must not be negative ({forward}, {backward})"
+                f"platform '{self.platform.name}': SM margins must not be negative ({forward}, {backward})"
             )
         if not self.has_transformer_engine:
             if backward or forward:

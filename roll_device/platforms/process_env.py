@@ -1,10 +1,12 @@
-"""Process-environment members of `Platform`: the variables a training or rollout process of this
-kind needs (collective tuning and timeouts; the collective library's logging, in-switch reductions
-and socket ports, each by name; the device's hardware queues), the visible-device pin of one rank
-with Ray's hands kept off it, and the device ids Ray assigned to this worker.
+"""`platform.env`: the variables a training or rollout process of this kind is given (the collective
+library's logging, in-switch reductions and socket ports, each by name; the device's hardware
+queues; what a training process needs), the visible-device pin of one rank with Ray's hands kept off
+it, and the device ids this process's visible-devices variable names.
 
-Values are per kind, set as class attributes in each kind's file. Nothing here reads or writes
-`os.environ`: callers put the dicts into a worker's environment (a Ray `runtime_env`, a subprocess).
+The collective tuning and timeouts every role worker gets (`collective_env`) and the device ids Ray
+assigned to a worker (`ray_device_ids`) stay on the platform: the cluster calls them. Values are per
+kind, set as class attributes of each kind's `env` group. Nothing here writes `os.environ`: callers
+put the dicts into a worker's environment (a Ray `runtime_env`, a subprocess).
 """
 
 from __future__ import annotations
@@ -13,17 +15,16 @@ import os
 from collections.abc import MutableMapping
 from typing import ClassVar
 
+from roll_device.platforms.groups import PlatformGroup
+
 # The collective library's log levels, as NCCL names them (RCCL reads the same variable).
 COLLECTIVE_LOG_LEVELS = ("VERSION", "WARN", "INFO", "TRACE")
 
 
-class ProcessEnv:
-    """Mixed into `Platform`."""
+class ProcessEnv(PlatformGroup):
+    """The env group; kinds name a subclass that sets the class attributes."""
 
-    # Collective-library tuning every process of the kind gets (the NCCL_* / HCCL_* family).
-    collective_tuning_env: ClassVar[dict[str, str]] = {}
-    # Variables that bound how long the collective library waits (seconds), set to one timeout.
-    collective_timeout_envs: ClassVar[tuple[str, ...]] = ()
+    attribute = "env"
     # What a training process needs: one hardware queue, so Megatron's overlapped communication
     # is issued in order (Megatron-LM and MindSpeed check CUDA_DEVICE_MAX_CONNECTIONS=1).
     training_env_vars: ClassVar[dict[str, str]] = {}
@@ -42,16 +43,6 @@ class ProcessEnv:
     # device; Megatron, MindSpeed and SGLang read it under this name on every kind they run on.
     device_connections_var: ClassVar[str | None] = None
 
-    def collective_env(self, timeout_s: int | None = None) -> dict[str, str]:
-        """Variables for a process that runs this kind's collectives. On kinds whose library has
-        no timeout variable (NCCL), the timeout is the process group's `timeout` argument."""
-        env = dict(self.collective_tuning_env)
-        if timeout_s is not None:
-            if timeout_s <= 0:
-                raise ValueError(f"platform '{self.name}': collective timeout {timeout_s} s must be positive")
-            env.update(dict.fromkeys(self.collective_timeout_envs, str(int(timeout_s))))
-        return env
-
     def training_env(self) -> dict[str, str]:
         """Variables for a training process on this kind."""
         return dict(self.training_env_vars)
@@ -61,7 +52,8 @@ class ProcessEnv:
         INFO, TRACE); empty where the library has no such variable (gloo)."""
         if level.upper() not in COLLECTIVE_LOG_LEVELS:
             raise ValueError(
-                f"platform '{self.name}': collective log level '{level}' is not one of {COLLECTIVE_LOG_LEVELS}"
+                f"platform '{self.platform.name}': collective log level '{level}' is not one of "
+                f"{COLLECTIVE_LOG_LEVELS}"
             )
         return {self.collective_debug_var: level.upper()} if self.collective_debug_var else {}
 
@@ -88,21 +80,24 @@ class ProcessEnv:
         """Variables that give a process `connections` hardware work queues per device (Megatron and
         MindSpeed ask for 1, SGLang for 4); empty where the kind has no such queues (the CPU)."""
         if connections < 1:
-            raise ValueError(f"platform '{self.name}': device connections {connections} must be at least 1")
+            raise ValueError(
+                f"platform '{self.platform.name}': device connections {connections} must be at least 1"
+            )
         return {self.device_connections_var: str(connections)} if self.device_connections_var else {}
 
     def ray_noset_env(self) -> dict[str, str]:
         """Flags that stop Ray from rewriting this kind's visible-device variables."""
-        names = (self.ray_noset_visible_devices_env, *self.extra_ray_noset_envs)
+        names = (self.platform.ray_noset_visible_devices_env, *self.extra_ray_noset_envs)
         return {name: "1" for name in names if name}
 
     def rank_env(self, device_ids: int | str | list) -> dict[str, str]:
         """Variables that pin a process to `device_ids` (physical ids) and keep Ray from changing
         the pin. The kind's `extra_visible_devices_envs` must be absent (see `pin_devices`)."""
-        if self.visible_devices_env is None:
+        visible_env = self.platform.visible_devices_env
+        if visible_env is None:
             return {}
         ids = device_ids if isinstance(device_ids, list) else [device_ids]
-        return {self.visible_devices_env: ",".join(str(i) for i in ids), **self.ray_noset_env()}
+        return {visible_env: ",".join(str(i) for i in ids), **self.ray_noset_env()}
 
     def pin_devices(self, env: MutableMapping[str, str], device_ids: int | str | list) -> None:
         """Apply `rank_env(device_ids)` to `env` (`os.environ`, a runtime_env's env_vars) and drop
@@ -114,18 +109,7 @@ class ProcessEnv:
     def visible_device_ids(self) -> list[str]:
         """The physical ids this process's visible-devices variable names, in order (empty when
         it is unset, every device being visible, or the kind has none)."""
-        if self.visible_devices_env is None:
+        visible_env = self.platform.visible_devices_env
+        if visible_env is None:
             return []
-        return [v.strip() for v in os.environ.get(self.visible_devices_env, "").split(",") if v.strip()]
-
-    def ray_device_ids(self) -> list[str]:
-        """The ids of this kind's devices that Ray assigned to the calling worker (physical ids;
-        empty outside a Ray worker and for kinds Ray does not schedule)."""
-        if self.ray_resource is None:
-            return []
-        import ray
-
-        if not ray.is_initialized():
-            return []
-        ids = ray.get_runtime_context().get_accelerator_ids().get(self.ray_resource, [])
-        return [str(i) for i in ids]
+        return [v.strip() for v in os.environ.get(visible_env, "").split(",") if v.strip()]

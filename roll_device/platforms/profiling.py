@@ -1,5 +1,5 @@
-"""Profiling members of `Platform`: named ranges and marks, the capture-range profiler switch,
-and the kind's `torch.profiler` activity and profiler.
+"""`platform.profiling`: named ranges and marks, the capture-range profiler switch, and the kind's
+`torch.profiler` activity and profiler.
 
 Ranges go to the kind's marker API: NVTX (`torch.cuda.nvtx`) on CUDA and ROCm (roctx behind the
 same calls), mstx (`torch.npu.mstx`, torch_npu's `range_start`/`range_end`/`mark`) on Ascend;
@@ -14,6 +14,8 @@ import threading
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any, ClassVar, Protocol
+
+from roll_device.platforms.groups import PlatformGroup
 
 
 class RangeMarker(Protocol):
@@ -52,9 +54,10 @@ class MstxMarker:
         module.mstx.mark(message)
 
 
-class Profiling:
-    """Mixed into `Platform`; the kind files set the class attributes."""
+class Profiling(PlatformGroup):
+    """The profiling group; kinds name a subclass that sets the class attributes."""
 
+    attribute = "profiling"
     range_marker: ClassVar[RangeMarker | None] = None
     # The package whose `profile` and `ProfilerActivity` serve this kind, and the activity's name.
     profiler_package: ClassVar[str] = "torch.profiler"
@@ -66,21 +69,22 @@ class Profiling:
 
     def _range_stack(self) -> list:
         stacks = self._open_ranges.__dict__.setdefault("stacks", {})
-        return stacks.setdefault(self.name, [])
+        return stacks.setdefault(self.platform.name, [])
 
     def range_push(self, message: str) -> None:
         """Open a named range on this thread (a no-op where the kind has no marker API)."""
-        token = self.range_marker.start(self.device_module(), message) if self.range_marker else None
+        marker = self.range_marker
+        token = marker.start(self.platform.device_module(), message) if marker else None
         self._range_stack().append(token)
 
     def range_pop(self) -> None:
         """Close the range this thread opened last."""
         stack = self._range_stack()
         if not stack:
-            raise RuntimeError(f"platform '{self.name}': range_pop without an open range")
+            raise RuntimeError(f"platform '{self.platform.name}': range_pop without an open range")
         token = stack.pop()
         if self.range_marker:
-            self.range_marker.end(self.device_module(), token)
+            self.range_marker.end(self.platform.device_module(), token)
 
     @contextlib.contextmanager
     def range(self, message: str) -> Iterator[None]:
@@ -94,7 +98,7 @@ class Profiling:
     def mark(self, message: str) -> None:
         """An instantaneous named marker (a no-op where the kind has no marker API)."""
         if self.range_marker:
-            self.range_marker.mark(self.device_module(), message)
+            self.range_marker.mark(self.platform.device_module(), message)
 
     def profiler_start(self) -> None:
         """Open the capture range of an external profiler (Nsight Systems `--capture-range`)."""
@@ -105,12 +109,12 @@ class Profiling:
 
     def _capture_profiler(self, member: str) -> ModuleType:
         if not self.supports_capture_range:
-            self._unsupported(member, "no capture-range profiler API on this kind: use profile()")
-        return self.device_module().profiler
+            self._unsupported(member, "no capture-range profiler API on this kind: use profiling.profile()")
+        return self.platform.device_module().profiler
 
     def profiler_module(self) -> ModuleType:
         """The profiler package of this kind (`torch.profiler`, or torch_npu's on Ascend)."""
-        self.device_module()  # loads the kind's package first (torch_npu)
+        self.platform.device_module()  # loads the kind's package first (torch_npu)
         return importlib.import_module(self.profiler_package)
 
     def profiler_activity(self) -> Any:

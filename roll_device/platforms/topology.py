@@ -1,4 +1,4 @@
-"""Topology members of `Platform`: where a device sits in the host (its PCI address, its NUMA node,
+"""`platform.topology`: where a device sits in the host (its PCI address, its NUMA node,
 the CPUs close to it) and binding this process to those CPUs, as NVML's PCI-info and CPU-affinity
 queries do.
 
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
+from roll_device.platforms.groups import PlatformGroup
 
 PCI_DEVICES = Path("/sys/bus/pci/devices")
 NUMA_NODES = Path("/sys/devices/system/node")
@@ -36,8 +38,11 @@ def numa_nodes() -> dict[int, list[int]]:
     return nodes or {0: sorted(range(os.cpu_count() or 1))}
 
 
-class Topology:
-    """Mixed into `Platform`; kinds provide `_pci_address`, the CPU overrides the rest."""
+class Topology(PlatformGroup):
+    """The topology group; kinds name a subclass that provides `_pci_address`, the CPU one that
+    answers for the host."""
+
+    attribute = "topology"
 
     def _pci_address(self, index: int) -> str:
         self._unsupported("pci_bus_id", "no PCI address is known for this kind's devices")

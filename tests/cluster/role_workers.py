@@ -28,5 +28,5 @@ class DeviceIdentityWorker(RoleWorker):
             **self.info(),
             "tensor_device": str(tensor.device),
             "current_index": self.platform.current_device(),
-            "uuid": self.platform.device_uuid(index),
+            "uuid": self.platform.facts.device_uuid(index),
         }

@@ -59,11 +59,11 @@ def test_buckets_share_one_memory_pool(platform):
     def reserved_by_capture(sizes):
         platform.synchronize()
         platform.empty_cache()
-        start = platform.memory_reserved()
+        start = platform.memory.memory_reserved()
         runner = DecodeGraphRunner(platform, sizes, make_inputs, step, use_graphs=True)
         runner.prepare()
         platform.synchronize()
-        grown = platform.memory_reserved() - start
+        grown = platform.memory.memory_reserved() - start
         runner.release()
         return grown
 

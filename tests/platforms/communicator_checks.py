@@ -15,7 +15,7 @@ def member(kind: str, port: str, rank: str) -> dict:
 
     p = rd.current_platform() if kind == "npu-sim" else rd.get_platform(kind)
     me = int(rank)
-    comm = p.device_communicator("127.0.0.1", int(port), me, 2, timeout_s=60)
+    comm = p.runtime.device_communicator("127.0.0.1", int(port), me, 2, timeout_s=60)
     device = p.device()
     sent = (
         torch.arange(4, dtype=torch.float32, device=device) * 10 if me == 0 else torch.zeros(4, device=device)

@@ -31,5 +31,5 @@ def run_example() -> dict:
         "platform": p.name,
         "loss": loss,
         "printed": printed.getvalue().strip(),
-        "env": {k: os.environ.get(k) for k in {**p.training_env(), **p.collective_env(timeout_s=1)}},
+        "env": {k: os.environ.get(k) for k in {**p.env.training_env(), **p.collective_env(timeout_s=1)}},
     }

@@ -37,4 +37,4 @@ def test_two_processes_broadcast_reduce_and_send_through_the_kind_s_backend(kind
 
 def test_a_rank_outside_the_group_is_refused():
     with pytest.raises(ValueError, match="platform 'cpu': rank 2 is not in a group of 2"):
-        rd.get_platform("cpu").device_communicator("127.0.0.1", free_port(), 2, 2)
+        rd.get_platform("cpu").runtime.device_communicator("127.0.0.1", free_port(), 2, 2)

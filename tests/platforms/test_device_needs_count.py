@@ -26,7 +26,7 @@ torch.cuda.is_bf16_supported()
 
 def test_each_use_is_judged_by_the_members_that_do_exactly_that():
     members = platform_members(ROOT)
-    assert {"kind", "dist_backend", "range_push"} <= members, "identity annotations count"
+    assert {"kind", "dist_backend", "profiling.range_push"} <= members, "identity and groups count"
     found = [(need, served) for need, _, served in uses(SNIPPET, members)]
     assert found == [
         ("import torch_npu", ("device_module",)),
@@ -34,25 +34,25 @@ def test_each_use_is_judged_by_the_members_that_do_exactly_that():
         (".cuda() / .npu()", ("device",)),
         ('"nccl" / get_nccl_backend()', ("dist_backend",)),
         ("HCCL timeouts", ("collective_env",)),
-        ("NCCL_DEBUG (collective library logging)", ("collective_debug_env",)),
+        ("NCCL_DEBUG (collective library logging)", ("env.collective_debug_env",)),
         ("NCCL_P2P_LEVEL", ()),  # a collective variable no member sets, judged by its name
-        ("memory._record_memory_history", ("record_memory_history",)),
-        ("cudaHostRegister (pin host memory in place)", ("register_host_memory",)),
-        ("cudnn on/off", ("set_dnn_library_enabled",)),
-        ("nvtx/mstx range start", ("range_push",)),
+        ("memory._record_memory_history", ("memory.record_memory_history",)),
+        ("cudaHostRegister (pin host memory in place)", ("memory.register_host_memory",)),
+        ("cudnn on/off", ("kernels.set_dnn_library_enabled",)),
+        ("nvtx/mstx range start", ("profiling.range_push",)),
         ("torch_npu.npu_rms_norm", ()),
         ("ray get_accelerator_ids()", ("ray_device_ids",)),
         (
             "ROLL's worker environment (allocator, NCCL cuMem and NVLS, TE SM margin)",
-            ("allocator_env", "collective_env", "switch_reduction_env", "sm_margin_env"),
+            ("allocator_env", "collective_env", "env.switch_reduction_env", "kernels.sm_margin_env"),
         ),
-        ("memory_stats", ("memory_stats",)),
+        ("memory_stats", ("memory.memory_stats",)),  # a device-module attribute, found in its group
         ("torch.cuda.is_bf16_supported", ()),
     ]
     assert ("nvtx/mstx range start", ()) in [
-        (need, served) for need, _, served in uses(SNIPPET, members - {"range_push"})
+        (need, served) for need, _, served in uses(SNIPPET, members - {"profiling.range_push"})
     ], "a missing member never serves"
-    without_one = [served for _, _, served in uses(SNIPPET, members - {"sm_margin_env"})]
+    without_one = [served for _, _, served in uses(SNIPPET, members - {"kernels.sm_margin_env"})]
     assert without_one[13] == (), "a need is served only where every member it names exists"
 
 
@@ -77,3 +77,11 @@ def test_device_layers_and_torch_npu_modules_are_out_of_scope():
     assert TORCH_NPU_MODULE.search('"""Doc."""\nimport torch\nimport torch_npu\n')
     assert TORCH_NPU_MODULE.search("from torch_npu import npu_rms_norm\n")
     assert not TORCH_NPU_MODULE.search("if is_npu_available:\n    import torch_npu\n"), "a lazy import is not"
+
+
+def test_a_checkout_from_before_the_groups_is_measured_by_its_flat_names():
+    text = 'torch.cuda.nvtx.range_push("step")\n'
+    assert uses(text, {"range_push"}) == [
+        ("nvtx/mstx range start", "torch.cuda.nvtx.range_push", ("profiling.range_push",))
+    ]
+    assert uses(text, {"kind"})[0][2] == (), "neither flat nor in a group: not served"

@@ -1,4 +1,4 @@
-"""Profiling, device facts, memory extras, RNG of all devices and determinism on a real CUDA or
+"""The platform's groups (profiling, facts, memory, determinism, topology, ...) on a real CUDA or
 ROCm GPU; skipped cleanly without one (run where one is visible, as test_gpu_operations.py)."""
 
 import os
@@ -18,21 +18,21 @@ pytestmark = [
 @pytest.fixture
 def gpu():
     p = rd.current_platform()
-    p.init()
+    p.runtime.init()
     p.set_device(0)
     return p
 
 
 def test_ranges_marks_capture_range_and_profiler(gpu):
-    with gpu.range("step"):
-        gpu.range_push("forward")
-        gpu.mark("loss")
-        gpu.range_pop()
-    gpu.profiler_start()
-    gpu.profiler_stop()
-    assert gpu.profiler_activity() == torch.profiler.ProfilerActivity.CUDA
+    with gpu.profiling.range("step"):
+        gpu.profiling.range_push("forward")
+        gpu.profiling.mark("loss")
+        gpu.profiling.range_pop()
+    gpu.profiling.profiler_start()
+    gpu.profiling.profiler_stop()
+    assert gpu.profiling.profiler_activity() == torch.profiler.ProfilerActivity.CUDA
     x = torch.ones(256, 256, device=gpu.device())
-    with gpu.profile() as prof:
+    with gpu.profiling.profile() as prof:
         (x @ x).sum().item()
     assert any(e.device_type == torch.autograd.DeviceType.CUDA for e in prof.events())
 
@@ -41,99 +41,101 @@ def test_device_facts_agree_with_torch(gpu):
     props = torch.cuda.get_device_properties(0)
     assert gpu.device_name() == torch.cuda.get_device_name(0) == props.name
     assert gpu.total_memory() == props.total_memory > 0
-    assert gpu.device_capability() == torch.cuda.get_device_capability(0)
-    arch = gpu.device_arch()
+    assert gpu.facts.device_capability() == torch.cuda.get_device_capability(0)
+    arch = gpu.facts.device_arch()
     assert (
-        arch.startswith("gfx") if gpu.kind == "rocm" else arch == "sm_{}{}".format(*gpu.device_capability())
+        arch.startswith("gfx")
+        if gpu.kind == "rocm"
+        else arch == "sm_{}{}".format(*gpu.facts.device_capability())
     )
-    uuid = gpu.device_uuid()
-    assert uuid.startswith("GPU-") and len(uuid) > 20 and uuid == gpu.device_uuid(0)
+    uuid = gpu.facts.device_uuid()
+    assert uuid.startswith("GPU-") and len(uuid) > 20 and uuid == gpu.facts.device_uuid(0)
     assert gpu.is_device_tensor(torch.ones(1, device=gpu.device())) and not gpu.is_device_tensor(
         torch.ones(1)
     )
 
 
-def test_memory_extras(gpu, tmp_path):
-    gpu.record_memory_history(True)
+def test_memory_group(gpu, tmp_path):
+    gpu.memory.record_memory_history(True)
     x = torch.empty(1 << 22, device=gpu.device())
-    stats = gpu.memory_stats()
+    stats = gpu.memory.memory_stats()
     assert stats["allocated_bytes.all.current"] >= x.numel() * 4
-    assert gpu.max_memory_reserved() >= gpu.memory_reserved() >= x.numel() * 4
+    assert gpu.memory.max_memory_reserved() >= gpu.memory.memory_reserved() >= x.numel() * 4
     snapshot = tmp_path / "snapshot.pickle"
-    gpu.dump_memory_snapshot(str(snapshot))
-    gpu.record_memory_history(False)
+    gpu.memory.dump_memory_snapshot(str(snapshot))
+    gpu.memory.record_memory_history(False)
     assert "segments" in pickle.loads(snapshot.read_bytes())
-    gpu.set_memory_fraction(0.95)
-    gpu.set_memory_fraction(1.0)
-    gpu.set_expandable_segments(True)
+    gpu.memory.set_memory_fraction(0.95)
+    gpu.memory.set_memory_fraction(1.0)
+    gpu.memory.set_expandable_segments(True)
     y = torch.empty(1 << 20, device=gpu.device())
-    gpu.set_expandable_segments(False)
+    gpu.memory.set_expandable_segments(False)
     segments = torch.cuda.memory._snapshot()["segments"]
     y_segment = next(s for s in segments if s["address"] <= y.data_ptr() < s["address"] + s["total_size"])
     x_segment = next(s for s in segments if s["address"] <= x.data_ptr() < s["address"] + s["total_size"])
     assert y_segment["is_expandable"] and not x_segment["is_expandable"]  # the setting took effect
     (y[:256].view(16, 16) @ y[:256].view(16, 16)).sum().item()  # makes a cuBLAS workspace
-    gpu.clear_library_workspaces()
-    gpu.ipc_collect()
+    gpu.memory.clear_library_workspaces()
+    gpu.memory.ipc_collect()
     assert gpu.supports_pinned_memory
-    pinned = gpu.pin_memory(torch.ones(1024))
-    assert pinned.is_pinned() and gpu.pin_memory(pinned) is pinned
+    pinned = gpu.memory.pin_memory(torch.ones(1024))
+    assert pinned.is_pinned() and gpu.memory.pin_memory(pinned) is pinned
     del x, y
 
 
 def test_rng_state_of_all_devices_roundtrip(gpu):
-    states = gpu.get_rng_state_all()
+    states = gpu.determinism.get_rng_state_all()
     assert len(states) == gpu.device_count()
     a = torch.rand(4, device=gpu.device())
-    gpu.set_rng_state_all(states)
+    gpu.determinism.set_rng_state_all(states)
     assert torch.equal(a, torch.rand(4, device=gpu.device()))
 
 
 def test_determinism_switches(gpu):
     try:
-        gpu.set_deterministic(True)
+        gpu.determinism.set_deterministic(True)
         assert torch.are_deterministic_algorithms_enabled() and torch.backends.cudnn.deterministic
         assert not torch.backends.cudnn.benchmark
     finally:
-        gpu.set_deterministic(False)
+        gpu.determinism.set_deterministic(False)
     assert not torch.backends.cudnn.deterministic
 
 
 def test_topology_kernel_env_and_host_registration(gpu):
     """The members issue 32 added, answered by the real GPU (NVML's facts come from sysfs here)."""
-    bus = gpu.pci_bus_id()
+    bus = gpu.topology.pci_bus_id()
     props = torch.cuda.get_device_properties(0)
     assert bus == f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
-    assert gpu.numa_node() >= 0 and gpu.cpu_affinity()
+    assert gpu.topology.numa_node() >= 0 and gpu.topology.cpu_affinity()
     before = os.sched_getaffinity(0)
     try:
-        assert set(gpu.set_cpu_affinity()) <= set(gpu.cpu_affinity())
+        assert set(gpu.topology.set_cpu_affinity()) <= set(gpu.topology.cpu_affinity())
     finally:
         os.sched_setaffinity(0, before)
-    assert gpu.device_index_of_uuid(gpu.device_uuid(0)) == 0
-    assert 0 < gpu.device_memory_used() <= gpu.total_memory()
+    assert gpu.facts.device_index_of_uuid(gpu.facts.device_uuid(0)) == 0
+    assert 0 < gpu.memory.device_memory_used() <= gpu.total_memory()
     if gpu.kind == "cuda":
-        assert gpu.kernel_build_env() == {"TORCH_CUDA_ARCH_LIST": f"{props.major}.{props.minor}"}
+        assert gpu.kernels.kernel_build_env() == {"TORCH_CUDA_ARCH_LIST": f"{props.major}.{props.minor}"}
     host = torch.arange(1 << 16, dtype=torch.float32)
-    gpu.register_host_memory(host)
+    gpu.memory.register_host_memory(host)
     try:
         assert torch.equal(
             host.to(gpu.device(), non_blocking=True).cpu(), torch.arange(1 << 16, dtype=torch.float32)
         )
     finally:
-        gpu.unregister_host_memory(host)
+        gpu.memory.unregister_host_memory(host)
     try:
-        gpu.set_dnn_library_enabled(False)
+        gpu.kernels.set_dnn_library_enabled(False)
         assert not torch.backends.cudnn.enabled
     finally:
-        gpu.set_dnn_library_enabled(True)
+        gpu.kernels.set_dnn_library_enabled(True)
     assert torch.backends.cudnn.enabled
 
 
 def test_ipc_handle_names_the_device_by_uuid(gpu):
     t = torch.arange(4.0, device=gpu.device())
     _, args = gpu.ipc_handle(t)
-    assert gpu.device_uuid(0) in args, "test_gpu_operations.py opens such a handle in another process"
+    assert gpu.facts.device_uuid(0) in args, "test_gpu_operations.py opens such a handle in another process"
 
 
 def test_ipc_slots_are_allocated_outside_expandable_segments(gpu):
@@ -141,13 +143,13 @@ def test_ipc_slots_are_allocated_outside_expandable_segments(gpu):
     (`Platform.ipc_allocation`), and yields a handle."""
     from roll_device.comm.buffers import IpcSlot
 
-    gpu.set_expandable_segments(True)
+    gpu.memory.set_expandable_segments(True)
     try:
         slot = IpcSlot.create(64 << 20, gpu)
         plain = torch.empty(64 << 20, dtype=torch.uint8, device=gpu.device())
-        assert gpu.expandable_segments_enabled(), "back on after the slot"
+        assert gpu.memory.expandable_segments_enabled(), "back on after the slot"
     finally:
-        gpu.set_expandable_segments(False)
+        gpu.memory.set_expandable_segments(False)
     segments = torch.cuda.memory._snapshot()["segments"]
 
     def segment_of(tensor):

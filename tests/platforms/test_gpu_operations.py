@@ -76,7 +76,7 @@ def test_rng_state_round_trip_reserved_memory_and_timing_events(gpu):
     gpu.set_rng_state(state)
     assert torch.equal(a, torch.rand(4, device=gpu.device()))
     x = torch.empty(1 << 22, device=gpu.device())
-    assert gpu.memory_reserved() >= gpu.memory_allocated() >= x.numel() * 4
+    assert gpu.memory.memory_reserved() >= gpu.memory_allocated() >= x.numel() * 4
     start, end = gpu.new_event(enable_timing=True), gpu.new_event(enable_timing=True)
     start.record(gpu.current_stream())
     x.mul_(2)

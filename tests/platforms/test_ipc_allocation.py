@@ -26,30 +26,30 @@ def gpu_kind(monkeypatch):
 
 
 def test_expandable_segments_are_off_inside_and_back_on_after(gpu_kind):
-    gpu_kind.set_expandable_segments(True)
-    assert gpu_kind.expandable_segments_enabled()
+    gpu_kind.memory.set_expandable_segments(True)
+    assert gpu_kind.memory.expandable_segments_enabled()
     with gpu_kind.ipc_allocation():
         assert allocator_settings() == "expandable_segments:False"
-        assert not gpu_kind.expandable_segments_enabled()
-    assert gpu_kind.expandable_segments_enabled()
+        assert not gpu_kind.memory.expandable_segments_enabled()
+    assert gpu_kind.memory.expandable_segments_enabled()
     with pytest.raises(ValueError, match="slot"), gpu_kind.ipc_allocation():
         raise ValueError("the slot allocation failed")
-    assert gpu_kind.expandable_segments_enabled(), "restored after a failure too"
+    assert gpu_kind.memory.expandable_segments_enabled(), "restored after a failure too"
 
 
 def test_segments_left_off_stay_untouched(gpu_kind):
-    gpu_kind.set_expandable_segments(False)
+    gpu_kind.memory.set_expandable_segments(False)
     with gpu_kind.ipc_allocation():
-        assert not gpu_kind.expandable_segments_enabled()
+        assert not gpu_kind.memory.expandable_segments_enabled()
     assert allocator_settings() == "expandable_segments:False"
 
 
 def test_the_allocator_variable_tells_when_the_settings_do_not(gpu_kind, monkeypatch):
     torch._C._accelerator_setAllocatorSettings("max_split_size_mb:256")  # says nothing of segments
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
-    assert gpu_kind.expandable_segments_enabled()
+    assert gpu_kind.memory.expandable_segments_enabled()
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:256")
-    assert not gpu_kind.expandable_segments_enabled()
+    assert not gpu_kind.memory.expandable_segments_enabled()
 
 
 def test_elsewhere_the_context_changes_nothing():

@@ -105,6 +105,14 @@ def test_the_plugin_kind_is_counted_planned_and_served(plugin_installed):
     assert compute_kind("testaccel", simulated=True) == "cpu", "no simulation of its own: the host"
 
 
+def test_the_plugin_kind_fills_the_platform_s_groups(plugin_installed):
+    accel = registry.get_platform("testaccel")
+    assert accel.facts.device_arch() == "testaccel-1", "its own group class"
+    assert accel.topology.cpu_affinity() == sorted(os.sched_getaffinity(0)), "the CPU's, inherited"
+    with pytest.raises(NotImplementedError, match="platform 'testaccel' does not support facts.device_uuid"):
+        accel.facts.device_uuid()
+
+
 def test_the_plugin_kind_that_does_not_fit_is_named(plugin_installed):
     wider = roles(**{**ROLES, "actor_train": ("testaccel", 2)})
     with pytest.raises(PlanError) as err:

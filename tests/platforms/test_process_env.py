@@ -41,30 +41,31 @@ def test_collective_env_without_a_timeout_keeps_only_tuning():
 
 @pytest.mark.parametrize("kind", sorted(DETERMINISTIC))
 def test_deterministic_env(kind):
-    assert rd.get_platform(kind).deterministic_env() == DETERMINISTIC[kind]
+    assert rd.get_platform(kind).determinism.deterministic_env() == DETERMINISTIC[kind]
 
 
 @pytest.mark.parametrize("kind", ["cuda", "rocm", "npu"])
 def test_training_env_asks_for_one_hardware_queue(kind):
-    assert rd.get_platform(kind).training_env() == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert rd.get_platform(kind).env.training_env() == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
 
 
 @pytest.mark.parametrize("kind", sorted(PIN))
 def test_rank_env_pins_devices_and_keeps_ray_off(kind):
-    assert rd.get_platform(kind).rank_env([2, 3]) == PIN[kind]
+    assert rd.get_platform(kind).env.rank_env([2, 3]) == PIN[kind]
 
 
 def test_pin_devices_drops_amd_second_visibility_variable():
     env = {"ROCR_VISIBLE_DEVICES": "0,1,2,3", "OTHER": "x"}
-    rd.get_platform("rocm").pin_devices(env, 1)
+    rd.get_platform("rocm").env.pin_devices(env, 1)
     assert "ROCR_VISIBLE_DEVICES" not in env and env["HIP_VISIBLE_DEVICES"] == "1"
     assert env["RAY_EXPERIMENTAL_NOSET_ROCR_VISIBLE_DEVICES"] == "1" and env["OTHER"] == "x"
 
 
 def test_profiler_identity_by_kind():
-    assert rd.get_platform("cuda").profiler_activity_name == "CUDA"
-    assert rd.get_platform("npu").profiler_package == "torch_npu.profiler"
-    assert rd.get_platform("npu").profiler_activity_name == "NPU"
+    assert rd.get_platform("cuda").profiling.profiler_activity_name == "CUDA"
+    assert rd.get_platform("npu").profiling.profiler_package == "torch_npu.profiler"
+    assert rd.get_platform("npu").profiling.profiler_activity_name == "NPU"
     assert (
-        rd.get_platform("cuda").supports_capture_range and not rd.get_platform("npu").supports_capture_range
+        rd.get_platform("cuda").profiling.supports_capture_range
+        and not rd.get_platform("npu").profiling.supports_capture_range
     )

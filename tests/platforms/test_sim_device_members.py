@@ -18,7 +18,7 @@ def test_ranges_reach_mstx_and_the_profiler_sees_the_host_kernels():
     assert r["activity"] == "ProfilerActivity.CPU" and "aten::sum" in r["profiled_ops"]
     for member in ("profiler_start", "profiler_stop"):
         assert r[member].startswith(
-            f"NotImplementedError: platform 'npu (simulated)' does not support {member}"
+            f"NotImplementedError: platform 'npu (simulated)' does not support profiling.{member}"
         )
 
 
@@ -29,7 +29,10 @@ def test_device_facts_name_the_simulation():
     assert r["name"] == r["arch"] == r["properties_name"] == "Ascend910B2 (simulated)"
     assert r["total"] == 64 << 30
     assert r["uuid"] == "NPU-5", "the physical id of visible device 1"
-    assert "does not support device_capability: Ascend devices have no compute capability" in r["capability"]
+    assert (
+        "does not support facts.device_capability: Ascend devices have no compute capability"
+        in r["capability"]
+    )
     assert r["on_device"] and not r["cpu_on_device"]
     # the members added for the frameworks' remaining needs
     assert r["uuid_index"] == 2 and r["bare_uuid_index"] == 3 and r["visible"] == ["4", "5", "6", "7"]
@@ -39,15 +42,15 @@ def test_device_facts_name_the_simulation():
     assert r["connections"] == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     assert r["switch_off"] == r["kernel_build"] == {} and r["attention"] == "auto"
     for member in ("pci", "numa"):  # no npu-smi beside the simulation: named, never a guess
-        assert "does not support pci_bus_id: npu-smi is not installed here" in r[member]
+        assert "does not support topology.pci_bus_id: npu-smi is not installed here" in r[member]
     assert r["register"] == r["unregister"] == "", "torch_npu's cudart() registers host memory"
     for failed in ("register_twice", "unregister_again"):  # the runtime's status, raised with its name
         assert r[failed].startswith("RuntimeError: platform 'npu (simulated)': cudaHost")
         assert r[failed].endswith("failed with status 100000")
-    assert "does not support set_dnn_library_enabled" in r["dnn"]
+    assert "does not support kernels.set_dnn_library_enabled" in r["dnn"]
 
 
-def test_memory_extras_follow_the_ledger_and_the_fraction():
+def test_memory_group_follows_the_ledger_and_the_fraction():
     r = run_isolated(f"{CHECKS}:memory", env={"ROLL_SIM_NPU_MEMORY_BYTES": str(64 << 20)})
     assert r["allocated"] == 1 << 20 and r["reserved_peak"] == r["max_reserved"] >= 1 << 20
     assert r["reserved_after_free"] == 1 << 20, "freed into the cache, as torch_npu's allocator keeps it"

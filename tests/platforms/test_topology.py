@@ -29,23 +29,25 @@ def test_cpu_lists_parse():
 
 def test_numa_node_and_cpus_come_from_the_pci_record(pci, monkeypatch):
     cuda = rd.get_platform("cuda")
-    monkeypatch.setattr(type(cuda), "_pci_address", lambda self, index: ADDRESS.upper())
+    monkeypatch.setattr(type(cuda.topology), "_pci_address", lambda self, index: ADDRESS.upper())
     monkeypatch.setattr(type(cuda), "current_device", lambda self: 0)
-    assert cuda.pci_bus_id() == ADDRESS
-    assert cuda.numa_node(0) == 1 and cuda.cpu_affinity(0) == [8, 9, 10, 11, 16]
+    assert cuda.topology.pci_bus_id() == ADDRESS
+    assert cuda.topology.numa_node(0) == 1 and cuda.topology.cpu_affinity(0) == [8, 9, 10, 11, 16]
     (pci / "numa_node").write_text("-1\n")
     monkeypatch.setattr(topology, "numa_nodes", lambda: {0: [0, 1]})
-    assert cuda.numa_node(0) == 0, "one node on the host: that one"
+    assert cuda.topology.numa_node(0) == 0, "one node on the host: that one"
     monkeypatch.setattr(topology, "numa_nodes", lambda: {0: [0], 1: [1]})
-    with pytest.raises(NotImplementedError, match="platform 'cuda' does not support numa_node"):
-        cuda.numa_node(0)
+    with pytest.raises(NotImplementedError, match="platform 'cuda' does not support topology.numa_node"):
+        cuda.topology.numa_node(0)
 
 
 def test_a_device_the_kernel_does_not_know_fails_loudly(pci, monkeypatch):
     cuda = rd.get_platform("cuda")
-    monkeypatch.setattr(type(cuda), "_pci_address", lambda self, index: "0000:99:00.0")
-    with pytest.raises(NotImplementedError, match="does not support cpu_affinity: the kernel has no record"):
-        cuda.cpu_affinity(0)
+    monkeypatch.setattr(type(cuda.topology), "_pci_address", lambda self, index: "0000:99:00.0")
+    with pytest.raises(
+        NotImplementedError, match="does not support topology.cpu_affinity: the kernel has no record"
+    ):
+        cuda.topology.cpu_affinity(0)
 
 
 NPU_SMI = """#!/bin/sh
@@ -69,10 +71,10 @@ def test_npu_addresses_come_from_npu_smi(tmp_path, monkeypatch, pci):
     monkeypatch.setenv("PATH", f"{tool.parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "4,5")
     npu = NpuPlatform()
-    assert npu.pci_bus_id(1) == "0000:c5:00.0", "visible device 1 is logical device 5"
+    assert npu.topology.pci_bus_id(1) == "0000:c5:00.0", "visible device 1 is logical device 5"
     with pytest.raises(NotImplementedError, match="pci_bus_id: npu-smi reports no PCI address for device 7"):
         monkeypatch.setenv("ASCEND_RT_VISIBLE_DEVICES", "7")
-        npu.pci_bus_id(0)
+        npu.topology.pci_bus_id(0)
     monkeypatch.setenv("PATH", str(tmp_path / "nowhere"))
     with pytest.raises(NotImplementedError, match="pci_bus_id: npu-smi is not installed here"):
-        npu.pci_bus_id(0)
+        npu.topology.pci_bus_id(0)

@@ -119,9 +119,9 @@ def memory() -> dict:
     x = torch.ones(256, 1024, device=d)  # 1 MiB
 
     def reserved_after(fn):
-        before = p.memory_reserved()
+        before = p.memory.memory_reserved()
         fn()
-        return p.memory_reserved() - before
+        return p.memory.memory_reserved() - before
 
     handle = p.graph_pool_handle()
     kept = []
@@ -129,18 +129,18 @@ def memory() -> dict:
         lambda: kept.extend(_capture(p, lambda: (x * 2).sum(0), pool=handle) for _ in range(3))
     )
     private = reserved_after(lambda: kept.extend(_capture(p, lambda: (x * 2).sum(0)) for _ in range(3)))
-    held = p.memory_reserved()
+    held = p.memory.memory_reserved()
     while kept:
         kept.pop()[0].reset()  # no loop variable left holding an output
-    after_reset = p.memory_reserved()
+    after_reset = p.memory.memory_reserved()
     p.empty_cache()
     free, total = p.mem_get_info()
     out = {
         "shared_pool_bytes": shared,
         "private_pools_bytes": private,
         "held_until_empty_cache": after_reset == held,
-        "free_plus_reserved_is_total": free + p.memory_reserved() == total,
-        "after_empty_cache": p.memory_reserved(),
+        "free_plus_reserved_is_total": free + p.memory.memory_reserved() == total,
+        "after_empty_cache": p.memory.memory_reserved(),
     }
     os.environ["ROLL_SIM_NPU_MEMORY_BYTES"] = str(3 << 20)  # 3 MiB: x holds one
     out["oom"] = error_of(lambda: torch.empty(3 << 20, dtype=torch.uint8, device=d))

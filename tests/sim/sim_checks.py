@@ -71,9 +71,9 @@ def allocator_cache() -> dict:
     p.empty_cache()
 
     def reserved() -> int:
-        return (p.memory_reserved() - base) // mib
+        return (p.memory.memory_reserved() - base) // mib
 
-    base, free_before = p.memory_reserved(), p.mem_get_info()[0]
+    base, free_before = p.memory.memory_reserved(), p.mem_get_info()[0]
     x = torch.empty(4 * mib, dtype=torch.uint8, device=p.device())
     del x
     out = {
@@ -210,7 +210,7 @@ def device_limits() -> dict:
     half = p.total_memory() // 2
     torch.npu.set_per_process_memory_fraction(0.25)
     out["oom"] = error_of(lambda: torch.empty(half, dtype=torch.uint8, device="npu:0"))
-    p.set_memory_fraction(1)  # the platform hands torch_npu the float it needs
+    p.memory.set_memory_fraction(1)  # the platform hands torch_npu the float it needs
     out["whole_device"] = error_of(lambda: torch.empty(half, dtype=torch.uint8, device="npu:0"))
     return out
 

@@ -4,17 +4,28 @@ test device with its own Ray resource (`TESTACCEL`), two devices per node.
 It is installed by test_plugin_kind.py as a package of its own (this module plus a dist-info with
 an entry point in the group `roll_device.platforms`) and is the worked example of
 docs/platforms.md, "Adding a device kind". Each device a worker binds is logged to the file named
-by `RD_TESTACCEL_LOG`, so that a test can see that workers computed on this platform.
+by `RD_TESTACCEL_LOG`, so that a test can see that workers computed on this platform. Its devices
+report an architecture of their own through the `facts` group: a plugin fills the same groups as the
+built-in kinds, by naming its own group class.
 """
 
 from __future__ import annotations
 
 import os
 
-from roll_device.platforms.cpu import CpuPlatform
+from roll_device.platforms.cpu import CpuFacts, CpuPlatform
+from roll_device.platforms.groups import group
 
 DEVICES = 2
 LOG_ENV = "RD_TESTACCEL_LOG"
+ARCH = "testaccel-1"
+
+
+class TestAccelFacts(CpuFacts):
+    """The host's facts, but the devices' own architecture."""
+
+    def device_arch(self, index: int | None = None) -> str:
+        return ARCH
 
 
 class TestAccelPlatform(CpuPlatform):
@@ -23,6 +34,7 @@ class TestAccelPlatform(CpuPlatform):
     kind = "testaccel"
     ray_resource = "TESTACCEL"  # nodes declare it: ray start --resources='{"TESTACCEL": 2}'
     install_hint = "install rd-testaccel"
+    facts = group(TestAccelFacts)
 
     @classmethod
     def is_available(cls) -> bool:

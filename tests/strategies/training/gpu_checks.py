@@ -148,7 +148,11 @@ def _memory_reading(platform) -> dict[str, int]:
     platform.synchronize()
     platform.empty_cache()
     free = platform.mem_get_info()[0]
-    return {"free": free, "reserved": platform.memory_reserved(), "allocated": platform.memory_allocated()}
+    return {
+        "free": free,
+        "reserved": platform.memory.memory_reserved(),
+        "allocated": platform.memory_allocated(),
+    }
 
 
 def device_state_bytes(trainer, platform) -> int:

@@ -1,7 +1,8 @@
-"""Memory members of `Platform` beyond the basic counters: reserved peak, the allocator's stats,
-the memory every process uses on a device, a per-process fraction, IPC collection, memory history
-and snapshots, allocator settings changed in the running process, library workspaces, pinned host
-memory, and host memory registered (page-locked) in place.
+"""`platform.memory`: memory beyond the counters the framework reads (`memory_allocated`,
+`max_memory_allocated`, `mem_get_info` stay on the platform): the reserved bytes and their peak, the
+allocator's stats, the memory every process uses on a device, a per-process fraction, IPC
+collection, memory history and snapshots, allocator settings changed in the running process,
+library workspaces, pinned host memory, and host memory registered (page-locked) in place.
 
 Caching-allocator internals (`memory._record_memory_history`, `_dump_snapshot`,
 `_set_allocator_settings`) are reached under the same names in `torch.cuda.memory` and torch_npu's
@@ -14,40 +15,48 @@ from typing import Any
 
 import torch
 
+from roll_device.platforms.groups import PlatformGroup
 
-class MemoryExtras:
-    """Mixed into `Platform`; the CPU overrides what a host process can answer."""
+
+class Memory(PlatformGroup):
+    """The memory group; the CPU and CUDA name subclasses (`CpuMemory`, `CudaMemory`)."""
+
+    attribute = "memory"
 
     def _memory_call(self, member: str, torch_name: str, *args: Any, **kwargs: Any) -> Any:
-        """Call `torch.<device>.memory.<torch_name>` for the platform member `member`."""
-        fn = getattr(getattr(self.device_module(), "memory", None), torch_name, None)
+        """Call `torch.<device>.memory.<torch_name>` for the member `member`."""
+        fn = getattr(getattr(self.platform.device_module(), "memory", None), torch_name, None)
         if fn is None:
-            self._unsupported(member, f"torch.{self.device_type}.memory has no '{torch_name}'")
+            self._unsupported(member, f"torch.{self.platform.device_type}.memory has no '{torch_name}'")
         return fn(*args, **kwargs)
 
+    def memory_reserved(self) -> int:
+        """Bytes the caching allocator holds from the device (in use or cached for reuse)."""
+        return int(self._call("memory_reserved", "memory_reserved"))
+
     def max_memory_reserved(self) -> int:
-        return int(self._call("max_memory_reserved"))
+        return int(self._call("max_memory_reserved", "max_memory_reserved"))
 
     def memory_stats(self) -> dict[str, Any]:
         """The allocator's counters under torch's names (`allocated_bytes.all.current`, ...)."""
-        return dict(self._call("memory_stats"))
+        return dict(self._call("memory_stats", "memory_stats"))
 
     def device_memory_used(self, index: int | None = None) -> int:
         """Bytes in use on device `index` by every process (what the vendor's tool reports), not
         only by this one: the device's total less what the driver reports free."""
-        free, total = self._call_as("device_memory_used", "mem_get_info", self._index(index))
+        free, total = self._call("device_memory_used", "mem_get_info", self._index(index))
         return int(total) - int(free)
 
     def set_memory_fraction(self, fraction: float) -> None:
         """Cap this process's allocations on the current device at `fraction` of its memory."""
         if not 0.0 < fraction <= 1.0:
-            raise ValueError(f"platform '{self.name}': memory fraction {fraction} is not in (0, 1]")
+            raise ValueError(f"platform '{self.platform.name}': memory fraction {fraction} is not in (0, 1]")
         # As a float: torch_npu and torch.cuda refuse an int (TypeError), even 1.
-        self._call_as("set_memory_fraction", "set_per_process_memory_fraction", float(fraction))
+        self._call("set_memory_fraction", "set_per_process_memory_fraction", float(fraction))
 
     def ipc_collect(self) -> None:
         """Free memory that other processes opened through IPC handles and have released."""
-        self._call("ipc_collect")
+        self._call("ipc_collect", "ipc_collect")
 
     def record_memory_history(self, enabled: bool = True, max_entries: int = 100_000) -> None:
         """Start (or stop) recording allocations with stack traces, for `dump_memory_snapshot`."""
@@ -77,21 +86,18 @@ class MemoryExtras:
             self._unsupported("clear_library_workspaces", "this torch build has no cuBLAS workspaces")
         clear()
 
-    @property
-    def supports_pinned_memory(self) -> bool:
-        """Whether host memory can be page-locked for this kind's devices here (real and present)."""
-        return self.device_type != "cpu" and not self.simulated and self.is_available()
-
     def pin_memory(self, tensor: torch.Tensor) -> torch.Tensor:
-        """`tensor` in page-locked host memory where `supports_pinned_memory`; else unchanged."""
-        if not self.supports_pinned_memory or tensor.is_pinned():
+        """`tensor` in page-locked host memory where the platform `supports_pinned_memory`; else
+        unchanged."""
+        if not self.platform.supports_pinned_memory or tensor.is_pinned():
             return tensor
         return tensor.pin_memory()
 
     def _host_memory(self, member: str, tensor: torch.Tensor) -> tuple[int, int]:
         if tensor.device.type != "cpu" or not tensor.is_contiguous():
             raise ValueError(
-                f"platform '{self.name}': {member} takes a contiguous host tensor, not {tensor.device}"
+                f"platform '{self.platform.name}': memory.{member} takes a contiguous host tensor, "
+                f"not {tensor.device}"
             )
         return tensor.data_ptr(), tensor.numel() * tensor.element_size()
 
@@ -108,11 +114,11 @@ class MemoryExtras:
     def _runtime_call(self, member: str, name: str, *args: Any) -> None:
         """`<device module>.cudart().<name>(*args)`: the runtime bindings torch has for CUDA and
         ROCm and torch_npu for Ascend, under CUDA's names; a status other than 0 raises."""
-        cudart = getattr(self.device_module(), "cudart", None)
+        cudart = getattr(self.platform.device_module(), "cudart", None)
         if cudart is None:
             self._unsupported(
-                member, "this kind's runtime bindings have no host registration: use pin_memory()"
+                member, "this kind's runtime bindings have no host registration: use memory.pin_memory()"
             )
         status = getattr(cudart(), name)(*args)
         if int(status) != 0:
-            raise RuntimeError(f"platform '{self.name}': {name} failed with status {int(status)}")
+            raise RuntimeError(f"platform '{self.platform.name}': {name} failed with status {int(status)}")
