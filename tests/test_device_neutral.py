@@ -56,3 +56,27 @@ def test_rule_catches_a_class_keyed_vendor_table(tmp_path):
         "from roll_device.platforms import HOST_KIND, get_platform\n"
     )
     assert [line.split(":")[1] for line in leaks(tmp_path)] == ["1", "2", "3", "4"]
+
+
+HOST_CHECK = re.compile(r"""[!=]=\s*["']cpu["']|["']cpu["']\s*[!=]=""")
+
+
+def host_checks(root: Path = ROOT) -> list[str]:
+    """Comparisons with the string "cpu" in strategies/: whether a platform is the host is its
+    `is_host`, whether a tensor lives in host memory its `is_cpu`."""
+    return [
+        f"{path.relative_to(root).as_posix()}:{number}: {line.strip()}"
+        for path in sorted((root / "strategies").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if HOST_CHECK.search(line)
+    ]
+
+
+def test_strategies_ask_the_platform_whether_it_is_the_host():
+    assert host_checks() == [], "ask platform.is_host or tensor.is_cpu:\n" + "\n".join(host_checks())
+
+
+def test_host_rule_catches_a_comparison(tmp_path):
+    (tmp_path / "strategies").mkdir()
+    (tmp_path / "strategies" / "bad.py").write_text('pin = platform.device_type != "cpu"\n')
+    assert host_checks(tmp_path) == ['strategies/bad.py:1: pin = platform.device_type != "cpu"']

@@ -70,6 +70,9 @@ class Platform:
     # the field uses dynamo's eager backend (the NPU: SGLang's Ascend piecewise graphs).
     compile_backend: ClassVar[str] = "inductor"
     supports_ipc: ClassVar[bool] = False
+    # The kind is the host processor itself: no device memory apart from host memory, nothing to
+    # pin or offload to, fp32 the fast dtype.
+    is_host: ClassVar[bool] = False
     # The collective backend's all-gather and reduce-scatter copy the whole tensor through a
     # temporary of their own (twice the gathered bytes at once): trainers gather and reduce in
     # their own buffers instead (strategies/training/in_place_collectives.py).
@@ -193,7 +196,7 @@ class Platform:
     @property
     def supports_pinned_memory(self) -> bool:
         """Whether host memory can be page-locked for this kind's devices here (real and present)."""
-        return self.device_type != "cpu" and not self.simulated and self.is_available()
+        return not self.is_host and not self.simulated and self.is_available()
 
     def allocator_env(self) -> dict[str, str]:
         """Allocator settings for processes on this kind (expandable segments where supported)."""

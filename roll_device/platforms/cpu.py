@@ -183,6 +183,7 @@ class CpuPlatform(Platform):
     visible_devices_env = None
     dist_backend = "gloo"
     collectives_copy_whole = True  # gloo: benchmarks/rank_memory.py
+    is_host = True
     memory = group(CpuMemory)
     facts = group(CpuFacts)
     topology = group(CpuTopology)

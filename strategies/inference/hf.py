@@ -251,7 +251,7 @@ class HfStrategy(InferenceStrategy):
         if seed is None:
             yield
             return
-        devices = [] if self.platform.device_type == "cpu" else [self.platform.current_device()]
+        devices = [] if self.platform.is_host else [self.platform.current_device()]
         with torch.random.fork_rng(devices=devices, device_type=self.platform.device_type):
             self.platform.manual_seed(seed)
             yield
@@ -328,7 +328,7 @@ class HfStrategy(InferenceStrategy):
                         f"{tuple(target.shape)}: send weights of the same architecture"
                     )
                 target.data.copy_(tensor, non_blocking=True)
-                if target.device.type != "cpu" or tensor.device.type != "cpu":
+                if not (target.is_cpu and tensor.is_cpu):
                     pending.append(tensor)
                     size += tensor.numel() * tensor.element_size()
                     if size >= self.settings.update_bucket_bytes:

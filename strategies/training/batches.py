@@ -40,7 +40,7 @@ def validate(batch: TrainBatch) -> None:
             f"got {_describe(batch.advantages)}"
         )
     for name, tensor in _tensors(batch):
-        if tensor.device.type != "cpu":
+        if not tensor.is_cpu:
             raise TrainBatchError(f"TrainBatch.{name} is on {tensor.device}: pass batches on the CPU")
     mask = batch.attention_mask.to(torch.long)
     if bool((mask[:, 1:] > mask[:, :-1]).any()):

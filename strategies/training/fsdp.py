@@ -103,18 +103,18 @@ class FsdpTrainStrategy(TrainStrategy):
         self.device = self.platform.device()
         self.data_parallel_rank, self.data_parallel_size = dist.get_rank(), dist.get_world_size()
         mesh = init_device_mesh(self.platform.device_type, (self.data_parallel_size,))
-        compute = DTYPES[self.settings.param_dtype_name(self.platform.device_type)]
+        compute = DTYPES[self.settings.param_dtype_name(self.platform)]
         sharding = {
             "mesh": mesh,
             "mp_policy": MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32),
             "offload_policy": (
-                CPUOffloadPolicy(pin_memory=self.platform.device_type != "cpu")  # pinning needs a device
+                CPUOffloadPolicy(pin_memory=not self.platform.is_host)  # pinning needs a device
                 if settings.optimizer_offload
                 else OffloadPolicy()
             ),
         }
         model = empty_model(model_path, settings.attn_implementation, self.device)
-        if settings.recompute_on(self.platform.device_type):
+        if settings.recompute_on(self.platform):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         units = set(getattr(model, "_no_split_modules", None) or [])
         for module in model.modules():

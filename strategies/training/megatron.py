@@ -108,7 +108,7 @@ class MegatronTrainStrategy(TrainStrategy):
         device's streams)."""
         from transformers import AutoConfig
 
-        if settings.optimizer_offload and platform is not None and platform.device_type == "cpu":
+        if settings.optimizer_offload and platform is not None and platform.is_host:
             raise ConfigError(
                 f"trainer.optimizer_offload=true: the megatron trainer runs on {platform.name}, whose "
                 "optimizer state is in host memory already: set trainer.optimizer_offload=false"
@@ -156,10 +156,8 @@ class MegatronTrainStrategy(TrainStrategy):
 
         s = self.settings
         self._join_groups()
-        compute = s.param_dtype_name(self.platform.device_type)
-        config = megatron_model.transformer_config(
-            self.plan, s, compute, s.recompute_on(self.platform.device_type)
-        )
+        compute = s.param_dtype_name(self.platform)
+        config = megatron_model.transformer_config(self.plan, s, compute, s.recompute_on(self.platform))
         model = megatron_model.build(self.plan, config, self.stages.is_first, self.stages.is_last)
         megatron_weights.load_into(
             dict(model.named_parameters()),

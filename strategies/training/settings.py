@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, StrictBool, StrictInt, model_validator
 
 from roll_device.errors import ConfigError
+from roll_device.platforms import Platform
 from roll_device.settings import Count, NonNegative, Section
 
 Positive = Annotated[float, Field(gt=0)]
@@ -47,9 +48,9 @@ class TrainSettings(Section):
             )
         return self
 
-    def recompute_on(self, device_type: str) -> bool:
+    def recompute_on(self, platform: Platform) -> bool:
         """Whether activations are recomputed: the configured switch, else on for accelerators."""
-        return self.recompute if self.recompute is not None else device_type != "cpu"
+        return self.recompute if self.recompute is not None else not platform.is_host
 
     def check_longest_sample(self, tokens: int, what: str) -> None:
         """A ConfigError when a token budget is set below the longest sample (`what` says where
@@ -70,11 +71,11 @@ class TrainSettings(Section):
         """How `model_parallel_size` comes about, in the config's keys."""
         return "1 (one worker per model replica)"
 
-    def param_dtype_name(self, device_type: str) -> str:
-        """The compute dtype: the configured one, else bf16 on accelerators and fp32 on the CPU."""
+    def param_dtype_name(self, platform: Platform) -> str:
+        """The compute dtype: the configured one, else bf16 on accelerators and fp32 on the host."""
         if self.mixed_precision is not None:
             return self.mixed_precision
-        return "fp32" if device_type == "cpu" else "bf16"
+        return "fp32" if platform.is_host else "bf16"
 
     def lr_factor(self, step: int) -> float:
         """Learning-rate multiplier at optimizer step `step` (0-based): linear warmup, then 1."""
