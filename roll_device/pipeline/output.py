@@ -60,12 +60,13 @@ class _DropNotices(logging.Filter):
 
 
 @contextmanager
-def setup_progress(refs_by_role: dict[str, list]) -> Iterator[Callable[[str], None]]:
-    """A progress bar of the workers set up so far, naming the roles still starting (loading a
-    real model and capturing its graphs takes minutes); yields the call for one worker ready."""
+def setup_progress(workers: dict[str, int]) -> Iterator[Callable[[str], None]]:
+    """A progress bar of the workers set up so far, of `workers` (role: count), naming the roles
+    still starting (loading a real model and capturing its graphs takes minutes); yields the call
+    for one worker ready."""
     from tqdm import tqdm
 
-    left = {role: len(refs) for role, refs in refs_by_role.items()}
+    left = dict(workers)
 
     def waiting() -> str:
         return "waiting for " + ", ".join(f"{role} ({n})" for role, n in left.items() if n)

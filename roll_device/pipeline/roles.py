@@ -295,13 +295,15 @@ def start_roles(config: RunConfig, plan: RunPlan, model_path: str, log_dir: Path
         for role, group in roles.groups.items()
         if log_dir is not None
     }
-    try:
-        setups = _start_setups(config, plan, roles, model_path)
-        with setup_progress(setups) as ready:
+    workers = {role: group.world_size for role, group in roles.groups.items()}
+    workers.update({role: workers[host] for role, host in plan.hosted.items()})
+    try:  # the bar spans the whole set-up: rendezvous, set-up calls, the sync's connection
+        with setup_progress(workers) as ready:
+            setups = _start_setups(config, plan, roles, model_path)
             done = roles.wait(setups, on_ready=ready)
-        roles.wait(capture)
-        roles.dp_ranks = {role: done[role] for role in done if ROLE_TYPES[role] == TRAIN}
-        _connect_sync(config, plan, roles)
+            roles.wait(capture)
+            roles.dp_ranks = {role: done[role] for role in done if ROLE_TYPES[role] == TRAIN}
+            _connect_sync(config, plan, roles)
     except BaseException:
         roles.shutdown()  # the workers that did start
         raise
