@@ -4,7 +4,7 @@ start-up noise out."""
 import subprocess
 import sys
 
-from roll_device.pipeline.output import summarise_worker_logs, warnings_worth_reading
+from roll_device.pipeline.output import append_report, summarise_worker_logs, warnings_worth_reading
 
 CAPTURE = """
 import os, sys
@@ -41,3 +41,15 @@ def test_the_summary_names_warnings_that_matter_once(tmp_path):
     (tmp_path / "actor_infer_0.log").write_text("NUMA binding: Using MEMBIND policy\n")
     (tmp_path / "reward_0.log").write_text("")
     assert summarise_worker_logs(tmp_path).endswith("(no warnings beyond known start-up notices)")
+
+
+def test_a_report_appended_to_a_worker_log_is_not_summarised_again(tmp_path):
+    """Ray's report of a dead worker, appended to its log: the run's error said it already."""
+    log = tmp_path / "actor_train_0.log"
+    log.write_text("loading\n")
+    append_report(log, "this worker died; Ray's report:", "The actor died.\nWorker exit type: SYSTEM_ERROR")
+    assert log.read_text() == (
+        "loading\n[roll-device] this worker died; Ray's report:\n[roll-device] The actor died.\n"
+        "[roll-device] Worker exit type: SYSTEM_ERROR\n"
+    )
+    assert warnings_worth_reading(tmp_path) == []

