@@ -125,8 +125,8 @@ class WorkerFailedError(WorkerLostError):
         if isinstance(raised, ray.exceptions.RayError):  # Ray's stand-in, e.g. for an unpicklable error
             found = raised_in(self.traceback)
             if found is not None:
-                return f"a worker of role '{self.role}' failed ({summarised(*found)})"
-        return f"a worker of role '{self.role}' failed ({first_line(raised)})"
+                return f"a worker of {self.worker} failed ({summarised(*found)})"
+        return f"a worker of {self.worker} failed ({first_line(raised)})"
 
     @property
     def traceback(self) -> str:

@@ -74,7 +74,9 @@ def test_an_aborted_sync_stops_waiting_before_its_timeout():
     from roll_device.comm import abort_sync
 
     sender = WeightSender(CPU_PLAN, rd.get_platform("cpu"), 1, weight_sync(timeout_s=600))
-    threading.Timer(0.2, abort_sync, (sender.endpoint, "a worker of role 'actor_infer' was lost")).start()
+    threading.Timer(
+        0.2, abort_sync, (sender.endpoint, "a worker of role 'actor_infer' (rank 0) died")
+    ).start()
     with pytest.raises(
         WeightSyncError,
         match="aborted while waiting for every rollout worker to map the slots: a worker of role 'actor_infer'",

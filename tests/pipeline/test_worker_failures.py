@@ -32,7 +32,7 @@ def test_an_engine_that_fails_to_start_ends_the_run_in_one_line_with_its_traceba
     traceback = run_dir / "logs" / "actor_infer_traceback.txt"
     assert "\n" not in message
     assert message.startswith(
-        "a worker of role 'actor_infer' failed (ValidationError: 1 validation error for SchedulerConfig: "
+        "a worker of role 'actor_infer' (rank 0) failed (ValidationError: 1 validation error for SchedulerConfig: "
         "Value error, max_num_batched_tokens (4096) must be greater than or equal to max_num_seqs (100000)."
     )
     assert message.endswith(
@@ -130,7 +130,7 @@ def test_a_worker_that_raises_in_a_step_ends_the_run_with_its_traceback_and_the_
     run_dir, message = _failed_run(tmp_path, shared_cluster, WorkerFailedError, failing, save_every=2)
     traceback = run_dir / "logs" / "actor_train_traceback.txt"
     assert message.startswith(
-        f"a worker of role 'actor_train' failed (NotADirectoryError: [Errno 20] Not a directory: "
+        f"a worker of role 'actor_train' (rank 0) failed (NotADirectoryError: [Errno 20] Not a directory: "
         f"'{blocker / 'policy'}')"
     ), "the checkpoint's own cause, not torch's CheckpointException listing ranks"
     assert "TrainWorker.save()" in traceback.read_text()
