@@ -57,7 +57,7 @@ def capture_output(path: str | Path) -> None:
 
 def append_report(path: Path, title: str, text: str) -> None:
     """Append `title` and `text` (e.g. Ray's full report of the worker's death) to the log at
-    `path`, each line marked as ours, so that the end-of-run summary does not repeat it."""
+    `path`, each line marked as ours: the end-of-run summary then leaves that log out."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as log:
         log.writelines(f"{REPORT_PREFIX}{line}\n" for line in [title, *text.splitlines()])
@@ -119,13 +119,16 @@ class _WithoutWorkerDeaths:
 
 
 def warnings_worth_reading(log_dir: Path) -> list[str]:
-    """Distinct warning or error lines of the worker logs, known noise left out, as `file: line`."""
+    """Distinct warning or error lines of the worker logs, known noise left out, as `file: line`. A
+    log holding our report (`append_report`) is left out: the run's error told that worker's end
+    (an engine's own account of it, a rank that died, would repeat it in other words)."""
     found: dict[str, str] = {}
     for log in sorted(Path(log_dir).glob("*.log")):
-        for line in log.read_text(errors="replace").splitlines():
+        lines = log.read_text(errors="replace").splitlines()
+        if any(line.startswith(REPORT_PREFIX) for line in lines):
+            continue
+        for line in lines:
             text = line.strip()
-            if line.startswith(REPORT_PREFIX):
-                continue
             if WARNING.search(text) and not any(noise in text for noise in KNOWN_NOISE):
                 found.setdefault(text, f"{log.stem}: {text[:200]}")
     return list(found.values())

@@ -43,13 +43,16 @@ def test_the_summary_names_warnings_that_matter_once(tmp_path):
     assert summarise_worker_logs(tmp_path).endswith("(no warnings beyond known start-up notices)")
 
 
-def test_a_report_appended_to_a_worker_log_is_not_summarised_again(tmp_path):
-    """Ray's report of a dead worker, appended to its log: the run's error said it already."""
-    log = tmp_path / "actor_train_0.log"
-    log.write_text("loading\n")
+def test_the_log_of_a_worker_whose_end_the_error_told_is_left_out_of_the_summary(tmp_path):
+    """Ray's report of a dead worker, appended to its log (the run's error told its end already):
+    that log's lines, vLLM's account of a dead rank among them, are not summarised again."""
+    log = tmp_path / "actor_infer_0.log"
+    log.write_text("ERROR [multiproc_executor.py:315] Worker proc VllmWorker-1 died unexpectedly\n")
+    (tmp_path / "reward_0.log").write_text("UserWarning: a reward of None\n")
     append_report(log, "this worker died; Ray's report:", "The actor died.\nWorker exit type: SYSTEM_ERROR")
-    assert log.read_text() == (
-        "loading\n[roll-device] this worker died; Ray's report:\n[roll-device] The actor died.\n"
-        "[roll-device] Worker exit type: SYSTEM_ERROR\n"
-    )
-    assert warnings_worth_reading(tmp_path) == []
+    assert log.read_text().splitlines()[1:] == [
+        "[roll-device] this worker died; Ray's report:",
+        "[roll-device] The actor died.",
+        "[roll-device] Worker exit type: SYSTEM_ERROR",
+    ]
+    assert warnings_worth_reading(tmp_path) == ["reward_0: UserWarning: a reward of None"]
