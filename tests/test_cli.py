@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from roll_device.pipeline.state import Checkpoints
@@ -335,6 +336,50 @@ def test_a_second_ctrl_c_while_the_run_stops_names_the_last_checkpoint(tmp_path)
     done = _cli(*_resume_command(err), *args[1:-1], home=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert _steps(run_dir) == list(range(1, 7))
+
+
+def _title(process) -> str:
+    """A process's title (`ray::TrainWorker.train` for a Ray worker in a call), "" once gone."""
+    try:
+        return process.cmdline()[0]
+    except (psutil.Error, IndexError):
+        return ""
+
+
+def _kill_in(proc: subprocess.Popen, title: str) -> None:
+    """SIGKILL the first process under `proc` (the driver, its embedded Ray, the workers) whose
+    title is `title`, as soon as one has it."""
+    while True:
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        found = [p for p in psutil.Process(proc.pid).children(recursive=True) if _title(p) == title]
+        if found:
+            found[0].send_signal(signal.SIGKILL)
+            return
+        time.sleep(0.01)
+
+
+def test_a_killed_trainer_is_one_line_on_the_terminal(tmp_path):
+    """`kill -9` of the trainer's process in a weight sync, with overlap (`algorithm.max_staleness=1`:
+    the sender waits there for the rollout in flight): one error line naming the role, the rank, the
+    cause in our words and the worker's log, which holds Ray's report. Neither Ray's paragraph about
+    the dead worker nor C++ stack dumps of the driver's abort of the dead trainer's store reach the
+    terminal."""
+    run_dir = tmp_path / "run"
+    args = ["run", "max_steps=6", "save_every=0", "algorithm.max_staleness=1", f"hydra.run.dir={run_dir}"]
+    metrics = run_dir / "metrics.jsonl"
+    proc = _started_run(args, tmp_path, lambda: metrics.exists() and metrics.read_text().strip())
+    _kill_in(proc, "ray::TrainWorker.send_weights")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err[-3000:]
+    log = run_dir / "logs" / "actor_train_0.log"
+    errors = [line for line in err.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0].startswith(
+        "roll-device run: error: a worker of role 'actor_train' (rank 0) died: the process was killed "
+        f"(SIGKILL: `kill -9` or the out-of-memory killer) or crashed; its log: {log}; the run stopped"
+    ), err[-3000:]
+    for noise in ("frame #", "Exception raised from", "[c10d]", "A worker died", "Worker exit", "Traceback"):
+        assert noise not in out + err, (noise, out + err)
+    assert "Worker exit type" in log.read_text(), "Ray's report is in the worker's log"
 
 
 def test_ctrl_c_outside_a_run_ends_without_a_traceback(capsys, monkeypatch):

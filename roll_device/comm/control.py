@@ -15,6 +15,7 @@ of after `weight_sync.timeout_s`.
 from __future__ import annotations
 
 import pickle
+import socket
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -139,11 +140,23 @@ class Control:
 
 def abort_sync(endpoint: Endpoint, reason: str, timeout_s: float = 5.0) -> None:
     """Tell both ends of the sync served at `endpoint` to stop waiting (best effort: a store that
-    is gone has nobody waiting on it)."""
+    is gone has nobody waiting on it). A store that does not take a connection is left alone:
+    c10d's client would retry it for `timeout_s` and print a C++ stack dump on each try."""
+    if not _listening(endpoint, timeout_s):
+        return
     try:
         _client(endpoint, timeout_s).set(ABORT_KEY, pickle.dumps(reason))
     except (WeightSyncError, RuntimeError):
         pass
+
+
+def _listening(endpoint: Endpoint, timeout_s: float) -> bool:
+    """Whether a TCP connection to `endpoint` is accepted within `timeout_s` (a plain socket)."""
+    try:
+        socket.create_connection((endpoint.host, endpoint.port), timeout=timeout_s).close()
+    except OSError:
+        return False
+    return True
 
 
 def _client(endpoint: Endpoint, timeout_s: float) -> dist.TCPStore:

@@ -42,10 +42,11 @@ from roll_device.pipeline.evaluation import evaluate
 from roll_device.pipeline.interrupts import how_stopped
 from roll_device.pipeline.loop import Collected, GrpoStep
 from roll_device.pipeline.metrics import PASS_KEY, MetricsLog
-from roll_device.pipeline.output import LOG_DIR, quiet_driver, summarise_worker_logs
+from roll_device.pipeline.output import LOG_DIR, append_report, quiet_driver, summarise_worker_logs
 from roll_device.pipeline.overlap import Rollout, RolloutQueue
 from roll_device.pipeline.roles import (
     RoleGroups,
+    SetupTimeoutError,
     WorkerFailedError,
     WorkerLostError,
     start_roles,
@@ -313,12 +314,21 @@ def resume_advice(run_dir: Path) -> str:
 
 def final_error(error: WorkerLostError, advice: str, log_dir: Path) -> WorkerLostError:
     """The error that ends the run: `error` ending with `advice`; a failed worker's traceback is
-    written to `log_dir` and named."""
+    written to `log_dir` and named; a dead worker's log gets Ray's full report and is named. The
+    worker's log gets our report either way (the end-of-run summary leaves that log out)."""
     if isinstance(error, WorkerFailedError):
         log_dir.mkdir(parents=True, exist_ok=True)
         saved = log_dir / f"{error.role}_traceback.txt"
         saved.write_text(error.traceback)
         advice = f"the worker's traceback: {saved}; {advice}"
+        if error.rank is not None:
+            append_report(
+                log_dir / f"{error.role}_{error.rank}.log", f"{error.summary()}; traceback: {saved}", ""
+            )
+    elif not isinstance(error, SetupTimeoutError) and error.rank is not None:
+        log = log_dir / f"{error.role}_{error.rank}.log"
+        append_report(log, f"this worker died ({error.summary()}); Ray's report:", str(error.cause))
+        advice = f"its log: {log}; {advice}"
     return error.advised(advice)
 
 

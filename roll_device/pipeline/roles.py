@@ -47,22 +47,50 @@ SYNC_ENDS = (SYNC_SENDER, SYNC_RECEIVER)
 
 
 class WorkerLostError(RollDeviceError, RuntimeError):
-    """A role worker died during a run."""
+    """A role worker died during a run (`rank`: which of the role's workers, when known)."""
 
     exit_code = 1
     worker_alive = False
 
-    def __init__(self, role: str, cause: BaseException, advice: str = "") -> None:
-        self.role, self.cause = role, cause
+    def __init__(self, role: str, cause: BaseException, advice: str = "", rank: int | None = None) -> None:
+        self.role, self.cause, self.rank = role, cause, rank
         message = self.summary()
         super().__init__(f"{message}; {advice}" if advice else message)
 
+    @property
+    def worker(self) -> str:
+        """The worker in words: `role 'actor_train' (rank 0)`."""
+        return f"role '{self.role}'" + ("" if self.rank is None else f" (rank {self.rank})")
+
     def summary(self) -> str:
-        return f"a worker of role '{self.role}' was lost ({first_line(self.cause)})"
+        return f"a worker of {self.worker} died: {death_cause(self.cause)}"
 
     def advised(self, advice: str) -> WorkerLostError:
         """The same error, its message ending with `advice` (what was kept, how to go on)."""
-        return type(self)(self.role, self.cause, advice)
+        return type(self)(self.role, self.cause, advice, rank=self.rank)
+
+
+# Ray's words for how an actor's process ended (its error's text) -> ours
+DEATH_CAUSES = (
+    (
+        "exits with a connection error",
+        "the process was killed (SIGKILL: `kill -9` or the out-of-memory killer) or crashed",
+    ),
+    ("killed by `ray.kill`", "the process was stopped (ray.kill)"),
+    ("running low on memory", "Ray's memory monitor killed the process (its node ran low on memory)"),
+    ("because its node", "its node died or left the cluster"),
+)
+
+
+def death_cause(cause: BaseException) -> str:
+    """How a worker's process ended, in our words (Ray's full report goes to the worker's log)."""
+    if getattr(cause, "preempted", False):
+        return "its node was preempted"
+    text = str(cause)
+    for ray_words, ours in DEATH_CAUSES:
+        if ray_words in text:
+            return ours
+    return f"its process is gone ({first_line(cause)})"
 
 
 class SetupTimeoutError(WorkerLostError):
@@ -97,8 +125,8 @@ class WorkerFailedError(WorkerLostError):
         if isinstance(raised, ray.exceptions.RayError):  # Ray's stand-in, e.g. for an unpicklable error
             found = raised_in(self.traceback)
             if found is not None:
-                return f"a worker of role '{self.role}' failed ({summarised(*found)})"
-        return f"a worker of role '{self.role}' failed ({first_line(raised)})"
+                return f"a worker of {self.worker} failed ({summarised(*found)})"
+        return f"a worker of {self.worker} failed ({first_line(raised)})"
 
     @property
     def traceback(self) -> str:
@@ -146,18 +174,24 @@ WAIT_SLICE_S = 1.0  # how often a wait returns to Python (where Ctrl-C is raised
 
 
 @contextmanager
-def watching(role: str) -> Iterator[None]:
-    """Turn the loss of one of `role`'s workers into a WorkerLostError naming the role, a
-    worker's refusal (a RollDeviceError raised remotely) into that error, and any other error a
-    worker raised into a WorkerFailedError."""
+def watching(role: str, rank: int | None = None) -> Iterator[None]:
+    """Turn the loss of `role`'s worker `rank` into a WorkerLostError naming both, a worker's
+    refusal (a RollDeviceError raised remotely) into that error, and any other error a worker
+    raised into a WorkerFailedError."""
     try:
         yield
     except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError) as exc:
-        raise WorkerLostError(role, exc) from exc
+        raise WorkerLostError(role, exc, rank=rank) from exc
     except ray.exceptions.RayTaskError as exc:
         if isinstance(exc.cause, RollDeviceError):
             raise exc.cause from None
-        raise WorkerFailedError(role, exc) from exc
+        raise WorkerFailedError(role, exc, rank=rank) from exc
+
+
+def ranks(ref_lists) -> dict[Any, int]:
+    """Each call's worker rank: a role's calls are issued one per worker, in rank order (rank 0
+    alone for `async_call_rank0`)."""
+    return {ref: rank for refs in ref_lists for rank, ref in enumerate(refs)}
 
 
 @dataclass
@@ -169,6 +203,7 @@ class RoleGroups:
     endpoint: Endpoint | None = None  # the sender's control store, once connected
     hosted: dict[str, str] = field(default_factory=dict)  # a role run inside another's workers
     watched: dict[Any, str] = field(default_factory=dict)  # background calls in flight -> role
+    watched_ranks: dict[Any, int] = field(default_factory=dict)  # background calls -> worker rank
     background_failure: RollDeviceError | None = None  # a watched call's, raised by the next wait
     bound_s: float | None = None  # while set (the set-up), how long one wait may take
 
@@ -210,6 +245,7 @@ class RoleGroups:
         other workers; the step they finish is then kept)."""
         self.raise_background_failure()
         role_of = {ref: role for role, refs in refs_by_role.items() for ref in refs}
+        rank_of = ranks(refs_by_role.values())
         pending = set(role_of)
         deadline = None if self.bound_s is None else time.monotonic() + self.bound_s
         while pending:
@@ -222,7 +258,7 @@ class RoleGroups:
                     self._check_background(ref)
                     continue
                 pending.discard(ref)
-                with watching(role_of[ref]):
+                with watching(role_of[ref], rank_of[ref]):
                     ray.get(ref)
                 if on_ready is not None:
                     on_ready(role_of[ref])
@@ -231,15 +267,17 @@ class RoleGroups:
     def watch(self, role: str, refs: list) -> None:
         """Watch `role`'s calls `refs`, running in the background, during every wait."""
         self.watched.update(dict.fromkeys(refs, role))
+        self.watched_ranks.update(ranks([refs]))
 
     def unwatch(self, refs: list) -> None:
         for ref in refs:
             self.watched.pop(ref, None)
+            self.watched_ranks.pop(ref, None)
 
     def _check_background(self, ref) -> None:
         role = self.watched.pop(ref)
         try:
-            with watching(role):
+            with watching(role, self.watched_ranks.pop(ref, None)):
                 ray.get(ref)
         except RollDeviceError as failed:
             self.background_failure = self.background_failure or failed

@@ -11,6 +11,8 @@ with the old weights, and the graph guard checks the engine's graphs against the
 (strategies/inference/vllm_guard.py). `update_weights(named_tensors)` feeds the engine the same way from this
 process (a sender of its own, along the same path). Nothing passes weights through
 `collective_rpc`: it carries small messages only (stats, a hash, a file name for `read_weights`).
+A rank's process that dies in a step's call (`generate`, `receive_weights`) is named with how it
+ended (strategies/inference/vllm_ranks.py), not in the words of the queue or gloo that noticed.
 `offload()` / `reload()` are vLLM's sleep (level 1) / wake-up where sleep mode is on (colocated on
 GPU or NPU); without sleep mode (the CPU has none) the engine keeps its memory and they do nothing.
 """
@@ -52,6 +54,7 @@ from strategies.inference.vllm_args import (
     graph_mode_and_sleep_level,
 )
 from strategies.inference.vllm_guard import vllm_guard
+from strategies.inference.vllm_ranks import naming_dead_ranks
 from strategies.inference.vllm_worker import ENGINES, RolloutWorkerExtension, register_engines
 from strategies.inference.weights import check_update
 
@@ -154,7 +157,7 @@ class VllmStrategy(InferenceStrategy):
             return []
         prompts = [{"prompt_token_ids": list(p)} for p in prompt_token_ids]
         params = [self.sampling_params(sampling, i) for i in range(len(prompts))]
-        with self._stance():
+        with self._stance(), naming_dead_ranks(self.llm):
             outputs = self.llm.generate(prompts, params, use_tqdm=False)
         return [
             Completion(
@@ -185,11 +188,12 @@ class VllmStrategy(InferenceStrategy):
         self._require_started("receive_weights")
         if self.sleeping:
             raise ConfigError("receive_weights on an offloaded vLLM engine: call reload() first")
-        self.llm.start_weight_update()
-        self.llm.update_weights({"update_info": {}})
-        stats = SyncStats(**self.llm.collective_rpc(RolloutWorkerExtension.roll_device_sync_stats)[0])
-        self.llm.finish_weight_update(weight_version=str(stats.version))
-        self.llm.reset_prefix_cache()
+        with naming_dead_ranks(self.llm):
+            self.llm.start_weight_update()
+            self.llm.update_weights({"update_info": {}})
+            stats = SyncStats(**self.llm.collective_rpc(RolloutWorkerExtension.roll_device_sync_stats)[0])
+            self.llm.finish_weight_update(weight_version=str(stats.version))
+            self.llm.reset_prefix_cache()
         self._version = stats.version
         self.guard_graphs(stats.version)
         return stats

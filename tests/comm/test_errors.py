@@ -83,10 +83,30 @@ def test_an_aborted_sync_stops_waiting_before_its_timeout():
     from roll_device.comm import abort_sync
 
     sender = WeightSender(CPU_PLAN, rd.get_platform("cpu"), 1, weight_sync(timeout_s=600))
-    threading.Timer(0.2, abort_sync, (sender.endpoint, "a worker of role 'actor_infer' was lost")).start()
+    threading.Timer(
+        0.2, abort_sync, (sender.endpoint, "a worker of role 'actor_infer' (rank 0) died")
+    ).start()
     with pytest.raises(
         WeightSyncError,
         match="aborted while waiting for every rollout worker to map the slots: a worker of role 'actor_infer'",
     ):
         sender.connect()
     sender.close()
+
+
+def test_an_abort_to_a_store_that_is_gone_returns_at_once_and_prints_nothing(capfd):
+    """The driver aborts the sync of a trainer that died, whose store died with it: no c10d retry
+    and no C++ stack dump on the terminal (fd 2)."""
+    import socket
+    import time
+
+    from roll_device.comm import abort_sync
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    started = time.monotonic()
+    abort_sync(Endpoint("127.0.0.1", port), "a worker of role 'actor_train' (rank 0) died", timeout_s=2)
+    assert time.monotonic() - started < 1
+    out, err = capfd.readouterr()
+    assert out == "" and err == "", err

@@ -4,7 +4,7 @@ start-up noise out."""
 import subprocess
 import sys
 
-from roll_device.pipeline.output import summarise_worker_logs, warnings_worth_reading
+from roll_device.pipeline.output import append_report, summarise_worker_logs, warnings_worth_reading
 
 CAPTURE = """
 import os, sys
@@ -41,3 +41,18 @@ def test_the_summary_names_warnings_that_matter_once(tmp_path):
     (tmp_path / "actor_infer_0.log").write_text("NUMA binding: Using MEMBIND policy\n")
     (tmp_path / "reward_0.log").write_text("")
     assert summarise_worker_logs(tmp_path).endswith("(no warnings beyond known start-up notices)")
+
+
+def test_the_log_of_a_worker_whose_end_the_error_told_is_left_out_of_the_summary(tmp_path):
+    """Ray's report of a dead worker, appended to its log (the run's error told its end already):
+    that log's lines, vLLM's account of a dead rank among them, are not summarised again."""
+    log = tmp_path / "actor_infer_0.log"
+    log.write_text("ERROR [multiproc_executor.py:315] Worker proc VllmWorker-1 died unexpectedly\n")
+    (tmp_path / "reward_0.log").write_text("UserWarning: a reward of None\n")
+    append_report(log, "this worker died; Ray's report:", "The actor died.\nWorker exit type: SYSTEM_ERROR")
+    assert log.read_text().splitlines()[1:] == [
+        "[roll-device] this worker died; Ray's report:",
+        "[roll-device] The actor died.",
+        "[roll-device] Worker exit type: SYSTEM_ERROR",
+    ]
+    assert warnings_worth_reading(tmp_path) == ["reward_0: UserWarning: a reward of None"]

@@ -44,7 +44,7 @@ def test_a_rollout_worker_lost_mid_overlap_keeps_the_step_and_resume_continues_t
         run_checked(run_config(*base), run_dir, on_step=on_step)
     print(f"actor_infer killed mid-overlap: the run ended {time.monotonic() - killed_at[0]:.1f}s later")
     message = str(lost.value)
-    assert "a worker of role 'actor_infer' was lost" in message
+    assert "a worker of role 'actor_infer' (rank 0) died: the process was killed" in message
     assert f"the last checkpoint is step 3 in {run_dir / 'checkpoints' / 'step_3'}" in message, (
         "the update under way when the worker died finishes and is saved"
     )

@@ -42,7 +42,13 @@ def test_a_killed_worker_ends_the_run_and_resume_records_every_step_once(
         f"{role} killed: the run ended {time.monotonic() - killed_at[0]:.1f}s later"
     )  # for docs, not asserted
     message = str(lost.value)
-    assert f"a worker of role '{role}' was lost" in message
+    assert "\n" not in message
+    log = run_dir / "logs" / f"{role}_0.log"
+    assert message.startswith(
+        f"a worker of role '{role}' (rank 0) died: the process was killed (SIGKILL: `kill -9` or the "
+        f"out-of-memory killer) or crashed; its log: {log}; "
+    )
+    assert "Worker exit type" in log.read_text(), "Ray's full report is in the worker's log"
     assert f"the last checkpoint is step {kept} in {run_dir / 'checkpoints' / f'step_{kept}'}" in message
     assert f"continue with: roll-device run resume=true hydra.run.dir={run_dir}" in message
 

