@@ -33,8 +33,8 @@ from roll_device.settings import Count, NonNegative, OpenSection, Section, read_
 from strategies.base import INFERENCE, TRAIN
 from strategies.inference.settings import RolloutSettings
 from strategies.registry import names, strategy_type
-from strategies.training.advantages import ADVANTAGES, AdvantageSettings
-from strategies.training.losses import LOSS_AGGREGATIONS, POLICY_LOSSES, LossSettings
+from strategies.training.advantages import ADVANTAGES, AdvantageSpec
+from strategies.training.losses import LOSS_AGGREGATIONS, POLICY_LOSSES, LossSpec
 from strategies.training.settings import TrainSettings
 
 REWARD = "reward"  # the role type of reward workers (the pipeline's own, no strategy registry)
@@ -129,14 +129,14 @@ class AlgorithmSettings(Section):
             raise ConfigError(refused)
         return self
 
-    def advantage_settings(self) -> AdvantageSettings:
-        return AdvantageSettings(
+    def advantage_spec(self) -> AdvantageSpec:
+        return AdvantageSpec(
             self.advantage, self.norm_std, self.std_unbiased, self.kl_coef, self.kl_in_reward
         )
 
-    def loss_settings(self) -> LossSettings:
+    def loss_spec(self) -> LossSpec:
         """The loss the trainers run: the KL is in the loss unless it is in the reward."""
-        return LossSettings(
+        return LossSpec(
             POLICY_LOSSES.qualified(self.policy_loss),
             self.clip_ratio,
             self.clip_ratio_high,

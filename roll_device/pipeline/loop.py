@@ -88,7 +88,7 @@ class GrpoStep:
         self.tokens = inputs.encoder.tokens
         self.algo = config.algorithm
         self.use_reference = roles.has("reference")
-        self.loss = self.algo.loss_settings()
+        self.loss = self.algo.loss_spec()
         self.sampling_filter = SamplingFilter(self.algo)
         self.training = False
         self.turns = ColocatedTurns(roles)  # a colocated engine and trainer take turns on the devices
@@ -200,7 +200,7 @@ class GrpoStep:
         inputs = AdvantageInputs(
             shaped, algo.samples_per_prompt, batch.response_mask, batch.old_logprobs, batch.ref_logprobs
         )
-        return advantages(inputs, algo.advantage_settings())
+        return advantages(inputs, algo.advantage_spec())
 
     def add_logprobs(self, batch: TrainBatch) -> None:
         """The trainer's logprobs of `batch` before the update, and the reference's when KL is on."""

@@ -27,7 +27,7 @@ from roll_device.pipeline.worker_base import PipelineWorker
 from roll_device.platforms import HOST_KIND, get_platform, release_host_heap
 from strategies.base import Completion, SamplingConfig, TrainBatch
 from strategies.inference.settings import RolloutSettings
-from strategies.training.losses import LossSettings, policy_loss
+from strategies.training.losses import LossSpec, policy_loss
 from strategies.training.settings import TrainSettings
 
 
@@ -78,7 +78,7 @@ class TrainWorker(PipelineWorker):
     def reference_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         return self.reference.forward_logprobs(batch)
 
-    def train(self, batch: TrainBatch, loss: LossSettings) -> dict[str, float]:
+    def train(self, batch: TrainBatch, loss: LossSpec) -> dict[str, float]:
         """One update of the policy loss `loss` names (strategies/training/losses.py) on `batch`."""
         return self.strategy.train_step(batch, policy_loss(loss))
 

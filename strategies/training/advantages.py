@@ -1,6 +1,6 @@
 """The advantage estimators, by name (`algorithm.advantage`), and the reward shaping around them.
 
-An estimator is `estimator(inputs: AdvantageInputs, settings: AdvantageSettings) -> Tensor`: one
+An estimator is `estimator(inputs: AdvantageInputs, settings: AdvantageSpec) -> Tensor`: one
 advantage per row (N,) or per token (N, T), computed on the driver from the step's scores
 (prompt-major: rows [g * G, (g + 1) * G) answer one prompt) and, for the token-level ones, the
 trainer's and the reference's logprobs. With `kl_in_reward` the KL penalty k1 = old - ref, times
@@ -40,7 +40,7 @@ STD_EPS = 1e-6
 
 
 @dataclass(frozen=True)
-class AdvantageSettings:
+class AdvantageSpec:
     """What an estimator is told (from `algorithm`)."""
 
     name: str = "grpo"
@@ -61,7 +61,7 @@ class AdvantageInputs:
     ref_logprobs: torch.Tensor | None = None
 
 
-def advantages(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch.Tensor:
+def advantages(inputs: AdvantageInputs, settings: AdvantageSpec) -> torch.Tensor:
     """The advantages of estimator `settings.name`."""
     scores = inputs.scores
     if inputs.group_size < 1 or scores.dim() != 1 or scores.numel() % inputs.group_size:
@@ -72,7 +72,7 @@ def advantages(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch.Te
     return ADVANTAGES.resolve(settings.name)(inputs, settings).float()
 
 
-def token_kl(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch.Tensor:
+def token_kl(inputs: AdvantageInputs, settings: AdvantageSpec) -> torch.Tensor:
     """kl_coef * (old - ref) on the response tokens (N, T); zeros without `kl_in_reward`."""
     mask = inputs.response_mask.float()
     if not settings.kl_in_reward:
@@ -82,7 +82,7 @@ def token_kl(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch.Tens
     return settings.kl_coef * (inputs.old_logprobs - inputs.ref_logprobs).float() * mask
 
 
-def sequence_scores(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch.Tensor:
+def sequence_scores(inputs: AdvantageInputs, settings: AdvantageSpec) -> torch.Tensor:
     """Each row's score less its KL penalty (when in the reward), as (groups, G)."""
     scores = inputs.scores.float()
     if settings.kl_in_reward:
@@ -90,7 +90,7 @@ def sequence_scores(inputs: AdvantageInputs, settings: AdvantageSettings) -> tor
     return scores.view(-1, inputs.group_size)
 
 
-def token_rewards(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch.Tensor:
+def token_rewards(inputs: AdvantageInputs, settings: AdvantageSpec) -> torch.Tensor:
     """Per-token rewards (N, T): the score on each row's last response token, less the KL."""
     mask = inputs.response_mask.float()
     positions = torch.arange(mask.shape[1]).expand_as(mask)
@@ -110,7 +110,7 @@ def whiten(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (values - mean) * torch.rsqrt(var + 1e-8) * mask
 
 
-def grpo(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch.Tensor:
+def grpo(inputs: AdvantageInputs, settings: AdvantageSpec) -> torch.Tensor:
     groups = sequence_scores(inputs, settings)
     centred = groups - groups.mean(dim=1, keepdim=True)
     if not settings.norm_std:
@@ -121,7 +121,7 @@ def grpo(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch.Tensor:
     return (centred / (std + STD_EPS)).view(-1)
 
 
-def rloo(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch.Tensor:
+def rloo(inputs: AdvantageInputs, settings: AdvantageSpec) -> torch.Tensor:
     size = inputs.group_size
     if size < 2:
         raise ConfigError("advantage rloo needs algorithm.samples_per_prompt >= 2 (a leave-one-out baseline)")
@@ -130,13 +130,13 @@ def rloo(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch.Tensor:
     return (groups - others).view(-1)
 
 
-def reinforce_pp(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch.Tensor:
+def reinforce_pp(inputs: AdvantageInputs, settings: AdvantageSpec) -> torch.Tensor:
     rewards = token_rewards(inputs, settings)
     returns = rewards.flip(1).cumsum(1).flip(1)
     return whiten(returns, inputs.response_mask)
 
 
-def reinforce_pp_baseline(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch.Tensor:
+def reinforce_pp_baseline(inputs: AdvantageInputs, settings: AdvantageSpec) -> torch.Tensor:
     groups = sequence_scores(inputs, settings)
     centred = (groups - groups.mean(dim=1, keepdim=True)).view(-1, 1)
     mask = inputs.response_mask.float()

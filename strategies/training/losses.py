@@ -41,7 +41,7 @@ LOSS_AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", 
 
 
 @dataclass(frozen=True)
-class LossSettings:
+class LossSpec:
     """What a policy loss is told (from `algorithm`); `name` a registered name or module:function."""
 
     name: str = "ppo_clip"
@@ -96,7 +96,7 @@ def token_units(mask: torch.Tensor) -> float:
     return float(mask.sum())
 
 
-def policy_loss(settings: LossSettings) -> LossFn:
+def policy_loss(settings: LossSpec) -> LossFn:
     """The policy loss `settings.name`, aggregated by `settings.loss_agg`, with the k3 estimator of
     KL(policy || reference), exp(ref - logp) - (ref - logp) - 1, added with weight `kl_coef` (> 0).
     Without `old_logprobs` the step is on-policy (ratio 1 with the plain policy gradient).
@@ -106,7 +106,7 @@ def policy_loss(settings: LossSettings) -> LossFn:
     min(exp(old_logprobs - rollout_logprobs), importance_ratio_cap), without gradient (verl's and
     AReaL's decoupled correction); without `rollout_logprobs` the weights are 1.
     """
-    check_loss_settings(settings)
+    check_loss_spec(settings)
     token_loss = POLICY_LOSSES.resolve(settings.name)
     aggregation = LossAggregation(settings.loss_agg, settings.max_response_tokens)
 
@@ -145,13 +145,11 @@ def grpo_policy_loss(
 ) -> LossFn:
     """GRPO's loss: `ppo_clip`, token-mean (the benchmarks' and tests' shorthand)."""
     return policy_loss(
-        LossSettings(
-            "ppo_clip", clip_ratio, clip_ratio_high, None, kl_coef, "token-mean", importance_ratio_cap
-        )
+        LossSpec("ppo_clip", clip_ratio, clip_ratio_high, None, kl_coef, "token-mean", importance_ratio_cap)
     )
 
 
-def check_loss_settings(settings: LossSettings) -> None:
+def check_loss_spec(settings: LossSpec) -> None:
     """Refuses settings outside the loss's domain, naming the setting."""
     if not 0 < settings.clip_ratio < 1 or settings.high <= 0:
         raise ConfigError(
@@ -174,7 +172,7 @@ def check_loss_settings(settings: LossSettings) -> None:
         )
 
 
-def _check_policy_batch(batch: TrainBatch, settings: LossSettings) -> None:
+def _check_policy_batch(batch: TrainBatch, settings: LossSpec) -> None:
     """Refuses a batch without a field the loss needs, naming the field."""
     if batch.advantages is None:
         raise ConfigError(f"{settings.name} needs TrainBatch.advantages (one value per row or per token)")
@@ -195,7 +193,7 @@ def clipped_surrogate(
     return -torch.minimum(unclipped, clipped), clipped < unclipped
 
 
-def ppo_clip(logprobs, old, advantages, mask, settings: LossSettings):
+def ppo_clip(logprobs, old, advantages, mask, settings: LossSpec):
     ratio = torch.exp(logprobs - old)
     surrogate, clipped = clipped_surrogate(ratio, advantages, settings.clip_ratio, settings.high)
     if settings.clip_ratio_c is not None:  # dual clip: a negative advantage's loss stays <= -c * A
@@ -204,7 +202,7 @@ def ppo_clip(logprobs, old, advantages, mask, settings: LossSettings):
     return surrogate, {"clip_fraction": clipped, "ratio_mean": ratio}
 
 
-def gspo(logprobs, old, advantages, mask, settings: LossSettings):
+def gspo(logprobs, old, advantages, mask, settings: LossSpec):
     sequence = ((logprobs - old) * mask).sum(dim=1, keepdim=True) / mask.sum(dim=1, keepdim=True).clamp(
         min=1.0
     )
@@ -213,7 +211,7 @@ def gspo(logprobs, old, advantages, mask, settings: LossSettings):
     return surrogate, {"clip_fraction": clipped, "ratio_mean": ratio}
 
 
-def cispo(logprobs, old, advantages, mask, settings: LossSettings):
+def cispo(logprobs, old, advantages, mask, settings: LossSpec):
     ratio = torch.exp(logprobs - old)
     weight = torch.clamp(ratio, 1 - settings.clip_ratio, 1 + settings.high).detach()
     return -weight * advantages * logprobs, {"clip_fraction": weight != ratio.detach(), "ratio_mean": ratio}

@@ -12,7 +12,7 @@ from roll_device.errors import ConfigError
 from strategies.training.advantages import (
     ADVANTAGES,
     AdvantageInputs,
-    AdvantageSettings,
+    AdvantageSpec,
     advantages,
     informative_groups,
     overlong_penalty,
@@ -35,7 +35,7 @@ def random_step(groups: int = 3, width: int = 5, seed: int = 0):
 
 
 def estimate(name: str, scores, mask=None, old=None, ref=None, **options) -> torch.Tensor:
-    return advantages(AdvantageInputs(scores, G, mask, old, ref), AdvantageSettings(name, **options))
+    return advantages(AdvantageInputs(scores, G, mask, old, ref), AdvantageSpec(name, **options))
 
 
 @pytest.mark.parametrize("unbiased", [True, False])
@@ -88,7 +88,7 @@ def test_rloo_is_the_reward_less_the_mean_of_the_others():
 def test_rloo_with_one_sample_per_prompt_is_refused():
     inputs = AdvantageInputs(torch.rand(3), 1)
     with pytest.raises(ConfigError, match="rloo needs algorithm.samples_per_prompt >= 2"):
-        advantages(inputs, AdvantageSettings("rloo"))
+        advantages(inputs, AdvantageSpec("rloo"))
 
 
 def normalised(values: list[float]) -> list[float]:
@@ -156,7 +156,7 @@ def test_informative_groups_are_those_whose_rewards_differ():
     assert informative_groups(scores, 2).tolist() == [False, True, False]
 
 
-def constant(inputs: AdvantageInputs, settings: AdvantageSettings) -> torch.Tensor:
+def constant(inputs: AdvantageInputs, settings: AdvantageSpec) -> torch.Tensor:
     """A plugin's estimator: every advantage 1."""
     return torch.ones(inputs.scores.shape)
 

@@ -9,7 +9,7 @@ import torch
 
 from roll_device.errors import ConfigError
 from strategies.base import TrainBatch
-from strategies.training.losses import POLICY_LOSSES, LossSettings, policy_loss
+from strategies.training.losses import POLICY_LOSSES, LossSpec, policy_loss
 
 B, T = 6, 5
 
@@ -43,7 +43,7 @@ def token_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 def ours(logprobs, batch, **settings):
-    loss, metrics = policy_loss(LossSettings(**settings))(logprobs, batch)
+    loss, metrics = policy_loss(LossSpec(**settings))(logprobs, batch)
     (grad,) = torch.autograd.grad(loss, logprobs)
     return loss, grad, metrics
 
@@ -178,7 +178,7 @@ def test_token_level_advantages_broadcast_per_token():
 def test_a_micro_batch_split_does_not_change_the_global_aggregation(name, mode):
     # The trainer weighs each micro-batch loss by its `units` over the step's (StepAccounting)
     logprobs, batch = random_batch(seed=6)
-    loss_fn = policy_loss(LossSettings(name, kl_coef=0.05, loss_agg=mode))
+    loss_fn = policy_loss(LossSpec(name, kl_coef=0.05, loss_agg=mode))
     whole, _ = loss_fn(logprobs, batch)
     total = loss_fn.units(batch.response_mask)
     split = sum(
@@ -200,13 +200,13 @@ def test_unknown_loss_and_aggregation_are_refused_with_the_choices():
         ConfigError,
         match="algorithm.policy_loss=sapo: unknown policy loss, choose one of cispo, gspo, ppo_clip",
     ):
-        policy_loss(LossSettings("sapo"))
+        policy_loss(LossSpec("sapo"))
     with pytest.raises(
         ConfigError, match="algorithm.loss_agg='sum': choose one of token-mean, seq-mean-token-mean"
     ):
-        policy_loss(LossSettings(loss_agg="sum"))
+        policy_loss(LossSpec(loss_agg="sum"))
     with pytest.raises(ConfigError, match="clip_ratio_c must be > 1"):
-        policy_loss(LossSettings(clip_ratio_c=0.5))
+        policy_loss(LossSpec(clip_ratio_c=0.5))
 
 
 def test_a_different_loss_under_a_taken_name_is_refused():
