@@ -34,7 +34,7 @@ from strategies.base import INFERENCE, TRAIN
 from strategies.inference.settings import RolloutSettings
 from strategies.registry import names, strategy_type
 from strategies.training.advantages import ADVANTAGES, AdvantageSpec
-from strategies.training.losses import LOSS_AGGREGATIONS, POLICY_LOSSES, LossSpec
+from strategies.training.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES, LossSpec
 from strategies.training.settings import TrainSettings
 
 REWARD = "reward"  # the role type of reward workers (the pipeline's own, no strategy registry)
@@ -91,6 +91,7 @@ class AlgorithmSettings(Section):
     clip_ratio_high: Annotated[float, Field(gt=0)] | None = Field(description="null: clip_ratio")
     clip_ratio_c: Annotated[float, Field(gt=1, description="the dual clip, 3.0 is usual; null: off")] | None
     kl_coef: Annotated[float, Field(ge=0, description="0 runs without the reference role")]
+    kl_estimator: Literal[KL_ESTIMATORS]
     kl_in_reward: StrictBool
     dynamic_sampling: StrictBool
     overlong_buffer: NonNegative
@@ -145,6 +146,7 @@ class AlgorithmSettings(Section):
             self.loss_agg,
             self.importance_ratio_cap,
             self.max_new_tokens,
+            self.kl_estimator,
         )
 
 
@@ -165,6 +167,11 @@ def algorithm_refusals(algo: AlgorithmSettings) -> list[str]:
         refusals.append(
             f"algorithm.clip_ratio_c (the dual clip) applies to algorithm.policy_loss=ppo_clip only "
             f"(got {algo.policy_loss}): set algorithm.clip_ratio_c=null"
+        )
+    if algo.kl_in_reward and algo.kl_estimator != "k3":
+        refusals.append(
+            f"algorithm.kl_estimator={algo.kl_estimator} applies to the KL in the loss, but "
+            "algorithm.kl_in_reward=true puts k1 in the reward: set algorithm.kl_estimator=k3"
         )
     if algo.kl_in_reward and algo.kl_coef == 0:
         refusals.append(

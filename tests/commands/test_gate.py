@@ -203,6 +203,14 @@ ALGORITHM_REFUSALS = [
     ),
     (["algorithm.clip_ratio_c=1"], "algorithm.clip_ratio_c=1: input should be greater than 1"),
     (
+        ["algorithm.kl_estimator=k4"],
+        "algorithm.kl_estimator='k4': input should be 'k1', 'k2', 'k3' or 'low_var_kl'",
+    ),
+    (
+        ["algorithm=reinforce_pp", "algorithm.kl_estimator=k2"],
+        "algorithm.kl_estimator=k2 applies to the KL in the loss, but algorithm.kl_in_reward=true puts k1 in the reward",
+    ),
+    (
         ["algorithm=dapo", "algorithm.overlong_buffer=8"],
         "algorithm.overlong_buffer=8 must be below algorithm.max_new_tokens (8)",
     ),

@@ -4,6 +4,8 @@ the micro-batch split that must not change the global aggregation; the registry'
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -214,3 +216,30 @@ def test_a_different_loss_under_a_taken_name_is_refused():
         ValueError, match="policy loss 'gspo' is already registered as strategies.training.losses:gspo"
     ):
         POLICY_LOSSES.register("gspo", "mine:gspo")
+
+
+@pytest.mark.parametrize(
+    "estimator, formula",
+    [  # Schulman, "Approximating KL Divergence" (2020): r = pi_ref / pi, k1 = -log r, k2 = (log r)^2 / 2, k3 = (r - 1) - log r
+        ("k1", lambda r: -math.log(r)),
+        ("k2", lambda r: math.log(r) ** 2 / 2),
+        ("k3", lambda r: (r - 1) - math.log(r)),
+        ("low_var_kl", lambda r: min((r - 1) - math.log(r), 10.0)),
+    ],
+)
+def test_the_kl_term_is_the_chosen_estimator_aggregated_like_the_loss(estimator, formula):
+    logprobs, batch = random_batch(seed=8)
+    with torch.no_grad():
+        batch.ref_logprobs[0, 0] = logprobs[0, 0] + 3.0  # a large ratio, which low_var_kl clamps
+    mask = batch.response_mask
+    expected = token_mean(
+        torch.tensor(
+            [
+                [formula(math.exp(batch.ref_logprobs[b, t] - logprobs.detach()[b, t])) for t in range(T)]
+                for b in range(B)
+            ]
+        ),
+        mask,
+    )
+    _, metrics = policy_loss(LossSpec(kl_coef=0.1, kl_estimator=estimator))(logprobs, batch)
+    assert metrics["kl"] == pytest.approx(expected.item(), rel=1e-5)
