@@ -34,6 +34,7 @@ ADVANTAGES = Registry(
         "reinforce_pp": "strategies.training.advantages:reinforce_pp",
         "reinforce_pp_baseline": "strategies.training.advantages:reinforce_pp_baseline",
     },
+    missing={"gae": "needs a critic role (PPO with a value model), which roll-device does not have yet"},
 )
 GROUP_ESTIMATORS = {"grpo", "rloo", "reinforce_pp_baseline"}  # compare the samples of one prompt
 STD_EPS = 1e-6

@@ -172,7 +172,8 @@ ALGORITHM_REFUSALS = [
     (
         ["algorithm.advantage=gae"],
         (
-            "algorithm.advantage='gae': unknown advantage estimator, choose one of grpo, reinforce_pp, "
+            "algorithm.advantage='gae': gae needs a critic role (PPO with a value model), which roll-device "
+            "does not have yet, choose one of grpo, reinforce_pp, "
             "reinforce_pp_baseline, rloo (or a package.module:function)"
         ),
     ),

@@ -177,6 +177,6 @@ def test_a_plugin_estimator_is_one_registration_and_a_second_one_under_its_name_
 def test_an_unknown_estimator_lists_the_known_ones():
     with pytest.raises(
         ConfigError,
-        match="algorithm.advantage=gae: unknown advantage estimator, choose one of grpo, reinforce_pp, reinforce_pp_baseline, rloo",
+        match="algorithm.advantage=gae: gae needs a critic role .*, choose one of grpo, reinforce_pp, reinforce_pp_baseline, rloo",
     ):
         estimate("gae", torch.rand(G))
