@@ -72,7 +72,7 @@ class TrainBatch:
     input_ids: torch.Tensor  # (B, T) long
     attention_mask: torch.Tensor  # (B, T) long
     response_mask: torch.Tensor  # (B, T) float
-    advantages: torch.Tensor | None = None  # (B,) float
+    advantages: torch.Tensor | None = None  # (B,) float, or (B, T) per token
     old_logprobs: torch.Tensor | None = None  # (B, T) float
     ref_logprobs: torch.Tensor | None = None  # (B, T) float
     rollout_logprobs: torch.Tensor | None = None  # (B, T) float; set for samples of older weights

@@ -8,7 +8,10 @@ from strategies.base import Completion, TrainBatch
 
 
 def build_batch(
-    prompts: list[list[int]], completions: list[Completion], pad_id: int, advantages: torch.Tensor
+    prompts: list[list[int]],
+    completions: list[Completion],
+    pad_id: int,
+    advantages: torch.Tensor | None = None,
 ) -> tuple[TrainBatch, torch.Tensor]:
     """Rows are prompt + response; `response_mask` marks the response tokens. Also returns the
     sampler's per-token logprobs aligned the same way (for the rollout/trainer mismatch metric)."""
@@ -25,5 +28,7 @@ def build_batch(
         attention[i, : len(row)] = 1
         response[i, start : len(row)] = 1.0
         sampler_logprobs[i, start : len(row)] = torch.tensor(c.logprobs, dtype=torch.float32)
-    batch = TrainBatch(input_ids, attention, response, advantages=advantages.float())
+    batch = TrainBatch(
+        input_ids, attention, response, advantages=None if advantages is None else advantages.float()
+    )
     return batch, sampler_logprobs

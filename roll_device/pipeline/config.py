@@ -33,6 +33,8 @@ from roll_device.settings import Count, NonNegative, OpenSection, Section, read_
 from strategies.base import INFERENCE, TRAIN
 from strategies.inference.settings import RolloutSettings
 from strategies.registry import names, strategy_type
+from strategies.training.advantages import ADVANTAGES, AdvantageSpec
+from strategies.training.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES, LossSpec
 from strategies.training.settings import TrainSettings
 
 REWARD = "reward"  # the role type of reward workers (the pipeline's own, no strategy registry)
@@ -71,15 +73,29 @@ class ModelSettings(Section):
 
 
 class AlgorithmSettings(Section):
-    """GRPO."""
+    """The RL algorithm: an advantage estimator and a policy loss by name (docs/algorithms.md),
+    sampling, the KL to the reference, and DAPO's data side (dynamic sampling, overlong penalty)."""
 
     samples_per_prompt: Annotated[
-        StrictInt, Field(ge=2, description="GRPO compares samples of one prompt, use 2 or more")
+        StrictInt,
+        Field(ge=2, description="the group estimators compare samples of one prompt, use 2 or more"),
     ]
     max_new_tokens: Count
     temperature: Annotated[float, Field(ge=0, description="0 samples greedily")]
+    advantage: str
+    norm_std: StrictBool
+    std_unbiased: StrictBool
+    policy_loss: str
+    loss_agg: str
     clip_ratio: Annotated[float, Field(gt=0)]
+    clip_ratio_high: Annotated[float, Field(gt=0)] | None = Field(description="null: clip_ratio")
+    clip_ratio_c: Annotated[float, Field(gt=1, description="the dual clip, 3.0 is usual; null: off")] | None
     kl_coef: Annotated[float, Field(ge=0, description="0 runs without the reference role")]
+    kl_estimator: Literal[KL_ESTIMATORS]
+    kl_in_reward: StrictBool
+    dynamic_sampling: StrictBool
+    overlong_buffer: NonNegative
+    overlong_penalty: Annotated[float, Field(ge=0)]
     ppo_epochs: Count
     max_staleness: Annotated[
         NonNegative,
@@ -88,6 +104,85 @@ class AlgorithmSettings(Section):
     importance_ratio_cap: Annotated[
         float, Field(ge=1, description="truncation of the old-policy/rollout-policy ratio of stale samples")
     ]
+
+    @field_validator("advantage")
+    @classmethod
+    def _known_advantage(cls, name: str) -> str:
+        ADVANTAGES.check(name)
+        return name
+
+    @field_validator("policy_loss")
+    @classmethod
+    def _known_policy_loss(cls, name: str) -> str:
+        POLICY_LOSSES.check(name)
+        return name
+
+    @field_validator("loss_agg")
+    @classmethod
+    def _known_loss_agg(cls, mode: str) -> str:
+        if mode not in LOSS_AGGREGATIONS:
+            raise ValueError(f"choose one of {', '.join(LOSS_AGGREGATIONS)}")
+        return mode
+
+    @model_validator(mode="after")
+    def _options_apply(self) -> AlgorithmSettings:
+        for refused in algorithm_refusals(self):
+            raise ConfigError(refused)
+        return self
+
+    def advantage_spec(self) -> AdvantageSpec:
+        return AdvantageSpec(
+            self.advantage, self.norm_std, self.std_unbiased, self.kl_coef, self.kl_in_reward
+        )
+
+    def loss_spec(self) -> LossSpec:
+        """The loss the trainers run: the KL is in the loss unless it is in the reward."""
+        return LossSpec(
+            POLICY_LOSSES.qualified(self.policy_loss),
+            self.clip_ratio,
+            self.clip_ratio_high,
+            self.clip_ratio_c,
+            0.0 if self.kl_in_reward else self.kl_coef,
+            self.loss_agg,
+            self.importance_ratio_cap,
+            self.max_new_tokens,
+            self.kl_estimator,
+        )
+
+
+def algorithm_refusals(algo: AlgorithmSettings) -> list[str]:
+    """What does not apply to the chosen estimator and loss, each as its one-line refusal."""
+    refusals = []
+    if not algo.norm_std and algo.advantage != "grpo":
+        refusals.append(
+            f"algorithm.norm_std=false applies to algorithm.advantage=grpo only (got {algo.advantage}): "
+            "set algorithm.norm_std=true"
+        )
+    if not algo.std_unbiased and (algo.advantage != "grpo" or not algo.norm_std):
+        refusals.append(
+            "algorithm.std_unbiased=false applies to algorithm.advantage=grpo with algorithm.norm_std=true "
+            "only: set algorithm.std_unbiased=true"
+        )
+    if algo.clip_ratio_c is not None and algo.policy_loss != "ppo_clip":
+        refusals.append(
+            f"algorithm.clip_ratio_c (the dual clip) applies to algorithm.policy_loss=ppo_clip only "
+            f"(got {algo.policy_loss}): set algorithm.clip_ratio_c=null"
+        )
+    if algo.kl_in_reward and algo.kl_estimator != "k3":
+        refusals.append(
+            f"algorithm.kl_estimator={algo.kl_estimator} applies to the KL in the loss, but "
+            "algorithm.kl_in_reward=true puts k1 in the reward: set algorithm.kl_estimator=k3"
+        )
+    if algo.kl_in_reward and algo.kl_coef == 0:
+        refusals.append(
+            "algorithm.kl_in_reward=true with algorithm.kl_coef=0 has no KL to put in the reward: set kl_coef > 0"
+        )
+    if algo.overlong_buffer >= algo.max_new_tokens:
+        refusals.append(
+            f"algorithm.overlong_buffer={algo.overlong_buffer} must be below algorithm.max_new_tokens "
+            f"({algo.max_new_tokens}): the penalty covers the last tokens of the budget (0: off)"
+        )
+    return refusals
 
 
 class ExperimentSettings(OpenSection):

@@ -218,11 +218,15 @@ class RoleGroups:
             return self.data_parallel(role, TrainWorker.logprobs, batch)
         return self.data_parallel(host, TrainWorker.reference_logprobs, batch)
 
+    def data_parallel_size(self, role: str) -> int:
+        """How many data-parallel ranks trainer role `role` has."""
+        return max(self.dp_ranks[role]) + 1
+
     def data_parallel(self, role: str, method: Callable, batch, *args: Any) -> list:
         """Call `method` with each worker's data-parallel shard of `batch` (ranks of one
         model-parallel group get the same rows); one result per data-parallel rank, in order."""
         ranks = self.dp_ranks[role]
-        parts = shard(batch, max(ranks) + 1)
+        parts = shard(batch, self.data_parallel_size(role))
         results = self.scatter(role, method, [parts[r] for r in ranks], *args)
         first = {}
         for rank, result in zip(ranks, results):

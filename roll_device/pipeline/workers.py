@@ -27,7 +27,7 @@ from roll_device.pipeline.worker_base import PipelineWorker
 from roll_device.platforms import HOST_KIND, get_platform, release_host_heap
 from strategies.base import Completion, SamplingConfig, TrainBatch
 from strategies.inference.settings import RolloutSettings
-from strategies.training.losses import grpo_policy_loss
+from strategies.training.losses import LossSpec, policy_loss
 from strategies.training.settings import TrainSettings
 
 
@@ -78,13 +78,9 @@ class TrainWorker(PipelineWorker):
     def reference_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         return self.reference.forward_logprobs(batch)
 
-    def train(
-        self, batch: TrainBatch, clip_ratio: float, kl_coef: float, importance_ratio_cap: float
-    ) -> dict[str, float]:
-        loss = grpo_policy_loss(
-            clip_ratio=clip_ratio, kl_coef=kl_coef, importance_ratio_cap=importance_ratio_cap
-        )
-        return self.strategy.train_step(batch, loss)
+    def train(self, batch: TrainBatch, loss: LossSpec) -> dict[str, float]:
+        """One update of the policy loss `loss` names (strategies/training/losses.py) on `batch`."""
+        return self.strategy.train_step(batch, policy_loss(loss))
 
     def save(self, directory: str) -> None:
         """A checkpoint, from the device (a trainer offloaded for a colocated rollout comes back

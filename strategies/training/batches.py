@@ -34,9 +34,12 @@ def validate(batch: TrainBatch) -> None:
             raise TrainBatchError(
                 f"TrainBatch.{name} must have the shape of input_ids {tuple(ids.shape)}, got {_describe(value)}"
             )
-    if batch.advantages is not None and tuple(batch.advantages.shape) != (ids.shape[0],):
+    if batch.advantages is not None and tuple(batch.advantages.shape) not in (
+        (ids.shape[0],),
+        tuple(ids.shape),
+    ):
         raise TrainBatchError(
-            f"TrainBatch.advantages must have shape ({ids.shape[0]},) (one per row), "
+            f"TrainBatch.advantages must have shape ({ids.shape[0]},) (one per row) or {tuple(ids.shape)} (per token), "
             f"got {_describe(batch.advantages)}"
         )
     for name, tensor in _tensors(batch):

@@ -15,6 +15,7 @@ from roll_device.errors import ConfigError, RollDeviceError
 from strategies.base import LossFn, NonFiniteUpdateError, TrainBatch
 from strategies.training.batches import budget_micro_batches, micro_batches
 from strategies.training.distributed import all_reduce_max, all_reduce_sum
+from strategies.training.losses import token_units
 from strategies.training.settings import TrainSettings
 
 
@@ -99,15 +100,19 @@ def plan_micro_batches(
 
 
 class StepAccounting:
-    """Token-weighted loss over micro-batches and data-parallel ranks.
+    """A loss aggregated over micro-batches and data-parallel ranks as over the global batch.
 
-    Every micro-batch loss (a mean over its response tokens) is scaled by its share of the
-    response tokens of the whole step, times the data-parallel size (gradients are averaged over
-    ranks), so the gradient is that of the token mean over the global batch.
+    Every micro-batch loss (a mean over its units: response tokens, or for the seq-mean losses rows;
+    the loss's `units`) is scaled by its share of the units of the whole step, times the
+    data-parallel size (gradients are averaged over ranks), so the gradient is that of the mean
+    over the global batch. Metrics are weighted the same way.
     """
 
-    def __init__(self, batch: TrainBatch, device: torch.device, dp_group=None, dp_size: int = 1) -> None:
-        (self.total_tokens,) = all_reduce_sum([float(batch.response_mask.sum())], device, dp_group)
+    def __init__(
+        self, batch: TrainBatch, loss_fn: LossFn, device: torch.device, dp_group=None, dp_size: int = 1
+    ) -> None:
+        self.units = getattr(loss_fn, "units", token_units)
+        (self.total_tokens,) = all_reduce_sum([self.units(batch.response_mask)], device, dp_group)
         if self.total_tokens == 0:
             raise ConfigError("train_step got no response tokens (response_mask is all zero on every rank)")
         self.device = device
@@ -125,7 +130,7 @@ class StepAccounting:
         """The micro-batch loss to backpropagate; records its metrics, and `extra` ones (means over
         the micro-batch's response tokens, such as the trainer's entropy)."""
         loss, metrics = loss_fn(logprobs, micro)
-        tokens = float(micro.response_mask.sum())
+        tokens = self.units(micro.response_mask)
         for key, value in {"loss": loss.item(), **metrics, **(extra or {})}.items():
             self.sums[key] = self.sums.get(key, 0.0) + value * tokens
         return loss * (tokens * self.dp_size / self.total_tokens)

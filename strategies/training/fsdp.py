@@ -156,7 +156,7 @@ class FsdpTrainStrategy(TrainStrategy):
 
     def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         micros = self._prepare(batch)
-        accounting = StepAccounting(batch, self.device, dp_size=self.data_parallel_size)
+        accounting = StepAccounting(batch, loss_fn, self.device, dp_size=self.data_parallel_size)
         self.model.train()
         for micro in micros:
             logprobs, entropy = self._logprobs(micro, entropy=True)

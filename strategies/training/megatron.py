@@ -286,7 +286,7 @@ class MegatronTrainStrategy(TrainStrategy):
     @_in_scope
     def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         micros = self._prepare(batch)
-        accounting = StepAccounting(batch, self.device, self.dp_group, self.data_parallel_size)
+        accounting = StepAccounting(batch, loss_fn, self.device, self.dp_group, self.data_parallel_size)
         lr = self.settings.lr * self.settings.lr_factor(self.steps)
         for group in self.optimizer.param_groups:  # what megatron's own scheduler would set
             group["lr"] = lr

@@ -70,7 +70,10 @@ BAD_VALUES = [
     (["algorithm.kl_coef=-0.1"], "algorithm.kl_coef=-0.1: input should be greater than or equal to 0"),
     (["algorithm.ppo_epochs=0"], "algorithm.ppo_epochs=0: input should be greater than or equal to 1"),
     (["algorithm.max_new_tokens=many"], "algorithm.max_new_tokens='many': input should be a valid integer"),
-    (["algorithm.samples_per_prompt=1"], "(GRPO compares samples of one prompt, use 2 or more)"),
+    (
+        ["algorithm.samples_per_prompt=1"],
+        "(the group estimators compare samples of one prompt, use 2 or more)",
+    ),
     (["+algorithm.gamma=1"], "unknown key algorithm.gamma: the keys here are samples_per_prompt,"),
     (
         ["weight_sync.path=bogus"],
@@ -163,6 +166,89 @@ BAD_VALUES = [
         "experiment=nope: no such option; choose one of arithmetic_math, mixed_devices, qwen05b_shapes, qwen2_5_7b_gpu8,",
     ),
 ]
+
+
+ALGORITHM_REFUSALS = [
+    (
+        ["algorithm.advantage=gae"],
+        (
+            "algorithm.advantage='gae': gae needs a critic role (PPO with a value model), which roll-device "
+            "does not have yet, choose one of grpo, reinforce_pp, "
+            "reinforce_pp_baseline, rloo (or a package.module:function)"
+        ),
+    ),
+    (
+        ["algorithm.policy_loss=sapo"],
+        "algorithm.policy_loss='sapo': unknown policy loss, choose one of cispo, gspo, ppo_clip",
+    ),
+    (
+        ["algorithm.policy_loss=nope.mod:fn"],
+        "algorithm.policy_loss='nope.mod:fn': cannot import 'nope.mod:fn'",
+    ),
+    (["algorithm.loss_agg=sum"], "algorithm.loss_agg='sum': choose one of token-mean, seq-mean-token-mean,"),
+    (
+        ["algorithm=ppo2"],
+        "algorithm=ppo2: no such option; choose one of dapo, dr_grpo, grpo, gspo, reinforce_pp, rloo",
+    ),
+    (
+        ["algorithm=rloo", "algorithm.norm_std=false"],
+        "algorithm.norm_std=false applies to algorithm.advantage=grpo only (got rloo): set algorithm.norm_std=true",
+    ),
+    (
+        ["algorithm=dr_grpo", "algorithm.std_unbiased=false"],
+        "algorithm.std_unbiased=false applies to algorithm.advantage=grpo with algorithm.norm_std=true only",
+    ),
+    (
+        ["algorithm=gspo", "algorithm.clip_ratio_c=3"],
+        "algorithm.clip_ratio_c (the dual clip) applies to algorithm.policy_loss=ppo_clip only (got gspo)",
+    ),
+    (["algorithm.clip_ratio_c=1"], "algorithm.clip_ratio_c=1: input should be greater than 1"),
+    (
+        ["algorithm.kl_estimator=k4"],
+        "algorithm.kl_estimator='k4': input should be 'k1', 'k2', 'k3' or 'low_var_kl'",
+    ),
+    (
+        ["algorithm=reinforce_pp", "algorithm.kl_estimator=k2"],
+        "algorithm.kl_estimator=k2 applies to the KL in the loss, but algorithm.kl_in_reward=true puts k1 in the reward",
+    ),
+    (
+        ["algorithm=dapo", "algorithm.overlong_buffer=8"],
+        "algorithm.overlong_buffer=8 must be below algorithm.max_new_tokens (8)",
+    ),
+    (
+        ["algorithm.kl_in_reward=true", "algorithm.kl_coef=0"],
+        "algorithm.kl_in_reward=true with algorithm.kl_coef=0 has no KL to put in the reward",
+    ),
+    (
+        ["algorithm=dapo", "algorithm.samples_per_prompt=1"],
+        "algorithm.samples_per_prompt=1: input should be greater",
+    ),
+]
+
+
+@pytest.mark.parametrize("overrides, message", ALGORITHM_REFUSALS)
+def test_an_algorithm_choice_that_does_not_apply_is_refused_in_one_line(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        load_config(overrides)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("recipe", ["grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp"])
+@pytest.mark.parametrize("experiment", ["tiny_grpo", "arithmetic_math"])
+def test_shipped_algorithm_recipes_pass_the_schema(recipe, experiment):
+    algorithm = load_config([f"algorithm={recipe}", f"experiment={experiment}"]).algorithm
+    assert algorithm.loss_spec().kl_coef == (0.0 if algorithm.kl_in_reward else algorithm.kl_coef)
+
+
+def test_the_default_algorithm_is_grpo_with_the_unbiased_std():
+    algorithm = load_config([]).algorithm
+    assert (algorithm.advantage, algorithm.policy_loss, algorithm.loss_agg) == (
+        "grpo",
+        "ppo_clip",
+        "token-mean",
+    )
+    assert algorithm.norm_std and algorithm.std_unbiased and algorithm.kl_coef == 0.01
 
 
 @pytest.mark.parametrize("overrides, message", BAD_VALUES)

@@ -8,7 +8,7 @@ import torch.distributed as dist
 import roll_device as rd
 from strategies.registry import strategy_class
 from strategies.training.fsdp import token_logprobs
-from strategies.training.losses import grpo_policy_loss, masked_mean, nll_loss
+from strategies.training.losses import LossSpec, grpo_policy_loss, masked_mean, nll_loss, policy_loss
 from tests.configs import trainer_settings
 from tests.isolated import error_of, simulated_npu
 from tests.strategies.training.data import concat, make_batch
@@ -175,3 +175,16 @@ def kept_export_after_a_step(rank: int, model_path: str) -> dict:
     after = dict(trainer.export_weights())
     trainer.shutdown()
     return {"kept_changed": max_diff(kept, before), "weights_moved": max_diff(after, before)}
+
+
+def seq_mean_over_micro_batches(rank: int, model_path: str) -> dict:
+    """One rank: a seq-mean-token-mean step in micro-batches of 1 row and in one of 4 rows (rows of
+    different response lengths): the loss and gradient are those of the whole batch either way."""
+    batch = make_batch(seed=11, rows=4)
+    loss = policy_loss(LossSpec(loss_agg="seq-mean-token-mean"))
+    out = {}
+    for size in (1, 4):
+        trainer = new_trainer(model_path, micro_batch_size=size)
+        out[f"rows_{size}"] = trainer.train_step(batch, loss)
+        trainer.shutdown()
+    return out

@@ -135,3 +135,13 @@ def test_export_is_a_snapshot_on_a_one_rank_cpu_mesh(tiny_model_path):
     """On one CPU rank the gathered tensor is the parameter itself: the export copies it."""
     (rank,) = run_ranks("tests.strategies.training.fsdp_checks:kept_export_after_a_step", 1, tiny_model_path)
     assert rank["weights_moved"] > 0 and rank["kept_changed"] == 0
+
+
+def test_a_seq_mean_loss_is_the_same_in_any_micro_batch_split(tiny_model_path):
+    """The trainer weighs micro-batches by the loss's units (rows for the seq-mean modes)."""
+    (rank,) = run_ranks(
+        "tests.strategies.training.fsdp_checks:seq_mean_over_micro_batches", 1, tiny_model_path
+    )
+    one_row, whole = rank["rows_1"], rank["rows_4"]
+    assert one_row["loss"] == pytest.approx(whole["loss"], rel=1e-5)
+    assert one_row["grad_norm"] == pytest.approx(whole["grad_norm"], rel=1e-4)

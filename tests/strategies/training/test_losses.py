@@ -9,7 +9,7 @@ import torch
 
 from roll_device.errors import ConfigError
 from strategies.base import TrainBatch
-from strategies.training.losses import group_normalized_advantages, grpo_policy_loss, masked_mean, nll_loss
+from strategies.training.losses import grpo_policy_loss, masked_mean, nll_loss
 
 
 def batch(advantages, old, ref=None, mask=None) -> TrainBatch:
@@ -101,11 +101,3 @@ def test_missing_fields_are_named():
     b.advantages = None
     with pytest.raises(ConfigError, match="needs TrainBatch.advantages"):
         grpo_policy_loss()(torch.zeros(1, 1), b)
-
-
-def test_group_normalized_advantages():
-    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 2.0, 2.0])
-    adv = group_normalized_advantages(rewards, group_size=2)
-    assert adv.tolist() == pytest.approx([1.0, -1.0, 1.0, -1.0, 0.0, 0.0], abs=1e-5)
-    with pytest.raises(ConfigError, match="do not split into groups of 4"):
-        group_normalized_advantages(rewards, group_size=4)
