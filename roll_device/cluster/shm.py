@@ -86,6 +86,7 @@ class Watch:
         self.pid = os.getpid() if pid is None else pid
         self.period_s, self.on_new = period_s, on_new
         self.names: set[str] = set()
+        self.own: set[str] = set()  # those process `pid` itself held
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="roll-device-shm-watch", daemon=True)
 
@@ -101,7 +102,10 @@ class Watch:
 
     def poll(self) -> set[str]:
         """Look now; returns the names not seen before."""
-        new = held_by(process_tree(self.pid)) - self.names
+        tree = process_tree(self.pid)
+        own = held_by(tree[:1])
+        self.own |= own
+        new = (own | held_by(tree[1:])) - self.names
         self.names |= new
         if new and self.on_new is not None:
             self.on_new(new)
@@ -120,12 +124,14 @@ class Watch:
 
 class Owned:
     """The names this process and its descendants come to hold after `Owned()` (those held before
-    are not theirs): gathered while `watching()` and at each `look()`; `release()` unlinks those
-    that no process of the tree holds any more."""
+    are not theirs): gathered while `watching()` and at each `look()`. `release()` unlinks those
+    that only descendants held and no process of the tree holds any more; what this process itself
+    held, its own objects release when they go (Python's finalizers, at the latest at exit)."""
 
     def __init__(self) -> None:
         self.before = held_by(process_tree(os.getpid()))
         self.names: set[str] = set()
+        self.own: set[str] = set()
 
     @contextmanager
     def watching(self, period_s: float = WATCH_PERIOD_S) -> Iterator[None]:
@@ -134,13 +140,19 @@ class Owned:
             with watch:
                 yield
         finally:
-            self.names |= watch.names - self.before
+            self._add(watch)
 
     def look(self) -> None:
-        self.names |= held_by(process_tree(os.getpid())) - self.before
+        watch = Watch()
+        watch.poll()
+        self._add(watch)
+
+    def _add(self, watch: Watch) -> None:
+        self.names |= watch.names - self.before
+        self.own |= watch.own
 
     def release(self) -> list[str]:
-        return release(self.names, process_tree(os.getpid()))
+        return release(self.names - self.own, process_tree(os.getpid()))
 
 
 def run_key() -> str:
