@@ -45,19 +45,24 @@ def process_tree(pid: int) -> list[int]:
 
 
 def held_by(pids: Iterable[int]) -> set[str]:
-    """Names under /dev/shm that the processes `pids` map (names already removed are left out)."""
+    """Names under /dev/shm whose files the processes `pids` map. Matched by inode, since a
+    semaphore's creator maps it under a temporary name that glibc removes once the semaphore has
+    its own (`sem.XXXXXX (deleted)` in the maps)."""
     marker = f"{SHM_DIR}/"
-    names = set()
+    inodes = set()
     for pid in pids:
         try:
             with open(f"/proc/{pid}/maps") as maps:
                 for line in maps:
-                    at = line.find(marker)
-                    if at >= 0 and not line.rstrip().endswith("(deleted)"):
-                        names.add(line[at + len(marker) :].rstrip())
+                    fields = line.split(maxsplit=5)
+                    if len(fields) == 6 and fields[5].startswith(marker):
+                        inodes.add(int(fields[4]))
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue  # ended meanwhile, or not ours to read
-    return names
+    if not inodes:
+        return set()
+    with os.scandir(SHM_DIR) as entries:
+        return {entry.name for entry in entries if entry.inode() in inodes}
 
 
 def release(names: Iterable[str], pids: Iterable[int] = ()) -> list[str]:
