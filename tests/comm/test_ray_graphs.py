@@ -21,6 +21,7 @@ import ray
 from ray.dag import InputNode
 from ray.experimental.collective import allgather, allreduce, reducescatter
 
+from roll_device.cluster.shm import Owned, release
 from roll_device.cluster.sim_nodes import AUTH_MODE_ENV
 from roll_device.comm.ray_graphs import edge_transport
 from roll_device.comm.ray_graphs.communicator import PlatformCommunicator
@@ -45,11 +46,16 @@ def ray_npus():
     # Ray fixes its authentication mode once per process, at the first ray.init: a throwaway
     # cluster without tokens, as the simulated clusters of later tests are (cluster/sim_nodes.py).
     os.environ[AUTH_MODE_ENV] = "disabled"
+    # the channels' semaphores (sem.hdr*, sem.obj*): Ray removes them in destructors that killed
+    # actors and the driver's shutdown never run (a removed name breaks no mapping)
+    memory = Owned()
     ray.init(address="local", num_cpus=4, resources={"NPU": 2}, include_dashboard=False, log_to_driver=False)
     try:
         yield
     finally:
+        memory.look()
         ray.shutdown()
+        release(memory.names)
         # ray.init sets variables that `ray start` nodes started later would inherit; compiling a
         # graph registers Ray's tensor serializer.
         os.environ.clear()
