@@ -51,9 +51,9 @@ def ray_npus():
     memory = Owned()
     ray.init(address="local", num_cpus=4, resources={"NPU": 2}, include_dashboard=False, log_to_driver=False)
     try:
-        yield
+        with memory.watching(period_s=0.5):  # while mapped: a graph's teardown closes them
+            yield
     finally:
-        memory.look()
         ray.shutdown()
         release(memory.names)
         # ray.init sets variables that `ray start` nodes started later would inherit; compiling a
