@@ -160,6 +160,19 @@ class Owned:
         return release(self.names - self.own, process_tree(os.getpid()))
 
 
+@contextmanager
+def removed_after(period_s: float = WATCH_PERIOD_S) -> Iterator[None]:
+    """Watch this process tree while the block runs, then remove every name that appeared in it:
+    for a block that starts and ends a whole local Ray instance (its compiled graphs' channel
+    semaphores are removed by destructors that killed actors and a driver's shutdown never run)."""
+    memory = Owned()
+    try:
+        with memory.watching(period_s):
+            yield
+    finally:
+        release(memory.names)
+
+
 def run_key() -> str:
     """This Ray job's name on its cluster, the same in the driver and in its actors: the key of
     the run's ledgers (a job id alone repeats across clusters)."""
