@@ -41,6 +41,7 @@ from ray.dag import InputNode
 
 import roll_device as rd
 from benchmarks.doc_sections import replace_section
+from roll_device.cluster.shm import removed_after
 from roll_device.comm.ray_graphs.collective_group import device_group
 from roll_device.comm.ray_graphs.communicator import PlatformCommunicator
 from roll_device.comm.ray_graphs.transport import register_direct_transport
@@ -284,11 +285,14 @@ def main() -> None:
     parser.add_argument("--transfers-per-round", type=int, default=6, help="bucket transfers per round")
     parser.add_argument("--no-write", action="store_true", help="print, do not touch docs/")
     args = parser.parse_args()
-    ray.init(address="local", num_cpus=4, resources={"NPU": 2}, include_dashboard=False, log_to_driver=False)
-    try:
-        result = run(args.rounds, args.bucket_mb << 20, args.transfers_per_round)
-    finally:
-        ray.shutdown()
+    with removed_after():  # the graphs' channel semaphores, which Ray leaves in /dev/shm
+        ray.init(
+            address="local", num_cpus=4, resources={"NPU": 2}, include_dashboard=False, log_to_driver=False
+        )
+        try:
+            result = run(args.rounds, args.bucket_mb << 20, args.transfers_per_round)
+        finally:
+            ray.shutdown()
     body = section(result)
     print(body)
     if not args.no_write:

