@@ -358,6 +358,7 @@ def _kill_in(proc: subprocess.Popen, title: str) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.slow  # by default: test_worker_failures (one line, no Ray paragraph), test_errors (no c10d dumps)
 def test_a_killed_trainer_is_one_line_on_the_terminal(tmp_path):
     """`kill -9` of the trainer's process in a weight sync, with overlap (`algorithm.max_staleness=1`:
     the sender waits there for the rollout in flight): one error line naming the role, the rank, the

@@ -28,6 +28,7 @@ def leaked_since(before: set[str]) -> list[str]:
     return sorted(set(os.listdir(SHM_DIR)) - before - held_by(psutil.pids()))
 
 
+@pytest.mark.slow  # by default: tests/strategies/inference/test_vllm_shared_memory.py, tests/cluster/test_shm.py
 def test_an_engine_that_fails_to_start_leaves_no_shared_memory(tmp_path, shared_cluster):
     before = set(os.listdir(SHM_DIR))
     cfg = run_config(
