@@ -45,7 +45,7 @@ def test_the_main_job_learns_and_writes_into_the_hydra_run_dir(tmp_path):
     out = proc.stdout
     assert "device plan:" in out and "actor_train" in out
     assert "setting up workers:   0%" in proc.stderr and "4/4" in proc.stderr, "set-up shows progress"
-    assert "waiting for actor_infer (1), reward (1), actor_train (1), reference (1)" in proc.stderr
+    assert "waiting for actor_infer (1), actor_train (1), reference (1), reward (1)" in proc.stderr
     assert "reference runs in actor_train's workers" in out
     assert out.strip().splitlines()[-1].startswith(f"run directory: {run_dir}")
 

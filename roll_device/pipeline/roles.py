@@ -337,8 +337,7 @@ def start_roles(config: RunConfig, plan: RunPlan, model_path: str, log_dir: Path
         for role, group in roles.groups.items()
         if log_dir is not None
     }
-    workers = {role: group.world_size for role, group in roles.groups.items()}
-    workers.update({role: workers[host] for role, host in plan.hosted.items()})
+    workers = {role: roles.groups[plan.hosted.get(role, role)].world_size for role in plan.roles}
     try:  # the bar spans the whole set-up: rendezvous, set-up calls, the sync's connection
         with setup_progress(workers) as ready:
             setups = _start_setups(config, plan, roles, model_path)
