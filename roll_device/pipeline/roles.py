@@ -202,8 +202,7 @@ class RoleGroups:
     dp_ranks: dict[str, list[int]] = field(default_factory=dict)  # per trainer role, by worker
     endpoint: Endpoint | None = None  # the sender's control store, once connected
     hosted: dict[str, str] = field(default_factory=dict)  # a role run inside another's workers
-    watched: dict[Any, str] = field(default_factory=dict)  # background calls in flight -> role
-    watched_ranks: dict[Any, int] = field(default_factory=dict)  # background calls -> worker rank
+    watched: dict[Any, tuple[str, int]] = field(default_factory=dict)  # background calls -> (role, rank)
     background_failure: RollDeviceError | None = None  # a watched call's, raised by the next wait
     bound_s: float | None = None  # while set (the set-up), how long one wait may take
 
@@ -270,18 +269,16 @@ class RoleGroups:
 
     def watch(self, role: str, refs: list) -> None:
         """Watch `role`'s calls `refs`, running in the background, during every wait."""
-        self.watched.update(dict.fromkeys(refs, role))
-        self.watched_ranks.update(ranks([refs]))
+        self.watched.update({ref: (role, rank) for ref, rank in ranks([refs]).items()})
 
     def unwatch(self, refs: list) -> None:
         for ref in refs:
             self.watched.pop(ref, None)
-            self.watched_ranks.pop(ref, None)
 
     def _check_background(self, ref) -> None:
-        role = self.watched.pop(ref)
+        role, rank = self.watched.pop(ref)
         try:
-            with watching(role, self.watched_ranks.pop(ref, None)):
+            with watching(role, rank):
                 ray.get(ref)
         except RollDeviceError as failed:
             self.background_failure = self.background_failure or failed
