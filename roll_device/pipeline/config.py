@@ -93,6 +93,10 @@ class AlgorithmSettings(Section):
     kl_coef: Annotated[float, Field(ge=0, description="0 runs without the reference role")]
     kl_estimator: Literal[KL_ESTIMATORS]
     kl_in_reward: StrictBool
+    kl_target: Annotated[float, Field(gt=0)] | None = Field(
+        description="null: a fixed kl_coef; a KL: kl_coef adapts toward it after each step (Ziegler et al. 2019)"
+    )
+    kl_horizon: Count
     dynamic_sampling: StrictBool
     overlong_buffer: NonNegative
     overlong_penalty: Annotated[float, Field(ge=0)]
@@ -130,19 +134,21 @@ class AlgorithmSettings(Section):
             raise ConfigError(refused)
         return self
 
-    def advantage_spec(self) -> AdvantageSpec:
-        return AdvantageSpec(
-            self.advantage, self.norm_std, self.std_unbiased, self.kl_coef, self.kl_in_reward
-        )
+    def advantage_spec(self, kl_coef: float | None = None) -> AdvantageSpec:
+        """The estimator's settings; `kl_coef` this step's KL coefficient (None: `kl_coef`)."""
+        coef = self.kl_coef if kl_coef is None else kl_coef
+        return AdvantageSpec(self.advantage, self.norm_std, self.std_unbiased, coef, self.kl_in_reward)
 
-    def loss_spec(self) -> LossSpec:
-        """The loss the trainers run: the KL is in the loss unless it is in the reward."""
+    def loss_spec(self, kl_coef: float | None = None) -> LossSpec:
+        """The loss the trainers run: the KL (coefficient `kl_coef`, None: `algorithm.kl_coef`) is
+        in the loss unless it is in the reward."""
+        coef = self.kl_coef if kl_coef is None else kl_coef
         return LossSpec(
             POLICY_LOSSES.qualified(self.policy_loss),
             self.clip_ratio,
             self.clip_ratio_high,
             self.clip_ratio_c,
-            0.0 if self.kl_in_reward else self.kl_coef,
+            0.0 if self.kl_in_reward else coef,
             self.loss_agg,
             self.importance_ratio_cap,
             self.max_new_tokens,
@@ -176,6 +182,11 @@ def algorithm_refusals(algo: AlgorithmSettings) -> list[str]:
     if algo.kl_in_reward and algo.kl_coef == 0:
         refusals.append(
             "algorithm.kl_in_reward=true with algorithm.kl_coef=0 has no KL to put in the reward: set kl_coef > 0"
+        )
+    if algo.kl_target is not None and algo.kl_coef == 0:
+        refusals.append(
+            f"algorithm.kl_target={algo.kl_target} adapts a KL coefficient, but algorithm.kl_coef=0 "
+            "runs without the reference: set kl_coef > 0 (the starting coefficient) or kl_target=null"
         )
     if algo.overlong_buffer >= algo.max_new_tokens:
         refusals.append(

@@ -32,6 +32,11 @@ class PipelineState:
     data_position: int = 0  # prompts consumed
     data_epoch: int = 0  # passes over a dataset completed (the position determines it)
     sampling_seed: int = 0  # seed of the next rollout
+    kl_coef: float | None = None  # the KL coefficient of the next step (None: algorithm.kl_coef)
+
+
+# what every checkpoint's state holds; later fields have defaults (a checkpoint written before them)
+REQUIRED_STATE = {"step", "data_position", "data_epoch", "sampling_seed"}
 
 
 def file_crc32(path: Path) -> int:
@@ -54,7 +59,8 @@ def _manifest(folder: Path) -> dict[str, list[int]]:
 def read_state(path: Path) -> PipelineState:
     """The pipeline state of checkpoint `path` (ValueError or OSError when unreadable)."""
     values = json.loads((path / STATE_FILE).read_text())
-    if not isinstance(values, dict) or set(values) != {f.name for f in fields(PipelineState)}:
+    names = {f.name for f in fields(PipelineState)}
+    if not isinstance(values, dict) or not REQUIRED_STATE <= set(values) <= names:
         raise ValueError(f"{STATE_FILE} does not hold a pipeline state")
     return PipelineState(**values)
 

@@ -220,6 +220,11 @@ ALGORITHM_REFUSALS = [
         "algorithm.kl_in_reward=true with algorithm.kl_coef=0 has no KL to put in the reward",
     ),
     (
+        ["algorithm.kl_target=0.1", "algorithm.kl_coef=0"],
+        "algorithm.kl_target=0.1 adapts a KL coefficient, but algorithm.kl_coef=0 runs without the reference",
+    ),
+    (["algorithm.kl_target=0"], "algorithm.kl_target=0: input should be greater than 0"),
+    (
         ["algorithm=dapo", "algorithm.samples_per_prompt=1"],
         "algorithm.samples_per_prompt=1: input should be greater",
     ),

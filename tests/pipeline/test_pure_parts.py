@@ -9,7 +9,7 @@ from roll_device.errors import ConfigError
 from roll_device.inputs.tasks import get_task
 from roll_device.pipeline.batching import build_batch
 from roll_device.pipeline.metrics import MetricsLog
-from roll_device.pipeline.state import Checkpoints, PipelineState
+from roll_device.pipeline.state import Checkpoints, PipelineState, read_state
 from strategies.base import Completion
 
 
@@ -85,3 +85,15 @@ def test_checkpoints_commit_atomically_and_track_latest(tmp_path):
     assert state == PipelineState(step=2, data_position=16, sampling_seed=9)
     assert json.loads((path / "pipeline.json").read_text())["data_position"] == 16
     assert not list(tmp_path.glob("checkpoints/.step_*"))
+
+
+def test_a_state_carries_the_adapted_kl_coefficient_and_an_older_one_reads_without_it(tmp_path):
+    ckpts = Checkpoints(tmp_path)
+    ckpts.commit(ckpts.staging_dir(3), PipelineState(step=3, kl_coef=0.0123))
+    assert ckpts.latest()[1].kl_coef == 0.0123
+    older = ckpts.latest_path() / "pipeline.json"
+    older.write_text(json.dumps({"step": 3, "data_position": 0, "data_epoch": 0, "sampling_seed": 0}))
+    assert read_state(older.parent) == PipelineState(step=3)
+    older.write_text(json.dumps({"step": 3, "data_position": 0}))
+    with pytest.raises(ValueError, match="does not hold a pipeline state"):
+        read_state(older.parent)
