@@ -93,6 +93,7 @@ class AlgorithmSettings(Section):
     kl_coef: Annotated[float, Field(ge=0, description="0 runs without the reference role")]
     kl_estimator: Literal[KL_ESTIMATORS]
     kl_in_reward: StrictBool
+    entropy_coef: Annotated[float, Field(ge=0, description="the entropy bonus's weight (0: off)")]
     kl_target: Annotated[float, Field(gt=0)] | None = Field(
         description="null: a fixed kl_coef; a KL: kl_coef adapts toward it after each step (Ziegler et al. 2019)"
     )
@@ -153,6 +154,7 @@ class AlgorithmSettings(Section):
             self.importance_ratio_cap,
             self.max_new_tokens,
             self.kl_estimator,
+            self.entropy_coef,
         )
 
 
@@ -287,6 +289,7 @@ class RunConfig(Section):
         self._check_roles()
         self._check_sizes()
         self._check_overlap()
+        self._check_trainer_loss()
         self.reward.check_with(self.data)
         return self
 
@@ -380,6 +383,14 @@ class RunConfig(Section):
             raise ConfigError(
                 f"algorithm.kl_coef={self.algorithm.kl_coef} needs reference logprobs: configure "
                 "roles.reference, or set algorithm.kl_coef=0"
+            )
+
+    def _check_trainer_loss(self) -> None:
+        lacks = self.trainer.lacks_entropy_gradient
+        if self.algorithm.entropy_coef > 0 and lacks:
+            raise ConfigError(
+                f"algorithm.entropy_coef={self.algorithm.entropy_coef} needs the entropy's gradient, "
+                f"but {lacks}: set algorithm.entropy_coef=0, or use trainer=fsdp"
             )
 
     def _check_overlap(self) -> None:

@@ -126,10 +126,12 @@ class StepAccounting:
         logprobs: torch.Tensor,
         micro: TrainBatch,
         extra: dict[str, float] | None = None,
+        entropy: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The micro-batch loss to backpropagate; records its metrics, and `extra` ones (means over
-        the micro-batch's response tokens, such as the trainer's entropy)."""
-        loss, metrics = loss_fn(logprobs, micro)
+        the micro-batch's response tokens, such as the trainer's entropy). A loss that
+        `needs_entropy` is given the (B, T) per-token `entropy`, with its gradient."""
+        loss, metrics = loss_fn(logprobs, micro) if entropy is None else loss_fn(logprobs, micro, entropy)
         tokens = self.units(micro.response_mask)
         for key, value in {"loss": loss.item(), **metrics, **(extra or {})}.items():
             self.sums[key] = self.sums.get(key, 0.0) + value * tokens

@@ -37,7 +37,14 @@ from strategies.training.common import (
 from strategies.training.distributed import check_same_rows, ensure_process_group, release_process_group
 from strategies.training.fsdp_loading import empty_model, fill_shards, materialize
 from strategies.training.in_place_collectives import use_in_place_collectives, whole_tensor
-from strategies.training.logprobs import PACKED_ATTENTION, model_logprobs, next_token_logprobs
+from strategies.training.logprobs import (
+    GRAD,
+    METRIC,
+    PACKED_ATTENTION,
+    Entropy,
+    model_logprobs,
+    next_token_logprobs,
+)
 from strategies.training.losses import masked_mean
 from strategies.training.settings import FsdpSettings
 
@@ -132,7 +139,9 @@ class FsdpTrainStrategy(TrainStrategy):
         self._offloaded: set | None = None
 
     # ---- forward ------------------------------------------------------------------------
-    def _logprobs(self, micro: TrainBatch, entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _logprobs(
+        self, micro: TrainBatch, entropy: Entropy = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         s = self.settings
         return model_logprobs(self.model, micro, self.device, s.packing, s.logprob_chunk_tokens, entropy)
 
@@ -158,10 +167,14 @@ class FsdpTrainStrategy(TrainStrategy):
         micros = self._prepare(batch)
         accounting = StepAccounting(batch, loss_fn, self.device, dp_size=self.data_parallel_size)
         self.model.train()
+        with_grad = getattr(loss_fn, "needs_entropy", False)  # an entropy bonus (algorithm.entropy_coef)
         for micro in micros:
-            logprobs, entropy = self._logprobs(micro, entropy=True)
-            metrics = {"entropy": masked_mean(entropy, micro.response_mask.to(entropy.device)).item()}
-            accounting.scaled_loss(loss_fn, logprobs, micro, metrics).backward()
+            logprobs, entropy = self._logprobs(micro, entropy=GRAD if with_grad else METRIC)
+            mask = micro.response_mask.to(entropy.device)
+            metrics = {"entropy": masked_mean(entropy.detach(), mask).item()}
+            accounting.scaled_loss(
+                loss_fn, logprobs, micro, metrics, entropy if with_grad else None
+            ).backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()

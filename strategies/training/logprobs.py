@@ -8,14 +8,18 @@
   states and the output layer, each chunk recomputed in the backward pass (activation
   checkpointing) so that the logits held at any time are one chunk's.
 
-With `entropy=True` the policy's per-token entropy comes from the same logits, in the same
+With `entropy=METRIC` the policy's per-token entropy comes from the same logits, in the same
 pass and the same chunks (no second [tokens x vocab] tensor beyond one slice of ENTROPY_SLICE
-positions), without gradient: it is a metric. Results are (B, T) in the batch's padded layout
+positions), without gradient: a metric; with `entropy=GRAD` it keeps its gradient, for an entropy
+bonus in the loss (`algorithm.entropy_coef`). Results are (B, T) in the batch's padded layout
 (batches.py's alignment), whatever the path: the value at token t is that of the distribution
 that predicted it.
 """
 
 from __future__ import annotations
+
+import contextlib
+from typing import Literal
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -26,6 +30,8 @@ from strategies.training.batches import align_to_tokens, shifted_labels
 # transformers attention kernels that take packed rows (boundaries from position_ids, no mask)
 PACKED_ATTENTION = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
 NO_LOGITS = torch.zeros(0, dtype=torch.long)  # `logits_to_keep` that keeps none: hidden states only
+METRIC, GRAD = "metric", "grad"  # the entropy as a metric (no gradient), or for the loss
+Entropy = Literal["metric", "grad"] | None  # None: no entropy
 ENTROPY_SLICE = 128  # positions whose probabilities the entropy holds at once (a [slice x vocab] temporary)
 
 
@@ -36,11 +42,12 @@ def next_token_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Ten
     return logits.float().log_softmax(dim=-1).gather(-1, labels.unsqueeze(-1)).squeeze(-1)
 
 
-def entropy_of(logits: torch.Tensor) -> torch.Tensor:
-    """(B, N) entropy of the (B, N, V) logits' distributions, in fp32, without gradient,
-    ENTROPY_SLICE positions at a time: logsumexp(z) - sum(softmax(z) * z)."""
+def entropy_of(logits: torch.Tensor, grad: bool = False) -> torch.Tensor:
+    """(B, N) entropy of the (B, N, V) logits' distributions, in fp32, ENTROPY_SLICE positions at
+    a time: logsumexp(z) - sum(softmax(z) * z); without gradient unless `grad` (an entropy bonus
+    in the loss)."""
     pieces = []
-    with torch.no_grad():
+    with contextlib.nullcontext() if grad else torch.no_grad():
         for part in logits.split(ENTROPY_SLICE, dim=1):
             part = part.float()
             log_norm = part.logsumexp(dim=-1)
@@ -59,14 +66,14 @@ def head_logits(hidden: torch.Tensor, weight: torch.Tensor, bias) -> torch.Tenso
 
 
 def _chunk_logprobs(
-    hidden: torch.Tensor, weight: torch.Tensor, bias, labels: torch.Tensor, entropy: bool
+    hidden: torch.Tensor, weight: torch.Tensor, bias, labels: torch.Tensor, entropy: Entropy
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     logits = head_logits(hidden, weight, bias)
-    return next_token_logprobs(logits, labels), entropy_of(logits) if entropy else None
+    return next_token_logprobs(logits, labels), entropy_of(logits, entropy == GRAD) if entropy else None
 
 
 def chunked_logprobs(
-    hidden: torch.Tensor, head: torch.nn.Linear, labels: torch.Tensor, chunk: int, entropy: bool = False
+    hidden: torch.Tensor, head: torch.nn.Linear, labels: torch.Tensor, chunk: int, entropy: Entropy = None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`next_token_logprobs(head(hidden), labels)` (and with `entropy`, `entropy_of` the same
     logits) computed `chunk` positions at a time; in training each chunk's logits are recomputed
@@ -119,10 +126,10 @@ def model_logprobs(
     device: torch.device,
     packing: bool,
     chunk: int | None,
-    entropy: bool = False,
+    entropy: Entropy = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(B, T) aligned logprobs of `micro` (on `device`) under `model`, packed or padded, chunked
-    or whole, and with `entropy` the (B, T) aligned entropies (else None)."""
+    or whole, and with `entropy` the (B, T) aligned entropies (else None; with gradient for GRAD)."""
     if packing:
         ids, positions = (t.to(device) for t in packed_inputs(micro))
         inputs = {"input_ids": ids, "position_ids": positions, "attention_mask": None}
@@ -133,7 +140,7 @@ def model_logprobs(
     if chunk is None:
         logits = model(**inputs, use_cache=False).logits
         next_token = next_token_logprobs(logits, labels)
-        entropies = entropy_of(logits) if entropy else None
+        entropies = entropy_of(logits, entropy == GRAD) if entropy else None
     else:
         hook = model.get_decoder().register_forward_hook(_last_hidden_state_only)
         try:

@@ -4,7 +4,8 @@ with an optional KL penalty to the reference policy and an aggregation over toke
 
 A loss function has the trainer signature `loss_fn(logprobs, batch) -> (loss, metrics)`: `logprobs`
 is (B, T) with grad, aligned with `batch.input_ids`; only response tokens (`batch.response_mask`)
-count. A policy loss also carries `units(response_mask)`: how much of the step a micro-batch is
+count. A loss that `needs_entropy` (an entropy bonus, `entropy_coef` > 0: PPO's c2 S[pi], arXiv
+1707.06347 eq. 9) is called `loss_fn(logprobs, batch, entropy)` with the (B, T) per-token entropy. A policy loss also carries `units(response_mask)`: how much of the step a micro-batch is
 (its response tokens for token-mean, its scored rows for the seq-mean modes), so that the trainer
 weighs micro-batches and data-parallel ranks into the aggregation over the global batch.
 
@@ -54,6 +55,7 @@ class LossSpec:
     importance_ratio_cap: float = 2.0
     max_response_tokens: int | None = None  # seq-mean-token-sum-norm's constant (None: the batch's width)
     kl_estimator: str = "k3"
+    entropy_coef: float = 0.0  # the entropy bonus: the loss less entropy_coef * the aggregated entropy
 
     @property
     def high(self) -> float:
@@ -112,7 +114,9 @@ def policy_loss(settings: LossSpec) -> LossFn:
     token_loss = POLICY_LOSSES.resolve(settings.name)
     aggregation = LossAggregation(settings.loss_agg, settings.max_response_tokens)
 
-    def loss_fn(logprobs: torch.Tensor, batch: TrainBatch) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss_fn(
+        logprobs: torch.Tensor, batch: TrainBatch, entropy: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
         _check_policy_batch(batch, settings)
         device, dtype = logprobs.device, logprobs.dtype
         mask = batch.response_mask.to(device, dtype)
@@ -130,12 +134,15 @@ def policy_loss(settings: LossSpec) -> LossFn:
             },
             **importance,
         }
+        if settings.entropy_coef > 0:
+            loss = loss - settings.entropy_coef * aggregation.reduce(entropy, mask)
         if settings.kl_coef > 0:
             kl = aggregation.reduce(kl_estimate(logprobs, batch.ref_logprobs, settings.kl_estimator), mask)
             return loss + settings.kl_coef * kl, {**metrics, "kl": kl.item()}
         return loss, metrics
 
     loss_fn.units = aggregation.units
+    loss_fn.needs_entropy = settings.entropy_coef > 0  # the trainer passes the entropy, with gradient
     return loss_fn
 
 
@@ -162,8 +169,11 @@ def check_loss_spec(settings: LossSpec) -> None:
         raise ConfigError(
             f"{settings.name}: clip_ratio_c must be > 1 (3.0 is the usual value), got {settings.clip_ratio_c}"
         )
-    if settings.kl_coef < 0:
-        raise ConfigError(f"{settings.name}: kl_coef must be >= 0, got {settings.kl_coef}")
+    if settings.kl_coef < 0 or settings.entropy_coef < 0:
+        raise ConfigError(
+            f"{settings.name}: kl_coef and entropy_coef must be >= 0, got {settings.kl_coef} and "
+            f"{settings.entropy_coef}"
+        )
     if settings.importance_ratio_cap < 1:
         raise ConfigError(
             f"{settings.name}: importance_ratio_cap must be >= 1, got {settings.importance_ratio_cap}"

@@ -4,7 +4,7 @@ and out-of-range values are refused before Ray starts."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StrictBool, StrictInt, model_validator
 
@@ -17,6 +17,9 @@ Positive = Annotated[float, Field(gt=0)]
 
 class TrainSettings(Section):
     """Keys every trainer understands."""
+
+    # what the trainer can add to a loss beside the logprobs; None: everything, else the reason
+    lacks_entropy_gradient: ClassVar[str | None] = None
 
     name: str
     lr: Positive
@@ -100,6 +103,10 @@ class MegatronSettings(TrainSettings):
     use_distributed_optimizer: StrictBool
     seed: StrictInt
     mindspeed: dict[str, Any] = Field(description="NPU only: extra options for MindSpeed's repatch()")
+    lacks_entropy_gradient: ClassVar[str | None] = (
+        "the megatron trainer's logprobs come from the vocabulary-parallel cross entropy, without "
+        "the distribution's entropy"
+    )
 
     @model_validator(mode="after")
     def _what_megatron_lacks(self):

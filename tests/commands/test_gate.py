@@ -223,6 +223,11 @@ ALGORITHM_REFUSALS = [
         ["algorithm.kl_target=0.1", "algorithm.kl_coef=0"],
         "algorithm.kl_target=0.1 adapts a KL coefficient, but algorithm.kl_coef=0 runs without the reference",
     ),
+    (
+        ["trainer=megatron", "algorithm.entropy_coef=0.01"],
+        "algorithm.entropy_coef=0.01 needs the entropy's gradient, but the megatron trainer's logprobs",
+    ),
+    (["algorithm.entropy_coef=-1"], "algorithm.entropy_coef=-1"),
     (["algorithm.kl_target=0"], "algorithm.kl_target=0: input should be greater than 0"),
     (
         ["algorithm=dapo", "algorithm.samples_per_prompt=1"],

@@ -188,3 +188,18 @@ def seq_mean_over_micro_batches(rank: int, model_path: str) -> dict:
         out[f"rows_{size}"] = trainer.train_step(batch, loss)
         trainer.shutdown()
     return out
+
+
+def entropy_bonus(rank: int, model_path: str) -> dict:
+    """One rank: with zero advantages the only gradient is the entropy bonus's; steps with
+    `entropy_coef` > 0 raise the policy's entropy, and without it nothing moves."""
+    batch = make_batch(seed=5, rows=4)
+    batch.advantages = torch.zeros(4)
+    out = {}
+    for coef in (0.0, 1.0):
+        trainer = new_trainer(model_path, lr=1e-4)
+        out[f"coef_{coef}"] = [
+            trainer.train_step(batch, policy_loss(LossSpec(entropy_coef=coef))) for _ in range(3)
+        ]
+        trainer.shutdown()
+    return out

@@ -23,7 +23,9 @@ def model(tiny_model_path):
 
 def test_plain_entropy_is_that_of_the_models_logits(model):
     batch = mixed_batch(0)
-    _, entropy = lp.model_logprobs(model, batch, torch.device("cpu"), packing=False, chunk=None, entropy=True)
+    _, entropy = lp.model_logprobs(
+        model, batch, torch.device("cpu"), packing=False, chunk=None, entropy=lp.METRIC
+    )
     with torch.no_grad():
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
     expected = torch.distributions.Categorical(logits=logits[:, :-1]).entropy()
@@ -41,8 +43,8 @@ def test_packed_and_chunked_entropy_equal_the_plain_paths(model, packing, chunk,
     monkeypatch.setattr(lp, "ENTROPY_SLICE", 4)  # slices smaller than the chunks, and the seams between
     batch = mixed_batch(1)
     cpu = torch.device("cpu")
-    plain_logprobs, plain_entropy = lp.model_logprobs(model, batch, cpu, False, None, entropy=True)
-    got_logprobs, got_entropy = lp.model_logprobs(model, batch, cpu, packing, chunk, entropy=True)
+    plain_logprobs, plain_entropy = lp.model_logprobs(model, batch, cpu, False, None, entropy=lp.METRIC)
+    got_logprobs, got_entropy = lp.model_logprobs(model, batch, cpu, packing, chunk, entropy=lp.METRIC)
     assert (got_entropy - plain_entropy).abs().max() < 1e-5
     assert (got_logprobs - plain_logprobs).abs().max() < 1e-5
     assert got_logprobs.requires_grad and not got_entropy.requires_grad

@@ -145,3 +145,11 @@ def test_a_seq_mean_loss_is_the_same_in_any_micro_batch_split(tiny_model_path):
     one_row, whole = rank["rows_1"], rank["rows_4"]
     assert one_row["loss"] == pytest.approx(whole["loss"], rel=1e-5)
     assert one_row["grad_norm"] == pytest.approx(whole["grad_norm"], rel=1e-4)
+
+
+def test_an_entropy_bonus_raises_the_policys_entropy(tiny_model_path):
+    (rank,) = run_ranks("tests.strategies.training.fsdp_checks:entropy_bonus", 1, tiny_model_path)
+    with_bonus, without = rank["coef_1.0"], rank["coef_0.0"]
+    assert with_bonus[-1]["entropy"] > with_bonus[0]["entropy"] + 1e-3
+    assert with_bonus[0]["grad_norm"] > 0 and without[0]["grad_norm"] == 0
+    assert without[-1]["entropy"] == pytest.approx(without[0]["entropy"], abs=1e-7)

@@ -243,3 +243,28 @@ def test_the_kl_term_is_the_chosen_estimator_aggregated_like_the_loss(estimator,
     )
     _, metrics = policy_loss(LossSpec(kl_coef=0.1, kl_estimator=estimator))(logprobs, batch)
     assert metrics["kl"] == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_the_entropy_bonus_is_ppos_c2_entropy_term():
+    # PPO (arXiv 1707.06347), eq. 9: maximise L_clip + c2 S[pi]; as a loss, -L_clip - c2 S, with S
+    # aggregated like the surrogate (token-mean here), its gradient flowing into the entropy
+    logprobs, batch = random_batch(3)
+    entropy = torch.rand(B, T, generator=torch.Generator().manual_seed(4)).requires_grad_()
+    mask, adv = batch.response_mask, batch.advantages
+    loss_fn = policy_loss(LossSpec(entropy_coef=0.05))
+    assert loss_fn.needs_entropy and not policy_loss(LossSpec()).needs_entropy
+    loss, _ = loss_fn(logprobs, batch, entropy)
+    grads = torch.autograd.grad(loss, (logprobs, entropy))
+
+    def objective(lp, ent):
+        per_token = torch.zeros(B, T)
+        for b in range(B):
+            for t in range(T):
+                r = torch.exp(lp[b, t] - batch.old_logprobs[b, t])
+                per_token[b, t] = -torch.min(r * adv[b], torch.clamp(r, 0.8, 1.2) * adv[b])
+        return token_mean(per_token, mask) - 0.05 * token_mean(ent, mask)
+
+    expected = objective(logprobs, entropy)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+    for got, want in zip(grads, torch.autograd.grad(expected, (logprobs, entropy))):
+        assert torch.allclose(got, want, atol=1e-6)
