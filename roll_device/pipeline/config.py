@@ -99,6 +99,9 @@ class AlgorithmSettings(Section):
     )
     kl_horizon: Count
     dynamic_sampling: StrictBool
+    max_sampling_rounds: Annotated[
+        Count, Field(description="dynamic sampling's rounds of prompts per step at most (1: no refill)")
+    ]
     overlong_buffer: NonNegative
     overlong_penalty: Annotated[float, Field(ge=0)]
     ppo_epochs: Count
@@ -189,6 +192,17 @@ def algorithm_refusals(algo: AlgorithmSettings) -> list[str]:
         refusals.append(
             f"algorithm.kl_target={algo.kl_target} adapts a KL coefficient, but algorithm.kl_coef=0 "
             "runs without the reference: set kl_coef > 0 (the starting coefficient) or kl_target=null"
+        )
+    if algo.max_sampling_rounds > 1 and not algo.dynamic_sampling:
+        refusals.append(
+            f"algorithm.max_sampling_rounds={algo.max_sampling_rounds} refills the groups dynamic sampling "
+            "drops, but algorithm.dynamic_sampling=false: set dynamic_sampling=true or max_sampling_rounds=1"
+        )
+    if algo.max_sampling_rounds > 1 and algo.max_staleness > 0:
+        refusals.append(
+            f"algorithm.max_sampling_rounds={algo.max_sampling_rounds} takes the prompts after the step's, "
+            f"which the overlapped rollouts of algorithm.max_staleness={algo.max_staleness} already took: "
+            "set max_sampling_rounds=1 or max_staleness=0"
         )
     if algo.overlong_buffer >= algo.max_new_tokens:
         refusals.append(

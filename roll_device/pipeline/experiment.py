@@ -126,6 +126,7 @@ class Run:
             while self.state.step < self.last_step:
                 rollout, collected = self.next_rollout(rollouts)
                 record = self.step.train(self.state, rollout, collected)
+                rollouts.took_prompts_to(self.state.data_position)
                 try:
                     self.step.sync(record)
                     rollouts.synced(self.state.step)

@@ -30,7 +30,7 @@ record.py.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -52,6 +52,8 @@ from strategies.base import Completion, NonFiniteUpdateError, SamplingConfig, Tr
 from strategies.training.advantages import AdvantageInputs, advantages, overlong_penalty
 from strategies.training.kl_control import adapted_kl_coef, reward_kl
 
+ROUND_SEEDS = 1_000_000_007  # a dynamic-sampling round's seed offset: no step's seed of the run collides
+
 
 @dataclass
 class Collected:
@@ -65,6 +67,22 @@ class Collected:
     finished: float  # wall clock, the last worker's end
     engine_idle_s: float  # the longest any engine stood idle before it
     waited_s: float  # how long the driver (and so the trainer) waited for it
+
+    def joined(self, more: Collected) -> Collected:
+        """This rollout and `more` (of the prompts after it) as one; `more`'s completions' prompt
+        indices move past this one's prompts."""
+        for c in more.completions:
+            c.prompt_index += len(self.samples)
+        return Collected(
+            self.samples + more.samples,
+            self.prompt_ids + more.prompt_ids,
+            self.completions + more.completions,
+            version=min(self.version, more.version),
+            started=min(self.started, more.started),
+            finished=max(self.finished, more.finished),
+            engine_idle_s=max(self.engine_idle_s, more.engine_idle_s),
+            waited_s=self.waited_s + more.waited_s,
+        )
 
 
 @dataclass
@@ -89,7 +107,7 @@ class GrpoStep:
         self.tokens = inputs.encoder.tokens
         self.algo = config.algorithm
         self.use_reference = roles.has("reference")
-        self.sampling_filter = SamplingFilter(self.algo)
+        self.sampling_filter = SamplingFilter(self.algo, config.data.prompts_per_step)
         self.training = False
         self.turns = ColocatedTurns(roles)  # a colocated engine and trainer take turns on the devices
         self.turn_log = TurnLog()  # the turns taken since the last record, for the next one
@@ -167,11 +185,14 @@ class GrpoStep:
     def train(self, state: PipelineState, rollout: Rollout, got: Collected) -> StepRecord:
         """Step `state.step` on rollout `rollout` (collected as `got`) up to the policy update
         (`state` advanced in place); returns the step's metrics record, its sync still to come."""
-        self.take_turn(self.turns.for_training)
         timeline = StepTimeline([got.started, got.finished], got.waited_s, self.turn_log)
-        staleness = state.step - got.version
         with timeline.part("reward"):
             rewards = torch.tensor(self.score(got.samples, got.completions))
+        if self.sampling_filter.refills:  # DAPO: more rounds until the batch is full, engines awake
+            with timeline.part("refill"):
+                rollout, got, rewards = self.refill(state.step, rollout, got, rewards)
+        self.take_turn(self.turns.for_training)
+        staleness = state.step - got.version
         with timeline.part("logprob"):
             # DAPO's dynamic sampling drops groups of equal rewards; otherwise every row is kept
             kept = self.sampling_filter.keep(rewards, self.roles.data_parallel_size("actor_train"))
@@ -191,6 +212,25 @@ class GrpoStep:
         record = StepRecord.build(state, outcome, timeline)
         self.adapt_kl(state, batch, record, kl_coef)
         return self.sampling_filter.report(record)
+
+    def refill(
+        self, step: int, rollout: Rollout, got: Collected, rewards: torch.Tensor
+    ) -> tuple[Rollout, Collected, torch.Tensor]:
+        """DAPO's dynamic sampling: rounds of the next prompts, each scored, until the rollout holds
+        `data.prompts_per_step` groups whose rewards differ or `algorithm.max_sampling_rounds`
+        rounds ran; the rollout then spans every prompt the rounds took."""
+        rounds = 1
+        while self.sampling_filter.wants_more(rewards, rounds):
+            samples = self.source.batch(
+                rollout.position + len(got.samples), self.config.data.prompts_per_step
+            )
+            prompt_ids = [self.encoder.encode(s.prompt) for s in samples]
+            sampling = replace(self.sampling(step), seed=self.sampling(step).seed + rounds * ROUND_SEEDS)
+            more = self.collect(self.start_generation(samples, prompt_ids, sampling))
+            rewards = torch.cat([rewards, torch.tensor(self.score(more.samples, more.completions))])
+            got, rounds = got.joined(more), rounds + 1
+        self.sampling_filter.rounds = rounds
+        return replace(rollout, size=len(got.samples)), got, rewards
 
     def kl_coef(self, state: PipelineState) -> float:
         """The step's KL coefficient: the adapted one carried in `state`, else `algorithm.kl_coef`."""

@@ -64,6 +64,13 @@ class RolloutQueue:
             self.next_step += 1
             self.next_position += rollout.size
 
+    def took_prompts_to(self, position: int) -> None:
+        """The step trained on the prompts up to data `position` (beyond its rollout's: DAPO's
+        extra rounds, which only a synchronous loop samples, with nothing queued): the next
+        rollout starts there."""
+        if not self.queued:
+            self.next_position = max(self.next_position, position)
+
     def synced(self, version: int) -> None:
         """The engines hold (or, in call order, will hold) the weights of step `version`."""
         self.engine_version = version

@@ -1,9 +1,9 @@
 """A step's timing, kept apart from its algorithm (roll_device/pipeline/loop.py).
 
 `StepTimeline` times one step from its collected rollout to its policy update: the seconds of
-each part by the perf counter (`rollout_s`, `reward_s`, `logprob_s`, `train_s`) and each part's
-wall-clock span by name for the record's `timeline` (`rollout`; `train`, which covers its parts
-`reward`, `logprob` and `update`). `TurnLog` keeps the colocated turns taken since the last record
+each part by the perf counter (`rollout_s`, `reward_s`, `refill_s` for DAPO's extra rounds,
+`logprob_s`, `train_s`) and each part's wall-clock span by name for the record's `timeline`
+(`rollout`; `train`, which covers its parts `reward`, `refill`, `logprob` and `update`). `TurnLog` keeps the colocated turns taken since the last record
 (roll_device/pipeline/lifecycle.py): each turn's span under its name (`for_rollout`,
 `for_training`, `for_sync`), their seconds together (`swap_s`, part of `step_s`) and the device
 bytes they freed (`freed_bytes_<role>`). The sync's own time and turn are added to the step's
@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 # each timed part of the step's training -> its seconds' key in the record
-PART_SECONDS = {"reward": "reward_s", "logprob": "logprob_s", "update": "train_s"}
+PART_SECONDS = {"reward": "reward_s", "refill": "refill_s", "logprob": "logprob_s", "update": "train_s"}
 
 Spans = dict[str, list[float]]  # a span's name -> its wall clock [begin, end]
 
@@ -70,7 +70,8 @@ class TurnLog:
 
 class StepTimeline:
     """One step's timing from its collected rollout (generated over `rollout_span`, waited for
-    `waited_s`) to its policy update, with the turns taken for it so far (`turns`, emptied)."""
+    `waited_s`) to its policy update, with the turns taken for it up to the update (`turns`,
+    emptied by `fields`)."""
 
     def __init__(self, rollout_span: list[float], waited_s: float, turns: TurnLog) -> None:
         self.start, self.started = time.perf_counter(), time.time()
@@ -78,7 +79,7 @@ class StepTimeline:
         self.waited_s = waited_s  # the driver's wait for the rollout: part of the step
         self.seconds = {"rollout_s": rollout_span[1] - rollout_span[0]}
         self.parts: Spans = {}
-        self.turns, self.freed = turns.pop_spans(), turns.pop_freed()
+        self.turn_log = turns  # the turns taken up to the update are the step's (popped by `fields`)
 
     @contextmanager
     def part(self, name: str) -> Iterator[None]:
@@ -91,10 +92,11 @@ class StepTimeline:
     def fields(self) -> dict:
         """The record's timing fields, in its order; the step's `train` span ends now. `sync_s`
         is 0 until the sync adds its own."""
-        swap_s = turn_seconds(self.turns)
+        turns, freed = self.turn_log.pop_spans(), self.turn_log.pop_freed()
+        swap_s = turn_seconds(turns)
         return {
             **self.seconds,
-            **self.freed,
+            **freed,
             "sync_s": 0.0,
             "swap_s": swap_s,
             "step_s": time.perf_counter() - self.start + self.waited_s + swap_s,
@@ -102,6 +104,6 @@ class StepTimeline:
                 "rollout": self.rollout_span,
                 "train": [self.started, time.time()],
                 **self.parts,
-                **self.turns,
+                **turns,
             },
         }

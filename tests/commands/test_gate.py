@@ -228,6 +228,14 @@ ALGORITHM_REFUSALS = [
         "algorithm.entropy_coef=0.01 needs the entropy's gradient, but the megatron trainer's logprobs",
     ),
     (["algorithm.entropy_coef=-1"], "algorithm.entropy_coef=-1"),
+    (
+        ["algorithm.max_sampling_rounds=3"],
+        "algorithm.max_sampling_rounds=3 refills the groups dynamic sampling drops, but algorithm.dynamic_sampling=false",
+    ),
+    (
+        ["algorithm=dapo", "algorithm.max_staleness=1"],
+        "algorithm.max_sampling_rounds=10 takes the prompts after the step's, which the overlapped rollouts",
+    ),
     (["algorithm.kl_target=0"], "algorithm.kl_target=0: input should be greater than 0"),
     (
         ["algorithm=dapo", "algorithm.samples_per_prompt=1"],
