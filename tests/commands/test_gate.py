@@ -74,7 +74,7 @@ BAD_VALUES = [
         ["algorithm.samples_per_prompt=1"],
         "(the group estimators compare samples of one prompt, use 2 or more)",
     ),
-    (["+algorithm.gamma=1"], "unknown key algorithm.gamma: the keys here are samples_per_prompt,"),
+    (["+algorithm.discount=1"], "unknown key algorithm.discount: the keys here are samples_per_prompt,"),
     (
         ["weight_sync.path=bogus"],
         "weight_sync.path='bogus' is not a path: choose one of auto, colocated, collective, bridge",
@@ -171,12 +171,28 @@ BAD_VALUES = [
 ALGORITHM_REFUSALS = [
     (
         ["algorithm.advantage=gae"],
-        (
-            "algorithm.advantage='gae': gae needs a critic role (PPO with a value model), which roll-device "
-            "does not have yet, choose one of grpo, reinforce_pp, "
-            "reinforce_pp_baseline, rloo (or a package.module:function)"
-        ),
+        "algorithm.advantage=gae needs a critic's values: configure roles.critic (algorithm=ppo does), or "
+        "choose another algorithm.advantage",
     ),
+    (
+        ["algorithm=ppo", "algorithm.advantage=grpo", "algorithm.gamma=null", "algorithm.lam=null"],
+        "roles.critic is configured but algorithm.advantage=grpo does not use its values: set "
+        "algorithm.advantage=gae, or roles.critic=null",
+    ),
+    (
+        ["algorithm=rloo", "algorithm.gamma=0.99"],
+        "algorithm.gamma applies to algorithm.advantage=gae only (got rloo): set algorithm.gamma=null",
+    ),
+    (
+        ["algorithm.lam=0.95"],
+        "algorithm.lam applies to algorithm.advantage=gae only (got grpo): set algorithm.lam=null",
+    ),
+    (
+        ["algorithm=ppo", "trainer=megatron"],
+        "roles.critic.strategy='megatron' has no critic (the Megatron trainer builds no value-head model, "
+        "a GPTModel with a scalar output layer, yet: run PPO with trainer=fsdp): choose one of fsdp",
+    ),
+    (["algorithm=ppo", "algorithm.value_clip=0"], "algorithm.value_clip=0: input should be greater than 0"),
     (
         ["algorithm.policy_loss=sapo"],
         "algorithm.policy_loss='sapo': unknown policy loss, choose one of cispo, gspo, ppo_clip",
@@ -188,7 +204,7 @@ ALGORITHM_REFUSALS = [
     (["algorithm.loss_agg=sum"], "algorithm.loss_agg='sum': choose one of token-mean, seq-mean-token-mean,"),
     (
         ["algorithm=ppo2"],
-        "algorithm=ppo2: no such option; choose one of dapo, dr_grpo, grpo, gspo, reinforce_pp, rloo",
+        "algorithm=ppo2: no such option; choose one of dapo, dr_grpo, grpo, gspo, ppo, reinforce_pp, rloo",
     ),
     (
         ["algorithm=rloo", "algorithm.norm_std=false"],
@@ -234,7 +250,7 @@ def test_an_algorithm_choice_that_does_not_apply_is_refused_in_one_line(override
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("recipe", ["grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp"])
+@pytest.mark.parametrize("recipe", ["grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "ppo"])
 @pytest.mark.parametrize("experiment", ["tiny_grpo", "arithmetic_math"])
 def test_shipped_algorithm_recipes_pass_the_schema(recipe, experiment):
     algorithm = load_config([f"algorithm={recipe}", f"experiment={experiment}"]).algorithm
