@@ -19,6 +19,8 @@ V_clip = V_old + clip(V - V_old, -value_clip, value_clip),
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from strategies.base import LossFn, TrainBatch
@@ -28,6 +30,10 @@ from strategies.training.logprobs import model_inputs
 from strategies.training.losses import masked_mean
 
 VALUE_HEAD_CLASS = "AutoModelForTokenClassification"
+# The head's output (a biased linear layer on (B, T, H): a view of its flat matmul) makes FSDP2 warn
+# on every forward that an in-place op on it would skip its pre-backward hook; `_values` only takes
+# out-of-place views of it.
+warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(FSDP\w+ForTokenClassification\) returned a view")
 
 
 def value_loss(value_clip: float) -> LossFn:

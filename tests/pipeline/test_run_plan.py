@@ -90,12 +90,14 @@ def test_the_plan_is_derived_in_one_place():
 
 
 def test_ppos_critic_is_a_role_of_the_plan_on_the_trainers_devices():
-    plan = build_run_plan(run_config("algorithm=ppo"), HOST)
+    config = run_config("algorithm=ppo", "critic.lr=2e-5")
+    plan = build_run_plan(config, HOST)
     assert list(plan.roles) == ["actor_infer", "actor_train", "reward", "critic"]  # no KL: no reference
     assert plan.placement.colocated("critic", "actor_train")
     assert plan.strategy("critic").__name__ == "FsdpCriticStrategy"
     critic = next(r for r in plan.requests if r.role == "critic")
-    assert (critic.strategy_type, critic.strategy, critic.settings.lr) == ("critic", "fsdp", 1e-5)
+    assert (critic.strategy_type, critic.strategy, critic.settings.lr) == ("critic", "fsdp", 2e-5)
+    assert critic.settings.model_copy(update={"lr": config.trainer.lr}) == config.trainer  # else the trainer's
 
 
 def test_on_the_simulated_cluster_the_critic_runs_on_the_cpu_beside_an_npu_trainer():
