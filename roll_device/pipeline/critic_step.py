@@ -44,9 +44,7 @@ class CriticStep:
         if not self.active:
             return
         for _ in range(self.algo.ppo_epochs):
-            update = self.roles.data_parallel(ROLE, CriticWorker.train_values, batch, self.algo.value_clip)[
-                0
-            ]
+            update = self.roles.data_parallel(ROLE, CriticWorker.train_values, batch, self.algo.value_clip)[0]
         self.metrics = {
             "critic_value_loss": update["loss"],
             "critic_vf_clipfrac": update["value_clipfrac"],

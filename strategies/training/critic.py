@@ -33,7 +33,9 @@ VALUE_HEAD_CLASS = "AutoModelForTokenClassification"
 # The head's output (a biased linear layer on (B, T, H): a view of its flat matmul) makes FSDP2 warn
 # on every forward that an in-place op on it would skip its pre-backward hook; `_values` only takes
 # out-of-place views of it.
-warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(FSDP\w+ForTokenClassification\) returned a view")
+warnings.filterwarnings(
+    "ignore", message=r"FSDP2-wrapped module \(FSDP\w+ForTokenClassification\) returned a view"
+)
 
 
 def value_loss(value_clip: float) -> LossFn:

@@ -97,7 +97,9 @@ def test_ppos_critic_is_a_role_of_the_plan_on_the_trainers_devices():
     assert plan.strategy("critic").__name__ == "FsdpCriticStrategy"
     critic = next(r for r in plan.requests if r.role == "critic")
     assert (critic.strategy_type, critic.strategy, critic.settings.lr) == ("critic", "fsdp", 2e-5)
-    assert critic.settings.model_copy(update={"lr": config.trainer.lr}) == config.trainer  # else the trainer's
+    assert (
+        critic.settings.model_copy(update={"lr": config.trainer.lr}) == config.trainer
+    )  # else the trainer's
 
 
 def test_on_the_simulated_cluster_the_critic_runs_on_the_cpu_beside_an_npu_trainer():

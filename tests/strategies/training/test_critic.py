@@ -22,7 +22,9 @@ def test_the_value_loss_is_ppos_clipped_squared_error():
     gen = torch.Generator().manual_seed(0)
     values, old, returns = (torch.randn(3, 5, generator=gen) for _ in range(3))
     mask = torch.tensor([[1, 1, 1, 0, 0], [0, 1, 1, 1, 1], [0, 0, 0, 0, 0]], dtype=torch.float)
-    batch = TrainBatch(torch.zeros(3, 5, dtype=torch.long), torch.ones(3, 5), mask, values=old, returns=returns)
+    batch = TrainBatch(
+        torch.zeros(3, 5, dtype=torch.long), torch.ones(3, 5), mask, values=old, returns=returns
+    )
     terms, clipped = [], []
     for row, t in zip(*torch.nonzero(mask, as_tuple=True)):
         v, v_old, r = float(values[row, t]), float(old[row, t]), float(returns[row, t])
@@ -103,7 +105,10 @@ def test_value_steps_lower_the_value_loss_on_a_fixed_target(critic_run):
 
 
 def test_the_critics_checkpoint_round_trip_gives_the_same_next_step(critic_run):
-    (loss_saved, values_saved), (loss_loaded, values_loaded) = critic_run["after_save"], critic_run["after_load"]
+    (loss_saved, values_saved), (loss_loaded, values_loaded) = (
+        critic_run["after_save"],
+        critic_run["after_load"],
+    )
     assert loss_loaded == pytest.approx(loss_saved, rel=1e-6)
     assert torch.allclose(values_loaded, values_saved, atol=1e-6)
     mask = critic_run["mask"]
