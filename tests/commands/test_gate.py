@@ -171,13 +171,17 @@ BAD_VALUES = [
 ALGORITHM_REFUSALS = [
     (
         ["algorithm.advantage=gae"],
-        "algorithm.advantage=gae needs a critic's values: configure roles.critic (algorithm=ppo does), or "
-        "choose another algorithm.advantage",
+        (
+            "algorithm.advantage=gae needs a critic's values: configure roles.critic (algorithm=ppo does), or "
+            "choose another algorithm.advantage"
+        ),
     ),
     (
         ["algorithm=ppo", "algorithm.advantage=grpo", "algorithm.gamma=null", "algorithm.lam=null"],
-        "roles.critic is configured but algorithm.advantage=grpo does not use its values: set "
-        "algorithm.advantage=gae, or roles.critic=null",
+        (
+            "roles.critic is configured but algorithm.advantage=grpo does not use its values: set "
+            "algorithm.advantage=gae, or roles.critic=null"
+        ),
     ),
     (
         ["algorithm=rloo", "algorithm.gamma=0.99"],
@@ -189,8 +193,10 @@ ALGORITHM_REFUSALS = [
     ),
     (
         ["algorithm=ppo", "trainer=megatron"],
-        "roles.critic.strategy='megatron' has no critic (the Megatron trainer builds no value-head model, "
-        "a GPTModel with a scalar output layer, yet: run PPO with trainer=fsdp): choose one of fsdp",
+        (
+            "roles.critic.strategy='megatron' has no critic (the Megatron trainer builds no value-head model, "
+            "a GPTModel with a scalar output layer, yet: run PPO with trainer=fsdp): choose one of fsdp"
+        ),
     ),
     (["algorithm=ppo", "algorithm.value_clip=0"], "algorithm.value_clip=0: input should be greater than 0"),
     (
