@@ -352,6 +352,10 @@ def test_model_path_must_be_a_model_directory(tmp_path, make, message):
         (["model.path=/nonexistent"], "model.path='/nonexistent' does not exist"),
         (["resume=true"], "resume=True but"),
         (["resume=latest_valid"], "holds no checkpoint: pass the run's directory with hydra.run.dir=<dir>"),
+        (
+            ["algorithm=ppo", "critic.model_path=/nonexistent"],
+            "critic.model_path=/nonexistent holds no config.json: give a Hugging Face model directory",
+        ),
     ],
 )
 def test_files_and_resume_state_are_refused_before_ray(tmp_path, overrides, message):
