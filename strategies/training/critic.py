@@ -70,6 +70,8 @@ def explained_variance(values: torch.Tensor, returns: torch.Tensor, mask: torch.
 class FsdpCriticStrategy(FsdpTrainStrategy):
     """The critic's FSDP2 trainer: values of the response tokens, and a step of the value loss."""
 
+    update_name = "critic's value update"
+
     def _empty_model(self, model_path: str) -> torch.nn.Module:
         return empty_model(
             model_path,

@@ -65,6 +65,7 @@ class FsdpTrainStrategy(TrainStrategy):
     """FSDP2 (`torch.distributed.fsdp.fully_shard`) on any platform with a collective backend."""
 
     hosts_reference = True  # each instance shards its own model over the process's group
+    update_name = "policy update"  # what a refused update says it was
     settings_cls = FsdpSettings
 
     @classmethod
@@ -192,7 +193,7 @@ class FsdpTrainStrategy(TrainStrategy):
             grad_norm = grad_norm.full_tensor()
         metrics = {**accounting.metrics(), "grad_norm": float(grad_norm)}
         try:
-            refuse_non_finite(metrics["loss"], metrics["grad_norm"])
+            refuse_non_finite(metrics["loss"], metrics["grad_norm"], self.update_name)
         except NonFiniteUpdateError:
             self.optimizer.zero_grad(set_to_none=True)
             raise

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import roll_device as rd
-from strategies.base import TrainBatch
+from strategies.base import NonFiniteUpdateError, TrainBatch
 from strategies.registry import strategy_class
 from strategies.training.critic import FsdpCriticStrategy, explained_variance, value_loss
 from strategies.training.hf_weights import HfWeights
@@ -87,6 +87,10 @@ def critic_run(tiny_model_path, tmp_path_factory):
         out["after_save"] = critic.train_values(batch, CLIP)["loss"], critic.forward_values(batch)
         critic.load_checkpoint(checkpoint)
         out["after_load"] = critic.train_values(batch, CLIP)["loss"], critic.forward_values(batch)
+        batch.returns = torch.full_like(batch.returns, float("nan"))
+        with pytest.raises(NonFiniteUpdateError) as refused:
+            critic.train_values(batch, CLIP)
+        out["refused"] = str(refused.value)
         return out
     finally:
         critic.shutdown()
@@ -113,3 +117,7 @@ def test_the_critics_checkpoint_round_trip_gives_the_same_next_step(critic_run):
     assert torch.allclose(values_loaded, values_saved, atol=1e-6)
     mask = critic_run["mask"]
     assert values_loaded[mask == 0].abs().max() == 0 and values_loaded[mask > 0].abs().min() > 0
+
+
+def test_a_critic_update_that_is_not_finite_is_refused_in_its_own_words(critic_run):
+    assert critic_run["refused"].startswith("the critic's value update was not applied: its loss is nan")
