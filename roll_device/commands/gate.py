@@ -40,7 +40,7 @@ from roll_device.inputs.loading import check_files
 from roll_device.models.hf_dir import check_model_dir
 from roll_device.pipeline.config import ROLE_TYPES, RunConfig
 from roll_device.pipeline.run_plan import RunPlan
-from roll_device.pipeline.state import RUN_CONFIG_FILE, Checkpoints, ResumePoint
+from roll_device.pipeline.state import CHECKPOINTED, RUN_CONFIG_FILE, Checkpoints, ResumePoint
 from roll_device.platforms import Platform, get_platform
 from roll_device.platforms.registry import AUTO, ENV_VAR, simulations
 from roll_device.settings import read_section
@@ -130,6 +130,7 @@ def check_before_start(config: RunConfig, run_dir: Path, plan: RunPlan | None) -
     if config.resume:
         start = checkpoints.resume_point(config.resume)
         check_same_trainer(config, run_dir)
+        check_checkpointed_roles(config, start[0])
     else:
         start = None
         if not config.overwrite:
@@ -137,6 +138,17 @@ def check_before_start(config: RunConfig, run_dir: Path, plan: RunPlan | None) -
     check_roles_here(config, plan)
     make_folder(run_dir, "hydra.run.dir")  # the last check: the run's folder, empty, can be made
     return start
+
+
+def check_checkpointed_roles(config: RunConfig, checkpoint: Path) -> None:
+    """The checkpoint a run resumes from holds every role it restores (a PPO run's critic)."""
+    roles = config.roles_to_run().present()
+    for role, folder in CHECKPOINTED.items():
+        if role in roles and not (checkpoint / folder).is_dir():
+            raise ConfigError(
+                f"resume={config.resume}: {checkpoint} holds no {folder}/ for roles.{role} (the run that "
+                f"wrote it had no {role}): resume with roles.{role}=null, or start a new run"
+            )
 
 
 def check_same_trainer(config: RunConfig, run_dir: Path) -> None:

@@ -11,6 +11,7 @@ import yaml
 
 from roll_device.commands.gate import (
     check_before_start,
+    check_checkpointed_roles,
     check_model,
     check_model_files,
     check_same_trainer,
@@ -22,6 +23,7 @@ from roll_device.doctor.preflight import PreflightError
 from roll_device.errors import ConfigError
 from roll_device.pipeline.experiment import RUN_CONFIG_FILE
 from roll_device.pipeline.run_plan import plan_here
+from roll_device.pipeline.state import POLICY_DIR, Checkpoints, PipelineState
 
 BAD_VALUES = [
     (["max_steps=abc"], "max_steps='abc': input should be a valid integer"),
@@ -451,6 +453,22 @@ def test_a_resumed_run_keeps_the_trainer_that_wrote_its_checkpoints(tmp_path, sa
         check_same_trainer(load_config(["resume=true", *now]), run_dir)
     assert message in str(refused.value) and "hydra.run.dir" in str(refused.value)
     check_same_trainer(load_config(["resume=true", *saved]), run_dir)  # the same trainer resumes
+
+
+def test_a_ppo_run_does_not_resume_from_a_checkpoint_without_its_critic(tmp_path):
+    checkpoints = Checkpoints(tmp_path / "run")
+    staging = checkpoints.staging_dir(2)
+    (staging / POLICY_DIR).mkdir()
+    written = checkpoints.commit(staging, PipelineState(step=2))
+    check_checkpointed_roles(load_config(["resume=true"]), written)  # GRPO restores its policy alone
+    with pytest.raises(ConfigError) as refused:
+        check_checkpointed_roles(load_config(["resume=true", "algorithm=ppo"]), written)
+    assert str(refused.value) == (
+        f"resume=True: {written} holds no critic/ for roles.critic (the run that wrote it had no critic): "
+        "resume with roles.critic=null, or start a new run"
+    )
+    (written / "critic").mkdir()
+    check_checkpointed_roles(load_config(["resume=true", "algorithm=ppo"]), written)
 
 
 def test_what_the_local_kind_lacks_is_refused_before_ray_and_the_run_folder(tmp_path):
