@@ -76,6 +76,8 @@ class TrainBatch:
     old_logprobs: torch.Tensor | None = None  # (B, T) float
     ref_logprobs: torch.Tensor | None = None  # (B, T) float
     rollout_logprobs: torch.Tensor | None = None  # (B, T) float; set for samples of older weights
+    values: torch.Tensor | None = None  # (B, T) float: the critic's values before its update (PPO)
+    returns: torch.Tensor | None = None  # (B, T) float: the critic's targets (PPO)
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -98,6 +100,7 @@ class NonFiniteUpdateError(RollDeviceError, RuntimeError):
 
 INFERENCE = "inference"  # role types: what a strategy does for its role
 TRAIN = "train"
+CRITIC = "critic"  # a trainer of a value model (PPO's critic)
 
 
 @dataclass(frozen=True)

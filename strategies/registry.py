@@ -14,13 +14,22 @@ import importlib
 from roll_device.errors import ConfigError
 from roll_device.packages import Package
 from roll_device.platforms import get_platform, known_kinds
-from strategies.base import INFERENCE, TRAIN, Strategy
+from strategies.base import CRITIC, INFERENCE, TRAIN, Strategy
 
 STRATEGIES: dict[tuple[str, str], str] = {
     (INFERENCE, "vllm"): "strategies.inference.vllm:VllmStrategy",
     (INFERENCE, "hf"): "strategies.inference.hf:HfStrategy",
     (TRAIN, "fsdp"): "strategies.training.fsdp:FsdpTrainStrategy",
     (TRAIN, "megatron"): "strategies.training.megatron:MegatronTrainStrategy",
+    (CRITIC, "fsdp"): "strategies.training.critic:FsdpCriticStrategy",
+}
+
+# (role type, name) pairs users ask for that no strategy serves yet: why not
+UNSERVED = {
+    (CRITIC, "megatron"): (
+        "has no critic (the Megatron trainer builds no value-head model, a GPTModel with a scalar "
+        "output layer, yet: run PPO with trainer=fsdp)"
+    ),
 }
 
 

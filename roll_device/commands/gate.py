@@ -40,7 +40,7 @@ from roll_device.inputs.loading import check_files
 from roll_device.models.hf_dir import check_model_dir
 from roll_device.pipeline.config import ROLE_TYPES, RunConfig
 from roll_device.pipeline.run_plan import RunPlan
-from roll_device.pipeline.state import RUN_CONFIG_FILE, Checkpoints, ResumePoint
+from roll_device.pipeline.state import CHECKPOINTED, RUN_CONFIG_FILE, Checkpoints, ResumePoint
 from roll_device.platforms import Platform, get_platform
 from roll_device.platforms.registry import AUTO, ENV_VAR, simulations
 from roll_device.settings import read_section
@@ -98,6 +98,18 @@ def check_model_files(config: RunConfig) -> None:
     check_model_dir(path)  # config.json of a supported family, and a tokenizer
 
 
+def check_critic_files(config: RunConfig) -> None:
+    """`critic.model_path`, when a critic runs and it is set, is a model directory (no tokenizer
+    needed: the critic reads the policy's tokens)."""
+    given = config.critic.model_path
+    if config.roles.critic is None or given is None or (Path(given) / "config.json").is_file():
+        return
+    raise ConfigError(
+        f"critic.model_path={given} holds no config.json: give a Hugging Face model directory of the "
+        "policy's architecture (saved with save_pretrained), or critic.model_path=null for the policy's"
+    )
+
+
 def _how_to_make(path: Path) -> str:
     """The command that makes a missing model of the project's own shapes (a folder named
     `<shapes>-shaped`, as the shipped experiments name them), or ""."""
@@ -113,10 +125,12 @@ def check_before_start(config: RunConfig, run_dir: Path, plan: RunPlan | None) -
     refused when it cannot be. Returns where a resumed run continues (None: afresh)."""
     check_files(config.data, config.reward)
     check_model_files(config)
+    check_critic_files(config)
     checkpoints = Checkpoints(run_dir)
     if config.resume:
         start = checkpoints.resume_point(config.resume)
         check_same_trainer(config, run_dir)
+        check_checkpointed_roles(config, start[0])
     else:
         start = None
         if not config.overwrite:
@@ -124,6 +138,17 @@ def check_before_start(config: RunConfig, run_dir: Path, plan: RunPlan | None) -
     check_roles_here(config, plan)
     make_folder(run_dir, "hydra.run.dir")  # the last check: the run's folder, empty, can be made
     return start
+
+
+def check_checkpointed_roles(config: RunConfig, checkpoint: Path) -> None:
+    """The checkpoint a run resumes from holds every role it restores (a PPO run's critic)."""
+    roles = config.roles_to_run().present()
+    for role, folder in CHECKPOINTED.items():
+        if role in roles and not (checkpoint / folder).is_dir():
+            raise ConfigError(
+                f"resume={config.resume}: {checkpoint} holds no {folder}/ for roles.{role} (the run that "
+                f"wrote it had no {role}): resume with roles.{role}=null, or start a new run"
+            )
 
 
 def check_same_trainer(config: RunConfig, run_dir: Path) -> None:
@@ -162,7 +187,8 @@ def check_model(config: RunConfig, model_path: str, plan: RunPlan | None) -> Non
         settings = config.strategy_settings(role)
         if settings is None:
             continue
-        strategy_type(ROLE_TYPES[role], spec.strategy).check_model(platforms.get(role), settings, model_path)
+        own_path = config.model_path_of(role, model_path)
+        strategy_type(ROLE_TYPES[role], spec.strategy).check_model(platforms.get(role), settings, own_path)
 
 
 def check_roles_here(config: RunConfig, plan: RunPlan | None) -> None:

@@ -39,8 +39,10 @@ def format_capabilities(caps: list[Capabilities], requests: list[RoleRequest]) -
 
 def _strategy_rows(caps: list[Capabilities], requests: list[RoleRequest]) -> list[tuple[str, ...]]:
     strategies = dict.fromkeys((r.strategy_type, r.strategy) for r in requests if r.strategy_type is not None)
+    shared = {name for _, name in strategies if sum(other == name for _, other in strategies) > 1}
     rows = []
     for strategy_type, name in strategies:
+        label = f"{strategy_type} {name}" if name in shared else name  # fsdp trains the policy and the critic
         modes, levels = [], []
         for c in caps:
             try:
@@ -51,7 +53,7 @@ def _strategy_rows(caps: list[Capabilities], requests: list[RoleRequest]) -> lis
                 continue
             modes.append(",".join(offered_graph_modes(needs, c)))
             levels.append(",".join(map(str, needs.sleep_levels)) or "none")
-        rows += [(f"graph modes ({name})", *modes), (f"sleep levels ({name})", *levels)]
+        rows += [(f"graph modes ({label})", *modes), (f"sleep levels ({label})", *levels)]
     return rows
 
 

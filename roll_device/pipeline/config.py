@@ -30,15 +30,17 @@ from roll_device.comm.options import WeightSyncOptions
 from roll_device.errors import ConfigError
 from roll_device.inputs.settings import DataSettings, EvalSettings, RewardSettings
 from roll_device.settings import Count, NonNegative, OpenSection, Section, read_section, takes_new_key
-from strategies.base import INFERENCE, TRAIN
+from strategies.base import CRITIC, INFERENCE, TRAIN
 from strategies.inference.settings import RolloutSettings
-from strategies.registry import names, strategy_type
+from strategies.registry import UNSERVED, names, strategy_type
 from strategies.training.advantages import ADVANTAGES, AdvantageSpec
 from strategies.training.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES, LossSpec
-from strategies.training.settings import TrainSettings
+from strategies.training.settings import CriticSettings, TrainSettings
 
 REWARD = "reward"  # the role type of reward workers (the pipeline's own, no strategy registry)
-SECTION_OF = {INFERENCE: "rollout", TRAIN: "trainer"}  # the section a role type's strategy reads
+# the section a role type's strategy reads (the critic: the trainer's, with `critic`'s own keys)
+SECTION_OF = {INFERENCE: "rollout", TRAIN: "trainer", CRITIC: "trainer"}
+TRAINER_TYPES = (TRAIN, CRITIC)  # role types whose workers form a torch.distributed world of their own
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ ROLE_TABLE = {
     "actor_train": RoleEntry(TRAIN),
     "reference": RoleEntry(TRAIN, required=False),
     "reward": RoleEntry(REWARD),
+    "critic": RoleEntry(CRITIC, required=False),
 }
 ROLE_TYPES = {role: entry.role_type for role, entry in ROLE_TABLE.items()}
 REQUIRED_ROLES = tuple(role for role, entry in ROLE_TABLE.items() if entry.required)
@@ -112,6 +115,9 @@ class AlgorithmSettings(Section):
     importance_ratio_cap: Annotated[
         float, Field(ge=1, description="truncation of the old-policy/rollout-policy ratio of stale samples")
     ]
+    gamma: Annotated[float, Field(ge=0, le=1, description="gae's discount; null: 1.0")] | None
+    lam: Annotated[float, Field(ge=0, le=1, description="gae's lambda; null: 1.0")] | None
+    value_clip: Annotated[float, Field(gt=0, description="the critic's clipped value loss")]
 
     @field_validator("advantage")
     @classmethod
@@ -140,8 +146,15 @@ class AlgorithmSettings(Section):
 
     def advantage_spec(self, kl_coef: float | None = None) -> AdvantageSpec:
         """The estimator's settings; `kl_coef` this step's KL coefficient (None: `kl_coef`)."""
-        coef = self.kl_coef if kl_coef is None else kl_coef
-        return AdvantageSpec(self.advantage, self.norm_std, self.std_unbiased, coef, self.kl_in_reward)
+        return AdvantageSpec(
+            self.advantage,
+            self.norm_std,
+            self.std_unbiased,
+            self.kl_coef if kl_coef is None else kl_coef,
+            self.kl_in_reward,
+            1.0 if self.gamma is None else self.gamma,
+            1.0 if self.lam is None else self.lam,
+        )
 
     def loss_spec(self, kl_coef: float | None = None) -> LossSpec:
         """The loss the trainers run: the KL (coefficient `kl_coef`, None: `algorithm.kl_coef`) is
@@ -204,6 +217,12 @@ def algorithm_refusals(algo: AlgorithmSettings) -> list[str]:
             f"which the overlapped rollouts of algorithm.max_staleness={algo.max_staleness} already took: "
             "set max_sampling_rounds=1 or max_staleness=0"
         )
+    for key in ("gamma", "lam"):
+        if getattr(algo, key) is not None and algo.advantage != "gae":
+            refusals.append(
+                f"algorithm.{key} applies to algorithm.advantage=gae only (got {algo.advantage}): "
+                f"set algorithm.{key}=null"
+            )
     if algo.overlong_buffer >= algo.max_new_tokens:
         refusals.append(
             f"algorithm.overlong_buffer={algo.overlong_buffer} must be below algorithm.max_new_tokens "
@@ -273,6 +292,7 @@ class RunConfig(Section):
     reward: RewardSettings
     eval: EvalSettings
     algorithm: AlgorithmSettings
+    critic: CriticSettings
     experiment: ExperimentSettings
     cluster: ClusterSettings
     trainer: SerializeAsAny[TrainSettings]
@@ -301,6 +321,7 @@ class RunConfig(Section):
                 "set only one of them"
             )
         self._check_roles()
+        self._check_critic()
         self._check_sizes()
         self._check_overlap()
         self._check_trainer_loss()
@@ -313,9 +334,15 @@ class RunConfig(Section):
         return self.roles.without("reference") if self.algorithm.kl_coef == 0 else self.roles
 
     def strategy_settings(self, role: str) -> TrainSettings | RolloutSettings | None:
-        """The section `role`'s strategy is started with (None for the reward role)."""
+        """The section `role`'s strategy is started with (None for the reward role); the critic's
+        is the trainer's with the `critic` section's optimizer settings."""
         section = SECTION_OF.get(ROLE_TYPES[role])
-        return None if section is None else getattr(self, section)
+        settings = None if section is None else getattr(self, section)
+        return self.critic.applied_to(settings) if ROLE_TYPES[role] == CRITIC else settings
+
+    def model_path_of(self, role: str, policy_path: str) -> str:
+        """The checkpoint `role` starts from: the policy's (`policy_path`), or the critic's own."""
+        return (self.critic.model_path if ROLE_TYPES[role] == CRITIC else None) or policy_path
 
     @property
     def eval_max_new_tokens(self) -> int:
@@ -335,9 +362,9 @@ class RunConfig(Section):
                 )
             return
         if spec.strategy not in names(role_type):
+            why = UNSERVED.get((role_type, spec.strategy), f"is unknown for {role_type}")
             raise ConfigError(
-                f"roles.{role}.strategy='{spec.strategy}' is unknown for {role_type}: choose one of "
-                f"{', '.join(names(role_type))}"
+                f"roles.{role}.strategy='{spec.strategy}' {why}: choose one of {', '.join(names(role_type))}"
             )
         section = SECTION_OF[role_type]
         configured = getattr(self, section).name
@@ -345,6 +372,20 @@ class RunConfig(Section):
             raise ConfigError(
                 f"roles.{role}.strategy='{spec.strategy}' but the {section} section is {configured}'s: "
                 f"choose {section}={spec.strategy} (its roles then follow), or roles.{role}.strategy={configured}"
+            )
+
+    def _check_critic(self) -> None:
+        """gae needs the critic's values, and a critic is there for gae."""
+        has_critic, advantage = self.roles.critic is not None, self.algorithm.advantage
+        if advantage == "gae" and not has_critic:
+            raise ConfigError(
+                "algorithm.advantage=gae needs a critic's values: configure roles.critic (algorithm=ppo "
+                "does), or choose another algorithm.advantage"
+            )
+        if has_critic and advantage != "gae":
+            raise ConfigError(
+                f"roles.critic is configured but algorithm.advantage={advantage} does not use its values: "
+                "set algorithm.advantage=gae, or roles.critic=null"
             )
 
     def engine_sizes(self) -> dict[str, int]:
@@ -371,7 +412,7 @@ class RunConfig(Section):
                 f"make it a multiple of the engines (roles.actor_infer.num_devices / engine devices)"
             )
         per_replica = self.trainer.model_parallel_size
-        for role in ("actor_train", "reference"):
+        for role in ("actor_train", "reference", "critic"):
             if role not in roles:
                 continue
             workers = roles[role].num_devices

@@ -52,7 +52,7 @@ from roll_device.pipeline.roles import (
     start_roles,
 )
 from roll_device.pipeline.run_plan import RunPlan, build_run_plan
-from roll_device.pipeline.state import POLICY_DIR, RUN_CONFIG_FILE, Checkpoints, PipelineState, ResumePoint
+from roll_device.pipeline.state import CHECKPOINTED, RUN_CONFIG_FILE, Checkpoints, PipelineState, ResumePoint
 from roll_device.pipeline.workers import TrainWorker
 from strategies.base import NonFiniteUpdateError
 
@@ -90,16 +90,22 @@ class Run:
     def restore(self, path: Path, state: PipelineState) -> None:
         self.state = state
         self.saved_step = state.step
-        self.roles.call("actor_train", TrainWorker.load, str(path / POLICY_DIR))
+        for role, folder in self.checkpointed():
+            self.roles.call(role, TrainWorker.load, str(path / folder))
         self.metrics.truncate_after(state.step)
         self.roles.sync_weights(version=state.step)
         print(f"resumed from {path} at step {state.step}")
 
     def save(self) -> Path:
         staging = self.checkpoints.staging_dir(self.state.step)
-        self.roles.call("actor_train", TrainWorker.save, str(staging / POLICY_DIR))
+        for role, folder in self.checkpointed():
+            self.roles.call(role, TrainWorker.save, str(staging / folder))
         self.saved_step = self.state.step
         return self.checkpoints.commit(staging, self.state)
+
+    def checkpointed(self) -> list[tuple[str, str]]:
+        """The roles of this run a checkpoint holds, each with its folder (`CHECKPOINTED`)."""
+        return [(role, folder) for role, folder in CHECKPOINTED.items() if self.roles.has(role)]
 
     def due(self) -> bool:
         every = self.config.save_every
@@ -182,7 +188,7 @@ class Run:
 
     def fail(self, error: WorkerLostError) -> WorkerLostError:
         """Checkpoint what can be kept, and say how to resume."""
-        unsaved = self.keep_last_step(trainer_alive=error.role != "actor_train" or error.worker_alive)
+        unsaved = self.keep_last_step(trainer_alive=error.role not in CHECKPOINTED or error.worker_alive)
         return final_error(error, self.resume_advice(unsaved), self.run_dir / LOG_DIR)
 
     def ended(self, error: type[RollDeviceError], what: str) -> RollDeviceError:

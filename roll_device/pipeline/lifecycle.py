@@ -4,7 +4,7 @@ device memory.
 `ColocatedTurns(roles)` is active when the weight sync is `colocated` (the rollout shares the
 trainer's devices). Around each step the loop calls:
 
-- `for_rollout()`: the trainers (`actor_train`, and a reference with workers of its own) offload
+- `for_rollout()`: the trainers (`actor_train`, a reference with workers of its own, a critic) offload
   their parameters, gradients and optimizer state, and the engine wakes (`reload`) to generate;
 - `for_training()`: the engine sleeps (`offload`, at the kind's sleep level: vLLM's sleep mode
   where the kind has one; the HF engine drops its KV store and graphs and moves its weights to the
@@ -24,7 +24,7 @@ from roll_device.comm.paths import COLOCATED
 from roll_device.pipeline.roles import RoleGroups
 from roll_device.pipeline.workers import RolloutWorker, TrainWorker
 
-TRAINERS = ("actor_train", "reference")
+TRAINERS = ("actor_train", "reference", "critic")
 
 
 class ColocatedTurns:

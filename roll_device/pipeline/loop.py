@@ -2,9 +2,10 @@
 
 prompts (from the run's prompt source) -> rollout (`actor_infer`, n samples each) -> rewards
 (`reward`) -> (DAPO's dynamic sampling: groups of equal rewards dropped) -> old logprobs
-(`actor_train`) and reference logprobs (`reference`, when KL is on) -> advantages
-(`algorithm.advantage`) -> policy update (`actor_train`, `algorithm.policy_loss`) -> weight sync
-to the rollout workers. The estimators and losses are registries by name
+(`actor_train`), reference logprobs (`reference`, when KL is on) and, for PPO, the critic's
+values (`critic`) -> advantages (`algorithm.advantage`) -> policy update (`actor_train`,
+`algorithm.policy_loss`), then the critic's update on the returns -> weight sync to the rollout
+workers. The critic's part is `CriticStep` (roll_device/pipeline/critic_step.py). The estimators and losses are registries by name
 (strategies/training/advantages.py and losses.py); GRPO is the default recipe.
 
 The step is split into phases the run calls in order (roll_device/pipeline/experiment.py):
@@ -39,6 +40,7 @@ from roll_device.inputs import Sample
 from roll_device.inputs.loading import RunInputs
 from roll_device.pipeline.batching import build_batch
 from roll_device.pipeline.config import RunConfig
+from roll_device.pipeline.critic_step import CriticStep
 from roll_device.pipeline.lifecycle import ColocatedTurns
 from roll_device.pipeline.overlap import Rollout
 from roll_device.pipeline.record import StepOutcome, StepRecord
@@ -108,6 +110,7 @@ class GrpoStep:
         self.algo = config.algorithm
         self.use_reference = roles.has("reference")
         self.sampling_filter = SamplingFilter(self.algo, config.data.prompts_per_step)
+        self.critic = CriticStep(roles, self.algo)
         self.training = False
         self.turns = ColocatedTurns(roles)  # a colocated engine and trainer take turns on the devices
         self.turn_log = TurnLog()  # the turns taken since the last record, for the next one
@@ -211,7 +214,7 @@ class GrpoStep:
         )
         record = StepRecord.build(state, outcome, timeline)
         self.adapt_kl(state, batch, record, kl_coef)
-        return self.sampling_filter.report(record)
+        return self.critic.report(self.sampling_filter.report(record))
 
     def refill(
         self, step: int, rollout: Rollout, got: Collected, rewards: torch.Tensor
@@ -257,19 +260,28 @@ class GrpoStep:
             lengths, algo.max_new_tokens, algo.overlong_buffer, algo.overlong_penalty
         )
         inputs = AdvantageInputs(
-            shaped, algo.samples_per_prompt, batch.response_mask, batch.old_logprobs, batch.ref_logprobs
+            shaped,
+            algo.samples_per_prompt,
+            batch.response_mask,
+            batch.old_logprobs,
+            batch.ref_logprobs,
+            batch.values,
         )
+        self.critic.add_returns(batch, inputs)
         return advantages(inputs, algo.advantage_spec(kl_coef))
 
     def add_logprobs(self, batch: TrainBatch) -> None:
-        """The trainer's logprobs of `batch` before the update, and the reference's when KL is on."""
+        """The trainer's logprobs of `batch` before the update, the reference's when KL is on, and
+        the critic's values with a critic."""
         batch.old_logprobs = self.logprobs("actor_train", batch)
         if self.use_reference:
             batch.ref_logprobs = self.logprobs("reference", batch)
+        self.critic.add_values(batch)
 
     def update(self, state: PipelineState, rollout: Rollout, batch: TrainBatch, kl_coef: float) -> dict:
         """The clipped policy update on `actor_train` (`ppo_epochs` passes over `batch`, the KL
-        weighed by `kl_coef`), then `state` advanced past `rollout`; returns the last pass's metrics."""
+        weighed by `kl_coef`) and the critic's, then `state` advanced past `rollout`; returns the
+        policy's last pass's metrics."""
         loss = self.algo.loss_spec(kl_coef)
         self.training = True
         for epoch in range(self.algo.ppo_epochs):
@@ -283,6 +295,7 @@ class GrpoStep:
             except NonFiniteUpdateError:  # refused, not applied: after no earlier epoch, the
                 self.training = epoch > 0  # trainer holds exactly `state`'s step
                 raise
+        self.critic.train(batch)
         state.step += 1
         state.data_position = rollout.position + rollout.size
         state.data_epoch = self.source.epoch(state.data_position)

@@ -33,13 +33,13 @@ from roll_device.cluster import WorkerGroup, shard
 from roll_device.comm import Endpoint, SyncPlan, WeightSyncOptions, abort_sync, sync_actor_options
 from roll_device.errors import RollDeviceError, WeightSyncError
 from roll_device.graph.guard import step_record
-from roll_device.pipeline.config import REWARD, ROLE_TYPES, RunConfig
+from roll_device.pipeline.config import REWARD, ROLE_TYPES, TRAINER_TYPES, RunConfig
 from roll_device.pipeline.output import setup_progress
 from roll_device.pipeline.reward_worker import RewardWorker
 from roll_device.pipeline.run_plan import SYNC_RECEIVER, SYNC_SENDER, RunPlan
 from roll_device.pipeline.worker_base import PipelineWorker
-from roll_device.pipeline.workers import RolloutWorker, TrainWorker
-from strategies.base import INFERENCE, TRAIN
+from roll_device.pipeline.workers import CriticWorker, RolloutWorker, TrainWorker
+from strategies.base import CRITIC, INFERENCE, TRAIN
 from strategies.registry import qualified_name
 
 ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # in Ray's task error headers
@@ -320,7 +320,7 @@ class RoleGroups:
 
 
 # the worker class of each role type (pipeline/config.py's ROLE_TABLE gives each role its type)
-WORKER_OF = {INFERENCE: RolloutWorker, TRAIN: TrainWorker, REWARD: RewardWorker}
+WORKER_OF = {INFERENCE: RolloutWorker, TRAIN: TrainWorker, REWARD: RewardWorker, CRITIC: CriticWorker}
 
 
 def start_roles(config: RunConfig, plan: RunPlan, model_path: str, log_dir: Path | None = None) -> RoleGroups:
@@ -340,7 +340,7 @@ def start_roles(config: RunConfig, plan: RunPlan, model_path: str, log_dir: Path
             setups = _start_setups(config, plan, roles, model_path)
             done = roles.wait(setups, on_ready=ready)
             roles.wait(capture)
-            roles.dp_ranks = {role: done[role] for role in done if ROLE_TYPES[role] == TRAIN}
+            roles.dp_ranks = {role: done[role] for role in done if ROLE_TYPES[role] in TRAINER_TYPES}
             _connect_sync(config, plan, roles)
     except BaseException:
         roles.shutdown()  # the workers that did start
@@ -379,11 +379,15 @@ def _start_setups(config: RunConfig, plan: RunPlan, roles: RoleGroups, model_pat
         ),
     }
     trainer = qualified_name(TRAIN, config.trainer.name)
-    for role in (role for role in groups if ROLE_TYPES[role] == TRAIN):
+    for role in (role for role in groups if ROLE_TYPES[role] in TRAINER_TYPES):
         call_rank0 = groups[role].async_call_rank0(TrainWorker.get_master_addr_port)
         master = roles.wait({role: [call_rank0]})[role][0]
         setups[role] = groups[role].async_call_all(
-            TrainWorker.setup, model_path, trainer, config.trainer, master
+            TrainWorker.setup,
+            config.model_path_of(role, model_path),
+            qualified_name(ROLE_TYPES[role], config.roles.present()[role].strategy),
+            config.strategy_settings(role),
+            master,
         )
     for role, host in plan.hosted.items():  # a worker runs its calls in order
         setups[role] = groups[host].async_call_all(

@@ -1,5 +1,5 @@
 """Pipeline checkpoints: `checkpoints/step_<N>/` holds the policy (written by the train
-strategy), `pipeline.json` (step, data position and epoch, RNG seed state) and `manifest.json` (the size and
+strategy) and, with PPO, the critic (by its strategy; `CHECKPOINTED`), `pipeline.json` (step, data position and epoch, RNG seed state) and `manifest.json` (the size and
 CRC32 of every other file). A checkpoint is written into a temporary folder and renamed into place,
 so a crash never leaves a half-written one; `latest` names the newest committed checkpoint.
 
@@ -22,6 +22,7 @@ from roll_device.errors import ConfigError
 STATE_FILE = "pipeline.json"
 MANIFEST_FILE = "manifest.json"
 POLICY_DIR = "policy"  # the train strategy's own files, in each checkpoint
+CHECKPOINTED = {"actor_train": POLICY_DIR, "critic": "critic"}  # roles saved, each in its folder
 RUN_CONFIG_FILE = "config.yaml"  # the run's typed configuration, in its run directory
 CHUNK_BYTES = 16 << 20
 

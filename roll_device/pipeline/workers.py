@@ -4,6 +4,9 @@
   group form one torch.distributed world over the platform's backend. Rank 0 also sends weights.
   An `actor_train` worker may also host the reference model (`setup_reference`), when the
   reference shares its devices and strategy (roll_device/pipeline/roles.py, `hosted_reference`).
+- `CriticWorker` (`critic`): a `TrainWorker` whose strategy is a value model (PPO's critic,
+  strategies/training/critic.py): values of a batch's response tokens, and a step of the clipped
+  value loss; it saves and loads checkpoints as the trainer does, and sends no weights.
 - `RolloutWorker` (`actor_infer`): an inference strategy; receives weights into its engine. Each
   generation comes back as `Generated`: the weight version that produced it (an overlapped
   pipeline trains on samples of older weights) and when the engine worked and waited.
@@ -144,6 +147,16 @@ class TrainWorker(PipelineWorker):
         if self.sender is not None:
             self.sender.close()
             self.sender = None
+
+
+class CriticWorker(TrainWorker):
+    """One rank of a critic strategy."""
+
+    def values(self, batch: TrainBatch) -> torch.Tensor:
+        return self.strategy.forward_values(batch)
+
+    def train_values(self, batch: TrainBatch, value_clip: float) -> dict[str, float]:
+        return self.strategy.train_values(batch, value_clip)
 
 
 @dataclass

@@ -14,6 +14,11 @@ REINFORCE++ does; the sequence-level estimators see the sum over the row.
 - `reinforce_pp` (REINFORCE++, arXiv 2501.03262): each token's return (the sum of its own and the
   later tokens' rewards), normalised over every response token of the batch.
 - `reinforce_pp_baseline`: r minus the group mean, normalised over the batch's response tokens.
+- `gae` (Schulman et al., arXiv 1506.02438, eq. 16): from the critic's values V_t of the response
+  tokens, delta_t = r_t + gamma V_{t+1} - V_t (V after the last response token is 0) and
+  A_t = sum_l (gamma lam)^l delta_{t+l}, with the token rewards above; the critic's targets are the
+  returns A_t + V_t (`gae_returns`); the advantages are whitened over the batch's response tokens,
+  as the PPO reference implementations (verl, OpenRLHF) do.
 """
 
 from __future__ import annotations
@@ -33,8 +38,8 @@ ADVANTAGES = Registry(
         "rloo": "strategies.training.advantages:rloo",
         "reinforce_pp": "strategies.training.advantages:reinforce_pp",
         "reinforce_pp_baseline": "strategies.training.advantages:reinforce_pp_baseline",
+        "gae": "strategies.training.advantages:gae",
     },
-    missing={"gae": "needs a critic role (PPO with a value model), which roll-device does not have yet"},
 )
 GROUP_ESTIMATORS = {"grpo", "rloo", "reinforce_pp_baseline"}  # compare the samples of one prompt
 STD_EPS = 1e-6
@@ -49,17 +54,21 @@ class AdvantageSpec:
     std_unbiased: bool = True
     kl_coef: float = 0.0
     kl_in_reward: bool = False
+    gamma: float = 1.0  # gae's discount
+    lam: float = 1.0  # gae's lambda
 
 
 @dataclass
 class AdvantageInputs:
-    """A step's scores (N,), its rows' response tokens (N, T) and, when there, the logprobs."""
+    """A step's scores (N,), its rows' response tokens (N, T) and, when there, the logprobs and
+    the critic's values (N, T) of the response tokens."""
 
     scores: torch.Tensor
     group_size: int
     response_mask: torch.Tensor | None = None
     old_logprobs: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None
+    values: torch.Tensor | None = None
 
 
 def advantages(inputs: AdvantageInputs, settings: AdvantageSpec) -> torch.Tensor:
@@ -142,6 +151,36 @@ def reinforce_pp_baseline(inputs: AdvantageInputs, settings: AdvantageSpec) -> t
     centred = (groups - groups.mean(dim=1, keepdim=True)).view(-1, 1)
     mask = inputs.response_mask.float()
     return whiten(centred * mask, mask)
+
+
+def gae_advantages(inputs: AdvantageInputs, settings: AdvantageSpec) -> torch.Tensor:
+    """GAE's (N, T) advantages before whitening, zero off the response tokens: one reverse pass
+    over the positions, which carries V_{t+1} and A_{t+1} across positions that are no response
+    token (so a row that ends early starts from 0 after its last token)."""
+    if inputs.values is None:
+        raise ConfigError("algorithm.advantage=gae needs the critic's values: configure roles.critic")
+    mask = inputs.response_mask.float()
+    values, rewards = inputs.values.float() * mask, token_rewards(inputs, settings)
+    following = torch.zeros(mask.shape[0])  # A_{t+1}
+    next_value = torch.zeros(mask.shape[0])  # V_{t+1}
+    out = torch.zeros_like(mask)
+    for t in reversed(range(mask.shape[1])):
+        delta = rewards[:, t] + settings.gamma * next_value - values[:, t]
+        here = delta + settings.gamma * settings.lam * following
+        out[:, t] = here * mask[:, t]
+        following = torch.where(mask[:, t] > 0, here, following)
+        next_value = torch.where(mask[:, t] > 0, values[:, t], next_value)
+    return out
+
+
+def gae(inputs: AdvantageInputs, settings: AdvantageSpec) -> torch.Tensor:
+    return whiten(gae_advantages(inputs, settings), inputs.response_mask)
+
+
+def gae_returns(inputs: AdvantageInputs, settings: AdvantageSpec) -> torch.Tensor:
+    """The critic's targets (N, T): GAE's advantages (not whitened) plus the values."""
+    mask = inputs.response_mask.float()
+    return (gae_advantages(inputs, settings) + inputs.values.float()) * mask
 
 
 def informative_groups(scores: torch.Tensor, group_size: int) -> torch.Tensor:

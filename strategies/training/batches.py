@@ -11,7 +11,15 @@ import torch
 from roll_device.errors import RollDeviceError
 from strategies.base import TrainBatch
 
-PER_TOKEN_FIELDS = ("attention_mask", "response_mask", "old_logprobs", "ref_logprobs", "rollout_logprobs")
+PER_TOKEN_FIELDS = (
+    "attention_mask",
+    "response_mask",
+    "old_logprobs",
+    "ref_logprobs",
+    "rollout_logprobs",
+    "values",
+    "returns",
+)
 
 
 class TrainBatchError(RollDeviceError, ValueError):

@@ -23,13 +23,13 @@ class TrainerStateError(RollDeviceError, RuntimeError):
     """A trainer method called in a state that cannot serve it (e.g. while offloaded)."""
 
 
-def refuse_non_finite(loss: float, grad_norm: float) -> None:
+def refuse_non_finite(loss: float, grad_norm: float, update: str = "policy update") -> None:
     """A NonFiniteUpdateError unless `loss` and `grad_norm` (equal on every rank: both reduced)
-    are finite; called before the optimizer applies the update."""
+    are finite; called before the optimizer applies the update (`update`: whose, in words)."""
     if math.isfinite(loss) and math.isfinite(grad_norm):
         return
     raise NonFiniteUpdateError(
-        f"the policy update was not applied: its loss is {loss} and its gradient norm {grad_norm}, "
+        f"the {update} was not applied: its loss is {loss} and its gradient norm {grad_norm}, "
         "not finite numbers"
     )
 

@@ -11,7 +11,7 @@ says bf16. Every rank passes its own rows; all ranks must call every method (col
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -68,10 +68,15 @@ def _model_class(model_path: str) -> type:
     return MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(model_path))]
 
 
+# a micro-batch's pass in training: its output for the loss, its metrics, the entropy for the loss (or None)
+Pass = tuple[torch.Tensor, dict[str, float], torch.Tensor | None]
+
+
 class FsdpTrainStrategy(TrainStrategy):
     """FSDP2 (`torch.distributed.fsdp.fully_shard`) on any platform with a collective backend."""
 
     hosts_reference = True  # each instance shards its own model over the process's group
+    update_name = "policy update"  # what a refused update says it was
     settings_cls = FsdpSettings
 
     @classmethod
@@ -120,7 +125,7 @@ class FsdpTrainStrategy(TrainStrategy):
                 else OffloadPolicy()
             ),
         }
-        model = empty_model(model_path, settings.attn_implementation, self.device)
+        model = self._empty_model(model_path)
         if settings.recompute_on(self.platform):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         units = set(getattr(model, "_no_split_modules", None) or [])
@@ -131,12 +136,20 @@ class FsdpTrainStrategy(TrainStrategy):
         if self.platform.collectives_copy_whole:
             use_in_place_collectives(self.model)
         materialize(self.model, torch.device("cpu") if settings.optimizer_offload else self.device)
-        fill_shards(self.model, model_path)
+        self._fill(model_path)
         self.optimizer = torch.optim.AdamW(
             weight_decay_groups(self.model, self.settings.weight_decay), lr=self.settings.lr
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.settings.lr_factor)
         self._offloaded: set | None = None
+
+    def _empty_model(self, model_path: str) -> torch.nn.Module:
+        """The model to shard, with meta parameters (fsdp_loading.py): the causal LM."""
+        return empty_model(model_path, self.settings.attn_implementation, self.device)
+
+    def _fill(self, model_path: str) -> None:
+        """Each rank's shards from the checkpoint at `model_path`."""
+        fill_shards(self.model, model_path)
 
     # ---- forward ------------------------------------------------------------------------
     def _logprobs(
@@ -157,30 +170,49 @@ class FsdpTrainStrategy(TrainStrategy):
         root's gathered parameters (embeddings and head) after a forward until the next backward,
         which a forward-only call never runs (260 MiB of bf16 embedding held for nothing on a
         Qwen2.5-0.5B-shaped model, seen on an H100)."""
+        return self._forward(batch, lambda micro: self._logprobs(micro)[0])
+
+    def _forward(self, batch: TrainBatch, forward: Callable[[TrainBatch], torch.Tensor]) -> torch.Tensor:
+        """`forward` of each micro-batch of `batch` without gradients, joined on the CPU."""
         micros = self._prepare(batch)
         with torch.no_grad():
-            logprobs = torch.cat([self._logprobs(m)[0].cpu() for m in micros])
+            out = torch.cat([forward(m).cpu() for m in micros])
         self.model.reshard()
-        return logprobs
+        return out
 
     def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
+        with_grad = getattr(loss_fn, "needs_entropy", False)  # an entropy bonus (algorithm.entropy_coef)
+        return self._train(batch, loss_fn, lambda micro: self._policy_pass(micro, with_grad))
+
+    def _policy_pass(self, micro: TrainBatch, with_grad: bool) -> Pass:
+        """The logprobs, the mean entropy as a metric, and the entropy with its gradient when the
+        loss takes it (`with_grad`)."""
+        logprobs, entropy = self._logprobs(micro, entropy=GRAD if with_grad else METRIC)
+        mask = micro.response_mask.to(entropy.device)
+        return (
+            logprobs,
+            {"entropy": masked_mean(entropy.detach(), mask).item()},
+            entropy if with_grad else None,
+        )
+
+    def _train(
+        self, batch: TrainBatch, loss_fn: LossFn, forward: Callable[[TrainBatch], Pass]
+    ) -> dict[str, float]:
+        """One optimizer step of `loss_fn` on what `forward` computes of each micro-batch (with
+        gradients; its metrics; the entropy for a loss that takes it), aggregated over the global
+        batch."""
         micros = self._prepare(batch)
         accounting = StepAccounting(batch, loss_fn, self.device, dp_size=self.data_parallel_size)
         self.model.train()
-        with_grad = getattr(loss_fn, "needs_entropy", False)  # an entropy bonus (algorithm.entropy_coef)
         for micro in micros:
-            logprobs, entropy = self._logprobs(micro, entropy=GRAD if with_grad else METRIC)
-            mask = micro.response_mask.to(entropy.device)
-            metrics = {"entropy": masked_mean(entropy.detach(), mask).item()}
-            accounting.scaled_loss(
-                loss_fn, logprobs, micro, metrics, entropy if with_grad else None
-            ).backward()
+            output, metrics, entropy = forward(micro)
+            accounting.scaled_loss(loss_fn, output, micro, metrics, entropy).backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()
         metrics = {**accounting.metrics(), "grad_norm": float(grad_norm)}
         try:
-            refuse_non_finite(metrics["loss"], metrics["grad_norm"])
+            refuse_non_finite(metrics["loss"], metrics["grad_norm"], self.update_name)
         except NonFiniteUpdateError:
             self.optimizer.zero_grad(set_to_none=True)
             raise

@@ -42,14 +42,22 @@ def parameters_on_meta() -> Iterator[None]:
         torch.nn.Module.register_parameter = original
 
 
-def empty_model(model_path: str, attn_implementation: str, device: torch.device) -> torch.nn.Module:
-    """The fp32 causal LM of `model_path`'s config with meta parameters and its buffers, computed
-    on the CPU, on `device`."""
-    from transformers import AutoConfig, AutoModelForCausalLM
+def empty_model(
+    model_path: str,
+    attn_implementation: str,
+    device: torch.device,
+    auto_class: str = "AutoModelForCausalLM",
+    **config_changes,
+) -> torch.nn.Module:
+    """The fp32 model of `model_path`'s config (a transformers `auto_class`, with `config_changes`
+    set on the config) with meta parameters and its buffers, computed on the CPU, on `device`."""
+    import transformers
 
-    config = AutoConfig.from_pretrained(model_path)
+    config = transformers.AutoConfig.from_pretrained(model_path)
+    for key, value in config_changes.items():
+        setattr(config, key, value)
     with parameters_on_meta():
-        model = AutoModelForCausalLM.from_config(
+        model = getattr(transformers, auto_class).from_config(
             config, dtype=torch.float32, attn_implementation=attn_implementation
         )
     for module, name, buffer in _buffers(model):
@@ -74,9 +82,11 @@ def materialize(model: torch.nn.Module, device: torch.device) -> None:
 READ_BYTES = 32 * 2**20
 
 
-def fill_shards(model: torch.nn.Module, model_path: str) -> None:
+def fill_shards(model: torch.nn.Module, model_path: str, new_head: str | None = None) -> None:
     """Copy each parameter's local rows (a DTensor sharded on dim 0, or a plain tensor) from the
-    checkpoint, READ_BYTES of rows at a time (in the parameter's dtype)."""
+    checkpoint, READ_BYTES of rows at a time (in the parameter's dtype). Parameters whose names
+    start with `new_head` and that the checkpoint lacks (a head the model path was not saved with,
+    such as a critic's value head on a policy's checkpoint) start at zero."""
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
@@ -92,6 +102,9 @@ def fill_shards(model: torch.nn.Module, model_path: str) -> None:
             else:
                 local, shape, start = param, param.shape, 0
             if local.numel() == 0:
+                continue
+            if new_head is not None and name.startswith(new_head) and name not in weights:
+                local.zero_()
                 continue
             step = max(1, READ_BYTES // (local[0].numel() * local.element_size()))
             for first in range(0, shape[0], step):

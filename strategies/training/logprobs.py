@@ -19,6 +19,7 @@ that predicted it.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -130,13 +131,8 @@ def model_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(B, T) aligned logprobs of `micro` (on `device`) under `model`, packed or padded, chunked
     or whole, and with `entropy` the (B, T) aligned entropies (else None; with gradient for GRAD)."""
-    if packing:
-        ids, positions = (t.to(device) for t in packed_inputs(micro))
-        inputs = {"input_ids": ids, "position_ids": positions, "attention_mask": None}
-    else:
-        ids = micro.input_ids.to(device)
-        inputs = {"input_ids": ids, "attention_mask": micro.attention_mask.to(device)}
-    labels = shifted_labels(ids)
+    inputs, align = model_inputs(micro, device, packing)
+    labels = shifted_labels(inputs["input_ids"])
     if chunk is None:
         logits = model(**inputs, use_cache=False).logits
         next_token = next_token_logprobs(logits, labels)
@@ -150,10 +146,19 @@ def model_logprobs(
         next_token, entropies = chunked_logprobs(
             hidden, model.get_output_embeddings(), labels, chunk, entropy
         )
-
-    def align(values: torch.Tensor) -> torch.Tensor:
-        if packing:
-            return unpack(values, positions, micro.attention_mask)
-        return align_to_tokens(values, inputs["attention_mask"])
-
     return align(next_token), align(entropies) if entropy else None
+
+
+def model_inputs(
+    micro: TrainBatch, device: torch.device, packing: bool
+) -> tuple[dict[str, torch.Tensor | None], Callable[[torch.Tensor], torch.Tensor]]:
+    """The model's inputs for `micro` on `device` (packed into one row, or padded), and the function
+    that turns the model's per-position outputs for them ((1, N) packed, or (B, T)) into (B, T)
+    values aligned to the tokens: the output at position t - 1 as token t's."""
+    if not packing:
+        mask = micro.attention_mask.to(device)
+        inputs = {"input_ids": micro.input_ids.to(device), "attention_mask": mask}
+        return inputs, lambda values: align_to_tokens(values, mask)
+    ids, positions = (t.to(device) for t in packed_inputs(micro))
+    inputs = {"input_ids": ids, "position_ids": positions, "attention_mask": None}
+    return inputs, lambda values: unpack(values, positions, micro.attention_mask)

@@ -18,12 +18,9 @@ from roll_device.errors import ConfigError
 class Registry:
     """Functions of one kind (`what`: "advantage estimator", "policy loss") by name."""
 
-    def __init__(
-        self, what: str, key: str, entries: dict[str, str], missing: dict[str, str] | None = None
-    ) -> None:
+    def __init__(self, what: str, key: str, entries: dict[str, str]) -> None:
         self.what, self.key = what, key
         self.entries = dict(entries)
-        self.missing = dict(missing or {})  # names users ask for that are not here yet: why not
 
     def register(self, name: str, qualified: str) -> None:
         """Serve `name` with the function `qualified` (`package.module:function`)."""
@@ -56,8 +53,9 @@ class Registry:
             except ConfigError as exc:
                 raise ValueError(str(exc)) from None
             return name
-        what = f"{name} {self.missing[name]}" if name in self.missing else f"unknown {self.what}"
-        raise ValueError(f"{what}, choose one of {', '.join(self.names())} (or a package.module:function)")
+        raise ValueError(
+            f"unknown {self.what}, choose one of {', '.join(self.names())} (or a package.module:function)"
+        )
 
     def resolve(self, name: str) -> Callable:
         return load(self.qualified(name))

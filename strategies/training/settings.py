@@ -87,6 +87,18 @@ class TrainSettings(Section):
         return min(1.0, (step + 1) / self.warmup_steps)
 
 
+class CriticSettings(Section):
+    """PPO's critic (roles.critic): its own optimizer settings on top of the trainer section's, and
+    the checkpoint it starts from."""
+
+    lr: Positive
+    model_path: str | None = Field(description="null: the policy's model (a value head added at zero)")
+
+    def applied_to(self, trainer: TrainSettings) -> TrainSettings:
+        """The trainer section the critic's strategy runs with: `trainer` with the critic's lr."""
+        return trainer.model_copy(update={"lr": self.lr})
+
+
 class FsdpSettings(TrainSettings):
     """FSDP2 keys: how attention is computed (a transformers `attn_implementation`)."""
 

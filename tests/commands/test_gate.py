@@ -11,6 +11,7 @@ import yaml
 
 from roll_device.commands.gate import (
     check_before_start,
+    check_checkpointed_roles,
     check_model,
     check_model_files,
     check_same_trainer,
@@ -22,6 +23,7 @@ from roll_device.doctor.preflight import PreflightError
 from roll_device.errors import ConfigError
 from roll_device.pipeline.experiment import RUN_CONFIG_FILE
 from roll_device.pipeline.run_plan import plan_here
+from roll_device.pipeline.state import POLICY_DIR, Checkpoints, PipelineState
 
 BAD_VALUES = [
     (["max_steps=abc"], "max_steps='abc': input should be a valid integer"),
@@ -74,7 +76,7 @@ BAD_VALUES = [
         ["algorithm.samples_per_prompt=1"],
         "(the group estimators compare samples of one prompt, use 2 or more)",
     ),
-    (["+algorithm.gamma=1"], "unknown key algorithm.gamma: the keys here are samples_per_prompt,"),
+    (["+algorithm.discount=1"], "unknown key algorithm.discount: the keys here are samples_per_prompt,"),
     (
         ["weight_sync.path=bogus"],
         "weight_sync.path='bogus' is not a path: choose one of auto, colocated, collective, bridge",
@@ -172,11 +174,33 @@ ALGORITHM_REFUSALS = [
     (
         ["algorithm.advantage=gae"],
         (
-            "algorithm.advantage='gae': gae needs a critic role (PPO with a value model), which roll-device "
-            "does not have yet, choose one of grpo, reinforce_pp, "
-            "reinforce_pp_baseline, rloo (or a package.module:function)"
+            "algorithm.advantage=gae needs a critic's values: configure roles.critic (algorithm=ppo does), or "
+            "choose another algorithm.advantage"
         ),
     ),
+    (
+        ["algorithm=ppo", "algorithm.advantage=grpo", "algorithm.gamma=null", "algorithm.lam=null"],
+        (
+            "roles.critic is configured but algorithm.advantage=grpo does not use its values: set "
+            "algorithm.advantage=gae, or roles.critic=null"
+        ),
+    ),
+    (
+        ["algorithm=rloo", "algorithm.gamma=0.99"],
+        "algorithm.gamma applies to algorithm.advantage=gae only (got rloo): set algorithm.gamma=null",
+    ),
+    (
+        ["algorithm.lam=0.95"],
+        "algorithm.lam applies to algorithm.advantage=gae only (got grpo): set algorithm.lam=null",
+    ),
+    (
+        ["algorithm=ppo", "trainer=megatron"],
+        (
+            "roles.critic.strategy='megatron' has no critic (the Megatron trainer builds no value-head model, "
+            "a GPTModel with a scalar output layer, yet: run PPO with trainer=fsdp): choose one of fsdp"
+        ),
+    ),
+    (["algorithm=ppo", "algorithm.value_clip=0"], "algorithm.value_clip=0: input should be greater than 0"),
     (
         ["algorithm.policy_loss=sapo"],
         "algorithm.policy_loss='sapo': unknown policy loss, choose one of cispo, gspo, ppo_clip",
@@ -188,7 +212,7 @@ ALGORITHM_REFUSALS = [
     (["algorithm.loss_agg=sum"], "algorithm.loss_agg='sum': choose one of token-mean, seq-mean-token-mean,"),
     (
         ["algorithm=ppo2"],
-        "algorithm=ppo2: no such option; choose one of dapo, dr_grpo, grpo, gspo, reinforce_pp, rloo",
+        "algorithm=ppo2: no such option; choose one of dapo, dr_grpo, grpo, gspo, ppo, reinforce_pp, rloo",
     ),
     (
         ["algorithm=rloo", "algorithm.norm_std=false"],
@@ -252,7 +276,7 @@ def test_an_algorithm_choice_that_does_not_apply_is_refused_in_one_line(override
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("recipe", ["grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp"])
+@pytest.mark.parametrize("recipe", ["grpo", "dr_grpo", "dapo", "gspo", "rloo", "reinforce_pp", "ppo"])
 @pytest.mark.parametrize("experiment", ["tiny_grpo", "arithmetic_math"])
 def test_shipped_algorithm_recipes_pass_the_schema(recipe, experiment):
     algorithm = load_config([f"algorithm={recipe}", f"experiment={experiment}"]).algorithm
@@ -348,6 +372,10 @@ def test_model_path_must_be_a_model_directory(tmp_path, make, message):
         (["model.path=/nonexistent"], "model.path='/nonexistent' does not exist"),
         (["resume=true"], "resume=True but"),
         (["resume=latest_valid"], "holds no checkpoint: pass the run's directory with hydra.run.dir=<dir>"),
+        (
+            ["algorithm=ppo", "critic.model_path=/nonexistent"],
+            "critic.model_path=/nonexistent holds no config.json: give a Hugging Face model directory",
+        ),
     ],
 )
 def test_files_and_resume_state_are_refused_before_ray(tmp_path, overrides, message):
@@ -443,6 +471,22 @@ def test_a_resumed_run_keeps_the_trainer_that_wrote_its_checkpoints(tmp_path, sa
         check_same_trainer(load_config(["resume=true", *now]), run_dir)
     assert message in str(refused.value) and "hydra.run.dir" in str(refused.value)
     check_same_trainer(load_config(["resume=true", *saved]), run_dir)  # the same trainer resumes
+
+
+def test_a_ppo_run_does_not_resume_from_a_checkpoint_without_its_critic(tmp_path):
+    checkpoints = Checkpoints(tmp_path / "run")
+    staging = checkpoints.staging_dir(2)
+    (staging / POLICY_DIR).mkdir()
+    written = checkpoints.commit(staging, PipelineState(step=2))
+    check_checkpointed_roles(load_config(["resume=true"]), written)  # GRPO restores its policy alone
+    with pytest.raises(ConfigError) as refused:
+        check_checkpointed_roles(load_config(["resume=true", "algorithm=ppo"]), written)
+    assert str(refused.value) == (
+        f"resume=True: {written} holds no critic/ for roles.critic (the run that wrote it had no critic): "
+        "resume with roles.critic=null, or start a new run"
+    )
+    (written / "critic").mkdir()
+    check_checkpointed_roles(load_config(["resume=true", "algorithm=ppo"]), written)
 
 
 def test_what_the_local_kind_lacks_is_refused_before_ray_and_the_run_folder(tmp_path):

@@ -1,7 +1,9 @@
 """The recipes other than GRPO, run for real (Ray, an HF rollout, the FSDP2 trainer): DAPO's
+"""The recipes other than GRPO, run for real (Ray, an HF rollout, the FSDP2 trainer): DAPO's
 2 steps by default (its dynamic sampling samples more rounds until the batch is full and reports
 the rounds and the dropped groups, its clip-higher loss trains without a reference role); every
-recipe 30 steps with rising reward among the slow tests."""
+recipe 30 steps with rising reward among the slow tests, PPO's with its critic learning,
+checkpointed and resumed."""
 
 import json
 
@@ -10,7 +12,7 @@ import pytest
 from roll_device.commands.run import run_checked
 from tests.configs import run_config
 
-RECIPES = ("dapo", "dr_grpo", "gspo", "rloo", "reinforce_pp")
+RECIPES = ("dapo", "dr_grpo", "gspo", "rloo", "reinforce_pp")  # ppo's run is its critic's test, below
 
 
 def _records(run_dir):
@@ -36,3 +38,18 @@ def test_each_recipe_raises_the_tiny_task_s_reward_in_30_steps(tmp_path, shared_
     config = run_config(*shared_cluster, f"algorithm={recipe}", "rollout=hf", "max_steps=30", "save_every=0")
     rewards = [r["reward_mean"] for r in _records(run_checked(config, tmp_path / "run"))]
     assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.05, f"{recipe}: reward did not rise: {rewards}"
+
+
+@pytest.mark.slow
+def test_ppo_raises_the_reward_its_critic_learns_and_both_resume_from_a_checkpoint(tmp_path, shared_cluster):
+    overrides = (*shared_cluster, "algorithm=ppo", "rollout=hf", "save_every=15")
+    run_dir = run_checked(run_config(*overrides, "max_steps=30"), tmp_path / "run")
+    rewards = [r["reward_mean"] for r in _records(run_dir)]
+    assert sum(rewards[-5:]) / 5 > sum(rewards[:5]) / 5 + 0.05, f"ppo: reward did not rise: {rewards}"
+    losses = [r["critic_value_loss"] for r in _records(run_dir)]
+    assert sum(losses[-5:]) < 0.5 * sum(losses[:5]), f"the critic did not learn the returns: {losses}"
+    assert (run_dir / "checkpoints" / "step_30" / "critic").is_dir()
+    run_checked(run_config(*overrides, "max_steps=32", "resume=true"), run_dir)
+    resumed = _records(run_dir)[30:]
+    assert [r["step"] for r in resumed] == [31, 32]
+    assert all(r["critic_value_loss"] == r["critic_value_loss"] for r in resumed), "a finite critic update"

@@ -87,3 +87,30 @@ def test_the_plan_is_derived_in_one_place():
         if _calls(path) & PLANNING_CALLS
     }
     assert planners - OWN_SYNC == {"roll_device/pipeline/run_plan.py"}
+
+
+def test_ppos_critic_is_a_role_of_the_plan_on_the_trainers_devices():
+    config = run_config("algorithm=ppo", "critic.lr=2e-5")
+    plan = build_run_plan(config, HOST)
+    assert list(plan.roles) == ["actor_infer", "actor_train", "reward", "critic"]  # no KL: no reference
+    assert plan.placement.colocated("critic", "actor_train")
+    assert plan.strategy("critic").__name__ == "FsdpCriticStrategy"
+    critic = next(r for r in plan.requests if r.role == "critic")
+    assert (critic.strategy_type, critic.strategy, critic.settings.lr) == ("critic", "fsdp", 2e-5)
+    assert (
+        critic.settings.model_copy(update={"lr": config.trainer.lr}) == config.trainer
+    )  # else the trainer's
+
+
+def test_on_the_simulated_cluster_the_critic_runs_on_the_cpu_beside_an_npu_trainer():
+    config = run_config(
+        "cluster=sim",
+        "experiment=mixed_devices",
+        "algorithm=ppo",
+        "roles.critic.device=cpu",
+        "roles.critic.colocate_with=null",
+    )
+    plan = plan_here(config)  # the declared nodes: no Ray
+    kinds = {role: where.kind for role, where in plan.placement.roles.items()}
+    assert kinds == {"actor_infer": "cuda", "actor_train": "npu", "reward": "cpu", "critic": "cpu"}
+    assert plan.platforms["critic"].kind == "cpu" and plan.placement.roles["actor_train"].simulated

@@ -14,6 +14,8 @@ from strategies.training.advantages import (
     AdvantageInputs,
     AdvantageSpec,
     advantages,
+    gae_advantages,
+    gae_returns,
     informative_groups,
     overlong_penalty,
 )
@@ -177,6 +179,89 @@ def test_a_plugin_estimator_is_one_registration_and_a_second_one_under_its_name_
 def test_an_unknown_estimator_lists_the_known_ones():
     with pytest.raises(
         ConfigError,
-        match="algorithm.advantage=gae: gae needs a critic role .*, choose one of grpo, reinforce_pp, reinforce_pp_baseline, rloo",
+        match="algorithm.advantage=vtrace: unknown advantage estimator, choose one of gae, grpo, reinforce_pp, "
+        "reinforce_pp_baseline, rloo",
     ):
-        estimate("gae", torch.rand(G))
+        estimate("vtrace", torch.rand(G))
+
+
+# ---- gae (Schulman et al., arXiv 1506.02438) ------------------------------------------------------
+PROMPT = 2  # positions of prompt before each response: the estimator must carry across them
+
+
+def ppo_step(seed: int = 0, width: int = 8):
+    """Scores, a mask whose responses start after PROMPT positions and end at different places
+    (one early, one empty), logprobs and values (N, T) of the response tokens."""
+    gen = torch.Generator().manual_seed(seed)
+    n = 2 * G
+    lengths = torch.tensor([width - PROMPT, 1, 3, 0, width - PROMPT, 2, 4, 5])
+    positions = torch.arange(width)[None, :]
+    mask = ((positions >= PROMPT) & (positions < PROMPT + lengths[:, None])).float()
+    values = torch.randn(n, width, generator=gen) * mask
+    old, ref = -torch.rand(n, width, generator=gen), -torch.rand(n, width, generator=gen)
+    return torch.rand(n, generator=gen), mask, old, ref, values
+
+
+def gae_by_the_paper(rewards: list[float], values: list[float], gamma: float, lam: float) -> list[float]:
+    """A_t = sum_l (gamma lam)^l delta_{t+l}, delta_t = r_t + gamma V_{t+1} - V_t, V after the last 0."""
+    length = len(rewards)
+    following = [*values[1:], 0.0]
+    deltas = [rewards[t] + gamma * following[t] - values[t] for t in range(length)]
+    return [sum((gamma * lam) ** k * deltas[t + k] for k in range(length - t)) for t in range(length)]
+
+
+def paper_advantages(scores, mask, old, ref, values, gamma, lam, kl_coef):
+    """Per row, over its response tokens: rewards -kl_coef (old - ref), the score added on the
+    last; the paper's GAE. Returns {(row, position): A}."""
+    found = {}
+    for row in range(len(scores)):
+        where = [t for t in range(mask.shape[1]) if mask[row, t] > 0]
+        rewards = [-kl_coef * float(old[row, t] - ref[row, t]) for t in where]
+        if where:
+            rewards[-1] += float(scores[row])
+        row_values = [float(values[row, t]) for t in where]
+        found.update(zip([(row, t) for t in where], gae_by_the_paper(rewards, row_values, gamma, lam)))
+    return found
+
+
+def gae_inputs(scores, mask, old, ref, values):
+    return AdvantageInputs(scores, G, mask, old, ref, values)
+
+
+def test_gae_is_the_papers_discounted_sum_of_td_errors_whitened_over_the_batch():
+    scores, mask, old, ref, values = ppo_step()
+    spec = AdvantageSpec("gae", kl_coef=0.1, kl_in_reward=True, gamma=0.9, lam=0.8)
+    expected = paper_advantages(scores, mask, old, ref, values, 0.9, 0.8, 0.1)
+    raw = gae_advantages(gae_inputs(scores, mask, old, ref, values), spec)
+    for (row, t), value in expected.items():
+        assert raw[row, t].item() == pytest.approx(value, abs=1e-5)
+    assert raw[mask == 0].abs().max() == 0  # prompt, the tail of a response ending early, padding
+    mean, std = statistics.mean(expected.values()), statistics.stdev(expected.values())
+    got = advantages(gae_inputs(scores, mask, old, ref, values), spec)
+    for (row, t), value in expected.items():
+        assert got[row, t].item() == pytest.approx((value - mean) / std, abs=1e-4)
+    assert got[mask == 0].abs().max() == 0
+
+
+def test_gae_with_gamma_and_lam_one_is_the_score_minus_the_value():
+    scores, mask, old, ref, values = ppo_step(seed=1)
+    raw = gae_advantages(gae_inputs(scores, mask, old, ref, values), AdvantageSpec("gae"))
+    for row, t in zip(*torch.nonzero(mask, as_tuple=True)):
+        assert raw[row, t].item() == pytest.approx(float(scores[row] - values[row, t]), abs=1e-5)
+
+
+def test_the_critics_returns_are_the_advantages_plus_the_values():
+    scores, mask, old, ref, values = ppo_step(seed=2)
+    spec = AdvantageSpec("gae", gamma=0.99, lam=0.95)
+    inputs = gae_inputs(scores, mask, old, ref, values)
+    expected = paper_advantages(scores, mask, old, ref, values, 0.99, 0.95, 0.0)
+    returns = gae_returns(inputs, spec)
+    for (row, t), value in expected.items():
+        assert returns[row, t].item() == pytest.approx(value + float(values[row, t]), abs=1e-5)
+    assert returns[mask == 0].abs().max() == 0
+
+
+def test_gae_without_values_is_refused():
+    scores, mask, old, ref, _ = ppo_step()
+    with pytest.raises(ConfigError, match="algorithm.advantage=gae needs the critic's values"):
+        advantages(gae_inputs(scores, mask, old, ref, None), AdvantageSpec("gae"))

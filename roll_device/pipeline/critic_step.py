@@ -1,0 +1,58 @@
+"""PPO's critic in the step (roll_device/pipeline/loop.py), when the run has a `critic` role:
+
+- before the advantages, the critic's values of the batch's response tokens (`add_values`);
+- with the advantages, the critic's targets: the returns A + V of `gae` (`add_returns`);
+- after the policy update, `ppo_epochs` steps of the clipped value loss towards them (`train`);
+- in the step's record: the value loss, the share of clipped values, the critic's gradient norm
+  and learning rate, and how much of the returns' variance the values explained before the update
+  (`critic_*`, `report`).
+
+Without a critic role every call does nothing and the record gains no keys.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from roll_device.pipeline.config import AlgorithmSettings
+from roll_device.pipeline.record import StepRecord
+from roll_device.pipeline.roles import RoleGroups
+from roll_device.pipeline.workers import CriticWorker
+from strategies.base import TrainBatch
+from strategies.training.advantages import AdvantageInputs, gae_returns
+from strategies.training.critic import explained_variance
+
+ROLE = "critic"
+
+
+class CriticStep:
+    def __init__(self, roles: RoleGroups, algo: AlgorithmSettings) -> None:
+        self.roles, self.algo = roles, algo
+        self.active = roles.has(ROLE)
+        self.metrics: dict[str, float] = {}
+
+    def add_values(self, batch: TrainBatch) -> None:
+        if self.active:
+            batch.values = torch.cat(self.roles.data_parallel(ROLE, CriticWorker.values, batch))
+
+    def add_returns(self, batch: TrainBatch, inputs: AdvantageInputs) -> None:
+        if self.active:
+            batch.returns = gae_returns(inputs, self.algo.advantage_spec())
+
+    def train(self, batch: TrainBatch) -> None:
+        """`ppo_epochs` updates of the critic on `batch`; the last one's metrics for the record."""
+        if not self.active:
+            return
+        for _ in range(self.algo.ppo_epochs):
+            update = self.roles.data_parallel(ROLE, CriticWorker.train_values, batch, self.algo.value_clip)[0]
+        self.metrics = {
+            "critic_value_loss": update["loss"],
+            "critic_vf_clipfrac": update["value_clipfrac"],
+            "critic_vf_explained_var": explained_variance(batch.values, batch.returns, batch.response_mask),
+            "critic_grad_norm": update["grad_norm"],
+            "critic_lr": update["lr"],
+        }
+
+    def report(self, record: StepRecord) -> StepRecord:
+        record.update(self.metrics)
+        return record
