@@ -1,5 +1,4 @@
 """The recipes other than GRPO, run for real (Ray, an HF rollout, the FSDP2 trainer): DAPO's
-"""The recipes other than GRPO, run for real (Ray, an HF rollout, the FSDP2 trainer): DAPO's
 2 steps by default (its dynamic sampling samples more rounds until the batch is full and reports
 the rounds and the dropped groups, its clip-higher loss trains without a reference role); every
 recipe 30 steps with rising reward among the slow tests, PPO's with its critic learning,
