@@ -30,6 +30,8 @@ from roll_device.comm.options import WeightSyncOptions
 from roll_device.errors import ConfigError
 from roll_device.inputs.settings import DataSettings, EvalSettings, RewardSettings
 from roll_device.settings import Count, NonNegative, OpenSection, Section, read_section, takes_new_key
+from roll_device.tracking.registry import check_names
+from roll_device.tracking.settings import ProfileSettings, TrackingSettings
 from strategies.base import INFERENCE, TRAIN
 from strategies.inference.settings import RolloutSettings
 from strategies.registry import names, strategy_type
@@ -250,6 +252,14 @@ class RunConfig(Section):
     cluster: ClusterSettings
     trainer: SerializeAsAny[TrainSettings]
     rollout: SerializeAsAny[RolloutSettings]
+    logger: list[str] = Field(description="trackers beside metrics.jsonl, docs/observability.md")
+    tracking: TrackingSettings
+    profile: ProfileSettings
+
+    @field_validator("logger")
+    @classmethod
+    def _known_loggers(cls, names: list[str]) -> list[str]:
+        return check_names(names)
 
     @field_validator("cluster", mode="before")
     @classmethod
@@ -276,6 +286,7 @@ class RunConfig(Section):
         self._check_roles()
         self._check_sizes()
         self._check_overlap()
+        self._check_profile()
         self.reward.check_with(self.data)
         return self
 
@@ -371,6 +382,11 @@ class RunConfig(Section):
                 "roles.reference, or set algorithm.kl_coef=0"
             )
 
+    def _check_profile(self) -> None:
+        refused = profile_refusal(self.profile, self.max_steps, self.roles_to_run().present())
+        if refused:
+            raise ConfigError(refused)
+
     def _check_overlap(self) -> None:
         staleness = self.algorithm.max_staleness
         roles = self.roles.present()
@@ -380,6 +396,25 @@ class RunConfig(Section):
                 "and actor_train share devices (colocate_with): set algorithm.max_staleness=0, or "
                 "give the two roles devices of their own"
             )
+
+
+def profile_refusal(profile: ProfileSettings, max_steps: int, roles: Mapping[str, RoleSettings]) -> str:
+    """Why `profile` cannot be recorded in a run of `max_steps` steps of `roles` ("" when it can)."""
+    if not profile.enabled:
+        return ""
+    beyond = [step for step in profile.steps if step > max_steps]
+    if beyond:
+        return (
+            f"profile.steps={profile.steps}: step {beyond[0]} is beyond max_steps={max_steps}: profile steps "
+            f"1 to {max_steps}"
+        )
+    missing = [role for role in profile.roles if role not in roles]
+    if missing:
+        return (
+            f"profile.roles={profile.roles}: this run starts no {missing[0]} role: profile some of "
+            f"{', '.join(roles)}"
+        )
+    return ""
 
 
 def accepts_new_key(key: str, chosen: Mapping[str, str]) -> bool:
