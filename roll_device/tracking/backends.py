@@ -73,7 +73,7 @@ class WandbTracker(Tracker):
             name=context.name,
             dir=str(context.run_dir),
             mode=context.settings.mode,
-            id=resumed.get("id") or wandb.util.generate_id(),
+            id=resumed.get("id"),  # None: a new run, its id chosen by wandb
             resume="allow",
             config=context.config if context.new_run else None,
             settings=wandb.Settings(console="off", silent=True),

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from roll_device.platforms import Platform
-from roll_device.platforms.cpu import process_status
+from roll_device.platforms import Platform, process_status
 
 MIB = 1 << 20
 READINGS = ("device_used", "device_reserved", "host_rss")
