@@ -7,10 +7,10 @@ rules across sections), and check what can be checked before Ray or any worker s
 - the run's plan on a cluster whose nodes are known before Ray (`plan_here`, pipeline/run_plan.py)
   is made once by the command and handed to the checks below (None elsewhere).
 - `check_before_start(config, run_dir, plan)`: what only the machine that runs the job can check (the
-  data files and the reward's module, the model directory, the trackers' packages (`logger`), the checkpoint a resumed run continues
-  from, or for a new run that its folder holds no checkpoints unless `overwrite=true`, the roles
-  on a cluster of this machine alone), then the run's folder is made; returns where a resumed run
-  continues (None: afresh). A resumed run is checked against the configuration that wrote its
+  data files and the reward's module, the model directory, the trackers' packages (`logger`), the
+  checkpoint a resumed run continues from, or for a new run that its folder holds no checkpoints
+  unless `overwrite=true`, the roles on a cluster of this machine alone), then the run's folder is
+  made; returns where a resumed run continues (None: afresh). A resumed run is checked against the configuration that wrote its
   checkpoints (the run directory's `config.yaml`): the same trainer and model-parallel layout.
 - `check_model(config, model_path, plan)`: once the model is on disk, what it allows with each
   role's settings, as each strategy checks it (`Strategy.check_model`).

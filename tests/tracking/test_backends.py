@@ -24,7 +24,7 @@ def record(step: int) -> dict:
         "sync_path": "colocated",
         "timeline": {"rollout": [1.0, 2.0]},
         "graph_guard": {"max_error": 0.25 * step},
-        f"memory/actor_train/update/device_used_mib": 100.0 + step,
+        "memory/actor_train/update/device_used_mib": 100.0 + step,
     }
 
 

@@ -50,7 +50,13 @@ def test_a_profiled_step_writes_one_labelled_trace_with_each_phase_as_a_range(tm
     assert ranges == ["rollout", "logprobs", "update", "sync", "turns"]
     mm = [e for e in trace["traceEvents"] if e.get("name") == "aten::mm"]
     assert len(mm) == 5, "the phases' own work is in the trace"
-    assert trace["roll_device"] == {"role": "actor_train", "rank": 1, "step": 2, "platform": "cpu", "simulated": False}
+    assert trace["roll_device"] == {
+        "role": "actor_train",
+        "rank": 1,
+        "step": 2,
+        "platform": "cpu",
+        "simulated": False,
+    }
     assert worker.stop_profile() is None, "one trace per profile"
 
 
@@ -95,7 +101,13 @@ def test_only_the_known_phases_can_be_declared():
 def test_on_the_simulated_npu_the_trace_is_labelled_simulated_and_ranges_reach_mstx(tmp_path):
     r = run_isolated("tests.tracking.sim_checks:step_profile", str(tmp_path))
     assert r["path"] == "actor_train_0.step3.simulated.json"
-    assert r["label"] == {"role": "actor_train", "rank": 0, "step": 3, "platform": "npu (simulated)", "simulated": True}
+    assert r["label"] == {
+        "role": "actor_train",
+        "rank": 0,
+        "step": 3,
+        "platform": "npu (simulated)",
+        "simulated": True,
+    }
     assert r["ranges"] == ["update"]
     assert r["mstx"] == [["range_start", "update", 1], ["range_end", "", 1]]
     assert r["memory"]["update"]["device_used"] > 0

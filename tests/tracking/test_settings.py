@@ -24,8 +24,10 @@ def test_the_defaults_log_to_the_console_and_profile_nothing():
     [
         (
             ["logger=[console,neptune]"],
-            "logger=['console', 'neptune']: unknown logger neptune: choose from console, tensorboard, "
-            "wandb, mlflow, swanlab",
+            (
+                "logger=['console', 'neptune']: unknown logger neptune: choose from console, tensorboard, "
+                "wandb, mlflow, swanlab"
+            ),
         ),
         (
             ["max_steps=3", "profile.steps=[2,5]"],
@@ -33,11 +35,16 @@ def test_the_defaults_log_to_the_console_and_profile_nothing():
         ),
         (
             ["algorithm.kl_coef=0", "profile.steps=[1]", "profile.roles=[actor_train,reference]"],
-            "profile.roles=['actor_train', 'reference']: this run starts no reference role: profile some "
-            "of actor_infer, actor_train, reward",
+            (
+                "profile.roles=['actor_train', 'reference']: this run starts no reference role: profile some "
+                "of actor_infer, actor_train, reward"
+            ),
         ),
         (["profile.steps=[0]"], "profile.steps.0=0: input should be greater than or equal to 1"),
-        (["profile.activities=[]"], "profile.activities=[]: list should have at least 1 item after validation, not 0"),
+        (
+            ["profile.activities=[]"],
+            "profile.activities=[]: list should have at least 1 item after validation, not 0",
+        ),
     ],
 )
 def test_refused_in_one_line(overrides, message):

@@ -50,6 +50,9 @@ def read_run(path: Path) -> dict:
             run["config"].update({u.key: json.loads(u.value_json) for u in record.run.config.update})
         elif kind == "history":
             run["history"].append(
-                {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+                {
+                    item.key or "/".join(item.nested_key): json.loads(item.value_json)
+                    for item in record.history.item
+                }
             )
     return run
