@@ -10,8 +10,9 @@ rules across sections), and check what can be checked before Ray or any worker s
   data files and the reward's module, the model directory, the trackers' packages (`logger`), the
   checkpoint a resumed run continues from, or for a new run that its folder holds no checkpoints
   unless `overwrite=true`, the roles on a cluster of this machine alone), then the run's folder is
-  made; returns where a resumed run continues (None: afresh). A resumed run is checked against the configuration that wrote its
-  checkpoints (the run directory's `config.yaml`): the same trainer and model-parallel layout.
+  made; returns where a resumed run continues (None: afresh). A resumed run is checked against the
+  configuration that wrote its checkpoints (the run directory's `config.yaml`): the same trainer and
+  model-parallel layout.
 - `check_model(config, model_path, plan)`: once the model is on disk, what it allows with each
   role's settings, as each strategy checks it (`Strategy.check_model`).
 - `check_roles_here(config, plan)` (part of the above): on a cluster of this machine alone, the preflight's checks of

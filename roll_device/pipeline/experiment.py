@@ -256,10 +256,8 @@ def _run(
     with start_cluster(config.cluster) as cluster:
         plan = build_run_plan(config, read_inventory())
         dashboard = f"; Ray dashboard: {cluster.dashboard_url}" if cluster.dashboard_url else ""
-        print(
-            f"cluster ready in {time.perf_counter() - started:.1f}s{dashboard}; device plan:\n{plan.format()}",
-            flush=True,
-        )
+        ready = f"cluster ready in {time.perf_counter() - started:.1f}s{dashboard}"
+        print(f"{ready}; device plan:\n{plan.format()}", flush=True)
         checking = time.perf_counter()
         nodes = preflight(plan.placement, list(plan.requests))
         print(
