@@ -145,7 +145,7 @@ class Trackers:
         opened = cls()
         try:
             for name in names:
-                own = None if context.new_run else saved.get(name, {})
+                own = None if context.new_run else saved.get(name)  # None: this tracker starts its run
                 opened.trackers.append(TRACKERS[name](replace(context, resumed=own)))
         except BaseException:
             opened.close(ok=False)
