@@ -85,8 +85,8 @@ def test_wandb_offline_run_resumes_the_same_run_with_continuous_steps(tmp_path):
     drive("wandb", tmp_path, [1, 2])
     run_id = json.loads((tmp_path / STATE_FILE).read_text())["wandb"]["id"]
     drive("wandb", tmp_path, [3, 4], resumed_from=2)
-    files = sorted((tmp_path / "wandb").glob("offline-run-*/run-*.wandb"), key=lambda p: p.stat().st_mtime)
-    runs = [read_run(path) for path in files]
+    runs = [read_run(path) for path in (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")]
+    runs.sort(key=lambda run: min((row["_step"] for row in run["history"]), default=-1))  # in order of steps
     assert [run["id"] for run in runs] == [run_id, run_id]
     assert runs[0]["config"]["algorithm"] == CONFIG["algorithm"] and "algorithm" not in runs[1]["config"]
     rows = [row for run in runs for row in run["history"]]
