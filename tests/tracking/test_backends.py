@@ -5,6 +5,7 @@ store (mlflow's client), wandb's offline run files (tests/tracking/wandb_records
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -84,6 +85,9 @@ def test_mlflow_file_store_continues_the_same_run_on_resume(tmp_path):
 def test_wandb_offline_run_resumes_the_same_run_with_continuous_steps(tmp_path):
     drive("wandb", tmp_path, [1, 2])
     run_id = json.loads((tmp_path / STATE_FILE).read_text())["wandb"]["id"]
+    # wandb names an offline run's folder by the second it starts (`offline-run-<date>_<time>-<id>`):
+    # a resume within the same second would write into its predecessor's folder
+    time.sleep(1 - time.time() % 1)
     drive("wandb", tmp_path, [3, 4], resumed_from=2)
     runs = [read_run(path) for path in (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")]
     runs.sort(key=lambda run: min((row["_step"] for row in run["history"]), default=-1))  # in order of steps
