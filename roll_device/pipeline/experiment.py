@@ -1,6 +1,9 @@
 """Run one experiment: make the model if needed, connect the cluster, plan and start the roles,
-run GRPO steps with a progress bar, checkpoint, and write metrics and a plot. Rollouts run
-ahead of training as far as `algorithm.max_staleness` allows (roll_device/pipeline/overlap.py).
+run GRPO steps with a progress bar, checkpoint, and write metrics and plots (metrics.png,
+memory.png). Rollouts run ahead of training as far as `algorithm.max_staleness` allows
+(roll_device/pipeline/overlap.py). Each record also goes to the trackers `logger` names, with
+each role's memory per phase; `profile.steps` are profiled in `profile.roles`' workers
+(roll_device/pipeline/observe.py, docs/observability.md).
 
 `run_experiment(config, run_dir, model, start=None, on_step=None)` runs the checked configuration
 on the model directory `model` (`model_path(config.model)`: the tiny model is made there): the
