@@ -41,6 +41,9 @@ def test_the_main_job_learns_and_writes_into_the_hydra_run_dir(tmp_path):
     last = sum(r["reward_mean"] for r in records[-3:]) / 3
     assert last > first + 0.15, f"mean reward did not rise: first steps {first:.3f}, last {last:.3f}"
     assert (run_dir / "metrics.png").read_bytes()[:4] == b"\x89PNG"
+    assert (run_dir / "memory.png").read_bytes()[:4] == b"\x89PNG"
+    for role, phase in (("actor_infer", "rollout"), ("actor_train", "update"), ("reward", "reward")):
+        assert all(r[f"memory/{role}/{phase}/host_rss_mib"] > 0 for r in records), "memory per role and phase"
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == ["step_12", "step_6"]
     out = proc.stdout
     assert "device plan:" in out and "actor_train" in out

@@ -128,20 +128,20 @@ def _join_remote(cluster: RemoteCluster) -> ClusterHandle:
     import ray
 
     check_reachable(cluster.address)
-    ray.init(address=cluster.address)
-    return _owned(ClusterHandle(cluster.name, cluster.address))
+    context = ray.init(address=cluster.address)
+    return _owned(ClusterHandle(cluster.name, cluster.address, dashboard(context)))
 
 
 def _start_local(cluster: LocalCluster) -> ClusterHandle:
     import ray
 
     if os.environ.get("RAY_ADDRESS"):
-        ray.init()
-        return _owned(ClusterHandle(cluster.name, ray.get_runtime_context().gcs_address))
+        context = ray.init()
+        return _owned(ClusterHandle(cluster.name, ray.get_runtime_context().gcs_address, dashboard(context)))
     before = descendants()
     for attempt in range(1, LOCAL_START_ATTEMPTS + 1):
         try:
-            ray.init(
+            context = ray.init(
                 address="local",
                 num_cpus=cluster.num_cpus,
                 resources=cluster.resources,
@@ -162,7 +162,14 @@ def _start_local(cluster: LocalCluster) -> ClusterHandle:
             "once the load is lower, or lower cluster.num_cpus"
         )
     watcher = watch(descendants() - before)
-    return _owned(ClusterHandle(cluster.name, ray.get_runtime_context().gcs_address, watcher=watcher))
+    address = ray.get_runtime_context().gcs_address
+    return _owned(ClusterHandle(cluster.name, address, dashboard(context), watcher=watcher))
+
+
+def dashboard(context) -> str | None:
+    """The dashboard's address from what `ray.init` returned (None where no dashboard runs)."""
+    url = getattr(context, "dashboard_url", None)
+    return f"http://{url}" if url and "://" not in url else url or None
 
 
 def check_reachable(

@@ -7,11 +7,12 @@ rules across sections), and check what can be checked before Ray or any worker s
 - the run's plan on a cluster whose nodes are known before Ray (`plan_here`, pipeline/run_plan.py)
   is made once by the command and handed to the checks below (None elsewhere).
 - `check_before_start(config, run_dir, plan)`: what only the machine that runs the job can check (the
-  data files and the reward's module, the model directory, the checkpoint a resumed run continues
-  from, or for a new run that its folder holds no checkpoints unless `overwrite=true`, the roles
-  on a cluster of this machine alone), then the run's folder is made; returns where a resumed run
-  continues (None: afresh). A resumed run is checked against the configuration that wrote its
-  checkpoints (the run directory's `config.yaml`): the same trainer and model-parallel layout.
+  data files and the reward's module, the model directory, the trackers' packages (`logger`), the
+  checkpoint a resumed run continues from, or for a new run that its folder holds no checkpoints
+  unless `overwrite=true`, the roles on a cluster of this machine alone), then the run's folder is
+  made; returns where a resumed run continues (None: afresh). A resumed run is checked against the
+  configuration that wrote its checkpoints (the run directory's `config.yaml`): the same trainer and
+  model-parallel layout.
 - `check_model(config, model_path, plan)`: once the model is on disk, what it allows with each
   role's settings, as each strategy checks it (`Strategy.check_model`).
 - `check_roles_here(config, plan)` (part of the above): on a cluster of this machine alone, the preflight's checks of
@@ -44,6 +45,7 @@ from roll_device.pipeline.state import CHECKPOINTED, RUN_CONFIG_FILE, Checkpoint
 from roll_device.platforms import Platform, get_platform
 from roll_device.platforms.registry import AUTO, ENV_VAR, simulations
 from roll_device.settings import read_section
+from roll_device.tracking.registry import check_installed
 from strategies.registry import strategy_type
 
 
@@ -126,6 +128,7 @@ def check_before_start(config: RunConfig, run_dir: Path, plan: RunPlan | None) -
     check_files(config.data, config.reward)
     check_model_files(config)
     check_critic_files(config)
+    check_installed(config.logger)
     checkpoints = Checkpoints(run_dir)
     if config.resume:
         start = checkpoints.resume_point(config.resume)

@@ -3,9 +3,10 @@ config (roll_device/commands/gate.py composes it and reads it; everything after 
 
 Each section's type is owned by the code that consumes it: `cluster` and `roles` by the cluster
 layer, `weight_sync` by comm, `data`, `reward` and `eval` by the inputs, `trainer` and `rollout`
-by the strategy their `name` registers (strategies/registry.py), and the run's own keys, `model`,
-`algorithm` and `experiment` here. What crosses sections is checked here, once: which role runs
-which kind of strategy, batch splits across workers, model-parallel layouts, the context length,
+by the strategy their `name` registers (strategies/registry.py), `logger`, `tracking` and
+`profile` by roll_device/tracking, `algorithm` by roll_device/pipeline/algorithm_settings.py, and
+the run's own keys, `model` and `experiment`, here. What crosses sections is checked here, once:
+which role runs which kind of strategy, batch splits across workers, model-parallel layouts, the context length,
 the reference the KL term needs, and a reward the data can be scored with.
 """
 
@@ -29,12 +30,13 @@ from roll_device.cluster.settings import ClusterSettings, RoleSettings, check_co
 from roll_device.comm.options import WeightSyncOptions
 from roll_device.errors import ConfigError
 from roll_device.inputs.settings import DataSettings, EvalSettings, RewardSettings
+from roll_device.pipeline.algorithm_settings import AlgorithmSettings
 from roll_device.settings import Count, NonNegative, OpenSection, Section, read_section, takes_new_key
+from roll_device.tracking.registry import check_names
+from roll_device.tracking.settings import ProfileSettings, TrackingSettings
 from strategies.base import CRITIC, INFERENCE, TRAIN
 from strategies.inference.settings import RolloutSettings
 from strategies.registry import UNSERVED, names, strategy_type
-from strategies.training.advantages import ADVANTAGES, AdvantageSpec
-from strategies.training.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES, LossSpec
 from strategies.training.settings import CriticSettings, TrainSettings
 
 REWARD = "reward"  # the role type of reward workers (the pipeline's own, no strategy registry)
@@ -73,162 +75,6 @@ class ModelSettings(Section):
     tiny_layers: Count
     tiny_hidden: Annotated[StrictInt, Field(ge=32, description="attention heads need 32 dims or more")]
     chat_template: StrictBool
-
-
-class AlgorithmSettings(Section):
-    """The RL algorithm: an advantage estimator and a policy loss by name (docs/algorithms.md),
-    sampling, the KL to the reference, and DAPO's data side (dynamic sampling, overlong penalty)."""
-
-    samples_per_prompt: Annotated[
-        StrictInt,
-        Field(ge=2, description="the group estimators compare samples of one prompt, use 2 or more"),
-    ]
-    max_new_tokens: Count
-    temperature: Annotated[float, Field(ge=0, description="0 samples greedily")]
-    advantage: str
-    norm_std: StrictBool
-    std_unbiased: StrictBool
-    policy_loss: str
-    loss_agg: str
-    clip_ratio: Annotated[float, Field(gt=0)]
-    clip_ratio_high: Annotated[float, Field(gt=0)] | None = Field(description="null: clip_ratio")
-    clip_ratio_c: Annotated[float, Field(gt=1, description="the dual clip, 3.0 is usual; null: off")] | None
-    kl_coef: Annotated[float, Field(ge=0, description="0 runs without the reference role")]
-    kl_estimator: Literal[KL_ESTIMATORS]
-    kl_in_reward: StrictBool
-    entropy_coef: Annotated[float, Field(ge=0, description="the entropy bonus's weight (0: off)")]
-    kl_target: Annotated[float, Field(gt=0)] | None = Field(
-        description="null: a fixed kl_coef; a KL: kl_coef adapts toward it after each step (Ziegler et al. 2019)"
-    )
-    kl_horizon: Count
-    dynamic_sampling: StrictBool
-    max_sampling_rounds: Annotated[
-        Count, Field(description="dynamic sampling's rounds of prompts per step at most (1: no refill)")
-    ]
-    overlong_buffer: NonNegative
-    overlong_penalty: Annotated[float, Field(ge=0)]
-    ppo_epochs: Count
-    max_staleness: Annotated[
-        NonNegative,
-        Field(description="0 is synchronous; k lets rollouts come from weights up to k steps old"),
-    ]
-    importance_ratio_cap: Annotated[
-        float, Field(ge=1, description="truncation of the old-policy/rollout-policy ratio of stale samples")
-    ]
-    gamma: Annotated[float, Field(ge=0, le=1, description="gae's discount; null: 1.0")] | None
-    lam: Annotated[float, Field(ge=0, le=1, description="gae's lambda; null: 1.0")] | None
-    value_clip: Annotated[float, Field(gt=0, description="the critic's clipped value loss")]
-
-    @field_validator("advantage")
-    @classmethod
-    def _known_advantage(cls, name: str) -> str:
-        ADVANTAGES.check(name)
-        return name
-
-    @field_validator("policy_loss")
-    @classmethod
-    def _known_policy_loss(cls, name: str) -> str:
-        POLICY_LOSSES.check(name)
-        return name
-
-    @field_validator("loss_agg")
-    @classmethod
-    def _known_loss_agg(cls, mode: str) -> str:
-        if mode not in LOSS_AGGREGATIONS:
-            raise ValueError(f"choose one of {', '.join(LOSS_AGGREGATIONS)}")
-        return mode
-
-    @model_validator(mode="after")
-    def _options_apply(self) -> AlgorithmSettings:
-        for refused in algorithm_refusals(self):
-            raise ConfigError(refused)
-        return self
-
-    def advantage_spec(self, kl_coef: float | None = None) -> AdvantageSpec:
-        """The estimator's settings; `kl_coef` this step's KL coefficient (None: `kl_coef`)."""
-        return AdvantageSpec(
-            self.advantage,
-            self.norm_std,
-            self.std_unbiased,
-            self.kl_coef if kl_coef is None else kl_coef,
-            self.kl_in_reward,
-            1.0 if self.gamma is None else self.gamma,
-            1.0 if self.lam is None else self.lam,
-        )
-
-    def loss_spec(self, kl_coef: float | None = None) -> LossSpec:
-        """The loss the trainers run: the KL (coefficient `kl_coef`, None: `algorithm.kl_coef`) is
-        in the loss unless it is in the reward."""
-        coef = self.kl_coef if kl_coef is None else kl_coef
-        return LossSpec(
-            POLICY_LOSSES.qualified(self.policy_loss),
-            self.clip_ratio,
-            self.clip_ratio_high,
-            self.clip_ratio_c,
-            0.0 if self.kl_in_reward else coef,
-            self.loss_agg,
-            self.importance_ratio_cap,
-            self.max_new_tokens,
-            self.kl_estimator,
-            self.entropy_coef,
-        )
-
-
-def algorithm_refusals(algo: AlgorithmSettings) -> list[str]:
-    """What does not apply to the chosen estimator and loss, each as its one-line refusal."""
-    refusals = []
-    if not algo.norm_std and algo.advantage != "grpo":
-        refusals.append(
-            f"algorithm.norm_std=false applies to algorithm.advantage=grpo only (got {algo.advantage}): "
-            "set algorithm.norm_std=true"
-        )
-    if not algo.std_unbiased and (algo.advantage != "grpo" or not algo.norm_std):
-        refusals.append(
-            "algorithm.std_unbiased=false applies to algorithm.advantage=grpo with algorithm.norm_std=true "
-            "only: set algorithm.std_unbiased=true"
-        )
-    if algo.clip_ratio_c is not None and algo.policy_loss != "ppo_clip":
-        refusals.append(
-            f"algorithm.clip_ratio_c (the dual clip) applies to algorithm.policy_loss=ppo_clip only "
-            f"(got {algo.policy_loss}): set algorithm.clip_ratio_c=null"
-        )
-    if algo.kl_in_reward and algo.kl_estimator != "k3":
-        refusals.append(
-            f"algorithm.kl_estimator={algo.kl_estimator} applies to the KL in the loss, but "
-            "algorithm.kl_in_reward=true puts k1 in the reward: set algorithm.kl_estimator=k3"
-        )
-    if algo.kl_in_reward and algo.kl_coef == 0:
-        refusals.append(
-            "algorithm.kl_in_reward=true with algorithm.kl_coef=0 has no KL to put in the reward: set kl_coef > 0"
-        )
-    if algo.kl_target is not None and algo.kl_coef == 0:
-        refusals.append(
-            f"algorithm.kl_target={algo.kl_target} adapts a KL coefficient, but algorithm.kl_coef=0 "
-            "runs without the reference: set kl_coef > 0 (the starting coefficient) or kl_target=null"
-        )
-    if algo.max_sampling_rounds > 1 and not algo.dynamic_sampling:
-        refusals.append(
-            f"algorithm.max_sampling_rounds={algo.max_sampling_rounds} refills the groups dynamic sampling "
-            "drops, but algorithm.dynamic_sampling=false: set dynamic_sampling=true or max_sampling_rounds=1"
-        )
-    if algo.max_sampling_rounds > 1 and algo.max_staleness > 0:
-        refusals.append(
-            f"algorithm.max_sampling_rounds={algo.max_sampling_rounds} takes the prompts after the step's, "
-            f"which the overlapped rollouts of algorithm.max_staleness={algo.max_staleness} already took: "
-            "set max_sampling_rounds=1 or max_staleness=0"
-        )
-    for key in ("gamma", "lam"):
-        if getattr(algo, key) is not None and algo.advantage != "gae":
-            refusals.append(
-                f"algorithm.{key} applies to algorithm.advantage=gae only (got {algo.advantage}): "
-                f"set algorithm.{key}=null"
-            )
-    if algo.overlong_buffer >= algo.max_new_tokens:
-        refusals.append(
-            f"algorithm.overlong_buffer={algo.overlong_buffer} must be below algorithm.max_new_tokens "
-            f"({algo.max_new_tokens}): the penalty covers the last tokens of the budget (0: off)"
-        )
-    return refusals
 
 
 class ExperimentSettings(OpenSection):
@@ -297,6 +143,14 @@ class RunConfig(Section):
     cluster: ClusterSettings
     trainer: SerializeAsAny[TrainSettings]
     rollout: SerializeAsAny[RolloutSettings]
+    logger: list[str] = Field(description="trackers beside metrics.jsonl, docs/observability.md")
+    tracking: TrackingSettings
+    profile: ProfileSettings
+
+    @field_validator("logger")
+    @classmethod
+    def _known_loggers(cls, names: list[str]) -> list[str]:
+        return check_names(names)
 
     @field_validator("cluster", mode="before")
     @classmethod
@@ -325,6 +179,7 @@ class RunConfig(Section):
         self._check_sizes()
         self._check_overlap()
         self._check_trainer_loss()
+        self._check_profile()
         self.reward.check_with(self.data)
         return self
 
@@ -448,6 +303,11 @@ class RunConfig(Section):
                 f"but {lacks}: set algorithm.entropy_coef=0, or use trainer=fsdp"
             )
 
+    def _check_profile(self) -> None:
+        refused = profile_refusal(self.profile, self.max_steps, self.roles_to_run().present())
+        if refused:
+            raise ConfigError(refused)
+
     def _check_overlap(self) -> None:
         staleness = self.algorithm.max_staleness
         roles = self.roles.present()
@@ -457,6 +317,25 @@ class RunConfig(Section):
                 "and actor_train share devices (colocate_with): set algorithm.max_staleness=0, or "
                 "give the two roles devices of their own"
             )
+
+
+def profile_refusal(profile: ProfileSettings, max_steps: int, roles: Mapping[str, RoleSettings]) -> str:
+    """Why `profile` cannot be recorded in a run of `max_steps` steps of `roles` ("" when it can)."""
+    if not profile.enabled:
+        return ""
+    beyond = [step for step in profile.steps if step > max_steps]
+    if beyond:
+        return (
+            f"profile.steps={profile.steps}: step {beyond[0]} is beyond max_steps={max_steps}: profile steps "
+            f"1 to {max_steps}"
+        )
+    missing = [role for role in profile.roles if role not in roles]
+    if missing:
+        return (
+            f"profile.roles={profile.roles}: this run starts no {missing[0]} role: profile some of "
+            f"{', '.join(roles)}"
+        )
+    return ""
 
 
 def accepts_new_key(key: str, chosen: Mapping[str, str]) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from roll_device.pipeline.config import AlgorithmSettings
+from roll_device.pipeline.algorithm_settings import AlgorithmSettings
 from roll_device.pipeline.record import StepRecord
 from roll_device.pipeline.roles import RoleGroups
 from roll_device.pipeline.workers import CriticWorker

@@ -1,6 +1,9 @@
 """Run one experiment: make the model if needed, connect the cluster, plan and start the roles,
-run GRPO steps with a progress bar, checkpoint, and write metrics and a plot. Rollouts run
-ahead of training as far as `algorithm.max_staleness` allows (roll_device/pipeline/overlap.py).
+run GRPO steps with a progress bar, checkpoint, and write metrics and plots (metrics.png,
+memory.png). Rollouts run ahead of training as far as `algorithm.max_staleness` allows
+(roll_device/pipeline/overlap.py). Each record also goes to the trackers `logger` names, with
+each role's memory per phase; `profile.steps` are profiled in `profile.roles`' workers
+(roll_device/pipeline/observe.py, docs/observability.md).
 
 `run_experiment(config, run_dir, model, start=None, on_step=None)` runs the checked configuration
 on the model directory `model` (`model_path(config.model)`: the tiny model is made there): the
@@ -42,6 +45,7 @@ from roll_device.pipeline.evaluation import evaluate
 from roll_device.pipeline.interrupts import how_stopped
 from roll_device.pipeline.loop import Collected, GrpoStep
 from roll_device.pipeline.metrics import PASS_KEY, MetricsLog
+from roll_device.pipeline.observe import RunObserver, open_trackers
 from roll_device.pipeline.output import LOG_DIR, append_report, quiet_driver, summarise_worker_logs
 from roll_device.pipeline.overlap import Rollout, RolloutQueue
 from roll_device.pipeline.roles import (
@@ -54,6 +58,8 @@ from roll_device.pipeline.roles import (
 from roll_device.pipeline.run_plan import RunPlan, build_run_plan
 from roll_device.pipeline.state import CHECKPOINTED, RUN_CONFIG_FILE, Checkpoints, PipelineState, ResumePoint
 from roll_device.pipeline.workers import TrainWorker
+from roll_device.tracking.memory import plot_memory
+from roll_device.tracking.registry import Trackers
 from strategies.base import NonFiniteUpdateError
 
 
@@ -70,10 +76,13 @@ def model_path(model: ModelSettings) -> str:
 class Run:
     """The state of one run: checkpoints, metrics, and the roles it drives."""
 
-    def __init__(self, config: RunConfig, run_dir: Path, roles: RoleGroups, inputs: RunInputs) -> None:
+    def __init__(
+        self, config: RunConfig, run_dir: Path, roles: RoleGroups, inputs: RunInputs, trackers: Trackers
+    ) -> None:
         self.config, self.run_dir, self.roles, self.inputs = config, run_dir, roles, inputs
         self.checkpoints = Checkpoints(run_dir)
         self.metrics = MetricsLog(run_dir)
+        self.observer = RunObserver(config, run_dir, roles, trackers)
         self.step = GrpoStep(config, roles, inputs)
         self.state = PipelineState()
         self.saved_step = 0
@@ -114,8 +123,18 @@ class Run:
     def evaluate(self) -> dict:
         tokens = self.config.eval_max_new_tokens
         record = evaluate(self.step, self.inputs.eval_samples, tokens, self.state.step)
-        self.metrics.append(record)
+        self.write(record)
         return record
+
+    def write(self, record: dict) -> None:
+        """A record to metrics.jsonl and the trackers."""
+        self.metrics.append(record)
+        self.observer.write(record)
+
+    def launch(self, step: int, position: int, version: int) -> Rollout:
+        """Launch rollout `step` (for the step `step` + 1), its profile first when it is profiled."""
+        self.observer.launching(step + 1)
+        return self.step.launch(step, position, version)
 
     def loop(self, on_step: Callable | None) -> None:
         from tqdm import tqdm
@@ -124,7 +143,7 @@ class Run:
             self.evaluate()
         bar = tqdm(total=self.last_step, initial=self.state.step, desc="grpo", unit="step")
         rollouts = RolloutQueue(
-            self.config.algorithm.max_staleness, self.last_step, self.step.launch, self.step.drop
+            self.config.algorithm.max_staleness, self.last_step, self.launch, self.step.drop
         )
         rollouts.start(self.state.step, self.state.data_position, engine_version=self.state.step)
         rollouts.fill()
@@ -136,9 +155,10 @@ class Run:
                 try:
                     self.step.sync(record)
                     rollouts.synced(self.state.step)
+                    self.observer.after_sync(record)  # memory, traces: before the next rollouts start
                     rollouts.fill()  # the next rollouts run on the engines from here on
                 finally:  # a finished step is recorded once, even when its sync was cut short
-                    self.metrics.append(record)
+                    self.write(record)
                 bar.update(1)
                 self.say_graph_guard(record, bar)
                 postfix = {"reward": f"{record['reward_mean']:.3f}"}
@@ -211,12 +231,16 @@ def run_experiment(
     if start is None:  # a new run: the checkpoints here are an earlier run's (overwrite=true)
         Checkpoints(run_dir).clear()
     (run_dir / RUN_CONFIG_FILE).write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    trackers, ended = open_trackers(config, run_dir, start), False
     try:
-        _run(config, run_dir, model, start, on_step)
+        _run(config, run_dir, model, start, on_step, trackers)
+        ended = True
     except KeyboardInterrupt as stop:  # before the steps, or again while the run was stopping
         error, what = how_stopped(stop)
         raise error(f"{what}; {resume_advice(run_dir)}") from None
-    print(f"run directory: {run_dir} (metrics.jsonl, metrics.png, checkpoints/)")
+    finally:
+        trackers.close(ok=ended)
+    print(f"run directory: {run_dir} (metrics.jsonl, metrics.png, memory.png, checkpoints/)")
     return run_dir
 
 
@@ -233,16 +257,17 @@ def _inputs(config: RunConfig, tokenizer, path: str, data) -> RunInputs:
     )
 
 
-def _run(config: RunConfig, run_dir: Path, path: str, start, on_step: Callable | None) -> None:
+def _run(
+    config: RunConfig, run_dir: Path, path: str, start, on_step: Callable | None, trackers: Trackers
+) -> None:
     quiet_driver()
     inputs = _inputs(config, load_tokenizer(path), path, read_data(config.data, config.seed))  # before Ray
     started = time.perf_counter()
-    with start_cluster(config.cluster):
+    with start_cluster(config.cluster) as cluster:
         plan = build_run_plan(config, read_inventory())
-        print(
-            f"cluster ready in {time.perf_counter() - started:.1f}s; device plan:\n{plan.format()}",
-            flush=True,
-        )
+        dashboard = f"; Ray dashboard: {cluster.dashboard_url}" if cluster.dashboard_url else ""
+        ready = f"cluster ready in {time.perf_counter() - started:.1f}s{dashboard}"
+        print(f"{ready}; device plan:\n{plan.format()}", flush=True)
         checking = time.perf_counter()
         nodes = preflight(plan.placement, list(plan.requests))
         print(
@@ -262,7 +287,7 @@ def _run(config: RunConfig, run_dir: Path, path: str, start, on_step: Callable |
                 f"{time.perf_counter() - started:.1f}s since the cluster's start); {describe_roles(roles)}",
                 flush=True,
             )
-            _drive(Run(config, run_dir, roles, inputs), plan, start, on_step)
+            _drive(Run(config, run_dir, roles, inputs, trackers), plan, start, on_step)
         finally:
             roles.shutdown()
             release(plan.placement)
@@ -293,6 +318,11 @@ def _drive(run: Run, plan: RunPlan, start: ResumePoint | None, on_step: Callable
         raise run.ended(*how_stopped(stop)) from None
     title = f"{run.config.experiment.name}: GRPO, {data_summary(run.config)} ({plan.summary()})"
     png = run.metrics.plot(title, with_kl="reference" in plan.roles)
+    plot_memory(
+        run.metrics.steps(),
+        run.run_dir / "memory.png",
+        f"{run.config.experiment.name}: memory per role and phase",
+    )
     print(f"{run.metrics.summary()}; plot: {png}")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from roll_device.inputs.rewards import resolve_reward, score_sample
 from roll_device.pipeline.worker_base import PipelineWorker
+from roll_device.tracking.phases import phase
 
 
 class RewardWorker(PipelineWorker):
@@ -16,6 +17,7 @@ class RewardWorker(PipelineWorker):
     def setup(self, function: str | None, task: str, name: str) -> None:
         self.reward, self.name = resolve_reward(function, task), name
 
+    @phase("reward")
     def score(self, items: list[tuple[str, str, str | None]]) -> list[float]:
         return [
             score_sample(self.name, self.reward, prompt, response, answer)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from roll_device.pipeline.config import AlgorithmSettings
+from roll_device.pipeline.algorithm_settings import AlgorithmSettings
 from strategies.training.advantages import informative_groups
 
 

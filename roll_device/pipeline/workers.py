@@ -28,6 +28,7 @@ import torch.distributed as dist
 from roll_device.comm import Endpoint, SyncPlan, WeightSender, WeightSyncOptions, weights_hash
 from roll_device.pipeline.worker_base import PipelineWorker
 from roll_device.platforms import HOST_KIND, get_platform, release_host_heap
+from roll_device.tracking.phases import phase
 from strategies.base import Completion, SamplingConfig, TrainBatch
 from strategies.inference.settings import RolloutSettings
 from strategies.training.losses import LossSpec, policy_loss
@@ -75,12 +76,15 @@ class TrainWorker(PipelineWorker):
         self.reference.initialize(model_path, settings)
         return self.reference.data_parallel_rank
 
+    @phase("logprobs")
     def logprobs(self, batch: TrainBatch) -> torch.Tensor:
         return self.strategy.forward_logprobs(batch)
 
+    @phase("logprobs")
     def reference_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         return self.reference.forward_logprobs(batch)
 
+    @phase("update")
     def train(self, batch: TrainBatch, loss: LossSpec) -> dict[str, float]:
         """One update of the policy loss `loss` names (strategies/training/losses.py) on `batch`."""
         return self.strategy.train_step(batch, policy_loss(loss))
@@ -94,11 +98,13 @@ class TrainWorker(PipelineWorker):
     def load(self, directory: str) -> None:
         self.strategy.load_checkpoint(directory)
 
+    @phase("turns")
     def offload(self) -> int:
         """Move the model(s) and optimizer state off the device (a colocated engine generates);
         returns the device bytes freed (0 where device memory is host memory)."""
         return freed_by(self.platform, lambda: [m.offload() for m in self._models()])
 
+    @phase("turns")
     def reload(self) -> None:
         for model in self._models():
             model.reload()
@@ -128,6 +134,7 @@ class TrainWorker(PipelineWorker):
         if self.sender is not None:
             self.sender.connect()
 
+    @phase("sync")
     def send_weights(self, version: int) -> dict | None:
         """The step's last call on a trainer: afterwards the free memory the C allocator keeps
         from the step and the export goes back to the OS (the rollout runs next, on the same hosts)."""
@@ -186,6 +193,7 @@ class RolloutWorker(PipelineWorker):
         self.last_finished: float | None = None  # the end of the last generation
         self.syncing_s = 0.0  # seconds of weight syncs since then
 
+    @phase("rollout")
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> Generated:
         started = time.time()
         completions = self.strategy.generate(prompt_token_ids, sampling)
@@ -193,16 +201,19 @@ class RolloutWorker(PipelineWorker):
         self.last_finished, self.syncing_s = time.time(), 0.0
         return Generated(completions, self.weights_version() or 0, started, self.last_finished, idle)
 
+    @phase("turns")
     def offload(self) -> int:
         """Sleep (a colocated trainer steps); returns the device bytes freed."""
         return freed_by(self.platform, self.strategy.offload)
 
+    @phase("turns")
     def reload(self) -> None:
         self.strategy.reload()
 
     def connect_receiver(self, endpoint: Endpoint, timeout_s: float) -> None:
         self.strategy.connect_weights(endpoint, self.rank * self.engine_size + 1, timeout_s)
 
+    @phase("sync")
     def receive_weights(self) -> dict:
         """The sync's stats, with the engine's graph guard report under `graph_guard` (None where the
         engine declares no guard; roll_device/graph/guard.py)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from types import ModuleType
 from typing import Any, ClassVar, Protocol
 
@@ -121,8 +121,18 @@ class Profiling(PlatformGroup):
         """This kind's device activity (`ProfilerActivity.CUDA`, `.NPU`; `.CPU` on the CPU)."""
         return getattr(self.profiler_module().ProfilerActivity, self.profiler_activity_name)
 
-    def profile(self, **kwargs: Any) -> Any:
-        """A profiler recording the host and this kind's device; kwargs go to its `profile`."""
+    def profile(self, activities: Sequence[str] = ("cpu", "device"), **kwargs: Any) -> Any:
+        """A profiler recording `activities`: `cpu` the host, `device` this kind's device (the
+        host again on the CPU); kwargs go to its `profile`."""
         module = self.profiler_module()
-        activities = list(dict.fromkeys([module.ProfilerActivity.CPU, self.profiler_activity()]))
-        return module.profile(activities=activities, **kwargs)
+        chosen = {"cpu": module.ProfilerActivity.CPU, "device": self.profiler_activity()}
+        unknown = set(activities) - set(chosen)
+        if unknown:
+            raise ValueError(
+                f"platform '{self.platform.name}': unknown profiler activities {sorted(unknown)}"
+            )
+        return module.profile(activities=list(dict.fromkeys(chosen[a] for a in activities)), **kwargs)
+
+    def export_trace(self, profile: Any, path: str) -> None:
+        """Write a finished `profile` as a Chrome trace (Perfetto, chrome://tracing) at `path`."""
+        profile.export_chrome_trace(path)

@@ -44,6 +44,7 @@ def test_a_start_that_times_out_once_goes_on(monkeypatch):
     monkeypatch.setattr(ray, "init", slow_once)
     with start_cluster(cluster_settings("cluster.num_cpus=1")) as handle:
         assert ray.is_initialized() and handle.owns_connection
+        assert handle.dashboard_url is None, "no dashboard runs (cluster.include_dashboard=false)"
     assert len(tries) == 2 and not ray.is_initialized()
 
 
@@ -58,3 +59,16 @@ def test_other_start_errors_are_not_retried(monkeypatch):
     with pytest.raises(ValueError, match="bad resources"):
         start_cluster(cluster_settings())
     assert len(tries) == 1
+
+
+class Started:
+    """What `ray.init` returns, as far as the launcher reads it (`RayContext.dashboard_url`)."""
+
+    def __init__(self, dashboard_url: str) -> None:
+        self.dashboard_url = dashboard_url
+
+
+def test_the_dashboards_address_is_what_ray_init_returned_as_a_url():
+    assert launcher.dashboard(Started("127.0.0.1:8265")) == "http://127.0.0.1:8265"
+    assert launcher.dashboard(Started("https://head:8265")) == "https://head:8265"
+    assert launcher.dashboard(Started("")) is None

@@ -35,6 +35,11 @@ def test_profiler_records_host_ops(cpu):
     with cpu.profiling.profile() as prof:
         torch.mm(torch.ones(8, 8), torch.ones(8, 8))
     assert any(e.name == "aten::mm" for e in prof.events())
+    with cpu.profiling.profile(activities=["device"]) as prof:  # the CPU's device is the host
+        torch.mm(torch.ones(8, 8), torch.ones(8, 8))
+    assert any(e.name == "aten::mm" for e in prof.events())
+    with pytest.raises(ValueError, match=r"platform 'cpu': unknown profiler activities \['gpu'\]"):
+        cpu.profiling.profile(activities=["cpu", "gpu"])
 
 
 def test_device_facts_describe_the_host(cpu):
