@@ -6,8 +6,8 @@ layer, `weight_sync` by comm, `data`, `reward` and `eval` by the inputs, `traine
 by the strategy their `name` registers (strategies/registry.py), `logger`, `tracking` and
 `profile` by roll_device/tracking, `algorithm` by roll_device/pipeline/algorithm_settings.py, and
 the run's own keys, `model` and `experiment`, here. What crosses sections is checked here, once:
-which role runs which kind of strategy, batch splits across workers, model-parallel layouts, the context length,
-the reference the KL term needs, and a reward the data can be scored with.
+which role runs which kind of strategy, batch splits across workers, model-parallel layouts, the
+context length, the reference the KL term needs, and a reward the data can be scored with.
 """
 
 from __future__ import annotations
