@@ -267,8 +267,9 @@ class GrpoStep:
             batch.ref_logprobs,
             batch.values,
         )
-        self.critic.add_returns(batch, inputs)
-        return advantages(inputs, algo.advantage_spec(kl_coef))
+        spec = algo.advantage_spec(kl_coef)
+        self.critic.add_returns(batch, inputs, spec)
+        return advantages(inputs, spec)
 
     def add_logprobs(self, batch: TrainBatch) -> None:
         """The trainer's logprobs of `batch` before the update, the reference's when KL is on, and
