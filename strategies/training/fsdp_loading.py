@@ -14,7 +14,7 @@ type than the CPU's (the simulated NPU's wrapper tensors) refuses that in-place 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -74,15 +74,21 @@ def materialize(model: torch.nn.Module, device: torch.device) -> None:
 READ_BYTES = 32 * 2**20
 
 
-def fill_shards(model: torch.nn.Module, model_path: str) -> None:
+def fill_shards(
+    model: torch.nn.Module, model_path: str, hf_name: Callable[[str], str | None] = lambda name: name
+) -> None:
     """Copy each parameter's local rows (a DTensor sharded on dim 0, or a plain tensor) from the
-    checkpoint, READ_BYTES of rows at a time (in the parameter's dtype)."""
+    checkpoint, READ_BYTES of rows at a time (in the parameter's dtype). `hf_name`: a parameter's
+    name in the checkpoint (None: not in it, left as it is: a LoRA adapter)."""
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
 
     weights = HfWeights(model_path)
     with torch.no_grad():
         for name, param in model.named_parameters():
+            name = hf_name(name)
+            if name is None:
+                continue
             if isinstance(param, DTensor):
                 local = param.to_local()
                 shape, offset = compute_local_shape_and_global_offset(
