@@ -65,3 +65,30 @@ class MergedAdapters:
     def named_weights(self, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """`weights` (the engine's, by HF name) with each adapted weight's base value, and the adapters."""
         return {**{name: self.base.get(name, t) for name, t in weights.items()}, **self.adapters}
+
+
+ADAPTER_FILE = "adapter_model.safetensors"  # PEFT's saved adapter, beside its adapter_config.json
+
+
+def write_peft_folder(directory: str, adapters: dict[str, torch.Tensor], alpha: float) -> None:
+    """`adapters` (PEFT's saved names) as a folder PEFT and vLLM load an adapter from: the
+    tensors, and a config whose rank is theirs and whose target modules are the layers they adapt."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    rank = next(t.shape[0] for n, t in adapters.items() if ".lora_A." in n)
+    targets = sorted({adapted_weight(n).rsplit(".", 2)[-2] for n in adapters})
+    config = {
+        "peft_type": "LORA",
+        "task_type": "CAUSAL_LM",
+        "r": rank,
+        "lora_alpha": alpha,
+        "target_modules": targets,
+        "bias": "none",
+    }
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({n: t.detach().to("cpu").contiguous() for n, t in adapters.items()}, str(folder / ADAPTER_FILE))
+    (folder / "adapter_config.json").write_text(json.dumps(config))
