@@ -171,6 +171,11 @@ class InferenceStrategy(Strategy, abc.ABC):
         """Whether this engine serves a LoRA policy (base plus adapters, `use_adapters`) on `kind`."""
         return False
 
+    @classmethod
+    def check_adapters(cls, lora: LoraSettings) -> None:
+        """A ConfigError when an engine that serves adapters cannot serve `lora`'s (checked when
+        the run is planned, before Ray)."""
+
     def use_adapters(self, lora: LoraSettings) -> None:
         """Serve the trainer's LoRA adapters `lora` on the base (called before `initialize`): a
         sync's tensors named as adapters (strategies/training/lora.py) update the adapters, the

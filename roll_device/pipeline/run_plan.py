@@ -93,12 +93,16 @@ def build_run_plan(config: RunConfig, inventory: Inventory) -> RunPlan:
 
 def _check_adapters(config: RunConfig, kind: str) -> None:
     """A LoRA policy needs an engine that serves adapters on the rollout's kind."""
-    engine = config.roles.actor_infer.strategy
-    if config.trainer.lora.on and not strategy_class(INFERENCE, engine, kind).serves_adapters(kind):
+    if not config.trainer.lora.on:
+        return
+    name = config.roles.actor_infer.strategy
+    engine = strategy_class(INFERENCE, name, kind)
+    if not engine.serves_adapters(kind):
         raise ConfigError(
-            f"trainer.lora.rank={config.trainer.lora.rank}: the {engine} rollout engine cannot serve LoRA "
+            f"trainer.lora.rank={config.trainer.lora.rank}: the {name} rollout engine cannot serve LoRA "
             f"adapters on {kind}: use rollout=vllm or rollout=hf, or trainer.lora.rank=null"
         )
+    engine.check_adapters(config.trainer.lora)
 
 
 def plan_here(config: RunConfig) -> RunPlan | None:

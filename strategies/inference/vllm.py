@@ -86,12 +86,12 @@ class VllmStrategy(InferenceStrategy):
         """vLLM's LoRA support (`enable_lora`; on the CPU its Punica kernels' CPU wrapper)."""
         return True
 
-    def use_adapters(self, lora: LoraSettings) -> None:
+    @classmethod
+    def check_adapters(cls, lora: LoraSettings) -> None:
         if lora.rank > LORA_RANKS[-1]:
             raise ConfigError(
                 f"trainer.lora.rank={lora.rank}: vLLM serves LoRA ranks up to {LORA_RANKS[-1]}: lower it"
             )
-        super().use_adapters(lora)
 
     @classmethod
     def requirements(cls, kind: str) -> Requirements:
