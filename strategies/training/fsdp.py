@@ -44,7 +44,14 @@ from strategies.training.distributed import check_same_rows, ensure_process_grou
 from strategies.training.fsdp_loading import empty_model, fill_shards, materialize
 from strategies.training.in_place_collectives import use_in_place_collectives, whole_tensor
 from strategies.training.logprobs import PACKED_ATTENTION, model_logprobs, next_token_logprobs
-from strategies.training.lora import check_targets, init_adapters, is_adapter, saved_name, with_adapters
+from strategies.training.lora import (
+    ADAPTER_NAME,
+    check_targets,
+    init_adapters,
+    is_adapter,
+    saved_name,
+    with_adapters,
+)
 from strategies.training.losses import masked_mean
 from strategies.training.settings import FsdpSettings
 
@@ -271,7 +278,8 @@ class FsdpTrainStrategy(TrainStrategy):
 
     # ---- checkpoints ----------------------------------------------------------------------
     def save_checkpoint(self, directory: str) -> None:
-        """Sharded model and optimizer state (torch.distributed.checkpoint) plus the scheduler."""
+        """Sharded model and optimizer state (torch.distributed.checkpoint) plus the scheduler;
+        with LoRA, the adapters' PEFT config beside them."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -280,6 +288,8 @@ class FsdpTrainStrategy(TrainStrategy):
             dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=directory)
         if dist.get_rank() == 0:
             torch.save({"scheduler": self.scheduler.state_dict()}, Path(directory) / TRAINER_STATE)
+            if self.lora:  # what `roll-device export` builds the adapter with (export_lora.py)
+                self.model.peft_config[ADAPTER_NAME].save_pretrained(directory)
         dist.barrier()
 
     def load_checkpoint(self, directory: str) -> None:

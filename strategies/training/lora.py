@@ -24,6 +24,7 @@ from strategies.training.settings import ALL_LINEAR, LoraSettings
 PEFT_PREFIX = "base_model.model."
 ADAPTER_NAME = "default"  # PEFT's name for a model's one adapter; not part of the saved names
 ADAPTER_MARKS = (".lora_A.", ".lora_B.")
+ADAPTER_CONFIG = "adapter_config.json"  # PEFT's adapter config, saved beside a LoRA checkpoint
 ADAPTER_SEED = 0  # adapters start alike on every rank and in every run (lora_B is zero: no effect)
 
 

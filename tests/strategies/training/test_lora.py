@@ -132,3 +132,32 @@ def _adam_state(trainer) -> dict[str, dict[str, torch.Tensor]]:
         names[id(p)]: {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in s.items()}
         for p, s in trainer.optimizer.state.items()
     }
+
+
+def test_export_writes_the_adapter_and_the_merged_model_with_equal_greedy_output(
+    trainer, tiny_model_path, tmp_path
+):
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from roll_device.commands.export import write_model
+
+    _step(trainer)
+    trainer.save_checkpoint(str(tmp_path / "policy"))
+    write_model(tmp_path / "policy", tiny_model_path, tmp_path / "adapter")
+    write_model(tmp_path / "policy", tiny_model_path, tmp_path / "merged", merge=True)
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
+    adapted = PeftModel.from_pretrained(base, str(tmp_path / "adapter")).eval()
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged", dtype=torch.float32).eval()
+    prompt = make_batch(2, rows=2).input_ids[:, :6]
+    greedy = [
+        m.generate(prompt, max_new_tokens=8, do_sample=False, min_new_tokens=8) for m in (adapted, merged)
+    ]
+    assert torch.equal(greedy[0], greedy[1])
+    batch = make_batch(3, rows=2)
+    with torch.no_grad():
+        logits = merged(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+    exported = token_logprobs(logits, batch.input_ids, batch.attention_mask)
+    mask = batch.attention_mask.bool()
+    assert (exported - trainer.forward_logprobs(batch))[mask].abs().max() < 1e-5
