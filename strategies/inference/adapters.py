@@ -59,8 +59,9 @@ class MergedAdapters:
                     )
                 weight = weights[target]
                 base = self.base.setdefault(target, weight.detach().clone())
-                delta = lora_b.to(weight.device, torch.float32) @ lora_a.to(weight.device, torch.float32)
-                weight.copy_(base + delta * (self.alpha / lora_a.shape[0]))
+                lora_a, lora_b = (t.to(weight.device, weight.dtype) for t in (lora_a, lora_b))
+                # one pass over the weight, no temporaries of its size
+                torch.addmm(base, lora_b, lora_a, alpha=self.alpha / lora_a.shape[0], out=weight.data)
 
     def named_weights(self, weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """`weights` (the engine's, by HF name) with each adapted weight's base value, and the adapters."""
