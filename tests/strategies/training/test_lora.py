@@ -113,39 +113,38 @@ def test_syncs_after_the_first_carry_the_adapters_alone_into_the_hf_engine(train
     engine.shutdown()
 
 
-def test_a_checkpoint_holds_the_adapters_and_their_optimizer_state(trainer, tmp_path):
+@pytest.fixture(scope="module")
+def saved(trainer, tmp_path_factory):
+    """A checkpoint after one more step, with the adapters and Adam's state it holds."""
     _step(trainer)
-    trainer.save_checkpoint(str(tmp_path))
-    saved = dict(trainer.export_adapters())
-    state = {name: {k: v.clone() for k, v in s.items()} for name, s in _adam_state(trainer).items()}
+    directory = tmp_path_factory.mktemp("lora-checkpoint") / "policy"
+    trainer.save_checkpoint(str(directory))
+    adam = {name: {k: v.clone() for k, v in s.items()} for name, s in _adam_state(trainer).items()}
+    return directory, dict(trainer.export_adapters()), adam
+
+
+def test_a_checkpoint_holds_the_adapters_and_their_optimizer_state(trainer, saved):
+    directory, adapters, adam = saved
     _step(trainer)
-    trainer.load_checkpoint(str(tmp_path))
+    trainer.load_checkpoint(str(directory))
     restored = dict(trainer.export_adapters())
-    assert all(torch.equal(restored[name], saved[name]) for name in saved)
+    assert all(torch.equal(restored[name], adapters[name]) for name in adapters)
     for name, entries in _adam_state(trainer).items():
-        assert torch.equal(entries["exp_avg"], state[name]["exp_avg"])
-
-
-def _adam_state(trainer) -> dict[str, dict[str, torch.Tensor]]:
-    names = {id(p): name for name, p in trainer.model.named_parameters()}
-    return {
-        names[id(p)]: {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in s.items()}
-        for p, s in trainer.optimizer.state.items()
-    }
+        assert torch.equal(entries["exp_avg"], adam[name]["exp_avg"])
 
 
 def test_export_writes_the_adapter_and_the_merged_model_with_equal_greedy_output(
-    trainer, tiny_model_path, tmp_path
+    trainer, saved, tiny_model_path, tmp_path
 ):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
     from roll_device.commands.export import write_model
 
-    _step(trainer)
-    trainer.save_checkpoint(str(tmp_path / "policy"))
-    write_model(tmp_path / "policy", tiny_model_path, tmp_path / "adapter")
-    write_model(tmp_path / "policy", tiny_model_path, tmp_path / "merged", merge=True)
+    directory, _adapters, _adam = saved
+    trainer.load_checkpoint(str(directory))  # the trainer's policy is the checkpoint's
+    write_model(directory, tiny_model_path, tmp_path / "adapter")
+    write_model(directory, tiny_model_path, tmp_path / "merged", merge=True)
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
     base = AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float32)
     adapted = PeftModel.from_pretrained(base, str(tmp_path / "adapter")).eval()
@@ -161,3 +160,11 @@ def test_export_writes_the_adapter_and_the_merged_model_with_equal_greedy_output
     exported = token_logprobs(logits, batch.input_ids, batch.attention_mask)
     mask = batch.attention_mask.bool()
     assert (exported - trainer.forward_logprobs(batch))[mask].abs().max() < 1e-5
+
+
+def _adam_state(trainer) -> dict[str, dict[str, torch.Tensor]]:
+    names = {id(p): name for name, p in trainer.model.named_parameters()}
+    return {
+        names[id(p)]: {k: v.full_tensor() if hasattr(v, "full_tensor") else v for k, v in s.items()}
+        for p, s in trainer.optimizer.state.items()
+    }
