@@ -8,10 +8,12 @@ memory (the same-host bridge) in this process, with verification on. A full sync
 tensor; a LoRA run's first sync sends the base and the adapters, every later one the adapters
 alone, which the engine merges into its weights. Rounds alternate full and LoRA syncs, so both see
 the same machine load; medians are reported, with each side's bytes and the LoRA/full ratios.
+Then each trainer's step time (alternating rounds again) and what training holds beyond the
+model: trainable parameters and Adam's state.
 
 Results replace the lora_sync section of docs/benchmarks.md (and results/lora_sync.json).
 
-    .venv/bin/python benchmarks/lora_sync.py [--layers 24] [--rank 8] [--rounds 5]
+    .venv/bin/python benchmarks/lora_sync.py [--layers 24] [--rank 8] [--rounds 5] [--step-rounds 2]
 """
 
 from __future__ import annotations
@@ -34,10 +36,13 @@ from benchmarks.configs import changed, run_config, trainer_settings
 from benchmarks.doc_sections import replace_section
 from roll_device.comm import WeightReceiver, WeightSender, plan_sync
 from roll_device.models.qwen_shaped import make_qwen_shaped_model
+from strategies.base import TrainBatch
 from strategies.inference.hf import HfStrategy
 from strategies.training.fsdp import FsdpTrainStrategy
+from strategies.training.losses import nll_loss
 
 ENGINE_DTYPE = torch.bfloat16
+STEP_ROWS, STEP_TOKENS = 4, 64  # the train step timed per round
 
 
 class Pair:
@@ -85,6 +90,24 @@ class Pair:
 
         self.engine.merged.merge = timed
 
+    def step(self) -> float:
+        """Seconds of one train step (the NLL of a fixed batch of STEP_ROWS x STEP_TOKENS)."""
+        generator = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, 1000, (STEP_ROWS, STEP_TOKENS), generator=generator)
+        response = torch.ones(STEP_ROWS, STEP_TOKENS)
+        response[:, : STEP_TOKENS // 4] = 0
+        batch = TrainBatch(input_ids=ids, attention_mask=torch.ones_like(ids), response_mask=response)
+        start = time.perf_counter()
+        self.trainer.train_step(batch, nll_loss())
+        return time.perf_counter() - start
+
+    def training_state(self) -> dict:
+        """What training holds beyond the model: trainable parameters and Adam's state bytes."""
+        trainable = [p for p in self.trainer.model.parameters() if p.requires_grad]
+        state = self.trainer.optimizer.state.values()
+        adam = sum(v.numel() * v.element_size() for s in state for v in s.values() if v.dim() > 0)
+        return {"trainable": sum(p.numel() for p in trainable), "adam_bytes": adam}
+
     def close(self) -> None:
         _together(self.sender.close, self.receiver.close)
         self.engine.shutdown()
@@ -100,29 +123,40 @@ def _together(background, foreground):
         thread.join()
 
 
-def measure(model: str, rank: int, rounds: int) -> dict:
+def measure(model: str, rank: int, rounds: int, step_rounds: int) -> dict:
+    """Syncs of `rounds` alternating rounds, then train steps of `step_rounds`; medians."""
     lora = {"rank": rank, "alpha": 2.0 * rank, "dropout": 0.0, "target_modules": "all-linear"}
-    full, adapted = Pair(model, None), Pair(model, lora)
+    pairs = {"full": Pair(model, None), "lora": Pair(model, lora)}
     try:
-        adapted.time_merges()
-        first = adapted.sync(adapters_only=False)
-        runs = {"full": [], "lora": []}
+        pairs["lora"].time_merges()
+        first = pairs["lora"].sync(adapters_only=False)
+        runs = {side: [] for side in pairs}
         for _ in range(rounds):
-            runs["full"].append(full.sync(adapters_only=False))
-            runs["lora"].append(adapted.sync(adapters_only=True))
+            for side, pair in pairs.items():
+                runs[side].append(pair.sync(adapters_only=side == "lora"))
+        steps = {side: [] for side in pairs}
+        for _ in range(step_rounds):
+            for side, pair in pairs.items():
+                steps[side].append(pair.step())
+        result = {
+            side: {
+                **{k: statistics.median(r[k] for r in runs[side]) for k in ("bytes", "seconds", "merge_s")},
+                "step_s": statistics.median(steps[side]),
+                **pair.training_state(),
+            }
+            for side, pair in pairs.items()
+        }
     finally:
-        full.close()
-        adapted.close()
-    median = {
-        side: {k: statistics.median(r[k] for r in rs) for k in ("bytes", "seconds", "merge_s")}
-        for side, rs in runs.items()
-    }
+        for pair in pairs.values():
+            pair.close()
+    share = statistics.median(r["merge_s"] / r["seconds"] for r in runs["lora"])
     return {
         "rank": rank,
         "rounds": rounds,
+        "step_rounds": step_rounds,
         "lora_first": first,
-        **median,
-        "merge_share": statistics.median(r["merge_s"] / r["seconds"] for r in runs["lora"]),
+        **result,
+        "merge_share": share,
     }
 
 
@@ -151,6 +185,15 @@ sync (median share): the adapters are under 1% of the model's bytes, but the mer
 adapted weight. vLLM applies adapters at run time (Punica kernels) and merges nothing. This
 machine's two cores are shared with other work: seconds vary from run to run; the ratios come
 from alternating rounds of one run.
+
+| trainer | trainable parameters | Adam state MiB | step seconds ({STEP_ROWS} x {STEP_TOKENS} tokens, median of {result["step_rounds"]}) |
+|---|---|---|---|
+| full parameters | {full["trainable"]:,} | {full["adam_bytes"] / 2**20:,.1f} | {full["step_s"]:.2f} |
+| LoRA rank {result["rank"]} | {lora["trainable"]:,} | {lora["adam_bytes"] / 2**20:,.1f} | {lora["step_s"]:.2f} |
+
+Step time LoRA / full: x{lora["step_s"] / full["step_s"]:.2f} (fp32 on the CPU, one rank; the frozen
+base still runs its forward and the backward through it). Peak memory per rank on an accelerator is
+not measured here (no device in this session).
 """
 
 
@@ -159,10 +202,11 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=24)
     parser.add_argument("--rank", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--step-rounds", type=int, default=2)
     parser.add_argument("--model-dir", default=str(Path.home() / ".cache" / "roll-device" / "qwen05b-shaped"))
     args = parser.parse_args()
     model = str(make_qwen_shaped_model(args.model_dir, num_layers=args.layers, tokenizer=True))
-    result = measure(model, args.rank, args.rounds)
+    result = measure(model, args.rank, args.rounds, args.step_rounds)
     (ROOT / "results").mkdir(exist_ok=True)
     (ROOT / "results" / "lora_sync.json").write_text(json.dumps({**result, "layers": args.layers}, indent=2))
     replace_section(ROOT / "docs" / "benchmarks.md", "lora_sync", section(result, args.layers))
