@@ -56,7 +56,7 @@ def _make_tiny_model(args: argparse.Namespace) -> int:
 def _export(args: argparse.Namespace) -> int:
     from roll_device.commands.export import export_command
 
-    return export_command(args.source, args.out_dir, args.model, args.overwrite)
+    return export_command(args.source, args.out_dir, args.model, args.overwrite, args.merge)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,7 +109,7 @@ def _add_submit(sub) -> None:
 
 
 def _add_export(sub) -> None:
-    """`export source out_dir [--model M]`."""
+    """`export source out_dir [--model M] [--overwrite] [--merge]`."""
     export = sub.add_parser(
         "export", help="write a Hugging Face model directory from a checkpoint of either trainer"
     )
@@ -118,6 +118,11 @@ def _add_export(sub) -> None:
     export.add_argument("--model", default=None, help="the model the run trained (default: the run's model)")
     export.add_argument(
         "--overwrite", action="store_true", help="write into an OUT_DIR that already holds files"
+    )
+    export.add_argument(
+        "--merge",
+        action="store_true",
+        help="a LoRA checkpoint: the model with its adapters merged (default: the adapter, PEFT's format)",
     )
     export.set_defaults(func=_export)
 

@@ -32,7 +32,7 @@ from roll_device.packages import Package
 from roll_device.platforms.base import Platform
 from roll_device.settings import Section
 from strategies.inference.settings import RolloutSettings
-from strategies.training.settings import TrainSettings
+from strategies.training.settings import LoraSettings, TrainSettings
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
 
@@ -164,9 +164,26 @@ class InferenceStrategy(Strategy, abc.ABC):
     _receiver: WeightReceiver | None = None
     sync_path: str | None = None  # the path that feeds the engine (`initialize`; None: none planned)
     graph_guard: dict | None = None  # the graph guard's report after the last sync (None: no guard)
+    adapters: LoraSettings | None = None  # the LoRA adapters served on the base (`use_adapters`)
 
     def __init__(self, platform: Platform) -> None:
         self.platform = platform
+
+    @classmethod
+    def serves_adapters(cls, kind: str) -> bool:
+        """Whether this engine serves a LoRA policy (base plus adapters, `use_adapters`) on `kind`."""
+        return False
+
+    @classmethod
+    def check_adapters(cls, lora: LoraSettings) -> None:
+        """A ConfigError when an engine that serves adapters cannot serve `lora`'s (checked when
+        the run is planned, before Ray)."""
+
+    def use_adapters(self, lora: LoraSettings) -> None:
+        """Serve the trainer's LoRA adapters `lora` on the base (called before `initialize`): a
+        sync's tensors named as adapters (strategies/training/lora.py) update the adapters, the
+        others the base."""
+        self.adapters = lora
 
     @classmethod
     def engine_size(cls, settings: RolloutSettings) -> int:
@@ -263,6 +280,7 @@ class TrainStrategy(Strategy, abc.ABC):
     # Megatron's parallel state): a reference colocated on the trainer's devices then needs no
     # processes of its own (roll_device/pipeline/roles.py, `hosted_reference`).
     hosts_reference: bool = False
+    lora: bool = False  # trains LoRA adapters: `base_logprobs` and `export_adapters` serve
     settings_cls: ClassVar[type[TrainSettings]] = TrainSettings
 
     def __init__(self, platform: Platform) -> None:

@@ -102,23 +102,40 @@ def output_folder(out_dir: str, overwrite: bool) -> Path:
     return make_folder(out, "export's OUT_DIR")
 
 
-def export_command(source: str, out_dir: str, model: str | None = None, overwrite: bool = False) -> int:
+def export_command(
+    source: str, out_dir: str, model: str | None = None, overwrite: bool = False, merge: bool = False
+) -> int:
     checkpoint, run_dir = checkpoint_and_run(Path(source).expanduser())
     check_committed(checkpoint)
     base = base_model(run_dir, model)
     out = output_folder(out_dir, overwrite)
-    return write_model(checkpoint, model_dir(base), out)
+    return write_model(checkpoint, model_dir(base), out, merge)
 
 
-def write_model(checkpoint: Path, base: str, out: Path) -> int:
-    """Write the model of trainer checkpoint `checkpoint` (of the model at `base`) into `out`."""
+def write_model(checkpoint: Path, base: str, out: Path, merge: bool = False) -> int:
+    """Write the model of trainer checkpoint `checkpoint` (of the model at `base`) into `out`; a
+    LoRA checkpoint's adapter in PEFT's format, or with `merge` its model with the adapter merged
+    (roll_device/commands/export_lora.py)."""
+    from strategies.training.checkpoint_export import hf_state_dict
+    from strategies.training.lora import ADAPTER_CONFIG
+
+    state = hf_state_dict(str(checkpoint), base)
+    if (checkpoint / ADAPTER_CONFIG).is_file():
+        from roll_device.commands.export_lora import write_adapter
+
+        return write_adapter(checkpoint, state, base, out, merge)
+    if merge:
+        raise ConfigError(f"export --merge: checkpoint {checkpoint} holds no LoRA adapter: leave --merge out")
+    return write_state(checkpoint, state, base, out)
+
+
+def write_state(checkpoint: Path, state: dict, base: str, out: Path) -> int:
+    """Write the HF-named tensors `state` (read from `checkpoint`) as a model of `base` into `out`."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from strategies.tied_weights import state_once
-    from strategies.training.checkpoint_export import hf_state_dict
 
-    state = hf_state_dict(str(checkpoint), base)
     config = AutoConfig.from_pretrained(base)
     with torch.device("meta"):
         hf_model = AutoModelForCausalLM.from_config(config, dtype=next(iter(state.values())).dtype)

@@ -185,8 +185,18 @@ class RunConfig(Section):
 
     # ---- what the run derives from it ----------------------------------------------------------
     def roles_to_run(self) -> RolesSettings:
-        """The roles that start: the reference only when the KL term needs its logprobs."""
-        return self.roles.without("reference") if self.algorithm.kl_coef == 0 else self.roles
+        """The roles that start: the reference only when the KL term needs its logprobs and the
+        policy trains every parameter (a LoRA policy's reference is its own base,
+        `reference_from_base`: no model of its own)."""
+        if self.algorithm.kl_coef == 0 or self.trainer.lora.on:
+            return self.roles.without("reference")
+        return self.roles
+
+    @property
+    def reference_from_base(self) -> bool:
+        """Whether the KL term's reference logprobs come from the LoRA policy with its adapters
+        disabled (the base model it trains adapters on), in the `actor_train` workers."""
+        return self.algorithm.kl_coef > 0 and self.trainer.lora.on
 
     def strategy_settings(self, role: str) -> TrainSettings | RolloutSettings | None:
         """The section `role`'s strategy is started with (None for the reward role); the critic's
@@ -289,7 +299,7 @@ class RunConfig(Section):
                 f"({self.algorithm.max_new_tokens}) exceeds rollout.max_model_len ({self.rollout.max_model_len})"
             )
         self.trainer.check_longest_sample(longest, "data.prompt_length + 1 + algorithm.max_new_tokens")
-        if self.algorithm.kl_coef > 0 and "reference" not in roles:
+        if self.algorithm.kl_coef > 0 and "reference" not in roles and not self.reference_from_base:
             raise ConfigError(
                 f"algorithm.kl_coef={self.algorithm.kl_coef} needs reference logprobs: configure "
                 "roles.reference, or set algorithm.kl_coef=0"

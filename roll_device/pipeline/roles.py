@@ -202,16 +202,20 @@ class RoleGroups:
     dp_ranks: dict[str, list[int]] = field(default_factory=dict)  # per trainer role, by worker
     endpoint: Endpoint | None = None  # the sender's control store, once connected
     hosted: dict[str, str] = field(default_factory=dict)  # a role run inside another's workers
+    base_reference: bool = False  # the reference is the LoRA policy's base (`reference_from_base`)
     watched: dict[Any, tuple[str, int]] = field(default_factory=dict)  # background calls -> (role, rank)
     background_failure: RollDeviceError | None = None  # a watched call's, raised by the next wait
     bound_s: float | None = None  # while set (the set-up), how long one wait may take
 
     def has(self, role: str) -> bool:
-        return role in self.groups or role in self.hosted
+        return role in self.groups or role in self.hosted or (role == "reference" and self.base_reference)
 
     def logprobs(self, role: str, batch) -> list:
         """Per-token logprobs of `batch` from trainer role `role`, one part per data-parallel
-        rank; a hosted reference answers from its host's workers."""
+        rank; a hosted reference answers from its host's workers, a LoRA policy's base from the
+        policy's workers with the adapters disabled."""
+        if role == "reference" and self.base_reference:
+            return self.data_parallel("actor_train", TrainWorker.base_logprobs, batch)
         host = self.hosted.get(role)
         if host is None:
             return self.data_parallel(role, TrainWorker.logprobs, batch)
@@ -326,7 +330,13 @@ WORKER_OF = {INFERENCE: RolloutWorker, TRAIN: TrainWorker, REWARD: RewardWorker,
 def start_roles(config: RunConfig, plan: RunPlan, model_path: str, log_dir: Path | None = None) -> RoleGroups:
     """Start and set up every planned role (their output in `log_dir` when given); connect the
     weight sync."""
-    roles = RoleGroups(_start_groups(config, plan), plan.sync, config.weight_sync, hosted=plan.hosted)
+    roles = RoleGroups(
+        _start_groups(config, plan),
+        plan.sync,
+        config.weight_sync,
+        hosted=plan.hosted,
+        base_reference=config.reference_from_base,
+    )
     roles.bound_s = config.cluster.setup_timeout_s
     # each worker runs its calls in order: the capture comes first, and nothing waits for it here
     capture = {
@@ -373,6 +383,7 @@ def _start_setups(config: RunConfig, plan: RunPlan, roles: RoleGroups, model_pat
             qualified_name(INFERENCE, config.roles.actor_infer.strategy),
             config.rollout,
             plan.sync.path,
+            config.trainer.lora if config.trainer.lora.on else None,
         ),
         "reward": groups["reward"].async_call_all(
             RewardWorker.setup, config.reward.function, config.data.task, config.reward.name(config.data.task)

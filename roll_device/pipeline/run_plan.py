@@ -26,7 +26,7 @@ from roll_device.cluster.plan import compute_kind
 from roll_device.comm import SyncPlan, plan_sync
 from roll_device.comm.paths import COLOCATED
 from roll_device.doctor.checks import RoleRequest
-from roll_device.errors import PlanError
+from roll_device.errors import ConfigError, PlanError
 from roll_device.pipeline.config import ROLE_TYPES, SECTION_OF, RunConfig
 from roll_device.platforms import Platform, get_platform
 from strategies.base import INFERENCE
@@ -86,8 +86,23 @@ def build_run_plan(config: RunConfig, inventory: Inventory) -> RunPlan:
     platforms = {role: _compute_platform(placement, role) for role in placement.roles}
     sync = _sync_plan(placement, platforms, config.weight_sync.path)
     strategy_type(INFERENCE, roles[SYNC_RECEIVER].strategy).check_sync_path(config.rollout, sync.path)
+    _check_adapters(config, platforms[SYNC_RECEIVER].kind)
     requests = tuple(_requests(config, placement, sync))
     return RunPlan(roles, placement, platforms, engine_sizes, sync, requests)
+
+
+def _check_adapters(config: RunConfig, kind: str) -> None:
+    """A LoRA policy needs an engine that serves adapters on the rollout's kind."""
+    if not config.trainer.lora.on:
+        return
+    name = config.roles.actor_infer.strategy
+    engine = strategy_class(INFERENCE, name, kind)
+    if not engine.serves_adapters(kind):
+        raise ConfigError(
+            f"trainer.lora.rank={config.trainer.lora.rank}: the {name} rollout engine cannot serve LoRA "
+            f"adapters on {kind}: use rollout=vllm or rollout=hf, or trainer.lora.rank=null"
+        )
+    engine.check_adapters(config.trainer.lora)
 
 
 def plan_here(config: RunConfig) -> RunPlan | None:

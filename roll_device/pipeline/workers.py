@@ -32,7 +32,7 @@ from roll_device.tracking.phases import phase
 from strategies.base import Completion, SamplingConfig, TrainBatch
 from strategies.inference.settings import RolloutSettings
 from strategies.training.losses import LossSpec, policy_loss
-from strategies.training.settings import TrainSettings
+from strategies.training.settings import LoraSettings, TrainSettings
 
 
 def freed_by(platform, release) -> int:
@@ -84,6 +84,10 @@ class TrainWorker(PipelineWorker):
     def reference_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         return self.reference.forward_logprobs(batch)
 
+    def base_logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        """The LoRA policy's base model's logprobs (its adapters disabled): a LoRA run's reference."""
+        return self.strategy.base_logprobs(batch)
+
     @phase("update")
     def train(self, batch: TrainBatch, loss: LossSpec) -> dict[str, float]:
         """One update of the policy loss `loss` names (strategies/training/losses.py) on `batch`."""
@@ -123,6 +127,7 @@ class TrainWorker(PipelineWorker):
         """The sender rank opens the sender (every rank exports: the export gathers); weights leave
         the trainer cast to the engine's `engine_dtype` (None: as trained; the engine casts)."""
         self.export_dtype = None if engine_dtype is None else getattr(torch, engine_dtype)
+        self.base_sent = False  # a new connection: the engines hold the model's own weights
         if self.rank != self.sender_rank:
             return None
         self.sender = WeightSender(
@@ -138,14 +143,15 @@ class TrainWorker(PipelineWorker):
     def send_weights(self, version: int) -> dict | None:
         """The step's last call on a trainer: afterwards the free memory the C allocator keeps
         from the step and the export goes back to the OS (the rollout runs next, on the same hosts)."""
-        export = self.strategy.export_weights(
-            dtype=self.export_dtype, snapshot=False, to_rank=self.sender_rank
-        )
+        adapters_only = self.strategy.lora and self.base_sent  # a LoRA base travels once
+        exporter = self.strategy.export_adapters if adapters_only else self.strategy.export_weights
+        export = exporter(dtype=self.export_dtype, snapshot=False, to_rank=self.sender_rank)
         if self.sender is None:
             collections.deque(export, maxlen=0)
             stats = None
         else:
-            stats = asdict(self.sender.send(export, version=version))
+            stats = {**asdict(self.sender.send(export, version=version)), "adapters_only": adapters_only}
+        self.base_sent = True
         del export
         release_host_heap()
         return stats
@@ -184,10 +190,20 @@ class RolloutWorker(PipelineWorker):
     """One inference engine (on one device or, with tensor parallelism, several): it receives
     weights as receivers `rank * engine_size + 1` on (every process of the engine receives)."""
 
-    def setup(self, model_path: str, strategy: str, settings: RolloutSettings, sync_path: str) -> None:
+    def setup(
+        self,
+        model_path: str,
+        strategy: str,
+        settings: RolloutSettings,
+        sync_path: str,
+        lora: LoraSettings | None = None,
+    ) -> None:
         """Start the engine (`strategy`: its qualified class name; `sync_path`: the weight-sync
-        path that feeds it, `colocated` where it shares its devices with a trainer)."""
+        path that feeds it, `colocated` where it shares its devices with a trainer; `lora`: the
+        trainer's adapters, which the engine serves on its base)."""
         self.strategy = self.new_strategy(strategy)
+        if lora is not None:
+            self.strategy.use_adapters(lora)
         self.strategy.initialize(model_path, settings, sync_path)
         self.engine_size = self.strategy.engine_size(settings)
         self.last_finished: float | None = None  # the end of the last generation

@@ -43,6 +43,7 @@ from strategies.base import (
     SamplingConfig,
     SettingsNeed,
 )
+from strategies.inference.adapters import MergedAdapters
 from strategies.inference.hf_guard import hf_guard
 from strategies.inference.hf_sampling import sample
 from strategies.inference.requests import check_request
@@ -76,6 +77,11 @@ class HfStrategy(InferenceStrategy):
     settings_cls = HfSettings
 
     @classmethod
+    def serves_adapters(cls, kind: str) -> bool:
+        """LoRA adapters merged into the engine's weights (strategies/inference/adapters.py)."""
+        return True
+
+    @classmethod
     def requirements(cls, kind: str) -> Requirements:
         graphs = get_platform(kind).graph_class_name is not None
         return Requirements(graph_modes=tuple(GRAPH_MODES.values()) if graphs else (NO_GRAPHS,))
@@ -95,6 +101,7 @@ class HfStrategy(InferenceStrategy):
     def initialize(self, model_path: str, settings: HfSettings, sync_path: str | None = None) -> None:
         self.sync_path = sync_path
         self.settings = settings
+        self.merged = None if self.adapters is None else MergedAdapters(self.adapters)
         if settings.prefill_graphs and not self.platform.supports_graphs:
             raise ConfigError(
                 f"rollout.prefill_graphs=true but platform '{self.platform.name}' has no device graphs: "
@@ -312,8 +319,11 @@ class HfStrategy(InferenceStrategy):
         straight from the tensor it is given (in a weight sync a view of the received bucket: no
         copy in between) and let go of at once, so the sync can reuse its buffer. Copies to a
         device are awaited every `update_bucket_bytes` and at the end; the tensors they read are
-        held until then."""
+        held until then. Serving LoRA, adapter tensors are kept and merged into the weights they
+        adapt once the rest is loaded (strategies/inference/adapters.py)."""
         self._require_started("update_weights")
+        if self.merged is not None:
+            named_tensors = self.merged.split(named_tensors)
         targets = self.model.state_dict(keep_vars=True)
         known = set(targets)
         pending: list[torch.Tensor] = []  # read by copies not yet awaited
@@ -335,6 +345,8 @@ class HfStrategy(InferenceStrategy):
                         self.platform.synchronize()
                         pending, size = [], 0
                 del name, tensor, target  # nothing of this tensor held while the next is fetched
+            if self.merged is not None:
+                self.merged.merge(targets)
         self.platform.synchronize()
 
     def guard_graphs(self, version: int | None) -> dict:
@@ -363,7 +375,10 @@ class HfStrategy(InferenceStrategy):
         """The model's weights in HF names, copied to the CPU, for verification; a tied head is
         the embedding, named once (strategies/tied_weights.py), as the trainers export it."""
         self._require_started("read_weights")
-        return {name: t.detach().to("cpu").clone() for name, t in state_once(self.model).items()}
+        held = state_once(self.model)
+        if self.merged is not None:  # the base and the adapters, as the trainer exports them
+            held = self.merged.named_weights(held)
+        return {name: t.detach().to("cpu").clone() for name, t in held.items()}
 
     def offload(self) -> None:
         """Drop graphs and the KV store, move the weights to the CPU."""

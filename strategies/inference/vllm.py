@@ -48,6 +48,7 @@ from strategies.base import (
 from strategies.inference.engine_fit import check_engine_fit
 from strategies.inference.requests import check_request
 from strategies.inference.settings import GRAPH_MODES, VllmSettings
+from strategies.inference.vllm_adapters import LORA_RANKS, ServedAdapter
 from strategies.inference.vllm_args import (
     EngineSpec,
     build_engine_spec,
@@ -58,6 +59,8 @@ from strategies.inference.vllm_guard import vllm_guard
 from strategies.inference.vllm_ranks import naming_dead_ranks
 from strategies.inference.vllm_worker import ENGINES, RolloutWorkerExtension, register_engines
 from strategies.inference.weights import check_update
+from strategies.training.lora import is_adapter
+from strategies.training.settings import LoraSettings
 
 START_WATCH_S = 0.5  # how often a starting engine's shared memory is looked at (a failed start's)
 LOCAL_SYNC_TIMEOUT_S = 600.0  # how long `update_weights`' own sender and the engine wait for each other
@@ -70,12 +73,25 @@ class VllmStrategy(InferenceStrategy):
 
     llm: Any = None
     spec: EngineSpec | None = None
+    served: ServedAdapter | None = None
     settings_cls = VllmSettings
 
     @classmethod
     def serves(cls, platform: Platform) -> bool:
         """Kinds vLLM has an engine profile for."""
         return profile_for(platform) is not None
+
+    @classmethod
+    def serves_adapters(cls, kind: str) -> bool:
+        """vLLM's LoRA support (`enable_lora`; on the CPU its Punica kernels' CPU wrapper)."""
+        return True
+
+    @classmethod
+    def check_adapters(cls, lora: LoraSettings) -> None:
+        if lora.rank > LORA_RANKS[-1]:
+            raise ConfigError(
+                f"trainer.lora.rank={lora.rank}: vLLM serves LoRA ranks up to {LORA_RANKS[-1]}: lower it"
+            )
 
     @classmethod
     def requirements(cls, kind: str) -> Requirements:
@@ -111,6 +127,9 @@ class VllmStrategy(InferenceStrategy):
         self.check_sync_path(settings, self.sync_path)
         self.spec = build_engine_spec(self.platform, model_path, settings, self.sync_path == COLOCATED)
         self.spec.kwargs["weight_transfer_config"] = {"backend": ENGINES[self.sync_path]}
+        self.served = None if self.adapters is None else ServedAdapter(self.adapters)
+        if self.served is not None:
+            self.spec.kwargs.update(self.served.engine_args())
         self.max_model_len = settings.max_model_len
         self.bucket_bytes = settings.update_bucket_bytes
         self.ranks = settings.tensor_parallel_size
@@ -167,7 +186,8 @@ class VllmStrategy(InferenceStrategy):
         prompts = [{"prompt_token_ids": list(p)} for p in prompt_token_ids]
         params = [self.sampling_params(sampling, i) for i in range(len(prompts))]
         with self._stance(), naming_dead_ranks(self.llm):
-            outputs = self.llm.generate(prompts, params, use_tqdm=False)
+            adapter = None if self.served is None else self.served.request
+            outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=adapter)
         return [
             Completion(
                 prompt_index=i,
@@ -199,10 +219,12 @@ class VllmStrategy(InferenceStrategy):
             raise ConfigError("receive_weights on an offloaded vLLM engine: call reload() first")
         with naming_dead_ranks(self.llm):
             self.llm.start_weight_update()
-            self.llm.update_weights({"update_info": {}})
+            self.llm.update_weights({"update_info": {} if self.served is None else self.served.next_sync()})
             stats = SyncStats(**self.llm.collective_rpc(RolloutWorkerExtension.roll_device_sync_stats)[0])
             self.llm.finish_weight_update(weight_version=str(stats.version))
             self.llm.reset_prefix_cache()
+            if self.served is not None:
+                self.served.serve(self.llm, stats.version)
         self._version = stats.version
         self.guard_graphs(stats.version)
         return stats
@@ -230,7 +252,8 @@ class VllmStrategy(InferenceStrategy):
         repeated syncs a run keeps one, with `connect_weights` / `receive_weights`."""
         self._require_started("update_weights")
         tensors = [(name, t) for name, t in named_tensors if name not in self._ignored]
-        check_update((name for name, _ in tensors), self._known, self.layout["fused"])
+        base = (name for name, _ in tensors if not is_adapter(name))
+        check_update(base, self._known, self.layout["fused"])
         plan = plan_sync(
             self.platform,
             self.platform,
@@ -260,11 +283,15 @@ class VllmStrategy(InferenceStrategy):
         with tempfile.TemporaryDirectory(prefix="roll-device-weights-") as directory:
             path = str(Path(directory) / "weights.safetensors")
             self.llm.collective_rpc(RolloutWorkerExtension.roll_device_save_weights, args=(path,))
-            return load_file(path)
+            base = load_file(path)
+        return base if self.served is None else {**base, **self.served.tensors()}
 
     def weights_hash(self) -> str:
-        """The hash of the engine's weights, computed by its ranks (no weights leave them)."""
+        """The hash of the engine's weights, computed by its ranks (no weights leave them); serving
+        LoRA, of the base and the adapter, read here."""
         self._require_started("weights_hash")
+        if self.served is not None:
+            return super().weights_hash()
         return self.llm.collective_rpc(RolloutWorkerExtension.roll_device_weights_hash)[0]
 
     def offload(self) -> None:
@@ -288,6 +315,8 @@ class VllmStrategy(InferenceStrategy):
         self._memory.look()
         self.llm.llm_engine.engine_core.shutdown()
         self.llm = None
+        if self.served is not None:
+            self.served.close()
         _release_process(self)
         gc.collect()
         self._memory.release()

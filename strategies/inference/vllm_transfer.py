@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import ClassVar
 
 import torch
+from vllm.distributed.parallel_state import get_world_group
 from vllm.distributed.weight_transfer.base import (
     WeightTransferEngine,
     WeightTransferInitInfo,
@@ -33,7 +34,9 @@ from roll_device.comm import Endpoint, WeightReceiver
 from roll_device.comm.paths import BRIDGE, COLLECTIVE, COLOCATED, DIRECT
 from roll_device.errors import ConfigError, WeightSyncError
 from roll_device.platforms import get_platform
+from strategies.inference.adapters import write_peft_folder
 from strategies.inference.vllm_worker import quiet_partial_reload, weight_layout
+from strategies.training.lora import is_adapter
 
 
 @dataclass
@@ -49,7 +52,11 @@ class ReceiverInit(WeightTransferInitInfo):
 
 @dataclass
 class SyncRequest(WeightTransferUpdateInfo):
-    """One whole sync (the sender streams every bucket of it): nothing to say per call."""
+    """One whole sync (the sender streams every bucket of it); `adapter_dir`: where the first rank
+    writes the LoRA adapters the sync carries, as a PEFT folder vLLM loads (empty: none expected)."""
+
+    adapter_dir: str = ""
+    lora_alpha: float = 0.0
 
 
 class ReceivingEngine(WeightTransferEngine[ReceiverInit, SyncRequest]):
@@ -69,8 +76,6 @@ class ReceivingEngine(WeightTransferEngine[ReceiverInit, SyncRequest]):
         self.stats: dict | None = None
 
     def init_transfer_engine(self, init_info: ReceiverInit) -> None:
-        from vllm.distributed.parallel_state import get_world_group
-
         self.shutdown()
         rank = init_info.first_rank + get_world_group().rank_in_group
         endpoint = Endpoint(init_info.host, init_info.port)
@@ -101,11 +106,23 @@ class ReceivingEngine(WeightTransferEngine[ReceiverInit, SyncRequest]):
             raise WeightSyncError(
                 "update_weights before init_weight_transfer_engine: connect to the trainer first"
             )
+        self.adapters: dict[str, torch.Tensor] = {}
         self.stats = asdict(self.receiver.receive(self._load))
+        if self.adapters and update_info.adapter_dir and get_world_group().rank_in_group == 0:
+            write_peft_folder(update_info.adapter_dir, self.adapters, update_info.lora_alpha)
 
     def _load(self, named: Iterable[tuple[str, torch.Tensor]]) -> None:
         with torch.no_grad():
-            self.model.load_weights(weights=self._checked(named))
+            self.model.load_weights(weights=self._checked(self._base(named)))
+
+    def _base(self, named: Iterable[tuple[str, torch.Tensor]]):
+        """The base tensors of `named`; the LoRA adapters among them kept aside (copied: the
+        sync's buffers are reused), for the adapter folder."""
+        for name, tensor in named:
+            if is_adapter(name):
+                self.adapters[name] = tensor.detach().to("cpu", copy=True)
+            else:
+                yield name, tensor
 
     def _checked(self, named: Iterable[tuple[str, torch.Tensor]]):
         for name, tensor in named:

@@ -78,9 +78,16 @@ def _fused_names(model: torch.nn.Module, param_name: str) -> list[str] | None:
     return [f"{prefix}{part}.{leaf}" for part in mapping[module_name]]
 
 
+def hf_param_name(name: str) -> str:
+    """A parameter's name as the model names it without LoRA: an engine started with
+    `enable_lora` holds each adapted layer's own parameters under `<layer>.base_layer.`."""
+    return name.replace(".base_layer.", ".")
+
+
 def weight_layout(model: torch.nn.Module) -> dict[str, list]:
     names, fused = [], []
     for name, _ in model.named_parameters():
+        name = hf_param_name(name)
         group = _fused_names(model, name)
         if group is None:
             names.append(name)
@@ -135,6 +142,7 @@ def read_weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             name = f"{module_path}.{leaf}" if module_path else leaf
             if name in aliases:
                 continue
+            name = hf_param_name(name)
             tensor = param.detach()
             if isinstance(module, LinearBase) and leaf == "weight":
                 tensor = _linear_weight(module, param)

@@ -71,6 +71,7 @@ class FsdpCriticStrategy(FsdpTrainStrategy):
     """The critic's FSDP2 trainer: values of the response tokens, and a step of the value loss."""
 
     update_name = "critic's value update"
+    trains_adapters = False  # the critic trains every weight, beside a LoRA policy too
 
     def _empty_model(self, model_path: str) -> torch.nn.Module:
         return empty_model(

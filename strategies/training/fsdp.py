@@ -7,6 +7,12 @@ Each decoder layer (the classes the model names in `_no_split_modules`) is its o
 root holds embeddings and head. Mixed precision: parameters gathered in bf16 for compute with fp32
 gradient reduction and fp32 master weights, where `mixed_precision` (or its default for the kind)
 says bf16. Every rank passes its own rows; all ranks must call every method (collectives).
+
+With `trainer.lora` the model is wrapped by PEFT before it is sharded (strategies/training/lora.py):
+the base frozen and filled from the checkpoint, the adapters started as PEFT starts them and the
+only parameters in the optimizer; `base_logprobs` (the reference of a LoRA run) computes with the
+adapters disabled, and `export_adapters` yields the adapters alone (what a weight sync sends once
+the engine holds the base).
 """
 
 from __future__ import annotations
@@ -45,6 +51,14 @@ from strategies.training.logprobs import (
     model_logprobs,
     next_token_logprobs,
 )
+from strategies.training.lora import (
+    ADAPTER_NAME,
+    check_targets,
+    init_adapters,
+    is_adapter,
+    saved_name,
+    with_adapters,
+)
 from strategies.training.losses import masked_mean
 from strategies.training.settings import FsdpSettings
 
@@ -72,12 +86,26 @@ def _model_class(model_path: str) -> type:
 Pass = tuple[torch.Tensor, dict[str, float], torch.Tensor | None]
 
 
+def _meta_model(model_path: str) -> torch.nn.Module:
+    """The causal LM of `model_path`'s config on the meta device (its layers, no memory)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
+
+
+def _hf_name(name: str) -> str | None:
+    """A parameter of a PEFT-wrapped model as the checkpoint names it (None: an adapter)."""
+    return None if is_adapter(name) else saved_name(name)
+
+
 class FsdpTrainStrategy(TrainStrategy):
     """FSDP2 (`torch.distributed.fsdp.fully_shard`) on any platform with a collective backend."""
 
     hosts_reference = True  # each instance shards its own model over the process's group
     update_name = "policy update"  # what a refused update says it was
     settings_cls = FsdpSettings
+    trains_adapters = True  # with trainer.lora: PEFT adapters on the frozen base (the critic: no)
 
     @classmethod
     def serves(cls, platform: Platform) -> bool:
@@ -93,6 +121,8 @@ class FsdpTrainStrategy(TrainStrategy):
                 f"trainer.packing=true: trainer.attn_implementation={settings.attn_implementation} cannot "
                 f"take packed rows: use one of {', '.join(PACKED_ATTENTION)}, or trainer.packing=false"
             )
+        if settings.lora.on:
+            check_targets(settings.lora, _meta_model(model_path))
         if settings.recompute is False:
             return
         model_class = _model_class(model_path)
@@ -126,6 +156,9 @@ class FsdpTrainStrategy(TrainStrategy):
             ),
         }
         model = self._empty_model(model_path)
+        self.lora = settings.lora.on and self.trains_adapters
+        if self.lora:
+            model = with_adapters(model, settings.lora)
         if settings.recompute_on(self.platform):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         units = set(getattr(model, "_no_split_modules", None) or [])
@@ -148,8 +181,12 @@ class FsdpTrainStrategy(TrainStrategy):
         return empty_model(model_path, self.settings.attn_implementation, self.device)
 
     def _fill(self, model_path: str) -> None:
-        """Each rank's shards from the checkpoint at `model_path`."""
-        fill_shards(self.model, model_path)
+        """Each rank's shards from the checkpoint at `model_path`; LoRA's adapters initialised."""
+        if self.lora:
+            fill_shards(self.model, model_path, hf_name=_hf_name)
+            init_adapters(self.model)
+        else:
+            fill_shards(self.model, model_path)
 
     # ---- forward ------------------------------------------------------------------------
     def _logprobs(
@@ -179,6 +216,16 @@ class FsdpTrainStrategy(TrainStrategy):
             out = torch.cat([forward(m).cpu() for m in micros])
         self.model.reshard()
         return out
+
+    def base_logprobs(self, batch: TrainBatch) -> torch.Tensor:
+        """`forward_logprobs` of the base model: the adapters disabled (the reference of LoRA)."""
+        self._require_lora("base_logprobs")
+        with self.model.disable_adapter():
+            return self.forward_logprobs(batch)
+
+    def _require_lora(self, member: str) -> None:
+        if not self.lora:
+            raise TrainerStateError(f"FsdpTrainStrategy.{member} needs adapters: set trainer.lora.rank")
 
     def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         with_grad = getattr(loss_fn, "needs_entropy", False)  # an entropy bonus (algorithm.entropy_coef)
@@ -235,11 +282,27 @@ class FsdpTrainStrategy(TrainStrategy):
         whose collectives copy the whole tensor, by sends to it; on the others by an all-gather):
         the other ranks yield each name with None. A tied head is the embedding, yielded once
         under the embedding's name (strategies/tied_weights.py)."""
+        return self._export(state_once(self.model).items(), dtype, snapshot, to_rank)
+
+    def export_adapters(
+        self, dtype: torch.dtype | None = None, snapshot: bool = True, to_rank: int | None = None
+    ) -> Iterator[tuple[str, torch.Tensor | None]]:
+        """`export_weights` of the adapters alone, under PEFT's saved names."""
+        self._require_lora("export_adapters")
+        adapters = [(name, p) for name, p in self.model.named_parameters() if is_adapter(name)]
+        return self._export(adapters, dtype, snapshot, to_rank)
+
+    def _export(self, named, dtype, snapshot, to_rank) -> Iterator[tuple[str, torch.Tensor | None]]:
+        """Each of `named` whole (`export_weights`), under its exported name: the HF name, or a
+        LoRA adapter's PEFT saved name."""
         keep = to_rank is None or dist.get_rank() == to_rank
-        for name, tensor in state_once(self.model).items():
+        for name, tensor in named:
             shard = tensor.detach() if dtype is None else tensor.detach().to(dtype)
             full = whole_tensor(shard, self.platform.collectives_copy_whole, to_rank)
-            yield name, export_tensor(full, dtype, snapshot) if keep else None
+            yield (
+                saved_name(name) if self.lora else name,
+                export_tensor(full, dtype, snapshot) if keep else None,
+            )
 
     def offload(self) -> None:
         """Parameters, gradients and optimizer state to the CPU (a no-op on the CPU platform), their
@@ -261,7 +324,8 @@ class FsdpTrainStrategy(TrainStrategy):
 
     # ---- checkpoints ----------------------------------------------------------------------
     def save_checkpoint(self, directory: str) -> None:
-        """Sharded model and optimizer state (torch.distributed.checkpoint) plus the scheduler."""
+        """Sharded model and optimizer state (torch.distributed.checkpoint) plus the scheduler;
+        with LoRA, the adapters' PEFT config beside them."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
@@ -270,6 +334,8 @@ class FsdpTrainStrategy(TrainStrategy):
             dcp.save({"model": model_state, "optimizer": optim_state}, checkpoint_id=directory)
         if dist.get_rank() == 0:
             torch.save({"scheduler": self.scheduler.state_dict()}, Path(directory) / TRAINER_STATE)
+            if self.lora:  # what `roll-device export` builds the adapter with (export_lora.py)
+                self.model.peft_config[ADAPTER_NAME].save_pretrained(directory)
         dist.barrier()
 
     def load_checkpoint(self, directory: str) -> None:

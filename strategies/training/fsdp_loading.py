@@ -14,7 +14,7 @@ type than the CPU's (the simulated NPU's wrapper tensors) refuses that in-place 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import torch
@@ -82,9 +82,15 @@ def materialize(model: torch.nn.Module, device: torch.device) -> None:
 READ_BYTES = 32 * 2**20
 
 
-def fill_shards(model: torch.nn.Module, model_path: str, new_head: str | None = None) -> None:
+def fill_shards(
+    model: torch.nn.Module,
+    model_path: str,
+    new_head: str | None = None,
+    hf_name: Callable[[str], str | None] = lambda name: name,
+) -> None:
     """Copy each parameter's local rows (a DTensor sharded on dim 0, or a plain tensor) from the
-    checkpoint, READ_BYTES of rows at a time (in the parameter's dtype). Parameters whose names
+    checkpoint, READ_BYTES of rows at a time (in the parameter's dtype). `hf_name`: a parameter's
+    name in the checkpoint (None: not in it, left as it is: a LoRA adapter). Parameters whose names
     start with `new_head` and that the checkpoint lacks (a head the model path was not saved with,
     such as a critic's value head on a policy's checkpoint) start at zero."""
     from torch.distributed.tensor import DTensor
@@ -93,6 +99,9 @@ def fill_shards(model: torch.nn.Module, model_path: str, new_head: str | None = 
     weights = HfWeights(model_path)
     with torch.no_grad():
         for name, param in model.named_parameters():
+            name = hf_name(name)
+            if name is None:
+                continue
             if isinstance(param, DTensor):
                 local = param.to_local()
                 shape, offset = compute_local_shape_and_global_offset(

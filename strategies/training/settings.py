@@ -6,13 +6,41 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, StrictBool, StrictInt, model_validator
+from pydantic import Field, StrictBool, StrictInt, field_validator, model_validator
 
 from roll_device.errors import ConfigError
 from roll_device.platforms import Platform
 from roll_device.settings import Count, NonNegative, Section
 
 Positive = Annotated[float, Field(gt=0)]
+ALL_LINEAR = "all-linear"  # PEFT's word for every linear layer but the output layer
+
+
+class LoraSettings(Section):
+    """`trainer.lora`: low-rank adapters trained through PEFT instead of every parameter
+    (strategies/training/lora.py). `rank: null` trains every parameter."""
+
+    rank: Count | None = Field(
+        description="the adapters' rank, 1 or more; null: no LoRA, every parameter trains"
+    )
+    alpha: Positive = Field(description="the adapters' scale is alpha / rank")
+    dropout: Annotated[float, Field(ge=0, lt=1, description="dropout on the adapters' input, in [0, 1)")]
+    target_modules: str | list[str] = Field(
+        description="all-linear, or the linear layers' names (q_proj, v_proj, ...) that get adapters"
+    )
+
+    @field_validator("target_modules")
+    @classmethod
+    def _named_layers(cls, targets: str | list[str]) -> str | list[str]:
+        if isinstance(targets, str) and targets != ALL_LINEAR:
+            raise ValueError(f"give {ALL_LINEAR} or a list of linear layer names ([q_proj, v_proj])")
+        if isinstance(targets, list) and not targets:
+            raise ValueError(f"name at least one linear layer, or give {ALL_LINEAR}")
+        return targets
+
+    @property
+    def on(self) -> bool:
+        return self.rank is not None
 
 
 class TrainSettings(Section):
@@ -41,6 +69,7 @@ class TrainSettings(Section):
         description="null: logits of the whole sequence at once; a number: that many positions at a time"
     )
     optimizer_offload: StrictBool = Field(description="optimizer state (and its step) on the CPU")
+    lora: LoraSettings
 
     @model_validator(mode="after")
     def _packing_needs_a_budget(self):
@@ -107,6 +136,9 @@ class FsdpSettings(TrainSettings):
     )
 
 
+MEGATRON_CORE = "0.16"  # the megatron-core this refusal was checked against (no LoRA layer in it)
+
+
 class MegatronSettings(TrainSettings):
     """Megatron-core keys: the parallel layout, the optimizer kind, the seed, MindSpeed options."""
 
@@ -140,6 +172,12 @@ class MegatronSettings(TrainSettings):
                 f"trainer.logprob_chunk_tokens={self.logprob_chunk_tokens}: the megatron trainer computes "
                 "logprobs over the vocabulary split by tensor parallelism, not in chunks: set it to null, "
                 "or use trainer=fsdp"
+            )
+        if self.lora.on:
+            raise ConfigError(
+                f"trainer.lora.rank={self.lora.rank}: megatron-core {MEGATRON_CORE} has no LoRA adapters "
+                "(they live in NeMo and Megatron-Bridge, not in core): use trainer=fsdp for LoRA, or set "
+                "trainer.lora.rank=null"
             )
         return self
 

@@ -199,3 +199,7 @@ def test_arguments_are_refused_before_torch_loads(run_dir, tmp_path):
         check=False,
     )
     assert json.loads(proc.stdout) == [[2, False]] * len(refused), proc.stderr
+
+
+def test_merge_of_a_checkpoint_without_an_adapter_is_refused(run_dir, tmp_path, capsys):
+    assert "holds no LoRA adapter: leave --merge out" in refusal(capsys, run_dir, tmp_path / "out", "--merge")
