@@ -1,5 +1,5 @@
 """Checks of a local Hugging Face model directory before any worker loads it: it exists, holds a
-`config.json` of a causal-LM family the strategies run (Qwen2 / Qwen2.5, Qwen3, Llama), and a
+`config.json` of a causal-LM family the strategies run (Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Llama), and a
 tokenizer."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from roll_device.errors import ConfigError
 
-SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama")  # Qwen2.5 checkpoints say "qwen2"
+SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "qwen3_moe", "llama")  # Qwen2.5 checkpoints say "qwen2"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
