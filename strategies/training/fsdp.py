@@ -12,6 +12,7 @@ says bf16. Every rank passes its own rows; all ranks must call every method (col
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -46,6 +47,7 @@ from strategies.training.logprobs import (
     next_token_logprobs,
 )
 from strategies.training.losses import masked_mean
+from strategies.training.routing import Routing, capture, num_experts
 from strategies.training.settings import FsdpSettings
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -68,6 +70,17 @@ def _model_class(model_path: str) -> type:
     return MODEL_FOR_CAUSAL_LM_MAPPING[type(AutoConfig.from_pretrained(model_path))]
 
 
+def _check_router(coef: float, model_path: str) -> None:
+    """A ConfigError when the model at `model_path` has no experts (so no router to balance)."""
+    from transformers import AutoConfig
+
+    if not num_experts(AutoConfig.from_pretrained(model_path)):
+        raise ConfigError(
+            f"trainer.router_aux_loss_coef={coef}: model.path={model_path} is a dense model, without "
+            "experts or a router to balance: set trainer.router_aux_loss_coef=0"
+        )
+
+
 class FsdpTrainStrategy(TrainStrategy):
     """FSDP2 (`torch.distributed.fsdp.fully_shard`) on any platform with a collective backend."""
 
@@ -82,7 +95,9 @@ class FsdpTrainStrategy(TrainStrategy):
     @classmethod
     def check_model(cls, platform: Platform | None, settings: FsdpSettings, model_path: str) -> None:
         """Packing needs an attention kernel that takes packed rows; recomputation a model class
-        that supports gradient checkpointing."""
+        that supports gradient checkpointing; the router's load-balancing loss a router."""
+        if settings.router_aux_loss_coef > 0:
+            _check_router(settings.router_aux_loss_coef, model_path)
         if settings.packing and settings.attn_implementation not in PACKED_ATTENTION:
             raise ConfigError(
                 f"trainer.packing=true: trainer.attn_implementation={settings.attn_implementation} cannot "
@@ -121,6 +136,7 @@ class FsdpTrainStrategy(TrainStrategy):
             ),
         }
         model = empty_model(model_path, settings.attn_implementation, self.device)
+        self.experts = num_experts(model.config)
         if settings.recompute_on(self.platform):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         units = set(getattr(model, "_no_split_modules", None) or [])
@@ -163,18 +179,32 @@ class FsdpTrainStrategy(TrainStrategy):
         self.model.reshard()
         return logprobs
 
+    def _micro_loss(
+        self, micro: TrainBatch, loss_fn: LossFn, accounting: StepAccounting, routing: Routing | None
+    ) -> torch.Tensor:
+        """One micro-batch's scaled loss: the policy loss (with an entropy bonus's entropy if the
+        loss needs it) and, for a mixture of experts, the router's load-balancing loss times
+        `router_aux_loss_coef`, with the routing metrics."""
+        with_grad = getattr(loss_fn, "needs_entropy", False)  # an entropy bonus (algorithm.entropy_coef)
+        logprobs, entropy = self._logprobs(micro, entropy=GRAD if with_grad else METRIC)
+        mask = micro.response_mask.to(entropy.device)
+        metrics = {"entropy": masked_mean(entropy.detach(), mask).item()}
+        aux_loss = None
+        if routing is not None:
+            aux_loss, routing_metrics = routing.last(None if self.settings.packing else micro.attention_mask)
+            metrics.update(routing_metrics)
+        loss = accounting.scaled_loss(loss_fn, logprobs, micro, metrics, entropy if with_grad else None)
+        if aux_loss is not None and self.settings.router_aux_loss_coef > 0:
+            loss = loss + self.settings.router_aux_loss_coef * aux_loss * accounting.share(micro)
+        return loss
+
     def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         micros = self._prepare(batch)
         accounting = StepAccounting(batch, loss_fn, self.device, dp_size=self.data_parallel_size)
         self.model.train()
-        with_grad = getattr(loss_fn, "needs_entropy", False)  # an entropy bonus (algorithm.entropy_coef)
-        for micro in micros:
-            logprobs, entropy = self._logprobs(micro, entropy=GRAD if with_grad else METRIC)
-            mask = micro.response_mask.to(entropy.device)
-            metrics = {"entropy": masked_mean(entropy.detach(), mask).item()}
-            accounting.scaled_loss(
-                loss_fn, logprobs, micro, metrics, entropy if with_grad else None
-            ).backward()
+        with capture(self.model) if self.experts else nullcontext() as routing:
+            for micro in micros:
+                self._micro_loss(micro, loss_fn, accounting, routing).backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()

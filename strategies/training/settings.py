@@ -88,11 +88,19 @@ class TrainSettings(Section):
 
 
 class FsdpSettings(TrainSettings):
-    """FSDP2 keys: how attention is computed (a transformers `attn_implementation`)."""
+    """FSDP2 keys: how attention is computed (a transformers `attn_implementation`), and for a
+    mixture of experts the weight of the router's load-balancing loss."""
 
     attn_implementation: str = Field(
         description="a transformers attention kernel: sdpa, eager, flash_attention_2, ..."
     )
+    router_aux_loss_coef: Annotated[
+        float,
+        Field(
+            ge=0,
+            description="a mixture of experts: the router's load-balancing loss times this joins the loss",
+        ),
+    ]
 
 
 class MegatronSettings(TrainSettings):
