@@ -19,6 +19,8 @@ from contextlib import contextmanager
 
 import torch
 
+METRICS = ("router_aux_loss", "expert_imbalance")  # a train step's routing metrics, in its metrics
+
 
 def num_experts(config) -> int:
     """Routed experts per MoE layer of a transformers config (0: a dense model)."""
