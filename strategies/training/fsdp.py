@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from roll_device.errors import ConfigError
+from roll_device.models.hf_dir import num_experts
 from roll_device.platforms import Platform
 from strategies.base import LossFn, TrainBatch, TrainStrategy
 from strategies.tied_weights import state_once
@@ -47,7 +48,7 @@ from strategies.training.logprobs import (
     next_token_logprobs,
 )
 from strategies.training.losses import masked_mean
-from strategies.training.routing import Routing, capture, num_experts
+from strategies.training.routing import Routing, capture
 from strategies.training.settings import FsdpSettings
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}

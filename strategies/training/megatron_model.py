@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from roll_device.errors import ConfigError
+from roll_device.models.hf_dir import num_experts
 from strategies.training.megatron_weights import ModelShape
-from strategies.training.routing import num_experts
 from strategies.training.settings import MegatronSettings
 
 FAMILIES = ("qwen2", "llama")

@@ -22,11 +22,6 @@ import torch
 METRICS = ("router_aux_loss", "expert_imbalance")  # a train step's routing metrics, in its metrics
 
 
-def num_experts(config) -> int:
-    """Routed experts per MoE layer of a transformers config (0: a dense model)."""
-    return int(getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None) or 0)
-
-
 class Routing:
     """What the forwards inside `capture` returned: the load-balancing loss (with its gradient)
     and the router logits of each layer, per forward."""
