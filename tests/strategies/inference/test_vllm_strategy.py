@@ -178,11 +178,3 @@ def test_a_second_in_process_engine_is_refused_and_the_first_keeps_working(vllm_
     second.shutdown()
     assert vllm_cpu.generate(PROMPTS[:1], GREEDY)[0].token_ids
 
-
-def test_a_model_with_experts_is_refused_before_the_engine_starts(tiny_moe_path, tiny_model_path):
-    settings = rollout_settings("vllm")
-    with pytest.raises(
-        ConfigError, match=r"^rollout=vllm: model.path=.* has 8 experts per layer.*use rollout=hf"
-    ):
-        VllmStrategy.check_model(None, settings, tiny_moe_path)
-    VllmStrategy.check_model(None, settings, tiny_model_path)
