@@ -177,4 +177,3 @@ def test_a_second_in_process_engine_is_refused_and_the_first_keeps_working(vllm_
         second.initialize(tiny_model_path, rollout_settings("vllm", kv_cache_bytes=2**25, dtype="float32"))
     second.shutdown()
     assert vllm_cpu.generate(PROMPTS[:1], GREEDY)[0].token_ids
-
