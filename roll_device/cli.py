@@ -135,11 +135,15 @@ def _add_make_tiny_model(sub) -> None:
         "--shapes",
         choices=SHAPES,
         default=TINY_SHAPES,
-        help=f"{TINY_SHAPES} (default), or {' or '.join(QWEN_SHAPES)}'s shapes (random weights, for measurements at size)",
+        help=f"{TINY_SHAPES} (default, Qwen2), tiny-qwen3, tiny-qwen3-moe, or {' or '.join(QWEN_SHAPES)}'s "
+        "shapes (random weights, for measurements at size)",
     )
     tiny.add_argument("--seed", type=int, default=0)
     tiny.add_argument(
-        "--layers", type=int, default=None, help="decoder layers (tiny: 2, qwen: the model's own)"
+        "--layers",
+        type=int,
+        default=None,
+        help="decoder layers (tiny: 2, qwen3-30b-a3b: 2, the others: the model's own)",
     )
     tiny.add_argument("--hidden", type=int, default=None, help="hidden size of the tiny shapes (128)")
     tiny.set_defaults(func=_make_tiny_model)

@@ -97,6 +97,14 @@ def tiny_model_path(session_home):
 
 
 @pytest.fixture(scope="session")
+def tiny_moe_path(session_home):
+    """The tiny Qwen3-MoE (8 experts, top-2) at the folder experiment=moe makes it in, made once."""
+    from roll_device.models.tiny import make_tiny_model
+
+    return str(make_tiny_model(session_home / "tiny-qwen3-moe", architecture="qwen3_moe"))
+
+
+@pytest.fixture(scope="session")
 def shared_cluster():
     """The overrides that run a whole run on the session's one local Ray cluster
     (tests/ray_head.py), joined as an existing cluster (`cluster=remote`): each run is a Ray job

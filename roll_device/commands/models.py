@@ -1,6 +1,6 @@
-"""`roll-device make-tiny-model PATH [--shapes tiny|qwen2.5-0.5b|qwen2.5-1.5b] [--layers N] [--hidden N]`:
-write the tiny Qwen2 model and its character tokenizer (or a randomly initialised model of a Qwen2.5
-model's shapes with that tokenizer, for measurements at size)."""
+"""`roll-device make-tiny-model PATH [--shapes S] [--layers N] [--hidden N]`: write the tiny Qwen2
+model and its character tokenizer (`tiny-qwen3`, `tiny-qwen3-moe`: the tiny Qwen3 and Qwen3-MoE), or a
+randomly initialised model of a Qwen model's shapes with that tokenizer, for measurements at size."""
 
 from __future__ import annotations
 
@@ -8,9 +8,12 @@ from roll_device.errors import ConfigError
 from roll_device.files import make_folder
 
 TINY_SHAPES = "tiny"
-# the Qwen2.5 shapes, as roll_device/models/qwen_shaped.py names them (not imported: it loads transformers)
-QWEN_SHAPES = ("qwen2.5-0.5b", "qwen2.5-1.5b")
-SHAPES = (TINY_SHAPES, *QWEN_SHAPES)
+# the tiny shapes -> the architecture of roll_device/models/tiny.py's ARCHITECTURES they make
+TINY_ARCHITECTURES = {TINY_SHAPES: "qwen2", "tiny-qwen3": "qwen3", "tiny-qwen3-moe": "qwen3_moe"}
+# the shapes of real models, as roll_device/models/qwen_shaped.py names them (not imported: it loads
+# transformers)
+QWEN_SHAPES = ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen3-30b-a3b")
+SHAPES = (*TINY_ARCHITECTURES, *QWEN_SHAPES)
 
 
 def make_model_command(path: str, shapes: str, seed: int, layers: int | None, hidden: int | None) -> int:
@@ -28,6 +31,7 @@ def make_model_command(path: str, shapes: str, seed: int, layers: int | None, hi
     sizes = {
         key: value for key, value in (("num_layers", layers), ("hidden_size", hidden)) if value is not None
     }
-    made = make_tiny_model(path, seed=seed, **sizes)  # the sizes not given: make_tiny_model's own
-    print(f"tiny model and tokenizer in {made}")
+    architecture = TINY_ARCHITECTURES[shapes]
+    made = make_tiny_model(path, seed=seed, architecture=architecture, **sizes)  # sizes not given: its own
+    print(f"tiny {architecture} model and tokenizer in {made}")
     return 0

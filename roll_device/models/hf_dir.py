@@ -1,6 +1,6 @@
 """Checks of a local Hugging Face model directory before any worker loads it: it exists, holds a
-`config.json` of a causal-LM family the strategies run (Qwen2 / Qwen2.5, Qwen3, Llama), and a
-tokenizer."""
+`config.json` of a causal-LM family the strategies run (Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Llama), and a
+tokenizer; and what its config says of experts (`num_experts`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from roll_device.errors import ConfigError
 
-SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama")  # Qwen2.5 checkpoints say "qwen2"
+SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "qwen3_moe", "llama")  # Qwen2.5 checkpoints say "qwen2"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
@@ -36,3 +36,9 @@ def check_model_dir(
             f"{setting}={path} has no tokenizer ({' or '.join(TOKENIZER_FILES)}): save the tokenizer "
             "beside the model (tokenizer.save_pretrained(path))"
         )
+
+
+def num_experts(config) -> int:
+    """Routed experts per MoE layer of a transformers config (0: a dense model; Mixtral's configs
+    say `num_local_experts`)."""
+    return int(getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None) or 0)

@@ -1,5 +1,7 @@
-"""A tiny Qwen2-architecture causal LM and a character tokenizer, made locally and saved in
-Hugging Face format (loadable by transformers, vLLM and the training strategies).
+"""A tiny causal LM and a character tokenizer, made locally and saved in Hugging Face format
+(loadable by transformers, vLLM and the training strategies). Three architectures, each built with
+transformers' own config class (ARCHITECTURES): Qwen2 (the default), Qwen3 (QK-norm, no attention
+bias) and Qwen3-MoE (8 experts, 2 routed per token, every layer sparse).
 
 Shapes follow what vLLM's CPU attention accepts: head size 32 (hidden 128, 4 heads, 2 KV heads).
 """
@@ -47,11 +49,36 @@ def build_tokenizer(vocab_size: int | None = None):
     )
 
 
-def build_config(num_layers: int = 2, hidden_size: int = 128, max_positions: int = 256, tied: bool = False):
-    from transformers import Qwen2Config
+# transformers' model_type -> what that architecture adds to the shared tiny shapes (a function of
+# the hidden size); the experts' MLP is half the dense one, so the 2 routed experts cost one dense MLP
+ARCHITECTURES = {
+    "qwen2": lambda hidden: {},
+    "qwen3": lambda hidden: {"head_dim": 32},  # Qwen3 configs name it; Qwen2 derives it
+    "qwen3_moe": lambda hidden: {
+        "head_dim": 32,
+        "num_experts": 8,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": hidden // 2,
+        "norm_topk_prob": True,  # as Qwen3-30B-A3B
+    },
+}
+DEFAULT_ARCHITECTURE = "qwen2"
+
+
+def build_config(
+    num_layers: int = 2,
+    hidden_size: int = 128,
+    max_positions: int = 256,
+    tied: bool = False,
+    architecture: str = DEFAULT_ARCHITECTURE,
+):
+    """The transformers config of the tiny model of `architecture` (a key of ARCHITECTURES)."""
+    from transformers import AutoConfig
 
     vocab = vocabulary()
-    return Qwen2Config(
+    return AutoConfig.for_model(
+        architecture,
+        **ARCHITECTURES[architecture](hidden_size),
         vocab_size=len(vocab),
         hidden_size=hidden_size,
         intermediate_size=hidden_size * 2,
@@ -66,23 +93,34 @@ def build_config(num_layers: int = 2, hidden_size: int = 128, max_positions: int
 
 
 def make_tiny_model(
-    path: str | Path, seed: int = 0, num_layers: int = 2, hidden_size: int = 128, tied: bool = False
+    path: str | Path,
+    seed: int = 0,
+    num_layers: int = 2,
+    hidden_size: int = 128,
+    tied: bool = False,
+    architecture: str = DEFAULT_ARCHITECTURE,
 ) -> Path:
-    """Write a freshly initialized tiny model and its tokenizer to `path` (its head tied to the
-    embedding when `tied`); reuse it if present with the same settings. Returns the path."""
+    """Write a freshly initialized tiny model of `architecture` and its tokenizer to `path` (its
+    head tied to the embedding when `tied`); reuse it if present with the same settings. Returns
+    the path."""
     path = Path(path)
     settings = {"seed": seed, "num_layers": num_layers, "hidden_size": hidden_size}
     if tied:
         settings["tied"] = True  # absent when untied: models made before keep their marker
+    if architecture != DEFAULT_ARCHITECTURE:
+        settings["architecture"] = architecture  # likewise
     marker = path / MARKER
     if marker.exists() and json.loads(marker.read_text()) == settings:
         return path  # before the imports below: a run's start does not pay for the model's code
     import torch
-    from transformers import Qwen2ForCausalLM
+    from transformers import AutoModelForCausalLM
 
     path.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    model = Qwen2ForCausalLM(build_config(num_layers=num_layers, hidden_size=hidden_size, tied=tied))
+    config = build_config(
+        num_layers=num_layers, hidden_size=hidden_size, tied=tied, architecture=architecture
+    )
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     model.save_pretrained(path, safe_serialization=True)
     build_tokenizer().save_pretrained(path)
     marker.write_text(json.dumps(settings))

@@ -74,6 +74,11 @@ class ModelSettings(Section):
     tiny_dir: str
     tiny_layers: Count
     tiny_hidden: Annotated[StrictInt, Field(ge=32, description="attention heads need 32 dims or more")]
+    # a default: run folders written before the key was added still read
+    tiny_architecture: Literal["qwen2", "qwen3", "qwen3_moe"] = Field(
+        default="qwen2",
+        description="the tiny model's transformers architecture (qwen3_moe: 8 experts, top-2)",
+    )
     chat_template: StrictBool
 
 

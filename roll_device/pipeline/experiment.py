@@ -70,7 +70,8 @@ def model_path(model: ModelSettings) -> str:
     from roll_device.models.tiny import make_tiny_model
 
     tiny_dir = make_folder(model.tiny_dir, "model.tiny_dir")
-    return str(make_tiny_model(tiny_dir, num_layers=model.tiny_layers, hidden_size=model.tiny_hidden))
+    sizes = {"num_layers": model.tiny_layers, "hidden_size": model.tiny_hidden}
+    return str(make_tiny_model(tiny_dir, architecture=model.tiny_architecture, **sizes))
 
 
 class Run:

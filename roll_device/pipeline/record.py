@@ -17,6 +17,7 @@ import torch
 from roll_device.pipeline.state import PipelineState
 from roll_device.pipeline.timeline import Spans, StepTimeline, Timed, turn_seconds
 from strategies.base import TrainBatch
+from strategies.training.routing import METRICS as ROUTING_METRICS
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class StepRecord(dict):
                 "kl": update.get("kl", 0.0),
                 "grad_norm": update["grad_norm"],
                 "entropy": update.get("entropy"),  # the policy's mean per-token entropy (None: not reported)
+                **{key: update[key] for key in ROUTING_METRICS if key in update},  # a mixture of experts'
                 "lr": update["lr"],
                 "rollout_vs_train_logprob_gap": logprob_gap(outcome),
                 "rollout_version": outcome.rollout_version,

@@ -195,12 +195,12 @@ class HfStrategy(InferenceStrategy):
         }
 
     def _decode_step(self, size: int, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        from strategies.inference.hf_cache import MASK_KEY
-
+        # a 4-D mask is used as it is by every transformers model (a mapping by layer type only by
+        # some: Qwen3-MoE and Llama take none)
         out = self.model(
             input_ids=inputs["tokens"],
             position_ids=inputs["positions"],
-            attention_mask={MASK_KEY: inputs["mask"]},
+            attention_mask=inputs["mask"],
             past_key_values=self.bucket_caches[size],
             use_cache=True,
         )
@@ -229,8 +229,6 @@ class HfStrategy(InferenceStrategy):
         self, prompts: list[list[int]], width: int, pads: torch.Tensor, real: torch.Tensor
     ) -> torch.Tensor:
         """The eager prefill: prompts left-padded to `width` in one forward of (rows, width)."""
-        from strategies.inference.hf_cache import MASK_KEY
-
         device = self.platform.device()
         n, max_len = len(prompts), self.store.max_len
         tokens = torch.full((n, width), self.pad_id, dtype=torch.long)
@@ -243,7 +241,7 @@ class HfStrategy(InferenceStrategy):
         out = self.model(
             input_ids=tokens.to(device),
             position_ids=(query[None, :] - pads[:, None]).clamp(min=0),
-            attention_mask={MASK_KEY: allowed[:, None]},
+            attention_mask=allowed[:, None],
             past_key_values=self.store.cache(n),
             use_cache=True,
             logits_to_keep=1,

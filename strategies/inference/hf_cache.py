@@ -15,8 +15,6 @@ from transformers.cache_utils import Cache, StaticLayer
 
 from roll_device.errors import ConfigError
 
-MASK_KEY = "full_attention"  # the layer type whose 4-D mask the strategy hands the model
-
 
 class _BoundStaticLayer(StaticLayer):
     """A `StaticLayer` over given key/value tensors instead of tensors of its own."""

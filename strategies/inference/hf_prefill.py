@@ -29,7 +29,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from roll_device.graph import PrefillGraphRunner
 from roll_device.platforms.base import Platform
-from strategies.inference.hf_cache import MASK_KEY, SharedKVStore
+from strategies.inference.hf_cache import SharedKVStore
 
 PIECEWISE_ATTENTION = "roll_device_piecewise"
 PACKED_KEY = "packed_attention"  # the forward's keyword that carries the packed attention
@@ -108,7 +108,7 @@ class PackedPrefill:
         out = self.model(
             input_ids=inputs["tokens"][None],
             position_ids=inputs["positions"][None],
-            attention_mask={MASK_KEY: allowed[None, None]},
+            attention_mask=allowed[None, None],
             use_cache=False,
             logits_to_keep=inputs["last"],
             **{PACKED_KEY: functools.partial(self._attend, inputs)},

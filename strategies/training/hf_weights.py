@@ -4,6 +4,12 @@ stays file pages (the page cache, shared by every rank on the host), not memory 
 A rank that copies only its own rows of each tensor into its shards (converting the dtype on the
 way) reads only those rows and allocates nothing beside its shards.
 
+A mixture-of-experts model of transformers 5 holds each layer's experts as 3-D parameters
+(`mlp.experts.gate_up_proj`: experts x (gate rows, up rows) x hidden; `mlp.experts.down_proj`),
+while checkpoints (and what `save_pretrained` writes) name each expert's matrices
+(`mlp.experts.<e>.gate_proj.weight`, ...): `rows` of a fused name are stacked from those, expert
+by expert (the layout of transformers' `qwen2_moe` conversion, which Qwen3-MoE shares).
+
 The format (https://huggingface.co/docs/safetensors): an 8-byte little-endian header length, a
 JSON header naming each tensor's dtype, shape and byte range within the data that follows."""
 
@@ -31,6 +37,9 @@ DTYPES = {
     "U8": torch.uint8,
     "BOOL": torch.bool,
 }
+
+# a fused experts' parameter -> the per-expert matrices it concatenates (rows), in order
+FUSED_EXPERTS = {"gate_up_proj": ("gate_proj", "up_proj"), "down_proj": ("down_proj",)}
 
 
 class HfWeights(Mapping[str, torch.Tensor]):
@@ -67,8 +76,20 @@ class HfWeights(Mapping[str, torch.Tensor]):
         return flat.view(entry["shape"])
 
     def rows(self, name: str, start: int, stop: int) -> torch.Tensor:
-        """Rows [start, stop) of tensor `name` (its first dimension), a view: read when used."""
+        """Rows [start, stop) of tensor `name` (its first dimension), a view: read when used; of a
+        fused experts' parameter the checkpoint does not hold, experts [start, stop) stacked."""
+        if name not in self._where and name.rpartition(".")[2] in FUSED_EXPERTS:
+            return self._experts(name, start, stop)
         return self[name][start:stop]
+
+    def _experts(self, name: str, start: int, stop: int) -> torch.Tensor:
+        prefix, _, fused = name.rpartition(".")
+        return torch.stack(
+            [
+                torch.cat([self[f"{prefix}.{expert}.{part}.weight"] for part in FUSED_EXPERTS[fused]])
+                for expert in range(start, stop)
+            ]
+        )
 
     def __iter__(self):
         return iter(self._where)

@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from roll_device.errors import ConfigError
+from roll_device.models.hf_dir import num_experts
 from strategies.training.megatron_weights import ModelShape
 from strategies.training.settings import MegatronSettings
 
@@ -44,6 +45,13 @@ def _rope_theta(hf_config) -> float:
 
 def describe(hf_config, settings: MegatronSettings) -> ModelPlan:
     family = getattr(hf_config, "model_type", None)
+    experts = num_experts(hf_config)
+    if experts:
+        raise ConfigError(
+            f"megatron trainer: the '{family}' model has {experts} experts per layer, and this trainer "
+            "builds dense Qwen2 / Llama models only (no MoE layers, no expert parallelism): use the "
+            "fsdp trainer for this model"
+        )
     if family not in FAMILIES:
         raise ConfigError(
             f"megatron trainer converts the {', '.join(FAMILIES)} families, not '{family}': "

@@ -129,11 +129,19 @@ class CriticSettings(Section):
 
 
 class FsdpSettings(TrainSettings):
-    """FSDP2 keys: how attention is computed (a transformers `attn_implementation`)."""
+    """FSDP2 keys: how attention is computed (a transformers `attn_implementation`), and for a
+    mixture of experts the weight of the router's load-balancing loss."""
 
     attn_implementation: str = Field(
         description="a transformers attention kernel: sdpa, eager, flash_attention_2, ..."
     )
+    router_aux_loss_coef: Annotated[
+        float,
+        Field(
+            ge=0,
+            description="a mixture of experts: the router's load-balancing loss times this joins the loss",
+        ),
+    ]
 
 
 MEGATRON_CORE = "0.16"  # the megatron-core this refusal was checked against (no LoRA layer in it)

@@ -165,7 +165,7 @@ BAD_VALUES = [
     (["roles.actor_train=null"], "roles.actor_train is missing: the GRPO pipeline needs it"),
     (
         ["experiment=nope"],
-        "experiment=nope: no such option; choose one of arithmetic_math, mixed_devices, qwen05b_shapes, qwen2_5_7b_gpu8,",
+        "experiment=nope: no such option; choose one of arithmetic_math, mixed_devices, moe, qwen05b_shapes,",
     ),
 ]
 
@@ -334,7 +334,9 @@ def test_a_simulated_npu_on_a_local_cluster_is_refused_with_the_sim_cluster_comm
     check_simulation(load_config([]), "run")  # the README's `roll-device run`: unaffected
 
 
-@pytest.mark.parametrize("experiment", ["tiny_grpo", "mixed_devices", "qwen2_5_7b_gpu8", "qwen2_5_7b_npu8"])
+@pytest.mark.parametrize(
+    "experiment", ["tiny_grpo", "mixed_devices", "moe", "qwen2_5_7b_gpu8", "qwen2_5_7b_npu8"]
+)
 def test_shipped_experiments_pass_the_schema(experiment):
     load_config([f"experiment={experiment}"])
 
