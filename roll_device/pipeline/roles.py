@@ -372,6 +372,15 @@ def _start_groups(config: RunConfig, plan: RunPlan) -> dict[str, WorkerGroup]:
     }
 
 
+def unfinished(refs_by_role: dict[str, list]) -> set[str]:
+    """The roles with a call in `refs_by_role` that has not returned yet."""
+    return {
+        role
+        for role, refs in refs_by_role.items()
+        if len(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) < len(refs)
+    }
+
+
 def _start_setups(config: RunConfig, plan: RunPlan, roles: RoleGroups, model_path: str) -> dict[str, list]:
     """Every role's set-up calls, in flight: a trainer role's after its rank 0 named the
     rendezvous; a hosted role's in its host's workers, after the host's own set-up."""
@@ -392,7 +401,12 @@ def _start_setups(config: RunConfig, plan: RunPlan, roles: RoleGroups, model_pat
     trainer = qualified_name(TRAIN, config.trainer.name)
     for role in (role for role in groups if ROLE_TYPES[role] in TRAINER_TYPES):
         call_rank0 = groups[role].async_call_rank0(TrainWorker.get_master_addr_port)
-        master = roles.wait({role: [call_rank0]})[role][0]
+        try:
+            master = roles.wait({role: [call_rank0]})[role][0]
+        except SetupTimeoutError as slow:  # the set-ups already in flight may be the stuck ones
+            raise SetupTimeoutError(
+                sorted(set(slow.roles) | unfinished(setups)), bound_s=slow.bound_s
+            ) from None
         setups[role] = groups[role].async_call_all(
             TrainWorker.setup,
             config.model_path_of(role, model_path),

@@ -19,8 +19,8 @@ def _records(run_dir):
     "overrides, message",
     [
         (
-            ["+roles.critic.device=cpu"],
-            "unknown key roles.critic: the keys here are actor_infer, actor_train, reference, reward",
+            ["+roles.judge.device=cpu"],
+            "unknown key roles.judge: the keys here are actor_infer, actor_train, reference, reward, critic",
         ),
         (
             ["roles.actor_train.device=tpu"],

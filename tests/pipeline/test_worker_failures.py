@@ -147,6 +147,7 @@ def _receive_from_nowhere(call_all):
     return call_all(RolloutWorker.connect_receiver, Endpoint("127.0.0.1", 1), 0.5)
 
 
+@pytest.mark.slow  # by default: tests/comm/test_failures.py (a failed sync reaches every end, nobody waits)
 @pytest.mark.timeout(240)  # the sender would otherwise wait weight_sync.timeout_s=600 for the rollout
 def test_a_failed_weight_sync_frees_the_sender_and_ends_the_run_with_the_resume_command(
     tmp_path, shared_cluster
