@@ -6,26 +6,18 @@ from __future__ import annotations
 import pytest
 
 from roll_device.cluster import Inventory, NodeInfo
-from roll_device.errors import ConfigError
 from roll_device.pipeline.run_plan import build_run_plan
 from strategies.inference.hf import HfStrategy
 from strategies.training.fsdp import FsdpTrainStrategy
 from tests.configs import run_config, trainer_settings
+from tests.refusals import one_line_refusal
 
 HOST = Inventory((NodeInfo("h" * 56, "10.0.0.1", "head", cpus=4, is_head=True),))
 
 
-def _refusal(call) -> str:
-    with pytest.raises(ConfigError) as refused:
-        call()
-    message = str(refused.value)
-    assert "\n" not in message
-    return message
-
-
 @pytest.mark.parametrize("rank", [0, -4])
 def test_a_rank_below_one_is_refused(rank):
-    message = _refusal(lambda: run_config(f"trainer.lora.rank={rank}"))
+    message = one_line_refusal(lambda: run_config(f"trainer.lora.rank={rank}"))
     assert message.startswith(f"trainer.lora.rank={rank}: input should be greater than or equal to 1")
 
 
@@ -33,7 +25,7 @@ def test_unknown_target_modules_are_refused_with_the_models_linear_layers(tiny_m
     settings = trainer_settings(
         "fsdp", lora={"rank": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["qkv"]}
     )
-    message = _refusal(lambda: FsdpTrainStrategy.check_model(None, settings, tiny_model_path))
+    message = one_line_refusal(lambda: FsdpTrainStrategy.check_model(None, settings, tiny_model_path))
     assert message == (
         "trainer.lora.target_modules=['qkv']: the model has no linear layer named qkv; its linear layers "
         "are down_proj, gate_proj, k_proj, o_proj, q_proj, up_proj, v_proj (or use all-linear)"
@@ -45,18 +37,20 @@ def test_unknown_target_modules_are_refused_with_the_models_linear_layers(tiny_m
 
 
 def test_target_modules_take_all_linear_or_a_list():
-    message = _refusal(lambda: run_config("trainer.lora.rank=8", "trainer.lora.target_modules=q_proj"))
+    message = one_line_refusal(
+        lambda: run_config("trainer.lora.rank=8", "trainer.lora.target_modules=q_proj")
+    )
     assert message.startswith("trainer.lora.target_modules='q_proj': give all-linear or a list")
 
 
 def test_megatron_refuses_lora_with_the_reason():
-    message = _refusal(lambda: run_config("trainer=megatron", "trainer.lora.rank=8"))
+    message = one_line_refusal(lambda: run_config("trainer=megatron", "trainer.lora.rank=8"))
     assert message.startswith("trainer.lora.rank=8: megatron-core 0.16 has no LoRA adapters")
 
 
 def test_an_engine_that_cannot_serve_adapters_is_refused_when_planned(monkeypatch):
     monkeypatch.setattr(HfStrategy, "serves_adapters", classmethod(lambda cls, kind: False))
-    message = _refusal(lambda: build_run_plan(run_config("rollout=hf", "trainer.lora.rank=8"), HOST))
+    message = one_line_refusal(lambda: build_run_plan(run_config("rollout=hf", "trainer.lora.rank=8"), HOST))
     assert message == (
         "trainer.lora.rank=8: the hf rollout engine cannot serve LoRA adapters on cpu: use rollout=vllm "
         "or rollout=hf, or trainer.lora.rank=null"
@@ -64,7 +58,7 @@ def test_an_engine_that_cannot_serve_adapters_is_refused_when_planned(monkeypatc
 
 
 def test_vllm_refuses_a_rank_above_its_largest():
-    message = _refusal(lambda: build_run_plan(run_config("trainer.lora.rank=1024"), HOST))
+    message = one_line_refusal(lambda: build_run_plan(run_config("trainer.lora.rank=1024"), HOST))
     assert message == "trainer.lora.rank=1024: vLLM serves LoRA ranks up to 512: lower it"
 
 

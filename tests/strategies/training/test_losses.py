@@ -87,7 +87,10 @@ def test_nll_loss_and_masked_mean():
 
 @pytest.mark.parametrize(
     "kwargs, message",
-    [({"clip_ratio": 0.0}, "clip_ratio must be in"), ({"kl_coef": -1.0}, "kl_coef and entropy_coef must be >= 0")],
+    [
+        ({"clip_ratio": 0.0}, "clip_ratio must be in"),
+        ({"kl_coef": -1.0}, "kl_coef and entropy_coef must be >= 0"),
+    ],
 )
 def test_bad_loss_settings(kwargs, message):
     with pytest.raises(ConfigError, match=message):

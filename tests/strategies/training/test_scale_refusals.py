@@ -6,26 +6,16 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import roll_device as rd
-from roll_device.errors import ConfigError
 from strategies.training.fsdp import FsdpTrainStrategy
 from strategies.training.megatron import MegatronTrainStrategy
 from tests.configs import run_config, trainer_settings
-
-
-def _refusal(call) -> str:
-    with pytest.raises(ConfigError) as refused:
-        call()
-    message = str(refused.value)
-    assert "\n" not in message
-    return message
+from tests.refusals import one_line_refusal
 
 
 def test_a_token_budget_below_the_longest_sample_is_refused():
     """tiny_grpo: prompt 6 + 1 + 8 new tokens = 15 tokens."""
-    message = _refusal(lambda: run_config("trainer.max_tokens_per_micro_batch=14"))
+    message = one_line_refusal(lambda: run_config("trainer.max_tokens_per_micro_batch=14"))
     assert message == (
         "trainer.max_tokens_per_micro_batch=14 is smaller than one sample (data.prompt_length + 1 + "
         "algorithm.max_new_tokens = 15 tokens): raise it to at least 15"
@@ -34,7 +24,7 @@ def test_a_token_budget_below_the_longest_sample_is_refused():
 
 
 def test_packing_without_a_token_budget_is_refused():
-    assert _refusal(lambda: trainer_settings("fsdp", packing=True)).startswith(
+    assert one_line_refusal(lambda: trainer_settings("fsdp", packing=True)).startswith(
         "trainer.packing=true needs trainer.max_tokens_per_micro_batch"
     )
 
@@ -43,7 +33,7 @@ def test_packing_with_an_attention_that_cannot_take_it_is_refused(tiny_model_pat
     settings = trainer_settings(
         "fsdp", packing=True, max_tokens_per_micro_batch=64, attn_implementation="paged|sdpa"
     )
-    message = _refusal(lambda: FsdpTrainStrategy.check_model(None, settings, tiny_model_path))
+    message = one_line_refusal(lambda: FsdpTrainStrategy.check_model(None, settings, tiny_model_path))
     assert message.startswith(
         "trainer.packing=true: trainer.attn_implementation=paged|sdpa cannot take packed rows"
     )
@@ -52,12 +42,14 @@ def test_packing_with_an_attention_that_cannot_take_it_is_refused(tiny_model_pat
 
 
 def test_packing_on_megatron_is_refused():
-    message = _refusal(lambda: trainer_settings("megatron", packing=True, max_tokens_per_micro_batch=64))
+    message = one_line_refusal(
+        lambda: trainer_settings("megatron", packing=True, max_tokens_per_micro_batch=64)
+    )
     assert message.startswith("trainer.packing=true: the megatron trainer's attention")
 
 
 def test_chunked_logprobs_on_megatron_are_refused():
-    message = _refusal(lambda: trainer_settings("megatron", logprob_chunk_tokens=256))
+    message = one_line_refusal(lambda: trainer_settings("megatron", logprob_chunk_tokens=256))
     assert message.startswith("trainer.logprob_chunk_tokens=256: the megatron trainer computes logprobs")
 
 
@@ -66,7 +58,7 @@ def test_recomputation_on_a_model_without_it_is_refused(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "jetmoe"}))
     for value, shown in ((True, "true"), (None, "null (on for accelerators)")):
         settings = trainer_settings("fsdp", recompute=value)
-        message = _refusal(lambda s=settings: FsdpTrainStrategy.check_model(None, s, str(tmp_path)))
+        message = one_line_refusal(lambda s=settings: FsdpTrainStrategy.check_model(None, s, str(tmp_path)))
         assert message.startswith(f"trainer.recompute={shown}: JetMoeForCausalLM (model.path={tmp_path})")
     FsdpTrainStrategy.check_model(None, trainer_settings("fsdp", recompute=False), str(tmp_path))
 
@@ -75,11 +67,11 @@ def test_megatron_optimizer_offload_is_refused_on_the_cpu_and_without_the_distri
     tiny_model_path,
 ):
     settings = trainer_settings("megatron", optimizer_offload=True)
-    message = _refusal(
+    message = one_line_refusal(
         lambda: MegatronTrainStrategy.check_model(rd.get_platform("cpu"), settings, tiny_model_path)
     )
     assert message.startswith("trainer.optimizer_offload=true: the megatron trainer runs on cpu")
-    message = _refusal(
+    message = one_line_refusal(
         lambda: trainer_settings("megatron", optimizer_offload=True, use_distributed_optimizer=False)
     )
     assert message.startswith("trainer.optimizer_offload=true: Megatron offloads the distributed optimizer")
