@@ -81,7 +81,7 @@ def test_model_directories_are_checked(tmp_path, tiny_model_path):
     with pytest.raises(ConfigError, match="model.path=/nowhere does not exist: give a local Hugging Face"):
         check_model_dir("/nowhere")
     with pytest.raises(
-        ConfigError, match="is a 'bert' model: the strategies run qwen2, qwen3, llama causal LMs"
+        ConfigError, match="is a 'bert' model: the strategies run qwen2, qwen3, qwen3_moe, llama causal LMs"
     ):
         check_model_dir(_model_dir(tmp_path / "bert", "bert"))
     with pytest.raises(ConfigError, match="has no tokenizer"):
