@@ -62,6 +62,7 @@ def test_bad_inputs_fail_before_anything_starts(tmp_path, capsys, arithmetic, ov
     assert not ray.is_initialized() and "cluster ready" not in capsys.readouterr().out, "Ray never started"
 
 
+@pytest.mark.slow  # by default: test_non_finite_run's NaN reward (a user reward's RewardFunctionError, step kept)
 def test_a_raising_user_reward_ends_the_run_with_the_finished_step_saved(tmp_path, shared_cluster):
     run_dir = tmp_path / "run"
     overrides = [

@@ -26,7 +26,10 @@ def records(run_dir) -> list[dict]:
 
 
 @pytest.mark.timeout(900)
-@pytest.mark.parametrize("resume", [False, pytest.param(True, marks=pytest.mark.slow)])
+# slow: by default the overlap runs in test_mixed_devices (max_staleness=1) and test_overlap_order,
+# a lost rollout worker in test_run_faults (with the resume) and test_worker_failures
+@pytest.mark.slow
+@pytest.mark.parametrize("resume", [False, True])
 def test_a_rollout_worker_lost_mid_overlap_keeps_the_step_and_resume_continues_the_versions(
     tmp_path, shared_cluster, resume
 ):
