@@ -2,9 +2,9 @@
 next step runs while a step trains; every step records the weight version its samples came from,
 none beyond the bound; a rollout worker killed while the trainer trains (a rollout in flight)
 still ends the run at once with the step that was training saved and the resume command, and the
-resumed run goes on with the resumed weights (staleness 0, then 1 again). The slow case: the
-default task's reward rises with the overlap as it does without; the resumption is slow too (the
-default suite keeps the failed run)."""
+resumed run goes on with the resumed weights (staleness 0, then 1 again). Every case is slow: the
+default task's reward rises with the overlap as it does without, and the failed run and its
+resumption (by default the overlap runs in test_mixed_devices, a lost worker in test_run_faults)."""
 
 from __future__ import annotations
 
