@@ -127,11 +127,15 @@ class GrpoStep:
     def launch(self, step: int, position: int, version: int) -> Rollout:
         """Start rollout `step` (the prompts at data `position`) on the `actor_infer` workers,
         expected to be generated with the weights of step `version`; returns without waiting."""
-        samples = self.source.batch(position, self.config.data.prompts_per_step)
-        prompt_ids = [self.encoder.encode(s.prompt) for s in samples]
+        samples, prompt_ids = self.prompts_at(position)
         self.take_turn(self.turns.for_rollout)
         launched = self.start_generation(samples, prompt_ids, self.sampling(step))
         return Rollout(step, position, len(samples), version, launched)
+
+    def prompts_at(self, position: int) -> tuple[list[Sample], list[list[int]]]:
+        """A step's prompts from data `position` on, and their token ids."""
+        samples = self.source.batch(position, self.config.data.prompts_per_step)
+        return samples, [self.encoder.encode(s.prompt) for s in samples]
 
     def start_generation(self, samples, prompt_ids: list[list[int]], sampling: SamplingConfig) -> Launched:
         shards = shard(prompt_ids, self.roles.groups["actor_infer"].world_size)
@@ -222,13 +226,10 @@ class GrpoStep:
         """DAPO's dynamic sampling: rounds of the next prompts, each scored, until the rollout holds
         `data.prompts_per_step` groups whose rewards differ or `algorithm.max_sampling_rounds`
         rounds ran; the rollout then spans every prompt the rounds took."""
-        rounds = 1
+        rounds, first = 1, self.sampling(step)
         while self.sampling_filter.wants_more(rewards, rounds):
-            samples = self.source.batch(
-                rollout.position + len(got.samples), self.config.data.prompts_per_step
-            )
-            prompt_ids = [self.encoder.encode(s.prompt) for s in samples]
-            sampling = replace(self.sampling(step), seed=self.sampling(step).seed + rounds * ROUND_SEEDS)
+            samples, prompt_ids = self.prompts_at(rollout.position + len(got.samples))
+            sampling = replace(first, seed=first.seed + rounds * ROUND_SEEDS)
             more = self.collect(self.start_generation(samples, prompt_ids, sampling))
             rewards = torch.cat([rewards, torch.tensor(self.score(more.samples, more.completions))])
             got, rounds = got.joined(more), rounds + 1

@@ -73,23 +73,17 @@ ADAPTER_FILE = "adapter_model.safetensors"  # PEFT's saved adapter, beside its a
 
 def write_peft_folder(directory: str, adapters: dict[str, torch.Tensor], alpha: float) -> None:
     """`adapters` (PEFT's saved names) as a folder PEFT and vLLM load an adapter from: the
-    tensors, and a config whose rank is theirs and whose target modules are the layers they adapt."""
-    import json
+    tensors, and PEFT's own config of their rank, `alpha` and the layers they adapt."""
     from pathlib import Path
 
+    from peft import LoraConfig
     from safetensors.torch import save_file
 
     rank = next(t.shape[0] for n, t in adapters.items() if ".lora_A." in n)
     targets = sorted({adapted_weight(n).rsplit(".", 2)[-2] for n in adapters})
-    config = {
-        "peft_type": "LORA",
-        "task_type": "CAUSAL_LM",
-        "r": rank,
-        "lora_alpha": alpha,
-        "target_modules": targets,
-        "bias": "none",
-    }
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     save_file({n: t.detach().to("cpu").contiguous() for n, t in adapters.items()}, str(folder / ADAPTER_FILE))
-    (folder / "adapter_config.json").write_text(json.dumps(config))
+    LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, task_type="CAUSAL_LM").save_pretrained(
+        str(folder)
+    )

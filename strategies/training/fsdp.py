@@ -89,14 +89,6 @@ def _model_class(model_path: str) -> type:
 Pass = tuple[torch.Tensor, dict[str, float], torch.Tensor | None]
 
 
-def _meta_model(model_path: str) -> torch.nn.Module:
-    """The causal LM of `model_path`'s config on the meta device (its layers, no memory)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    with torch.device("meta"):
-        return AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path))
-
-
 def _hf_name(name: str) -> str | None:
     """A parameter of a PEFT-wrapped model as the checkpoint names it (None: an adapter)."""
     return None if is_adapter(name) else saved_name(name)
@@ -138,7 +130,9 @@ class FsdpTrainStrategy(TrainStrategy):
                 f"take packed rows: use one of {', '.join(PACKED_ATTENTION)}, or trainer.packing=false"
             )
         if settings.lora.on:
-            check_targets(settings.lora, _meta_model(model_path))
+            check_targets(
+                settings.lora, empty_model(model_path, settings.attn_implementation, torch.device("cpu"))
+            )
         if settings.recompute is False:
             return
         model_class = _model_class(model_path)
