@@ -33,7 +33,11 @@ def test_a_tool_call_runs_the_tool_and_other_turns_go_to_the_environment():
 
 @pytest.mark.parametrize(
     "text, error",
-    [("calc?3/4", "error: valueerror"), ("nope?1", "error: no tool nope"), ("calc?", "error: tool calc needs")],
+    [
+        ("calc?3/4", "error: valueerror"),
+        ("nope?1", "error: no tool nope"),
+        ("calc?", "error: tool calc needs"),
+    ],
 )
 def test_a_failed_tool_call_is_answered_with_its_error_and_counted(text, error):
     h = host("arithmetic_tools")
@@ -44,7 +48,9 @@ def test_a_failed_tool_call_is_answered_with_its_error_and_counted(text, error):
 
 
 def test_hermes_calls_are_json_in_tool_call_tags():
-    [call] = parse_calls('<tool_call>\n{"name": "calc", "arguments": {"expression": "2*3"}}\n</tool_call>', "hermes")
+    [call] = parse_calls(
+        '<tool_call>\n{"name": "calc", "arguments": {"expression": "2*3"}}\n</tool_call>', "hermes"
+    )
     assert (call.name, dict(call.arguments)) == ("calc", {"expression": "2*3"})
     [broken] = parse_calls("<tool_call>{calc}</tool_call>", "hermes")
     assert broken.error
