@@ -13,9 +13,9 @@ from roll_device.agentic.environment import (
     EnvironmentFaultError,
     Step,
     Task,
-    resolve_environment,
 )
-from roll_device.agentic.tools import Tool, resolve_tool, tool
+from roll_device.agentic.registry import resolve_environment, resolve_tool
+from roll_device.agentic.tools import Tool, tool
 
 __all__ = [
     "Environment",

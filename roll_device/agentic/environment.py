@@ -4,7 +4,8 @@ An `Environment` is made fresh for each trajectory (its class is called without 
 `reset(task)` returns the first observation (the user's message); `step(action)` gets the
 model's turn as text (when it is not a tool call) and returns a `Step`: the next observation
 (None when done), the turn's reward, whether the episode is done, and a dict of info. Environments
-are named like reward functions: a built-in name (`BUILT_IN`) or `package.module.Class`.
+are named like reward functions: a built-in name or `package.module.Class`
+(roll_device/agentic/registry.py).
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from roll_device.agentic.naming import resolve_named
-from roll_device.errors import ConfigError, RollDeviceError
+from roll_device.errors import RollDeviceError
 
 
 @dataclass(frozen=True)
@@ -72,20 +72,3 @@ def malformed(step: Any) -> str:
     if not step.done and not isinstance(step.observation, str):
         return f"Step.observation is {step.observation!r}, but an episode that goes on needs a str"
     return ""
-
-
-def built_in() -> dict[str, type[Environment]]:
-    from roll_device.agentic.builtin import ENVIRONMENTS
-
-    return ENVIRONMENTS
-
-
-def resolve_environment(name: str) -> type[Environment]:
-    """The environment class `agentic.environment` names (a ConfigError when it is none)."""
-    found = resolve_named(name, built_in(), "agentic.environment")
-    if not (isinstance(found, type) and issubclass(found, Environment)):
-        raise ConfigError(
-            f"agentic.environment='{name}' names {found!r}, not a subclass of "
-            "roll_device.agentic.Environment: see docs/agentic.md"
-        )
-    return found

@@ -13,9 +13,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from roll_device.agentic.environment import Task, malformed, resolve_environment
+from roll_device.agentic.environment import Task, malformed
+from roll_device.agentic.registry import resolve_environment, resolve_tool
 from roll_device.agentic.tool_calls import ToolCall, named_arguments, parse_calls
-from roll_device.agentic.tools import CallTimeout, call_with_timeout, resolve_tool
+from roll_device.agentic.tools import CallTimeout, call_with_timeout
 
 
 @dataclass
@@ -33,7 +34,7 @@ class Reply:
 
 
 @dataclass(frozen=True)
-class HostSettings:
+class HostSpec:
     """What a host needs of `agentic`: names are resolved where it runs."""
 
     environment: str
@@ -44,7 +45,7 @@ class HostSettings:
 
 
 class EnvHost:
-    def __init__(self, settings: HostSettings) -> None:
+    def __init__(self, settings: HostSpec) -> None:
         self.settings = settings
         self.env_class = resolve_environment(settings.environment)
         self.tools = {t.name: t for t in map(resolve_tool, settings.tools)}

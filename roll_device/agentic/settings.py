@@ -7,9 +7,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from roll_device.agentic.environment import resolve_environment
-from roll_device.agentic.host import HostSettings
-from roll_device.agentic.tools import resolve_tool
+from roll_device.agentic.host import HostSpec
+from roll_device.agentic.registry import resolve_environment, resolve_tool
 from roll_device.errors import ConfigError
 from roll_device.settings import Count, Section
 
@@ -63,8 +62,8 @@ class AgenticSettings(Section):
                 f"({context}): lower the budget or raise rollout.max_model_len"
             )
 
-    def host(self, tool_format: str | None) -> HostSettings:
+    def host(self, tool_format: str | None) -> HostSpec:
         """What an env worker's host needs, with the template's tool-call format."""
-        return HostSettings(
+        return HostSpec(
             self.environment, tuple(self.tools), tool_format, self.env_timeout_s, self.tool_timeout_s
         )

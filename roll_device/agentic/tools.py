@@ -1,9 +1,9 @@
 """Tools: a Python function with a JSON schema (the `function` object of OpenAI's and Hugging
 Face's tool format: `name`, `description`, `parameters`), and running one with a timeout.
 
-A tool is named in `agentic.tools` by a built-in name (`BUILT_IN`) or `package.module.attr`, where
-`attr` is a `Tool` or a function decorated with `@tool(schema)`; a plain function has no schema
-and is refused.
+A tool is named in `agentic.tools` by a built-in name or `package.module.attr`, where `attr` is a
+`Tool` or a function decorated with `@tool(schema)`; a plain function has no schema and is refused
+(roll_device/agentic/registry.py).
 """
 
 from __future__ import annotations
@@ -13,9 +13,6 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
-
-from roll_device.agentic.naming import resolve_named
-from roll_device.errors import ConfigError
 
 SCHEMA_ATTRIBUTE = "tool_schema"
 
@@ -68,32 +65,6 @@ def schema_problem(schema: Any) -> str:
     if not isinstance(parameters, Mapping) or parameters.get("type") != "object":
         return "its schema needs 'parameters': a JSON schema of type 'object'"
     return ""
-
-
-def built_in() -> dict[str, Tool]:
-    from roll_device.agentic.builtin import TOOLS
-
-    return TOOLS
-
-
-def resolve_tool(name: str) -> Tool:
-    """The tool `name` (an entry of `agentic.tools`) names; a ConfigError for an unknown name or
-    a function without a schema."""
-    found = resolve_named(name, built_in(), "agentic.tools")
-    if callable(found) and not isinstance(found, Tool):
-        schema = getattr(found, SCHEMA_ATTRIBUTE, None)
-        if schema is None:
-            raise ConfigError(
-                f"agentic.tools: '{name}' is a function without a JSON schema: decorate it with "
-                "@roll_device.agentic.tool({...}) or export a roll_device.agentic.Tool"
-            )
-        found = Tool(found, schema)
-    if not isinstance(found, Tool):
-        raise ConfigError(f"agentic.tools: '{name}' names {found!r}, not a tool (a Tool or a @tool function)")
-    problem = schema_problem(found.schema)
-    if problem:
-        raise ConfigError(f"agentic.tools: '{name}': {problem}")
-    return found
 
 
 class CallTimeout(TimeoutError):

@@ -24,7 +24,7 @@ from typing import Any
 from roll_device.agentic.chat import ChatRenderer
 from roll_device.agentic.environment import EnvironmentFaultError, Task
 from roll_device.agentic.host import Reply
-from roll_device.agentic.tools import resolve_tool
+from roll_device.agentic.registry import resolve_tool
 from roll_device.agentic.trajectory import (
     DONE,
     FAULT,

@@ -7,13 +7,13 @@ tokenizer nor the strategies.
 from __future__ import annotations
 
 from roll_device.agentic.environment import Task
-from roll_device.agentic.host import EnvHost, HostSettings, Reply
+from roll_device.agentic.host import EnvHost, HostSpec, Reply
 from roll_device.pipeline.worker_base import PipelineWorker
 from roll_device.tracking.phases import phase
 
 
 class EnvWorker(PipelineWorker):
-    def setup(self, settings: HostSettings) -> None:
+    def setup(self, settings: HostSpec) -> None:
         self.host = EnvHost(settings)
 
     @phase("rollout")  # an environment's part of the rollout

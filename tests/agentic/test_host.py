@@ -9,14 +9,14 @@ import time
 import pytest
 
 from roll_device.agentic.environment import Task
-from roll_device.agentic.host import EnvHost, HostSettings
+from roll_device.agentic.host import EnvHost, HostSpec
 from roll_device.agentic.tool_calls import parse_calls
 
 TASK = Task("", None, seed=3)
 
 
 def host(environment: str, tools=("calculator",), env_timeout_s: float = 10.0) -> EnvHost:
-    return EnvHost(HostSettings(environment, tuple(tools), "tiny", env_timeout_s, 5.0))
+    return EnvHost(HostSpec(environment, tuple(tools), "tiny", env_timeout_s, 5.0))
 
 
 def test_a_tool_call_runs_the_tool_and_other_turns_go_to_the_environment():

@@ -11,7 +11,7 @@ import roll_device as rd
 from roll_device.agentic.chat import ChatRenderer
 from roll_device.agentic.environment import EnvironmentFaultError, Task
 from roll_device.agentic.host import EnvHost
-from roll_device.agentic.tools import resolve_tool
+from roll_device.agentic.registry import resolve_tool
 from roll_device.agentic.trajectory import DONE, FAULT, MAX_TURNS, TOTAL_TOKENS, trajectory_metrics
 from roll_device.inputs.prompts import Tokens
 from roll_device.pipeline.agentic_step import TurnDriver, completion
