@@ -49,6 +49,9 @@ class Environment(abc.ABC):
     def step(self, action: str) -> Step:
         """The model's turn `action` (its text, special tokens left out) -> the next `Step`."""
 
+    def close(self) -> None:
+        """The episode is over (done, a budget, the step's end): free what `reset` took."""
+
 
 class EnvironmentFaultError(RollDeviceError, RuntimeError):
     """An environment raised, hung past `agentic.env_timeout_s` or returned a malformed step, with

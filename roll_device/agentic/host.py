@@ -9,6 +9,7 @@ run, `agentic.on_env_fault`).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,12 +58,21 @@ class EnvHost:
     def step(self, items: list[tuple[int, str]]) -> list[Reply]:
         return [self._timed(key, lambda k=key, a=action: self._step(k, a)) for key, action in items]
 
+    def close(self, items: list[tuple[int, Any]]) -> list[None]:
+        """Let go of the environments of the trajectories `items` name (those still held)."""
+        for key, _ in items:
+            env = self.live.pop(key, None)
+            if env is not None:  # a close that fails frees nothing more: the episode is over either way
+                with contextlib.suppress(Exception):
+                    call_with_timeout(env.close, self.settings.env_timeout_s)
+        return [None] * len(items)
+
     def _timed(self, key: int, answer) -> Reply:
         started = time.perf_counter()
         reply = answer()
         reply.seconds = time.perf_counter() - started
         if reply.done or reply.fault:
-            self.live.pop(key, None)  # the episode is over: its environment is let go
+            self.close([(key, None)])  # the episode is over: its environment is let go
         return reply
 
     def _reset(self, key: int, task: Task) -> Reply:

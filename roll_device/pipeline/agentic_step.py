@@ -61,7 +61,7 @@ class CollectedTrajectories(Collected):
 
 # what a `TurnDriver` asks of the engines and the env workers (`AgenticStep`: through Ray)
 Generate = Callable[[list[list[int]], SamplingConfig], list[Completion]]
-EnvCall = Callable[[str, list[tuple[int, Any]]], list[Reply]]  # "reset" | "step", (key, item) pairs
+EnvCall = Callable[[str, list[tuple[int, Any]]], list]  # "reset" | "step" | "close", (key, item) pairs
 
 
 class TurnDriver:
@@ -87,6 +87,7 @@ class TurnDriver:
             seed = None if first.seed is None else first.seed + rounds * ROUND_SEEDS
             self.next_turns(live, replace(first, n=1, seed=seed))
             rounds += 1
+        self.env_call("close", [(k, None) for k in range(len(trajectories))])  # those ended on a budget
         return trajectories
 
     def begin(self, trajectory: Trajectory, reply: Reply) -> None:
@@ -246,7 +247,7 @@ class AgenticStep(GrpoStep):
         return [by_key[key] for key, _ in items]
 
 
-ENV_METHODS = {"reset": EnvWorker.reset, "step": EnvWorker.step}
+ENV_METHODS = {"reset": EnvWorker.reset, "step": EnvWorker.step, "close": EnvWorker.close}
 
 
 def chat_renderer(config, tokenizer) -> ChatRenderer | None:

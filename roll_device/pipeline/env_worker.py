@@ -23,3 +23,6 @@ class EnvWorker(PipelineWorker):
     @phase("rollout")  # an environment's part of the rollout
     def step(self, items: list[tuple[int, str]]) -> list[Reply]:
         return self.host.step(items)
+
+    def close(self, items: list[tuple[int, None]]) -> list[None]:
+        return self.host.close(items)

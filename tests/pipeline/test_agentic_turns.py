@@ -41,10 +41,13 @@ def agentic(**changes):
     return changed(config.agentic, "agentic", **changes)
 
 
+HOSTS = [None]  # the last driver's env host
+
+
 def driver(tokenizer, settings, generate):
     tools = [resolve_tool(name).rendered() for name in settings.tools]
     renderer = ChatRenderer(tokenizer, settings.chat_template, tools)
-    host = EnvHost(settings.host(renderer.tool_format))
+    host = HOSTS[0] = EnvHost(settings.host(renderer.tool_format))
     tokens = Tokens.from_tokenizer(tokenizer)
     return TurnDriver(
         settings, renderer, tokenizer, tokens, generate, lambda method, items: getattr(host, method)(items)
@@ -138,6 +141,7 @@ def test_budgets_end_trajectories_and_are_counted(tokenizer):
         [Task("", None, 1)], 1, SAMPLING
     )
     assert (turns.ended, turns.turns) == (MAX_TURNS, 2)
+    assert HOSTS[0].live == {}, "the environments of trajectories ended on a budget are let go"
     settings = agentic(
         environment="tests.agentic.envs.Echo", tools=[], max_turn_tokens=8, max_total_tokens=12
     )
