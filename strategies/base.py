@@ -52,13 +52,16 @@ class SamplingConfig:
 
 @dataclass
 class Completion:
-    """One sampled response: its tokens and the sampler's log-probability of each."""
+    """One sampled response: its tokens and the sampler's log-probability of each. A multi-turn
+    trajectory's tokens hold the environment's turns too: `mask` is then 1.0 on the model's own
+    tokens and 0.0 on the others (None: every token is the model's)."""
 
     prompt_index: int
     sample_index: int
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str
+    mask: list[float] | None = None
 
 
 @dataclass

@@ -3,7 +3,7 @@ runners, the models, the inputs or the commands: every import there, at module t
 function, points one way (plan -> placement never; the strategy packages -> base, and
 strategies/registry.py -> both; pipeline/roles.py -> run_plan.py, never back). And nothing
 points back up the floors: platforms and sim at the bottom, then the capabilities (comm, cluster,
-graph, models, inputs, tracking, compat), the strategies, the doctor, the pipeline, the commands, the CLI.
+graph, models, inputs, tracking, agentic, compat), the strategies, the doctor, the pipeline, the commands, the CLI.
 The package's own `roll_device/__init__.py` (the public names) stands outside the floors."""
 
 import ast
@@ -11,6 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKED = (
+    "roll_device.agentic",
     "roll_device.cluster",
     "roll_device.commands",
     "roll_device.compat",
@@ -28,7 +29,7 @@ FLOORS = (
     ("roll_device.errors", "roll_device.packages", "roll_device.settings", "roll_device.files"),
     ("roll_device.sim", "roll_device.platforms"),
     ("roll_device.compat", "roll_device.comm", "roll_device.cluster", "roll_device.graph"),
-    ("roll_device.models", "roll_device.inputs", "roll_device.tracking"),
+    ("roll_device.models", "roll_device.inputs", "roll_device.tracking", "roll_device.agentic"),
     ("strategies",),
     ("roll_device.doctor",),
     ("roll_device.pipeline",),

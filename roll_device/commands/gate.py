@@ -14,7 +14,7 @@ rules across sections), and check what can be checked before Ray or any worker s
   configuration that wrote its checkpoints (the run directory's `config.yaml`): the same trainer and
   model-parallel layout.
 - `check_model(config, model_path, plan)`: once the model is on disk, what it allows with each
-  role's settings, as each strategy checks it (`Strategy.check_model`).
+  role's settings, as each strategy checks it (`Strategy.check_model`), and an environment's chat template.
 - `check_roles_here(config, plan)` (part of the above): on a cluster of this machine alone, the preflight's checks of
   each role (packages, graph modes, sleep levels the kind has) before Ray starts.
 - `check_simulation(config, command)`: `ROLL_DEVICE=npu-sim` on a local cluster, which would run
@@ -184,7 +184,8 @@ def check_model(config: RunConfig, model_path: str, plan: RunPlan | None) -> Non
     """What the model itself must allow with each role's settings, before any worker loads it:
     each strategy's own `check_model` (a Megatron layout the model's heads, vocabulary and layers
     take; a vLLM engine that holds one sequence), told the role's compute platform where it is
-    known before the cluster starts (from `plan_here`'s `plan`)."""
+    known before the cluster starts (from `plan_here`'s `plan`); with an environment, a chat
+    template that renders the turns (and the tools, when asked for)."""
     platforms = _compute_platforms_known_here(config, plan)
     for role, spec in config.roles_to_run().present().items():
         settings = config.strategy_settings(role)
@@ -192,6 +193,11 @@ def check_model(config: RunConfig, model_path: str, plan: RunPlan | None) -> Non
             continue
         own_path = config.model_path_of(role, model_path)
         strategy_type(ROLE_TYPES[role], spec.strategy).check_model(platforms.get(role), settings, own_path)
+    if config.agentic.on:  # the chat template renders the turns (and writes the tool calls)
+        from roll_device.inputs.loading import load_tokenizer
+        from roll_device.pipeline.agentic_step import chat_renderer
+
+        chat_renderer(config, load_tokenizer(model_path))
 
 
 def check_roles_here(config: RunConfig, plan: RunPlan | None) -> None:

@@ -13,8 +13,9 @@ def build_batch(
     pad_id: int,
     advantages: torch.Tensor | None = None,
 ) -> tuple[TrainBatch, torch.Tensor]:
-    """Rows are prompt + response; `response_mask` marks the response tokens. Also returns the
-    sampler's per-token logprobs aligned the same way (for the rollout/trainer mismatch metric)."""
+    """Rows are prompt + response; `response_mask` marks the response tokens (a completion's own
+    `mask` where it has one: a trajectory's model tokens). Also returns the sampler's per-token
+    logprobs aligned the same way (for the rollout/trainer mismatch metric)."""
     rows = [prompts[c.prompt_index] + c.token_ids for c in completions]
     width = max(len(r) for r in rows)
     size = (len(rows), width)
@@ -26,7 +27,7 @@ def build_batch(
         start = len(prompts[c.prompt_index])
         input_ids[i, : len(row)] = torch.tensor(row)
         attention[i, : len(row)] = 1
-        response[i, start : len(row)] = 1.0
+        response[i, start : len(row)] = 1.0 if c.mask is None else torch.tensor(c.mask, dtype=torch.float32)
         sampler_logprobs[i, start : len(row)] = torch.tensor(c.logprobs, dtype=torch.float32)
     batch = TrainBatch(
         input_ids, attention, response, advantages=None if advantages is None else advantages.float()

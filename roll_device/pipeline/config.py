@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from roll_device.agentic.settings import AgenticSettings
 from roll_device.cluster.settings import ClusterSettings, RoleSettings, check_colocation, owner, read_cluster
 from roll_device.comm.options import WeightSyncOptions
 from roll_device.errors import ConfigError
@@ -40,6 +41,7 @@ from strategies.registry import UNSERVED, names, strategy_type
 from strategies.training.settings import CriticSettings, TrainSettings
 
 REWARD = "reward"  # the role type of reward workers (the pipeline's own, no strategy registry)
+ENV = "env"  # the role type of environment workers (the pipeline's own, roll_device/agentic)
 # the section a role type's strategy reads (the critic: the trainer's, with `critic`'s own keys)
 SECTION_OF = {INFERENCE: "rollout", TRAIN: "trainer", CRITIC: "trainer"}
 TRAINER_TYPES = (TRAIN, CRITIC)  # role types whose workers form a torch.distributed world of their own
@@ -62,10 +64,12 @@ ROLE_TABLE = {
     "reference": RoleEntry(TRAIN, required=False),
     "reward": RoleEntry(REWARD),
     "critic": RoleEntry(CRITIC, required=False),
+    "env": RoleEntry(ENV, required=False),
 }
 ROLE_TYPES = {role: entry.role_type for role, entry in ROLE_TABLE.items()}
 REQUIRED_ROLES = tuple(role for role, entry in ROLE_TABLE.items() if entry.required)
 REWARD_STRATEGIES = ("rule",)
+OWN_STRATEGIES = {REWARD: REWARD_STRATEGIES, ENV: ("python",)}  # the pipeline's own role types
 RESUME_CHOICES = (True, False, "latest_valid")
 
 
@@ -151,6 +155,8 @@ class RunConfig(Section):
     logger: list[str] = Field(description="trackers beside metrics.jsonl, docs/observability.md")
     tracking: TrackingSettings
     profile: ProfileSettings
+    # a default: run folders written before the section was added still read
+    agentic: AgenticSettings = Field(default_factory=AgenticSettings)
 
     @field_validator("logger")
     @classmethod
@@ -185,6 +191,7 @@ class RunConfig(Section):
         self._check_overlap()
         self._check_trainer_loss()
         self._check_profile()
+        self._check_agentic()
         self.reward.check_with(self.data)
         return self
 
@@ -225,10 +232,11 @@ class RunConfig(Section):
 
     def _check_strategy(self, role: str, spec: RoleSettings) -> None:
         role_type = ROLE_TYPES[role]
-        if role_type == REWARD:
-            if spec.strategy not in REWARD_STRATEGIES:
+        if role_type in OWN_STRATEGIES:
+            if spec.strategy not in OWN_STRATEGIES[role_type]:
                 raise ConfigError(
-                    f"roles.reward.strategy='{spec.strategy}' is unknown: choose {', '.join(REWARD_STRATEGIES)}"
+                    f"roles.{role}.strategy='{spec.strategy}' is unknown: choose "
+                    f"{', '.join(OWN_STRATEGIES[role_type])}"
                 )
             return
         if spec.strategy not in names(role_type):
@@ -322,6 +330,32 @@ class RunConfig(Section):
         refused = profile_refusal(self.profile, self.max_steps, self.roles_to_run().present())
         if refused:
             raise ConfigError(refused)
+
+    def _check_agentic(self) -> None:
+        """An environment needs env workers (and they one), known names, a budget that fits the
+        context; the step's parts that are single-turn only are refused with one."""
+        agentic, has_env = self.agentic, self.roles.env is not None
+        agentic.check_names()
+        if agentic.on != has_env:
+            fix = "configure roles.env (experiment=agentic_game does)" if agentic.on else "set roles.env=null"
+            raise ConfigError(
+                f"agentic.environment={agentic.environment} but roles.env is "
+                f"{'configured' if has_env else 'null'}: {fix}"
+            )
+        if not agentic.on:
+            return
+        agentic.check_budget(self.rollout.max_model_len)
+        self.trainer.check_longest_sample(
+            agentic.max_prompt_tokens + agentic.max_total_tokens,
+            "agentic.max_prompt_tokens + agentic.max_total_tokens",
+        )
+        single_turn = {
+            "algorithm.dynamic_sampling": self.algorithm.dynamic_sampling,
+            "eval.every_n_steps": self.eval.every_n_steps,
+        }
+        for key, value in single_turn.items():
+            if value:
+                raise ConfigError(f"{key}={value} is single-turn only: set it off with agentic.environment")
 
     def _check_overlap(self) -> None:
         staleness = self.algorithm.max_staleness

@@ -31,6 +31,8 @@ from pathlib import Path
 
 import yaml
 
+from roll_device.agentic.chat import ChatRenderer
+from roll_device.agentic.environment import EnvironmentFaultError
 from roll_device.cluster import read_inventory, start_cluster
 from roll_device.cluster.placement import release
 from roll_device.doctor.preflight import preflight
@@ -40,6 +42,7 @@ from roll_device.graph.guard import EAGER, RECAPTURED
 from roll_device.inputs.loading import RunInputs, load_inputs, load_tokenizer, read_data
 from roll_device.inputs.prompts import PromptEncoder
 from roll_device.inputs.rewards import RewardFunctionError
+from roll_device.pipeline.agentic_step import AgenticStep, chat_renderer
 from roll_device.pipeline.config import ModelSettings, RunConfig
 from roll_device.pipeline.evaluation import evaluate
 from roll_device.pipeline.interrupts import how_stopped
@@ -78,13 +81,24 @@ class Run:
     """The state of one run: checkpoints, metrics, and the roles it drives."""
 
     def __init__(
-        self, config: RunConfig, run_dir: Path, roles: RoleGroups, inputs: RunInputs, trackers: Trackers
+        self,
+        config: RunConfig,
+        run_dir: Path,
+        roles: RoleGroups,
+        inputs: RunInputs,
+        trackers: Trackers,
+        renderer: ChatRenderer | None = None,
     ) -> None:
         self.config, self.run_dir, self.roles, self.inputs = config, run_dir, roles, inputs
         self.checkpoints = Checkpoints(run_dir)
         self.metrics = MetricsLog(run_dir)
         self.observer = RunObserver(config, run_dir, roles, trackers)
-        self.step = GrpoStep(config, roles, inputs)
+        # multi-turn trajectories with an environment (`renderer`: its chat template), else GRPO's step
+        self.step = (
+            GrpoStep(config, roles, inputs)
+            if renderer is None
+            else AgenticStep(config, roles, inputs, renderer)
+        )
         self.state = PipelineState()
         self.saved_step = 0
         self.last_step = inputs.last_step
@@ -262,7 +276,9 @@ def _run(
     config: RunConfig, run_dir: Path, path: str, start, on_step: Callable | None, trackers: Trackers
 ) -> None:
     quiet_driver()
-    inputs = _inputs(config, load_tokenizer(path), path, read_data(config.data, config.seed))  # before Ray
+    tokenizer = load_tokenizer(path)
+    inputs = _inputs(config, tokenizer, path, read_data(config.data, config.seed))  # before Ray
+    renderer = chat_renderer(config, tokenizer)
     started = time.perf_counter()
     with start_cluster(config.cluster) as cluster:
         plan = build_run_plan(config, read_inventory())
@@ -277,7 +293,9 @@ def _run(
         )
         setting_up = time.perf_counter()  # what the set-up bar counts
         try:
-            roles = start_roles(config, plan, path, log_dir=run_dir / LOG_DIR)
+            roles = start_roles(
+                config, plan, path, log_dir=run_dir / LOG_DIR, tool_format=renderer and renderer.tool_format
+            )
         except WorkerLostError as lost:
             release(plan.placement)
             again = "no step ran; run the same command again once the cause is fixed"
@@ -288,7 +306,7 @@ def _run(
                 f"{time.perf_counter() - started:.1f}s since the cluster's start); {describe_roles(roles)}",
                 flush=True,
             )
-            _drive(Run(config, run_dir, roles, inputs, trackers), plan, start, on_step)
+            _drive(Run(config, run_dir, roles, inputs, trackers, renderer), plan, start, on_step)
         finally:
             roles.shutdown()
             release(plan.placement)
@@ -308,6 +326,8 @@ def _drive(run: Run, plan: RunPlan, start: ResumePoint | None, on_step: Callable
         run.loop(on_step)
     except WorkerLostError as lost:
         raise run.fail(lost) from lost
+    except EnvironmentFaultError as failed:  # agentic.on_env_fault=run
+        raise run.ended(EnvironmentFaultError, str(failed)) from None
     except RewardFunctionError as failed:  # its one line, not Ray's wrapped traceback
         cause = getattr(failed, "cause", None) or failed
         raise run.ended(RewardFunctionError, str(cause).splitlines()[0]) from None

@@ -33,7 +33,8 @@ from roll_device.cluster import WorkerGroup, shard
 from roll_device.comm import Endpoint, SyncPlan, WeightSyncOptions, abort_sync, sync_actor_options
 from roll_device.errors import RollDeviceError, WeightSyncError
 from roll_device.graph.guard import step_record
-from roll_device.pipeline.config import REWARD, ROLE_TYPES, TRAINER_TYPES, RunConfig
+from roll_device.pipeline.config import ENV, REWARD, ROLE_TYPES, TRAINER_TYPES, RunConfig
+from roll_device.pipeline.env_worker import EnvWorker
 from roll_device.pipeline.output import setup_progress
 from roll_device.pipeline.reward_worker import RewardWorker
 from roll_device.pipeline.run_plan import SYNC_RECEIVER, SYNC_SENDER, RunPlan
@@ -324,12 +325,24 @@ class RoleGroups:
 
 
 # the worker class of each role type (pipeline/config.py's ROLE_TABLE gives each role its type)
-WORKER_OF = {INFERENCE: RolloutWorker, TRAIN: TrainWorker, REWARD: RewardWorker, CRITIC: CriticWorker}
+WORKER_OF = {
+    INFERENCE: RolloutWorker,
+    TRAIN: TrainWorker,
+    REWARD: RewardWorker,
+    CRITIC: CriticWorker,
+    ENV: EnvWorker,
+}
 
 
-def start_roles(config: RunConfig, plan: RunPlan, model_path: str, log_dir: Path | None = None) -> RoleGroups:
+def start_roles(
+    config: RunConfig,
+    plan: RunPlan,
+    model_path: str,
+    log_dir: Path | None = None,
+    tool_format: str | None = None,
+) -> RoleGroups:
     """Start and set up every planned role (their output in `log_dir` when given); connect the
-    weight sync."""
+    weight sync. `tool_format`: the chat template's tool-call format, for the env workers."""
     roles = RoleGroups(
         _start_groups(config, plan),
         plan.sync,
@@ -348,6 +361,10 @@ def start_roles(config: RunConfig, plan: RunPlan, model_path: str, log_dir: Path
     try:  # the bar spans the whole set-up: rendezvous, set-up calls, the sync's connection
         with setup_progress(workers) as ready:
             setups = _start_setups(config, plan, roles, model_path)
+            if "env" in roles.groups:
+                setups["env"] = roles.groups["env"].async_call_all(
+                    EnvWorker.setup, config.agentic.host(tool_format)
+                )
             done = roles.wait(setups, on_ready=ready)
             roles.wait(capture)
             roles.dp_ranks = {role: done[role] for role in done if ROLE_TYPES[role] in TRAINER_TYPES}

@@ -165,7 +165,7 @@ BAD_VALUES = [
     (["roles.actor_train=null"], "roles.actor_train is missing: the GRPO pipeline needs it"),
     (
         ["experiment=nope"],
-        "experiment=nope: no such option; choose one of arithmetic_math, mixed_devices, moe, qwen05b_shapes,",
+        "experiment=nope: no such option; choose one of agentic_game, agentic_tools, arithmetic_math, mixed_devices, moe, qwen05b_shapes,",
     ),
 ]
 

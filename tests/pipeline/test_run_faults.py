@@ -28,6 +28,8 @@ MAX_STEPS = 5
             "reference", "logprobs", 3, ["roles.reference.colocate_with=null"], marks=pytest.mark.slow
         ),
         pytest.param("reward", "score", 3, ["algorithm.kl_coef=0"], marks=pytest.mark.slow),
+        # the multi-turn rollout of step 5 runs while step 4 is recorded (it is launched then)
+        pytest.param("env", "step", 4, ["experiment=agentic_game", "rollout=hf"], marks=pytest.mark.slow),
     ],
 )
 def test_a_killed_worker_ends_the_run_and_resume_records_every_step_once(

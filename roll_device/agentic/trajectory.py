@@ -1,0 +1,75 @@
+"""One trajectory: the first prompt's ids, then every token after it as the engine or the
+environment's rendering made it, with a mask that is 1 on the model's own tokens only (the
+losses score exactly those: `TrainBatch.response_mask`), the engine's logprobs of them, and the
+reward of each turn. `ended` says why it stopped: the environment said done, a budget (`BUDGETS`)
+ran out, or the environment faulted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DONE, FAULT = "done", "env_fault"
+MAX_TURNS, TOTAL_TOKENS = "max_turns", "max_total_tokens"
+BUDGETS = (MAX_TURNS, TOTAL_TOKENS)
+
+
+@dataclass
+class Trajectory:
+    prompt_index: int
+    sample_index: int
+    prompt_ids: list[int]
+    messages: list[dict[str, Any]]  # the chat so far, for rendering the next environment part
+    tokens: list[int] = field(default_factory=list)  # everything after the first prompt
+    mask: list[float] = field(default_factory=list)  # 1.0: the model's token
+    logprobs: list[float] = field(default_factory=list)  # the engine's; 0.0 on environment tokens
+    turn_rewards: list[float] = field(default_factory=list)
+    ended: str | None = None
+    tool_calls: int = 0
+    tool_failures: int = 0
+    env_seconds: list[float] = field(default_factory=list)
+
+    @property
+    def context(self) -> list[int]:
+        """What the engine continues from: the prompt and every token since."""
+        return self.prompt_ids + self.tokens
+
+    @property
+    def turns(self) -> int:
+        return len(self.turn_rewards)
+
+    @property
+    def reward(self) -> float:
+        """The trajectory's reward: the sum of its turns' rewards."""
+        return float(sum(self.turn_rewards))
+
+    def add_model(self, token_ids: list[int], logprobs: list[float]) -> None:
+        self.tokens += token_ids
+        self.mask += [1.0] * len(token_ids)
+        self.logprobs += logprobs
+
+    def add_environment(self, token_ids: list[int]) -> None:
+        self.tokens += token_ids
+        self.mask += [0.0] * len(token_ids)
+        self.logprobs += [0.0] * len(token_ids)
+
+    def end(self, reason: str) -> None:
+        self.ended = self.ended or reason
+
+
+def trajectory_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    """A step's multi-turn metrics: turns per trajectory, tool calls and their failures, seconds
+    per environment step, the trajectories that ended on a budget or an environment's fault."""
+    count = max(len(trajectories), 1)
+    steps = [s for t in trajectories for s in t.env_seconds]
+    turn_rewards = [r for t in trajectories for r in t.turn_rewards]
+    return {
+        "turns_mean": sum(t.turns for t in trajectories) / count,
+        "tool_calls": sum(t.tool_calls for t in trajectories),
+        "tool_failures": sum(t.tool_failures for t in trajectories),
+        "env_step_s": sum(steps) / max(len(steps), 1),
+        "ended_on_budget": sum(t.ended in BUDGETS for t in trajectories),
+        "env_faults": sum(t.ended == FAULT for t in trajectories),
+        "turn_reward_mean": sum(turn_rewards) / max(len(turn_rewards), 1),
+    }

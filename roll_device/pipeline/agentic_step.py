@@ -1,0 +1,259 @@
+"""`AgenticStep`: the GRPO step with multi-turn trajectories (`agentic.environment` set).
+
+`launch` rolls out the step's trajectories, `samples_per_prompt` per task (one task per prompt of
+the data source; a group shares the task's seed, so GRPO compares trajectories of the same task):
+the `env` workers reset an environment per trajectory, the first prompt is the chat template's
+rendering of its first observation, and then, in rounds, every live trajectory's next turn is
+generated (one batched `generate` per round on the `actor_infer` workers, one sample each), its
+tokens kept as the engine made them, and its text sent to the trajectory's env worker, whose reply
+is rendered and appended as the environment's tokens (roll_device/agentic/chat.py). A trajectory
+ends when its environment says done, on a budget (`agentic.max_turns`, `max_total_tokens`), or on
+an environment's fault (or the run ends: `agentic.on_env_fault=run`).
+
+Each trajectory trains as one row: its whole context, the mask 1 on the model's tokens only
+(`Completion.mask`), the reward the sum of its turns' rewards. The rest of the step is GRPO's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from roll_device.agentic.chat import ChatRenderer
+from roll_device.agentic.environment import EnvironmentFaultError, Task
+from roll_device.agentic.host import Reply
+from roll_device.agentic.registry import resolve_tool
+from roll_device.agentic.trajectory import (
+    DONE,
+    FAULT,
+    MAX_TURNS,
+    TOTAL_TOKENS,
+    Trajectory,
+    trajectory_metrics,
+)
+from roll_device.errors import ConfigError
+from roll_device.pipeline.env_worker import EnvWorker
+from roll_device.pipeline.loop import ROUND_SEEDS, Collected, GrpoStep
+from roll_device.pipeline.overlap import Rollout
+from roll_device.pipeline.record import StepRecord
+from roll_device.pipeline.state import PipelineState
+from strategies.base import Completion, SamplingConfig
+
+TASK_SEEDS = 1_000_003  # a task's seed: the run's seed times this, plus the task's data position
+
+
+@dataclass
+class TrajectoryCompletion(Completion):
+    """A trajectory as one completion: its whole row (first prompt included), and its reward."""
+
+    reward: float = 0.0
+
+
+@dataclass
+class CollectedTrajectories(Collected):
+    """A multi-turn rollout, already collected when launched (`refs`: nothing in flight)."""
+
+    trajectories: list[Trajectory] = field(default_factory=list)
+    refs: list = field(default_factory=list)
+
+
+# what a `TurnDriver` asks of the engines and the env workers (`AgenticStep`: through Ray)
+Generate = Callable[[list[list[int]], SamplingConfig], list[Completion]]
+EnvCall = Callable[[str, list[tuple[int, Any]]], list]  # "reset" | "step" | "close", (key, item) pairs
+
+
+class TurnDriver:
+    """The turns of a step's trajectories (see the module docstring): `generate` runs one batched
+    generation (one completion per context, in order), `env_call` the env workers' `reset` or
+    `step` on (trajectory key, item) pairs."""
+
+    def __init__(
+        self, agentic, renderer: ChatRenderer, tokenizer, tokens, generate: Generate, env_call: EnvCall
+    ) -> None:
+        self.agentic, self.renderer, self.tokenizer, self.tokens = agentic, renderer, tokenizer, tokens
+        self.generate, self.env_call = generate, env_call
+
+    def roll_out(self, tasks: list[Task], n: int, first: SamplingConfig) -> list[Trajectory]:
+        """`n` trajectories of each of `tasks`, task-major (a group per task), run to their end."""
+        self.n = n
+        trajectories = [Trajectory(i, s, [], []) for i in range(len(tasks)) for s in range(n)]
+        replies = self.env_call("reset", [(k, tasks[t.prompt_index]) for k, t in enumerate(trajectories)])
+        for trajectory, reply in zip(trajectories, replies):
+            self.begin(trajectory, reply)
+        rounds = 0
+        while live := [t for t in trajectories if t.ended is None]:
+            seed = None if first.seed is None else first.seed + rounds * ROUND_SEEDS
+            self.next_turns(live, replace(first, n=1, seed=seed))
+            rounds += 1
+        self.env_call("close", [(k, None) for k in range(len(trajectories))])  # those ended on a budget
+        return trajectories
+
+    def begin(self, trajectory: Trajectory, reply: Reply) -> None:
+        """The first prompt from the environment's first observation (or the fault that ends it)."""
+        if reply.fault:
+            self.fault(trajectory, reply.fault)
+            return
+        trajectory.messages = list(reply.messages)
+        trajectory.prompt_ids = self.renderer.first(trajectory.messages)
+        if len(trajectory.prompt_ids) > self.agentic.max_prompt_tokens:
+            raise ConfigError(
+                f"the first prompt has {len(trajectory.prompt_ids)} tokens, more than agentic.max_prompt_tokens="
+                f"{self.agentic.max_prompt_tokens}: raise it (within rollout.max_model_len)"
+            )
+
+    def next_turns(self, live: list[Trajectory], sampling: SamplingConfig) -> None:
+        """One round: the next model turn of every live trajectory (one batched generate), then
+        their environments' replies."""
+        sampling = replace(sampling, max_tokens=self.agentic.max_turn_tokens)
+        completions = self.generate([t.context for t in live], sampling)
+        texts = {}
+        for trajectory, completion in zip(live, sorted(completions, key=lambda c: c.prompt_index)):
+            texts[id(trajectory)] = self.model_turn(trajectory, completion)
+        acting = [t for t in live if t.ended is None]
+        keys = {id(t): k for k, t in enumerate(acting)}
+        replies = self.env_call("step", [(self.key(t, self.n), texts[id(t)][0]) for t in acting])
+        for trajectory in acting:
+            self.answer(trajectory, replies[keys[id(trajectory)]], *texts[id(trajectory)])
+
+    @staticmethod
+    def key(trajectory: Trajectory, n: int) -> int:
+        """The trajectory's id on the env workers (its position in the step's trajectories)."""
+        return trajectory.prompt_index * n + trajectory.sample_index
+
+    def model_turn(self, trajectory: Trajectory, completion: Completion) -> tuple[str, str]:
+        """Append the engine's tokens (cut at the total budget); returns the turn's text and the
+        text of the stop token that ended it ("" when cut off)."""
+        room = self.agentic.max_total_tokens - len(trajectory.tokens)
+        ids = completion.token_ids[:room]
+        trajectory.add_model(ids, completion.logprobs[:room])
+        if len(completion.token_ids) > room:
+            trajectory.turn_rewards.append(0.0)
+            trajectory.end(TOTAL_TOKENS)
+        stopped = bool(ids) and ids[-1] in self.tokens.stop
+        text = self.tokenizer.decode(ids[:-1] if stopped else ids, skip_special_tokens=True)
+        return text, self.tokenizer.decode(ids[-1:]) if stopped else ""
+
+    def answer(self, trajectory: Trajectory, reply: Reply, text: str, stop_text: str) -> None:
+        """The environment's reply to the trajectory's last turn: its reward, and its messages
+        rendered and appended unless the trajectory ends here."""
+        trajectory.tool_calls += reply.tool_calls
+        trajectory.tool_failures += reply.tool_failures
+        trajectory.env_seconds.append(reply.seconds)
+        trajectory.turn_rewards.append(reply.reward)
+        if reply.fault:
+            self.fault(trajectory, reply.fault)
+        elif reply.done:
+            trajectory.end(DONE)
+        elif trajectory.turns >= self.agentic.max_turns:
+            trajectory.end(MAX_TURNS)
+        if trajectory.ended is not None:
+            return
+        ids = self.renderer.after_model(trajectory.messages, text, stop_text, reply.messages)
+        trajectory.messages += [{"role": "assistant", "content": text}, *reply.messages]
+        if len(trajectory.tokens) + len(ids) >= self.agentic.max_total_tokens:  # no room for a turn
+            trajectory.end(TOTAL_TOKENS)
+            return
+        trajectory.add_environment(ids)
+
+    def fault(self, trajectory: Trajectory, why: str) -> None:
+        if self.agentic.on_env_fault == "run":
+            raise EnvironmentFaultError(
+                f"environment {self.agentic.environment} failed (task {trajectory.prompt_index}, sample "
+                f"{trajectory.sample_index}): {why}; agentic.on_env_fault=run ends the run "
+                "(agentic.on_env_fault=trajectory ends only that trajectory)"
+            )
+        trajectory.end(FAULT)
+
+
+def completion(trajectory: Trajectory, pad: int) -> TrajectoryCompletion:
+    """A trajectory as one completion: its whole row, the mask over the model's tokens."""
+    prompt = trajectory.prompt_ids or [pad]  # a reset that faulted has no prompt
+    return TrajectoryCompletion(
+        trajectory.prompt_index,
+        trajectory.sample_index,
+        prompt + trajectory.tokens,
+        [0.0] * len(prompt) + trajectory.logprobs,
+        trajectory.ended or DONE,
+        mask=[0.0] * len(prompt) + trajectory.mask,
+        reward=trajectory.reward,
+    )
+
+
+class AgenticStep(GrpoStep):
+    """GRPO's step on the trajectories a `TurnDriver` rolls out through the run's roles."""
+
+    def __init__(self, config, roles, inputs, renderer: ChatRenderer) -> None:
+        super().__init__(config, roles, inputs)
+        self.driver = TurnDriver(
+            config.agentic,
+            renderer,
+            inputs.encoder.tokenizer,
+            self.tokens,
+            self.generate_round,
+            self.env_call,
+        )
+        self.rounds: list[Collected] = []
+
+    def launch(self, step: int, position: int, version: int) -> Rollout:
+        samples = self.source.batch(position, self.config.data.prompts_per_step)
+        self.take_turn(self.turns.for_rollout)
+        return Rollout(step, position, len(samples), version, self.roll_out(samples, step, position))
+
+    def collect(self, launched) -> Collected:
+        return launched if isinstance(launched, CollectedTrajectories) else super().collect(launched)
+
+    def score(self, samples, completions: list[Completion]) -> list[float]:
+        return [c.reward for c in completions]
+
+    def train(self, state: PipelineState, rollout: Rollout, got: CollectedTrajectories) -> StepRecord:
+        record = super().train(state, rollout, got)
+        record.update(trajectory_metrics(got.trajectories))
+        return record
+
+    def roll_out(self, samples, step: int, position: int) -> CollectedTrajectories:
+        tasks = [
+            Task(s.prompt, s.answer, self.config.seed * TASK_SEEDS + position + i)
+            for i, s in enumerate(samples)
+        ]
+        self.rounds = []
+        trajectories = self.driver.roll_out(tasks, self.algo.samples_per_prompt, self.sampling(step))
+        rounds, now = self.rounds, time.time()
+        return CollectedTrajectories(
+            samples,
+            [[] for _ in samples],  # each row is its trajectory's whole context (`completion`)
+            [completion(t, self.tokens.pad) for t in trajectories],
+            version=min((r.version for r in rounds), default=0),
+            started=rounds[0].started if rounds else now,
+            finished=rounds[-1].finished if rounds else now,
+            engine_idle_s=rounds[0].engine_idle_s if rounds else 0.0,
+            waited_s=sum(r.waited_s for r in rounds),
+            trajectories=trajectories,
+        )
+
+    def generate_round(self, contexts: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
+        """One round's generation on the `actor_infer` workers (kept for the step's timing)."""
+        self.rounds.append(self.collect(self.start_generation([], contexts, sampling)))
+        return self.rounds[-1].completions
+
+    def env_call(self, method: str, items: list[tuple[int, Any]]) -> list[Reply]:
+        """`method` on the env workers, each trajectory's items on worker `key % workers`; the
+        replies in the order of `items`."""
+        workers = self.roles.groups["env"].world_size
+        shards = [[item for item in items if item[0] % workers == w] for w in range(workers)]
+        parts = self.roles.scatter("env", ENV_METHODS[method], shards)
+        by_key = {key: reply for shard, part in zip(shards, parts) for (key, _), reply in zip(shard, part)}
+        return [by_key[key] for key, _ in items]
+
+
+ENV_METHODS = {"reset": EnvWorker.reset, "step": EnvWorker.step, "close": EnvWorker.close}
+
+
+def chat_renderer(config, tokenizer) -> ChatRenderer | None:
+    """The run's chat renderer with its tools (None for a single-turn run); refuses, before Ray, a
+    chat template that cannot serve the run (none, or no tool support when tools are asked for)."""
+    if not config.agentic.on:
+        return None
+    tools = [resolve_tool(name).rendered() for name in config.agentic.tools]
+    return ChatRenderer(tokenizer, config.agentic.chat_template, tools)
