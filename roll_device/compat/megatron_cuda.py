@@ -10,6 +10,9 @@ What megatron-core 0.16 hard-codes, and where it goes instead:
   clipping -> the platform's device (a torch function mode rewrites the `device` argument);
 - `Tensor.cuda()` (the tied-embedding copy on the last pipeline stage) -> `.to(` the platform's
   device `)`;
+- `torch.cuda.Stream()` / `current_stream()` / `stream(...)` (the MoE all-to-all dispatcher copies
+  its token counts to the host on a side stream and waits on the event it records) -> the
+  platform's streams, whose `record_event` returns an event (the host's stream returns None);
 - `Tensor.type()` checks against `torch.cuda.FloatTensor` in grad clipping and the (distributed)
   optimizer -> tensors on the platform's device answer with the CUDA spelling.
 
@@ -64,6 +67,22 @@ class DeviceArgumentRedirect(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+class PlatformStream:
+    """A new stream of the platform that answers `record_event` with a recorded event (the
+    host's placeholder stream records nothing and returns None); the rest is the stream's."""
+
+    def __init__(self, platform: Platform) -> None:
+        self.platform, self.stream = platform, platform.new_stream()
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+    def record_event(self, event=None):
+        event = event or self.platform.new_event()
+        event.record(self.stream)
+        return event
+
+
 def _replacements(platform: Platform) -> list[tuple[object, str, object]]:
     from megatron.core.tensor_parallel import random as megatron_random
 
@@ -77,6 +96,9 @@ def _replacements(platform: Platform) -> list[tuple[object, str, object]]:
         (torch.cuda, "current_device", platform.current_device),
         (torch.cuda, "synchronize", lambda *_args, **_kwargs: platform.synchronize()),
         (torch.cuda, "empty_cache", platform.empty_cache),
+        (torch.cuda, "Stream", lambda *_args, **_kwargs: PlatformStream(platform)),
+        (torch.cuda, "current_stream", lambda *_args, **_kwargs: platform.current_stream()),
+        (torch.cuda, "stream", platform.stream),
         (torch.cuda, "get_rng_state", get_state),
         (torch.cuda, "set_rng_state", set_state),
         (torch.cuda, "manual_seed", platform.manual_seed),

@@ -3,8 +3,9 @@ either trainer's torch.distributed.checkpoint folder (what `save_checkpoint` wri
 full HF state dict of the model it trained.
 
 - FSDP: the model's entries are stored whole under `model.<HF name>`;
-- Megatron: each (pipeline stage, tensor-parallel rank)'s shard under `model.pp<S>.tp<T>.<name>`,
-  merged back with the conversion table of megatron_weights.py.
+- Megatron: each (pipeline stage, tensor-parallel rank)'s shard under `model.pp<S>.tp<T>.<name>`
+  (a MoE layer's experts under their global index and expert-tensor-parallel rank, whatever the
+  expert-parallel size), merged back with the conversion table of megatron_weights.py.
 
 Optimizer entries are not read.
 """
@@ -28,6 +29,8 @@ class Layout:
 
     tensor_parallel: int
     pipeline_parallel: int
+    expert_parallel: int = 1  # the checkpoint holds every expert under its global index
+    experts_tensor_parallel: int = 1  # the experts' checks, not the merge (which counts the shards)
 
 
 def _read_model_entries(directory: str) -> dict[str, torch.Tensor]:
@@ -63,13 +66,13 @@ def _megatron_state(entries: dict[str, torch.Tensor], hf_config) -> dict[str, to
         first = shards[(stage, 0)]
         names = {id(tensor): name for name, tensor in first.items()}
         table = megatron_weights.parameters(shape, stage, pp)
+
+        def gather(local, s=stage, n=names, holders=range(tp)):
+            return [shards[(s, r)][n[id(local)]] for r in holders if n[id(local)] in shards[(s, r)]]
+
+        # an expert split over fewer ranks than tensor_parallel is held by those ranks alone
         out.update(
-            megatron_weights.export(
-                first,
-                table,
-                shape,
-                lambda local, s=stage, n=names: [shards[(s, r)][n[id(local)]] for r in range(tp)],
-            )
+            megatron_weights.export(first, table, shape, gather, megatron_weights.ExpertGathers(gather))
         )
     return out
 
