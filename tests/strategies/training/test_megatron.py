@@ -179,7 +179,7 @@ def test_unsupported_model_family_is_named(tmp_path):
     from transformers import GPT2Config
 
     GPT2Config(n_layer=1, n_embd=64, n_head=2).save_pretrained(tmp_path)
-    with pytest.raises(ConfigError, match="converts the qwen2, llama families, not 'gpt2'"):
+    with pytest.raises(ConfigError, match="converts the qwen2, llama, qwen3, qwen3_moe families, not 'gpt2'"):
         MegatronTrainStrategy(rd.get_platform("cpu")).initialize(str(tmp_path), trainer_settings("megatron"))
 
 
