@@ -61,8 +61,11 @@ def expert_parallel(rank: int, moe_path: str) -> dict:
     batch = make_batch(seed=seeds[rank])
     trainer = new_trainer(moe_path, expert_parallel=2)
     out = against_transformers(trainer, moe_path, batch)
-    layer0 = "decoder.layers.0.mlp.experts.local_experts."
-    out["local_experts"] = sum(1 for n, _ in trainer.gpt.named_parameters() if n.startswith(layer0))
+    out["local_experts"] = sum(
+        1
+        for n, _ in trainer.gpt.named_parameters()
+        if n.startswith("decoder.layers.0.mlp.experts.") and n.endswith("linear_fc1.weight")
+    )
     out["expert_group_size"] = dist.get_world_size(trainer.ep_group)
     first = trainer.train_step(batch, nll_loss())
     out["reference_grad_norm"], reference = reference_step(moe_path, concat([make_batch(s) for s in seeds]))
