@@ -96,6 +96,13 @@ def _describe_moe(hf_config, settings: MegatronSettings) -> MoePlan | None:
             "megatron trainer: every layer of the model must be a MoE layer (mlp_only_layers=[], "
             "decoder_sparse_step=1): use the fsdp trainer for this model"
         )
+    if settings.tensor_parallel > 1:  # megatron-core's MoE layer refuses to train so
+        raise ConfigError(
+            f"megatron trainer: tensor_parallel={settings.tensor_parallel} with a mixture of experts needs "
+            "megatron's sequence parallelism, which this trainer does not run: set trainer.tensor_parallel=1 "
+            "and spread the experts with trainer.expert_parallel (or split them with "
+            "trainer.expert_tensor_parallel)"
+        )
     _divides("trainer.expert_parallel", settings.expert_parallel, {"num_experts": experts})
     moe_ffn = hf_config.moe_intermediate_size
     _divides("expert tensor parallel", settings.experts_tensor_parallel, {"moe_intermediate_size": moe_ffn})

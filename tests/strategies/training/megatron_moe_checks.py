@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from strategies.training.checkpoint_export import hf_state_dict
 from strategies.training.losses import nll_loss
 from tests.strategies.training.data import concat, make_batch
 from tests.strategies.training.fsdp_checks import max_diff, plain_logprobs, reference_step
@@ -52,11 +53,12 @@ def qwen3_models(rank: int, dense_path: str, moe_path: str) -> dict:
     return out
 
 
-def expert_parallel(rank: int, moe_path: str) -> dict:
+def expert_parallel(rank: int, moe_path: str, checkpoint_dir: str) -> dict:
     """expert_parallel=2 on 2 ranks (2 data-parallel ranks of the dense layers, each its own rows,
     4 of the 8 experts each, tokens exchanged by the all-to-all dispatcher): transformers'
-    logprobs, a first step equal to a plain step on both ranks' rows, a second step, and the
-    export of every expert on every rank."""
+    logprobs, a first step equal to a plain step on both ranks' rows, a second step, the export
+    of every expert on every rank, and a checkpoint that a fresh trainer and `roll-device
+    export`'s reader (one process, no group) both read back as the trained weights."""
     seeds = [100, 101]
     batch = make_batch(seed=seeds[rank])
     trainer = new_trainer(moe_path, expert_parallel=2)
@@ -73,5 +75,12 @@ def expert_parallel(rank: int, moe_path: str) -> dict:
     out["weight_diff_vs_reference"] = max_diff(dict(trainer.export_weights()), reference)
     out["steps"] = [first, trainer.train_step(batch, nll_loss())]
     out["trained_export_diff"] = trained_export_diff(trainer, moe_path, batch)
-    trainer.shutdown()
+    trained = dict(trainer.export_weights())
+    trainer.save_checkpoint(checkpoint_dir)
+    restored = new_trainer(moe_path, expert_parallel=2)
+    restored.load_checkpoint(checkpoint_dir)
+    out["reload_diff"] = max_diff(dict(restored.export_weights()), trained)
+    out["checkpoint_export_diff"] = max_diff(hf_state_dict(checkpoint_dir, moe_path), trained)
+    for each in (restored, trainer):
+        each.shutdown()
     return out

@@ -151,7 +151,7 @@ def test_bf16_compute_trains_like_fsdp_bf16(single_process):
         ({"pipeline_parallel": 3}, r"pipeline_parallel=3 must divide the model's num_hidden_layers \(2\)"),
         (
             {"pipeline_parallel": 2},
-            "tensor_parallel x pipeline_parallel = 1 x 2 must divide the world size 1",
+            "trainer.tensor_parallel x trainer.pipeline_parallel = 1 x 2 must divide the world size 1",
         ),
     ],
 )

@@ -46,8 +46,11 @@ def test_moe_steps_report_routing_train_and_export_what_the_trainer_computes(qwe
 
 
 @pytest.mark.slow  # two spawned ranks with megatron: about a minute here
-def test_expert_parallel_two_ranks_equal_a_plain_step(tiny_moe_path):
-    ranks = run_ranks("tests.strategies.training.megatron_moe_checks:expert_parallel", 2, tiny_moe_path)
+def test_expert_parallel_two_ranks_equal_a_plain_step(tiny_moe_path, tmp_path):
+    checkpoint = str(tmp_path / "checkpoint")
+    ranks = run_ranks(
+        "tests.strategies.training.megatron_moe_checks:expert_parallel", 2, tiny_moe_path, checkpoint
+    )
     for rank in ranks:
         assert rank["local_experts"] == 4 and rank["expert_group_size"] == 2
         assert rank["logprob_diff"] < 1e-5 and rank["export_diff"] == 0.0
@@ -55,6 +58,7 @@ def test_expert_parallel_two_ranks_equal_a_plain_step(tiny_moe_path):
         assert rank["grad_norm"] == pytest.approx(rank["reference_grad_norm"], rel=1e-5)
         assert rank["weight_diff_vs_reference"] < 1e-3  # Adam's first update is lr-sized: 5e-3
         assert len(rank["steps"]) == 2 and rank["trained_export_diff"] < 1e-5
+        assert rank["reload_diff"] == 0.0 and rank["checkpoint_export_diff"] == 0.0
     assert ranks[0]["steps"] == ranks[1]["steps"]
 
 
@@ -63,6 +67,7 @@ def test_expert_parallel_two_ranks_equal_a_plain_step(tiny_moe_path):
     [
         ({"expert_parallel": 3}, r"trainer.expert_parallel=3 must divide the model's num_experts \(8\)"),
         ({"expert_tensor_parallel": 3}, r"expert tensor parallel=3 must divide the model's moe_intermediate"),
+        ({"tensor_parallel": 2}, r"tensor_parallel=2 with a mixture of experts needs megatron's sequence"),
     ],
 )
 def test_expert_layouts_the_model_cannot_take_are_refused(tiny_moe_path, config, message):
