@@ -15,12 +15,16 @@ What megatron-core 0.16 hard-codes, and where it goes instead:
   platform's streams, whose `record_event` returns an event (the host's stream returns None);
 - the dispatcher's `maybe_move_tensor_to_cpu`, which copies only CUDA tensors (to numpy arrays
   where asked, the split sizes `all_to_all_single` takes) -> the same for the platform's tensors;
-- the dispatcher's `all_to_all`, whose output (and its backward's) is made on
-  `torch.cuda.current_device()` -> `AllToAll`, whose output is made where its input is (a
-  backward runs outside the function mode below: autograd calls it from within the mode's own
-  handler of `torch.autograd.backward`, where the mode is off);
+
 - `Tensor.type()` checks against `torch.cuda.FloatTensor` in grad clipping and the (distributed)
   optimizer -> tensors on the platform's device answer with the CUDA spelling.
+
+Backward functions that make tensors on `torch.cuda.current_device()` (the all-to-all's, the
+expert-tensor-parallel gathers') are redirected only where the function mode is on inside the
+backward: a backward started by `torch.autograd.backward` runs inside the mode's own handler of
+that call, where the mode is off, so the trainer has megatron start its backward itself
+(`deallocate_pipeline_outputs=True`: megatron's `custom_backward` calls the autograd engine
+directly).
 
 The patches are process-wide while a scope is open (scopes nest; the outermost restores), so a
 trainer opens one around each of its calls and nothing outside them sees the redirect.
@@ -32,7 +36,6 @@ import contextlib
 import threading
 
 import torch
-import torch.distributed as dist
 from torch.overrides import TorchFunctionMode
 
 from roll_device.platforms.base import Platform
@@ -90,31 +93,6 @@ class PlatformStream:
         return event
 
 
-class AllToAll(torch.autograd.Function):
-    """Megatron's all-to-all of rows over `group` (`output_split_sizes` rows from each rank, None:
-    equal splits), its backward the reverse exchange, with each output where its input is."""
-
-    @staticmethod
-    def forward(ctx, group, rows, output_split_sizes, input_split_sizes):
-        ctx.group, ctx.splits = group, (output_split_sizes, input_split_sizes)
-        if group.size() == 1:
-            return rows
-        rows = rows.contiguous()
-        count = rows.shape[0] if output_split_sizes is None else int(sum(output_split_sizes))
-        output = rows.new_empty((count, *rows.shape[1:]))
-        dist.all_to_all_single(output, rows, output_split_sizes, input_split_sizes, group=group)
-        return output
-
-    @staticmethod
-    def backward(ctx, grad):
-        output_split_sizes, input_split_sizes = ctx.splits
-        return None, AllToAll.apply(ctx.group, grad, input_split_sizes, output_split_sizes), None, None
-
-
-def all_to_all(group, rows, output_split_sizes=None, input_split_sizes=None):
-    return AllToAll.apply(group, rows, output_split_sizes, input_split_sizes)
-
-
 def _host_copier(platform: Platform):
     def to_host(tensor, as_numpy: bool = False, record_stream: bool = False):
         if not (torch.is_tensor(tensor) and platform.is_device_tensor(tensor)):
@@ -148,7 +126,6 @@ def _replacements(platform: Platform) -> list[tuple[object, str, object]]:
         (megatron_random, "_get_cuda_rng_state", get_state),
         (megatron_random, "_set_cuda_rng_state", set_state),
         (token_dispatcher, "maybe_move_tensor_to_cpu", _host_copier(platform)),
-        (token_dispatcher, "all_to_all", all_to_all),
     ]
 
 

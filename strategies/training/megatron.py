@@ -45,13 +45,13 @@ from strategies.training.distributed import (
     release_process_group,
 )
 from strategies.training.hf_weights import HfWeights
+from strategies.training.megatron_groups import join_parallel_state, leave_parallel_state
 from strategies.training.megatron_routing import RouterTaps
 from strategies.training.megatron_stages import PipelineStages
 from strategies.training.routing import check_router
 from strategies.training.settings import MegatronSettings
 
 TRAINER_STATE = "trainer_state.pt"
-_parallel_users = {"count": 0}  # trainers in this process sharing megatron's parallel_state
 
 
 def _in_scope(method):
@@ -63,38 +63,6 @@ def _in_scope(method):
             return method(self, *args, **kwargs)
 
     return wrapper
-
-
-def _join_parallel_state(tp: int, pp: int, ep: int, etp: int) -> None:
-    """Megatron's groups for the layout, made on the world's backend (the platform's): the
-    expert-parallel ones are those the all-to-all dispatcher exchanges tokens over."""
-    from megatron.core import parallel_state
-
-    if parallel_state.model_parallel_is_initialized():
-        current = (
-            parallel_state.get_tensor_model_parallel_world_size(),
-            parallel_state.get_pipeline_model_parallel_world_size(),
-            parallel_state.get_expert_model_parallel_world_size(),
-            parallel_state.get_expert_tensor_parallel_world_size(),
-        )
-        if current != (tp, pp, ep, etp):
-            raise ConfigError(
-                "another Megatron trainer in this process uses tensor, pipeline, expert and expert tensor "
-                f"parallel sizes {current}; this one asks for {(tp, pp, ep, etp)}: use one layout per process"
-            )
-    else:
-        parallel_state.initialize_model_parallel(
-            tp, pp, expert_model_parallel_size=ep, expert_tensor_parallel_size=etp
-        )
-    _parallel_users["count"] += 1
-
-
-def _leave_parallel_state() -> None:
-    from megatron.core import parallel_state
-
-    _parallel_users["count"] -= 1
-    if _parallel_users["count"] == 0:
-        parallel_state.destroy_model_parallel()
 
 
 class MegatronTrainStrategy(TrainStrategy):
@@ -194,7 +162,7 @@ class MegatronTrainStrategy(TrainStrategy):
         from megatron.core import parallel_state, tensor_parallel
 
         s = self.settings
-        _join_parallel_state(
+        join_parallel_state(
             s.tensor_parallel, s.pipeline_parallel, s.expert_parallel, s.experts_tensor_parallel
         )
         tensor_parallel.model_parallel_cuda_manual_seed(s.seed)
@@ -512,5 +480,5 @@ class MegatronTrainStrategy(TrainStrategy):
             return
         self.model = self.gpt = self.optimizer = None
         with self._scope():
-            _leave_parallel_state()
+            leave_parallel_state()
         release_process_group(self._owns_group)
