@@ -59,7 +59,9 @@ def _megatron_state(entries: dict[str, torch.Tensor], hf_config) -> dict[str, to
         stage, rank, name = MEGATRON_KEY.match(key).groups()
         shards.setdefault((int(stage), int(rank)), {})[name] = tensor
     pp = 1 + max(stage for stage, _ in shards)
-    tp = 1 + max(rank for _, rank in shards)
+    ranks = 1 + max(rank for _, rank in shards)  # tensor- or expert-tensor-parallel ranks
+    dense = [n for n in shards[(0, ranks - 1)] if not megatron_weights.LOCAL_EXPERT.search(n)]
+    tp = ranks if dense else 1  # ranks beyond the dense layers' hold experts only
     shape = megatron_model.describe(hf_config, Layout(tp, pp)).shape
     out = {}
     for stage in range(pp):
@@ -67,10 +69,10 @@ def _megatron_state(entries: dict[str, torch.Tensor], hf_config) -> dict[str, to
         names = {id(tensor): name for name, tensor in first.items()}
         table = megatron_weights.parameters(shape, stage, pp)
 
-        def gather(local, s=stage, n=names, holders=range(tp)):
+        # a tensor is held by as many ranks as split it (experts: the expert-tensor-parallel ones)
+        def gather(local, s=stage, n=names, holders=range(ranks)):
             return [shards[(s, r)][n[id(local)]] for r in holders if n[id(local)] in shards[(s, r)]]
 
-        # an expert split over fewer ranks than tensor_parallel is held by those ranks alone
         out.update(
             megatron_weights.export(first, table, shape, gather, megatron_weights.ExpertGathers(gather))
         )
