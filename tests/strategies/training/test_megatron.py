@@ -104,7 +104,10 @@ def test_ranks_of_one_replica_must_hold_the_same_rows_data_parallel_ranks_their_
 def test_a_checkpoint_refuses_another_layout(two_ranks):
     layout, ranks = two_ranks
     tp, pp = LAYOUTS[layout]
-    written = f"{{'tensor_parallel': {tp}, 'pipeline_parallel': {pp}, 'data_parallel': {2 // (tp * pp)}}}"
+    written = (
+        f"{{'tensor_parallel': {tp}, 'pipeline_parallel': {pp}, 'data_parallel': {2 // (tp * pp)}, "
+        "'expert_parallel': 1, 'expert_tensor_parallel': 1}"
+    )
     for rank in ranks:
         assert (
             rank["layout_error"].startswith("ConfigError: checkpoint '")
