@@ -66,7 +66,7 @@ def _in_scope(method):
 
 
 class MegatronTrainStrategy(TrainStrategy):
-    """Megatron-core GPT training, tensor x data parallel."""
+    """Megatron-core GPT training, tensor x pipeline x data parallel, expert parallel for MoE layers."""
 
     settings_cls = MegatronSettings
 
