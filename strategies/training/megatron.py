@@ -399,8 +399,7 @@ class MegatronTrainStrategy(TrainStrategy):
             "tensor_parallel": self.settings.tensor_parallel,
             "pipeline_parallel": self.stages.size,
             "data_parallel": self.data_parallel_size,
-            "expert_parallel": self.experts.size,
-            "expert_tensor_parallel": self.experts.tp_size,
+            "expert_parallel": self.experts.size,  # expert tensor parallel: 1 (refused above)
         }
 
     def _model_state(self) -> dict[str, torch.nn.Parameter]:

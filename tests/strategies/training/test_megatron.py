@@ -106,7 +106,7 @@ def test_a_checkpoint_refuses_another_layout(two_ranks):
     tp, pp = LAYOUTS[layout]
     written = (
         f"{{'tensor_parallel': {tp}, 'pipeline_parallel': {pp}, 'data_parallel': {2 // (tp * pp)}, "
-        "'expert_parallel': 1, 'expert_tensor_parallel': 1}"
+        "'expert_parallel': 1}"
     )
     for rank in ranks:
         assert (
