@@ -203,10 +203,8 @@ def transformer_config(plan: ModelPlan, settings: MegatronSettings, compute: str
         recompute_method="uniform" if recompute else None,
         recompute_num_layers=1 if recompute else None,
         qk_layernorm=shape.qk_norm,
-        # megatron starts each backward itself (`custom_backward`, as Megatron-LM trains), not
-        # through torch.autograd.backward: so a device redirect (roll_device/compat) stays on
-        # inside backward functions that make tensors on the accelerator's current device
-        # (the MoE all-to-all's, the expert-tensor-parallel gathers')
+        # megatron's own backward call (as Megatron-LM trains): the CPU redirect stays on inside
+        # backward functions (roll_device/compat/megatron_cuda.py)
         deallocate_pipeline_outputs=True,
         # the all-to-all dispatcher (megatron refuses its default for dense models with the above)
         moe_token_dispatcher_type="alltoall",
