@@ -8,7 +8,9 @@ the trainer opens around each of its calls:
 A plugin kind that megatron-core runs on fills the one hook, `register(kind, adapter, packages)`.
 On every kind it also silences the notices megatron-core prints in every process about optional
 packages it falls back from (Transformer Engine, apex) and about its own deprecated defaults:
-they repeat once per worker and say nothing about the run.
+they repeat once per worker and say nothing about the run; and, where Transformer Engine is
+absent, it defines the one name megatron-core 0.16's MoE router reads without defining it
+(`te_general_gemm`, tested for None: the router then multiplies with torch).
 """
 
 from __future__ import annotations
@@ -102,4 +104,15 @@ def prepare(platform: Platform, options: dict[str, Any]) -> Callable[[], Any]:
         )
     for category, message, module in QUIET_NOTICES:
         warnings.filterwarnings("ignore", message=message, category=category, module=module)
-    return adapter(platform, options)
+    scope = adapter(platform, options)
+    _define_router_gemm()
+    return scope
+
+
+def _define_router_gemm() -> None:
+    """megatron-core 0.16 imports `te_general_gemm` only with Transformer Engine, then reads it in
+    every MoE router's forward (a NameError without it): without the engine it is None."""
+    from megatron.core.transformer.moe import moe_utils
+
+    if not hasattr(moe_utils, "te_general_gemm"):
+        moe_utils.te_general_gemm = None

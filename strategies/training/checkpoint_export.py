@@ -3,8 +3,9 @@ either trainer's torch.distributed.checkpoint folder (what `save_checkpoint` wri
 full HF state dict of the model it trained.
 
 - FSDP: the model's entries are stored whole under `model.<HF name>`;
-- Megatron: each (pipeline stage, tensor-parallel rank)'s shard under `model.pp<S>.tp<T>.<name>`,
-  merged back with the conversion table of megatron_weights.py.
+- Megatron: each (pipeline stage, tensor-parallel rank)'s shard under `model.pp<S>.tp<T>.<name>`
+  (a MoE layer's experts under their global index and expert-tensor-parallel rank, whatever the
+  expert-parallel size), merged back with the conversion table of megatron_weights.py.
 
 Optimizer entries are not read.
 """
@@ -28,6 +29,8 @@ class Layout:
 
     tensor_parallel: int
     pipeline_parallel: int
+    expert_parallel: int = 1  # the checkpoint holds every expert under its global index
+    experts_tensor_parallel: int = 1  # the experts' checks, not the merge (which counts the shards)
 
 
 def _read_model_entries(directory: str) -> dict[str, torch.Tensor]:
@@ -56,20 +59,22 @@ def _megatron_state(entries: dict[str, torch.Tensor], hf_config) -> dict[str, to
         stage, rank, name = MEGATRON_KEY.match(key).groups()
         shards.setdefault((int(stage), int(rank)), {})[name] = tensor
     pp = 1 + max(stage for stage, _ in shards)
-    tp = 1 + max(rank for _, rank in shards)
+    ranks = 1 + max(rank for _, rank in shards)  # tensor- or expert-tensor-parallel ranks
+    dense = [n for n in shards[(0, ranks - 1)] if not megatron_weights.LOCAL_EXPERT.search(n)]
+    tp = ranks if dense else 1  # ranks beyond the dense layers' hold experts only
     shape = megatron_model.describe(hf_config, Layout(tp, pp)).shape
     out = {}
     for stage in range(pp):
         first = shards[(stage, 0)]
         names = {id(tensor): name for name, tensor in first.items()}
         table = megatron_weights.parameters(shape, stage, pp)
+
+        # a tensor is held by as many ranks as split it (experts: the expert-tensor-parallel ones)
+        def gather(local, s=stage, n=names, holders=range(ranks)):
+            return [shards[(s, r)][n[id(local)]] for r in holders if n[id(local)] in shards[(s, r)]]
+
         out.update(
-            megatron_weights.export(
-                first,
-                table,
-                shape,
-                lambda local, s=stage, n=names: [shards[(s, r)][n[id(local)]] for r in range(tp)],
-            )
+            megatron_weights.export(first, table, shape, gather, megatron_weights.ExpertGathers(gather))
         )
     return out
 

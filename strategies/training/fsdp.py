@@ -62,7 +62,7 @@ from strategies.training.lora import (
     with_adapters,
 )
 from strategies.training.losses import masked_mean
-from strategies.training.routing import Routing, capture
+from strategies.training.routing import Routing, capture, check_router
 from strategies.training.settings import FsdpSettings
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -94,17 +94,6 @@ def _hf_name(name: str) -> str | None:
     return None if is_adapter(name) else saved_name(name)
 
 
-def _check_router(coef: float, model_path: str) -> None:
-    """A ConfigError when the model at `model_path` has no experts (so no router to balance)."""
-    from transformers import AutoConfig
-
-    if not num_experts(AutoConfig.from_pretrained(model_path)):
-        raise ConfigError(
-            f"trainer.router_aux_loss_coef={coef}: model.path={model_path} is a dense model, without "
-            "experts or a router to balance: set trainer.router_aux_loss_coef=0"
-        )
-
-
 class FsdpTrainStrategy(TrainStrategy):
     """FSDP2 (`torch.distributed.fsdp.fully_shard`) on any platform with a collective backend."""
 
@@ -123,7 +112,7 @@ class FsdpTrainStrategy(TrainStrategy):
         """Packing needs an attention kernel that takes packed rows; recomputation a model class
         that supports gradient checkpointing; the router's load-balancing loss a router."""
         if settings.router_aux_loss_coef > 0:
-            _check_router(settings.router_aux_loss_coef, model_path)
+            check_router(settings.router_aux_loss_coef, model_path)
         if settings.packing and settings.attn_implementation not in PACKED_ATTENTION:
             raise ConfigError(
                 f"trainer.packing=true: trainer.attn_implementation={settings.attn_implementation} cannot "

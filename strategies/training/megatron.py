@@ -1,6 +1,7 @@
-"""Megatron-core trainer: a GPTModel built from the HF config (Qwen2 / Llama), tensor x pipeline x
-data parallel through `parallel_state` over the platform's backend, Megatron's DDP and
-(distributed) Adam optimizer, HF weights converted in on load and out on export.
+"""Megatron-core trainer: a GPTModel built from the HF config (Qwen2 / Llama / Qwen3, and Qwen3-MoE
+with expert parallelism and the all-to-all token dispatcher), tensor x pipeline x data (x expert)
+parallel through `parallel_state` over the platform's backend, Megatron's DDP and (distributed)
+Adam optimizer, HF weights converted in on load and out on export.
 
 Megatron is imported lazily, after `roll_device.compat.megatron.prepare` has readied it for the
 platform: MindSpeed on NPU, CUDA-call redirects on the CPU (opened around every call of this
@@ -11,6 +12,7 @@ must pass the same rows; data-parallel ranks pass their own. All ranks must call
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -43,11 +45,13 @@ from strategies.training.distributed import (
     release_process_group,
 )
 from strategies.training.hf_weights import HfWeights
+from strategies.training.megatron_groups import join_parallel_state, leave_parallel_state
+from strategies.training.megatron_routing import RouterTaps
 from strategies.training.megatron_stages import PipelineStages
+from strategies.training.routing import check_router
 from strategies.training.settings import MegatronSettings
 
 TRAINER_STATE = "trainer_state.pt"
-_parallel_users = {"count": 0}  # trainers in this process sharing megatron's parallel_state
 
 
 def _in_scope(method):
@@ -61,34 +65,8 @@ def _in_scope(method):
     return wrapper
 
 
-def _join_parallel_state(tp: int, pp: int) -> None:
-    from megatron.core import parallel_state
-
-    if parallel_state.model_parallel_is_initialized():
-        current = (
-            parallel_state.get_tensor_model_parallel_world_size(),
-            parallel_state.get_pipeline_model_parallel_world_size(),
-        )
-        if current != (tp, pp):
-            raise ConfigError(
-                f"another Megatron trainer in this process uses tensor_parallel={current[0]}, "
-                f"pipeline_parallel={current[1]}; this one asks for {tp}, {pp}: use one layout per process"
-            )
-    else:
-        parallel_state.initialize_model_parallel(tp, pp)
-    _parallel_users["count"] += 1
-
-
-def _leave_parallel_state() -> None:
-    from megatron.core import parallel_state
-
-    _parallel_users["count"] -= 1
-    if _parallel_users["count"] == 0:
-        parallel_state.destroy_model_parallel()
-
-
 class MegatronTrainStrategy(TrainStrategy):
-    """Megatron-core GPT training, tensor x data parallel."""
+    """Megatron-core GPT training, tensor x pipeline x data parallel, expert parallel for MoE layers."""
 
     settings_cls = MegatronSettings
 
@@ -103,9 +81,9 @@ class MegatronTrainStrategy(TrainStrategy):
 
     @classmethod
     def check_model(cls, platform: Platform | None, settings: MegatronSettings, model_path: str) -> None:
-        """The model's family, heads, vocabulary and layers take the tensor and pipeline sizes;
-        optimizer offload needs a device to offload from (Megatron's hybrid optimizer uses the
-        device's streams)."""
+        """The model's family, heads, vocabulary, layers and experts take the tensor, pipeline and
+        expert sizes; the router's load-balancing loss needs a router; optimizer offload needs a
+        device to offload from (Megatron's hybrid optimizer uses the device's streams)."""
         from transformers import AutoConfig
 
         if settings.optimizer_offload and platform is not None and platform.is_host:
@@ -114,6 +92,8 @@ class MegatronTrainStrategy(TrainStrategy):
                 "optimizer state is in host memory already: set trainer.optimizer_offload=false"
             )
 
+        if settings.router_aux_loss_coef > 0:
+            check_router(settings.router_aux_loss_coef, model_path)
         try:
             megatron_model.describe(AutoConfig.from_pretrained(model_path), settings)
         except ConfigError as exc:
@@ -128,12 +108,11 @@ class MegatronTrainStrategy(TrainStrategy):
         hf_weights = HfWeights(model_path)
         self._scope = megatron_compat.prepare(self.platform, self._mindspeed_options())
         self._owns_group = ensure_process_group(self.platform)
-        world, tp, pp = dist.get_world_size(), self.settings.tensor_parallel, self.settings.pipeline_parallel
-        if world % (tp * pp):
+        world = dist.get_world_size()
+        if world % settings.model_parallel_size:
             release_process_group(self._owns_group)
             raise ConfigError(
-                f"megatron trainer: tensor_parallel x pipeline_parallel = {tp} x {pp} must divide the "
-                f"world size {world}"
+                f"megatron trainer: {settings.model_parallel_layout()} must divide the world size {world}"
             )
         self.device = self.platform.device()
         self.steps = 0
@@ -146,6 +125,8 @@ class MegatronTrainStrategy(TrainStrategy):
         return {
             "tensor_model_parallel_size": s.tensor_parallel,
             "pipeline_model_parallel_size": s.pipeline_parallel,
+            "expert_model_parallel_size": s.expert_parallel,
+            "expert_tensor_parallel_size": s.experts_tensor_parallel,
             "use_distributed_optimizer": s.use_distributed_optimizer,
             **s.mindspeed,
         }
@@ -166,8 +147,11 @@ class MegatronTrainStrategy(TrainStrategy):
             self.plan.shape,
             self.tp_rank,
             s.tensor_parallel,
+            self.experts,
         )
         self.gpt = model
+        moe = self.plan.moe
+        self.router_taps = RouterTaps(model, moe.num_experts, moe.top_k) if moe else None
         if compute == "bf16":  # bf16 compute weights; the optimizer keeps fp32 master copies
             model = Float16Module(config, model)
         model.to(self.device)
@@ -178,8 +162,18 @@ class MegatronTrainStrategy(TrainStrategy):
         from megatron.core import parallel_state, tensor_parallel
 
         s = self.settings
-        _join_parallel_state(s.tensor_parallel, s.pipeline_parallel)
+        join_parallel_state(
+            s.tensor_parallel, s.pipeline_parallel, s.expert_parallel, s.experts_tensor_parallel
+        )
         tensor_parallel.model_parallel_cuda_manual_seed(s.seed)
+        self.ep_group = parallel_state.get_expert_model_parallel_group()
+        self.etp_group = parallel_state.get_expert_tensor_parallel_group()
+        self.experts = megatron_weights.ExpertSplit(
+            parallel_state.get_expert_model_parallel_rank(),
+            s.expert_parallel,
+            parallel_state.get_expert_tensor_parallel_rank(),
+            s.experts_tensor_parallel,
+        )
         self.tp_group = parallel_state.get_tensor_model_parallel_group()
         self.dp_group = parallel_state.get_data_parallel_group()
         self.replica_group = parallel_state.get_model_parallel_group()
@@ -190,7 +184,9 @@ class MegatronTrainStrategy(TrainStrategy):
             s.pipeline_parallel,
             self.device,
         )
-        self.table = megatron_weights.parameters(self.plan.shape, self.stages.rank, self.stages.size)
+        self.table = megatron_weights.parameters(
+            self.plan.shape, self.stages.rank, self.stages.size, self.experts
+        )
         self.data_parallel_rank = parallel_state.get_data_parallel_rank()
         self.data_parallel_size = parallel_state.get_data_parallel_world_size()
 
@@ -257,12 +253,17 @@ class MegatronTrainStrategy(TrainStrategy):
     def _run(self, micros: list[TrainBatch], forward_only: bool, loss_for=None) -> list:
         from megatron.core.pipeline_parallel import get_forward_backward_func
 
+        taps = self.router_taps
+
         def forward_step(data_iterator, model):
             micro = next(data_iterator)
+            if taps is not None:
+                taps.clear()
             output = self._micro_forward(model, micro)
             if forward_only:  # the schedule calls the loss function on the last stage only
                 return output, lambda logprobs, non_loss_data=False: logprobs.detach().cpu()
-            return output, functools.partial(loss_for, micro)
+            routing = taps.take(micro.attention_mask) if taps is not None else {}
+            return output, functools.partial(loss_for, micro, routing)
 
         return get_forward_backward_func()(
             forward_step_func=forward_step,
@@ -294,11 +295,13 @@ class MegatronTrainStrategy(TrainStrategy):
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
 
-        def loss_for(micro, logprobs):
-            # the schedule divides each micro-batch loss by the number of micro-batches
-            return accounting.scaled_loss(loss_fn, logprobs, micro) * len(micros), {}
+        def loss_for(micro, routing, logprobs):
+            # the schedule divides each micro-batch loss by the number of micro-batches; a MoE
+            # layer's load-balancing loss is megatron's own (attached to the router's output)
+            return accounting.scaled_loss(loss_fn, logprobs, micro, routing) * len(micros), {}
 
-        self._run(micros, forward_only=False, loss_for=loss_for)
+        with self.router_taps.recording() if self.router_taps else contextlib.nullcontext():
+            self._run(micros, forward_only=False, loss_for=loss_for)
         # losses exist on the last stage (its data-parallel group reduces them), the others get them
         metrics = self.stages.object_from_last(accounting.metrics() if self.stages.is_last else None)
         grad_norm = self._step(metrics["loss"])
@@ -316,19 +319,34 @@ class MegatronTrainStrategy(TrainStrategy):
         return grad_norm
 
     # ---- weights --------------------------------------------------------------------------
-    def _gather_tp(self, local: torch.Tensor) -> list[torch.Tensor]:
-        if self.settings.tensor_parallel == 1:
+    def _all_gather(self, local: torch.Tensor, group: Any, size: int) -> list[torch.Tensor]:
+        """`local` of every rank of `group` (of `size` ranks), in rank order."""
+        if size == 1:
             return [local]
         with self._scope():
-            shards = [torch.empty_like(local) for _ in range(self.settings.tensor_parallel)]
-            dist.all_gather(shards, local.detach().contiguous(), group=self.tp_group)
+            shards = [torch.empty_like(local) for _ in range(size)]
+            dist.all_gather(shards, local.detach().contiguous(), group=group)
         return shards
+
+    def _gather_tp(self, local: torch.Tensor) -> list[torch.Tensor]:
+        return self._all_gather(local, self.tp_group, self.settings.tensor_parallel)
+
+    def _expert_gathers(self) -> megatron_weights.ExpertGathers:
+        """Each expert's expert-tensor-parallel shards, then every expert-parallel rank's experts:
+        the export gathers all the experts on every rank (the sync's export contract: full
+        tensors)."""
+        split = self.experts
+        return megatron_weights.ExpertGathers(
+            lambda local: self._all_gather(local, self.etp_group, split.tp_size),
+            lambda stack: self._all_gather(stack, self.ep_group, split.size),
+        )
 
     def export_weights(
         self, dtype: torch.dtype | None = None, snapshot: bool = True, to_rank: int | None = None
     ) -> Iterator[tuple[str, torch.Tensor | None]]:
         """Every rank yields the same full tensors under HF names (tensor-parallel shards are
-        all-gathered per tensor, pipeline stages broadcast theirs in turn, so every rank must
+        all-gathered per tensor, experts over the expert-parallel ranks per layer, stacked as
+        transformers names them, pipeline stages broadcast theirs in turn, so every rank must
         drain the iterator): the fp32 weights, or with bf16 compute the bf16 weights the model
         computes with, as host snapshots. For a weight sync: `dtype` (the engine's) casts each on
         the device, `snapshot=False` yields them where they are, valid until the next train step
@@ -339,8 +357,10 @@ class MegatronTrainStrategy(TrainStrategy):
         params = dict(self.gpt.named_parameters())
         shape, tp = self.plan.shape, self.settings.tensor_parallel
         exported = self.stages.gather_export(
-            lambda: megatron_weights.export(params, self.table, shape, self._gather_tp),
-            lambda: megatron_weights.manifest(params, self.table, shape, tp),
+            lambda: megatron_weights.export(
+                params, self.table, shape, self._gather_tp, self._expert_gathers()
+            ),
+            lambda: megatron_weights.manifest(params, self.table, shape, tp, self.experts),
         )
         keep = to_rank is None or dist.get_rank() == to_rank
         for name, tensor in exported:
@@ -379,11 +399,23 @@ class MegatronTrainStrategy(TrainStrategy):
             "tensor_parallel": self.settings.tensor_parallel,
             "pipeline_parallel": self.stages.size,
             "data_parallel": self.data_parallel_size,
+            "expert_parallel": self.experts.size,  # expert tensor parallel: 1 (refused above)
         }
 
-    def _checkpoint_prefixes(self) -> tuple[str, str]:
-        model = f"model.pp{self.stages.rank}.tp{self.tp_rank}."
-        return model, f"optimizer.pp{self.stages.rank}.tp{self.tp_rank}.dp{self.data_parallel_rank}."
+    def _model_state(self) -> dict[str, torch.nn.Parameter]:
+        """The model's parameters under checkpoint keys, `model.pp<S>.tp<T>.<name>`; an expert's
+        under its global index and its expert-tensor-parallel rank, so that expert-parallel ranks
+        write distinct keys and the model reads back as one of expert_parallel=1."""
+        state = {}
+        for name, param in self.gpt.named_parameters():
+            expert = megatron_weights.LOCAL_EXPERT.search(name) is not None
+            tp_rank = self.experts.tp_rank if expert else self.tp_rank
+            global_name = megatron_weights.global_expert_name(name, self.plan.shape, self.experts)
+            state[f"model.pp{self.stages.rank}.tp{tp_rank}.{global_name}"] = param
+        return state
+
+    def _optimizer_prefix(self) -> str:
+        return f"optimizer.pp{self.stages.rank}.tp{self.tp_rank}.dp{self.data_parallel_rank}."
 
     def save_checkpoint(self, directory: str) -> None:
         """torch.distributed.checkpoint of each (pipeline stage, tensor-parallel rank)'s model
@@ -391,8 +423,8 @@ class MegatronTrainStrategy(TrainStrategy):
         step count. Reloading needs the same tensor-, pipeline- and data-parallel sizes."""
         import torch.distributed.checkpoint as dcp
 
-        model_prefix, optim_prefix = self._checkpoint_prefixes()
-        state = {model_prefix + n: p for n, p in self.gpt.named_parameters()}
+        optim_prefix = self._optimizer_prefix()
+        state = self._model_state()
         for c, inner in enumerate(self._inner_optimizers()):
             params = [p for group in inner.param_groups for p in group["params"]]
             for index, entry in inner.state_dict()["state"].items():
@@ -422,8 +454,8 @@ class MegatronTrainStrategy(TrainStrategy):
             )
         reader = dcp.FileSystemReader(directory)
         stored = reader.read_metadata().state_dict_metadata
-        model_prefix, optim_prefix = self._checkpoint_prefixes()
-        state: dict[str, Any] = {model_prefix + n: p for n, p in self.gpt.named_parameters()}
+        optim_prefix = self._optimizer_prefix()
+        state: dict[str, Any] = self._model_state()
         for key, meta in stored.items():
             if key.startswith(optim_prefix):
                 state[key] = torch.empty(meta.size, dtype=meta.properties.dtype)
@@ -447,5 +479,5 @@ class MegatronTrainStrategy(TrainStrategy):
             return
         self.model = self.gpt = self.optimizer = None
         with self._scope():
-            _leave_parallel_state()
+            leave_parallel_state()
         release_process_group(self._owns_group)

@@ -1,19 +1,30 @@
-"""Hugging Face <-> Megatron-core weight names and layouts for Qwen2 / Llama decoder models, with
-tensor-parallel splitting and merging.
+"""Hugging Face <-> Megatron-core weight names and layouts for Qwen2 / Llama / Qwen3 decoder models
+and Qwen3-MoE, with tensor- and expert-parallel splitting and merging.
 
 Megatron layouts (local transformer spec): `linear_qkv` stacks, per query group, the group's query
 heads, then its key head, then its value head; `linear_fc1` stacks gate over up (each half split
 across tensor-parallel ranks separately); embeddings and the output layer split the vocabulary;
-`linear_proj` and `linear_fc2` split their input dimension; norms are replicated.
+`linear_proj` and `linear_fc2` split their input dimension; norms (Qwen3's per-head q/k norms too)
+and the MoE router are replicated.
+
+A MoE layer (`get_gpt_layer_local_spec(num_experts=...)`, no grouped GEMM) holds its rank's share
+of the experts as `mlp.experts.local_experts.<i>` (expert-parallel rank r holds experts
+r * E/EP ... (r + 1) * E/EP - 1), each a gated MLP split over the expert-tensor-parallel ranks. They
+load from the checkpoint's per-expert matrices (`mlp.experts.<e>.gate_proj.weight`, ...) and export
+stacked, as transformers 5 and the engines name them (`mlp.experts.gate_up_proj`: experts x (gate
+rows, up rows) x hidden; `mlp.experts.down_proj`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
 
+# the index of a local expert in a Megatron parameter name (`...local_experts.<i>.linear_fc1.weight`)
+LOCAL_EXPERT = re.compile(r"(?<=local_experts\.)\d+(?=\.)")
 COLUMN, ROW, REPLICATED, QKV, GATE_UP = "column", "row", "replicated", "qkv", "gate_up"
 # a tied head (HEAD) is exported as the embedding alone: strategies/tied_weights.py
 EMBEDDING, HEAD = "model.embed_tokens.weight", "lm_head.weight"
@@ -29,6 +40,24 @@ class ModelShape:
     head_dim: int
     qkv_bias: bool
     tied_embeddings: bool
+    qk_norm: bool = False  # Qwen3: RMSNorm over each query and key head
+    num_experts: int = 0  # routed experts per layer (0: dense MLPs)
+
+
+@dataclass(frozen=True)
+class ExpertSplit:
+    """How this rank's experts are split: its expert-parallel rank and size (which experts it
+    holds), its expert-tensor-parallel rank and size (which part of each)."""
+
+    rank: int = 0
+    size: int = 1
+    tp_rank: int = 0
+    tp_size: int = 1
+
+    def experts(self, shape: ModelShape) -> range:
+        """The global indices of the experts this rank holds."""
+        per_rank = shape.num_experts // self.size
+        return range(self.rank * per_rank, (self.rank + 1) * per_rank)
 
 
 @dataclass(frozen=True)
@@ -40,6 +69,12 @@ class Param:
     hf: tuple[str, ...]
     split: str
     exported: bool = True
+    stacked: str | None = None  # an expert's part: the HF name of its layer's stacked experts
+
+
+def global_expert_name(name: str, shape: ModelShape, experts: ExpertSplit) -> str:
+    """`name` of a Megatron parameter with a local expert's index made the expert's global one."""
+    return LOCAL_EXPERT.sub(lambda local: str(experts.experts(shape)[int(local.group())]), name)
 
 
 def stage_layers(shape: ModelShape, stage: int, num_stages: int) -> range:
@@ -48,36 +83,66 @@ def stage_layers(shape: ModelShape, stage: int, num_stages: int) -> range:
     return range(stage * per_stage, (stage + 1) * per_stage)
 
 
-def parameters(shape: ModelShape, stage: int = 0, num_stages: int = 1) -> list[Param]:
-    """The Megatron parameters of one pipeline stage under their names in that stage (layers are
-    numbered from 0 in every stage) with their HF sources. The first stage holds the embedding,
-    the last the final norm and the output layer; with tied embeddings and several stages the
-    last stage's output layer is a copy of the embedding that Megatron keeps in sync."""
-    first, last = stage == 0, stage == num_stages - 1
-    params = [Param("embedding.word_embeddings.weight", (EMBEDDING,), COLUMN)] if first else []
-    for local, i in enumerate(stage_layers(shape, stage, num_stages)):
-        m, h = f"decoder.layers.{local}.", f"model.layers.{i}."
-        attn = h + "self_attn."
-        params += [
-            Param(m + "input_layernorm.weight", (h + "input_layernorm.weight",), REPLICATED),
-            Param(
-                m + "self_attention.linear_qkv.weight",
-                tuple(attn + f"{p}_proj.weight" for p in "qkv"),
-                QKV,
-            ),
-            Param(m + "self_attention.linear_proj.weight", (attn + "o_proj.weight",), ROW),
-            Param(m + "pre_mlp_layernorm.weight", (h + "post_attention_layernorm.weight",), REPLICATED),
+def _attention(m: str, h: str, shape: ModelShape) -> list[Param]:
+    attn, m = h + "self_attn.", m + "self_attention."
+    params = [
+        Param(m + "linear_qkv.weight", tuple(attn + f"{p}_proj.weight" for p in "qkv"), QKV),
+        Param(m + "linear_proj.weight", (attn + "o_proj.weight",), ROW),
+    ]
+    if shape.qkv_bias:
+        params.append(Param(m + "linear_qkv.bias", tuple(attn + f"{p}_proj.bias" for p in "qkv"), QKV))
+    if shape.qk_norm:
+        params += [Param(m + f"{p}_layernorm.weight", (attn + f"{p}_norm.weight",), REPLICATED) for p in "qk"]
+    return params
+
+
+def _mlp(m: str, h: str, shape: ModelShape, experts: ExpertSplit) -> list[Param]:
+    """A dense MLP's two matrices, or a MoE layer's router and this rank's experts."""
+    if not shape.num_experts:
+        return [
             Param(
                 m + "mlp.linear_fc1.weight", (h + "mlp.gate_proj.weight", h + "mlp.up_proj.weight"), GATE_UP
             ),
             Param(m + "mlp.linear_fc2.weight", (h + "mlp.down_proj.weight",), ROW),
         ]
-        if shape.qkv_bias:
-            params.append(
-                Param(
-                    m + "self_attention.linear_qkv.bias", tuple(attn + f"{p}_proj.bias" for p in "qkv"), QKV
-                )
-            )
+    params = [Param(m + "mlp.router.weight", (h + "mlp.gate.weight",), REPLICATED)]
+    for local, e in enumerate(experts.experts(shape)):
+        mine, theirs = f"{m}mlp.experts.local_experts.{local}.", f"{h}mlp.experts.{e}."
+        params += [
+            Param(
+                mine + "linear_fc1.weight",
+                (theirs + "gate_proj.weight", theirs + "up_proj.weight"),
+                GATE_UP,
+                stacked=h + "mlp.experts.gate_up_proj",
+            ),
+            Param(
+                mine + "linear_fc2.weight",
+                (theirs + "down_proj.weight",),
+                ROW,
+                stacked=h + "mlp.experts.down_proj",
+            ),
+        ]
+    return params
+
+
+def parameters(
+    shape: ModelShape, stage: int = 0, num_stages: int = 1, experts: ExpertSplit = ExpertSplit()
+) -> list[Param]:
+    """The Megatron parameters of one pipeline stage (and, in MoE layers, of the experts the
+    expert-parallel rank holds) under their names in that stage (layers are numbered from 0 in
+    every stage) with their HF sources. The first stage holds the embedding, the last the final
+    norm and the output layer; with tied embeddings and several stages the last stage's output
+    layer is a copy of the embedding that Megatron keeps in sync."""
+    first, last = stage == 0, stage == num_stages - 1
+    params = [Param("embedding.word_embeddings.weight", (EMBEDDING,), COLUMN)] if first else []
+    for local, i in enumerate(stage_layers(shape, stage, num_stages)):
+        m, h = f"decoder.layers.{local}.", f"model.layers.{i}."
+        params += [
+            Param(m + "input_layernorm.weight", (h + "input_layernorm.weight",), REPLICATED),
+            *_attention(m, h, shape),
+            Param(m + "pre_mlp_layernorm.weight", (h + "post_attention_layernorm.weight",), REPLICATED),
+            *_mlp(m, h, shape, experts),
+        ]
     if last:
         params.append(Param("decoder.final_layernorm.weight", ("model.norm.weight",), REPLICATED))
         if not shape.tied_embeddings:
@@ -146,9 +211,10 @@ def load_into(
     shape: ModelShape,
     tp_rank: int,
     tp_size: int,
+    experts: ExpertSplit = ExpertSplit(),
 ) -> None:
-    """Copy HF tensors into the local Megatron parameters listed in `table` (one stage's);
-    raise KeyError naming a missing or misshapen one."""
+    """Copy HF tensors into the local Megatron parameters listed in `table` (one stage's; experts
+    split as `experts` says); raise KeyError naming a missing or misshapen one."""
     expected = {p.megatron for p in table}
     if set(named_params) != expected:
         raise KeyError(
@@ -157,7 +223,8 @@ def load_into(
         )
     with torch.no_grad():
         for param in table:
-            shard = to_megatron_shard(param, hf, shape, tp_rank, tp_size)
+            rank, size = (experts.tp_rank, experts.tp_size) if param.stacked else (tp_rank, tp_size)
+            shard = to_megatron_shard(param, hf, shape, rank, size)
             target = named_params[param.megatron]
             if target.shape != shard.shape:
                 raise KeyError(
@@ -166,29 +233,61 @@ def load_into(
             target.copy_(shard)
 
 
+@dataclass(frozen=True)
+class ExpertGathers:
+    """How an export collects the experts: `tensor_parallel` returns a local expert matrix's
+    shards of every expert-tensor-parallel rank, `expert_parallel` the stacks of the experts of
+    every expert-parallel rank, in rank order."""
+
+    tensor_parallel: Callable[[torch.Tensor], list[torch.Tensor]] = lambda local: [local]
+    expert_parallel: Callable[[torch.Tensor], list[torch.Tensor]] = lambda stack: [stack]
+
+
+def _stacked(
+    named_params: Mapping[str, torch.Tensor], members: list[Param], shape: ModelShape, gathers: ExpertGathers
+) -> torch.Tensor:
+    """One layer's experts stacked in HF's layout from the local experts' `members` parameters."""
+    whole = [
+        torch.cat([t for _, t in to_hf(p, gathers.tensor_parallel(named_params[p.megatron]), shape)])
+        for p in members
+    ]
+    return _joined(gathers.expert_parallel(torch.stack(whole)), 0)
+
+
 def export(
     named_params: Mapping[str, torch.Tensor],
     table: list[Param],
     shape: ModelShape,
     gather: Callable[[torch.Tensor], list[torch.Tensor]],
+    experts: ExpertGathers = ExpertGathers(),
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """HF-named full tensors of the exported parameters in `table`; `gather` returns a local
-    shard's tensor-parallel shards in rank order."""
+    shard's tensor-parallel shards in rank order, `experts` collects the experts (after the
+    other tensors, one stacked tensor per layer and matrix)."""
+    stacks: dict[str, list[Param]] = {}
     for param in table:
-        if not param.exported:
-            continue
-        local = named_params[param.megatron]
-        shards = [local] if param.split == REPLICATED else gather(local)
-        yield from to_hf(param, shards, shape)
+        if param.stacked:
+            stacks.setdefault(param.stacked, []).append(param)
+        elif param.exported:
+            local = named_params[param.megatron]
+            shards = [local] if param.split == REPLICATED else gather(local)
+            yield from to_hf(param, shards, shape)
+    for name, members in stacks.items():
+        yield name, _stacked(named_params, members, shape, experts)
 
 
 def manifest(
-    named_params: Mapping[str, torch.Tensor], table: list[Param], shape: ModelShape, tp_size: int
+    named_params: Mapping[str, torch.Tensor],
+    table: list[Param],
+    shape: ModelShape,
+    tp_size: int,
+    experts: ExpertSplit = ExpertSplit(),
 ) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
     """Name, shape and dtype of every tensor `export` yields, worked out on meta tensors (no data
     moves), so that ranks of other pipeline stages can receive them."""
     meta = {name: torch.empty(t.shape, dtype=t.dtype, device="meta") for name, t in named_params.items()}
+    gathers = ExpertGathers(lambda local: [local] * experts.tp_size, lambda stack: [stack] * experts.size)
     return [
         (name, tuple(t.shape), t.dtype)
-        for name, t in export(meta, table, shape, lambda local: [local] * tp_size)
+        for name, t in export(meta, table, shape, lambda local: [local] * tp_size, gathers)
     ]

@@ -9,7 +9,8 @@ forward returned; from them come the step's routing metrics:
   choices over the real tokens, averaged over the layers (1 is perfectly balanced; all tokens on
   k of E experts gives E / k).
 
-With `trainer.router_aux_loss_coef` > 0 the loss adds that multiple of the load-balancing loss.
+With `trainer.router_aux_loss_coef` > 0 the loss adds that multiple of the load-balancing loss
+(`check_router`: only a model with experts has a router to balance).
 """
 
 from __future__ import annotations
@@ -18,6 +19,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import torch
+
+from roll_device.errors import ConfigError
+from roll_device.models.hf_dir import num_experts
 
 METRICS = ("router_aux_loss", "expert_imbalance")  # a train step's routing metrics, in its metrics
 
@@ -52,6 +56,17 @@ class Routing:
         chosen = logits.topk(self.top_k, dim=-1).indices.reshape(-1)
         load = torch.bincount(chosen, minlength=logits.shape[-1]).float()
         return float(load.max() / load.mean())
+
+
+def check_router(coef: float, model_path: str) -> None:
+    """A ConfigError when the model at `model_path` has no experts (so no router to balance)."""
+    from transformers import AutoConfig
+
+    if not num_experts(AutoConfig.from_pretrained(model_path)):
+        raise ConfigError(
+            f"trainer.router_aux_loss_coef={coef}: model.path={model_path} is a dense model, without "
+            "experts or a router to balance: set trainer.router_aux_loss_coef=0"
+        )
 
 
 @contextmanager

@@ -4,6 +4,7 @@ and out-of-range values are refused before Ray starts."""
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, StrictBool, StrictInt, field_validator, model_validator
@@ -48,6 +49,8 @@ class TrainSettings(Section):
 
     # what the trainer can add to a loss beside the logprobs; None: everything, else the reason
     lacks_entropy_gradient: ClassVar[str | None] = None
+    # None: the trainer places experts on expert-parallel ranks; else why it cannot
+    lacks_expert_parallel: ClassVar[str | None] = None
 
     name: str
     lr: Positive
@@ -69,6 +72,16 @@ class TrainSettings(Section):
         description="null: logits of the whole sequence at once; a number: that many positions at a time"
     )
     optimizer_offload: StrictBool = Field(description="optimizer state (and its step) on the CPU")
+    router_aux_loss_coef: Annotated[
+        float,
+        Field(
+            ge=0,
+            description="a mixture of experts: the router's load-balancing loss times this joins the loss",
+        ),
+    ]
+    expert_parallel: Annotated[
+        Count, Field(description="a mixture of experts: ranks its experts are spread over (1: all on each)")
+    ]
     lora: LoraSettings
 
     @model_validator(mode="after")
@@ -77,6 +90,11 @@ class TrainSettings(Section):
             raise ConfigError(
                 "trainer.packing=true needs trainer.max_tokens_per_micro_batch (the length of one packed "
                 "row): set it, or trainer.packing=false"
+            )
+        if self.expert_parallel > 1 and self.lacks_expert_parallel:
+            raise ConfigError(
+                f"trainer.expert_parallel={self.expert_parallel}: {self.lacks_expert_parallel}: set "
+                "trainer.expert_parallel=1, or use trainer=megatron"
             )
         return self
 
@@ -129,19 +147,15 @@ class CriticSettings(Section):
 
 
 class FsdpSettings(TrainSettings):
-    """FSDP2 keys: how attention is computed (a transformers `attn_implementation`), and for a
-    mixture of experts the weight of the router's load-balancing loss."""
+    """FSDP2 keys: how attention is computed (a transformers `attn_implementation`)."""
+
+    lacks_expert_parallel: ClassVar[str | None] = (
+        "the fsdp trainer has no expert parallelism (FSDP2 shards every expert over all its ranks)"
+    )
 
     attn_implementation: str = Field(
         description="a transformers attention kernel: sdpa, eager, flash_attention_2, ..."
     )
-    router_aux_loss_coef: Annotated[
-        float,
-        Field(
-            ge=0,
-            description="a mixture of experts: the router's load-balancing loss times this joins the loss",
-        ),
-    ]
 
 
 MEGATRON_CORE = "0.16"  # the megatron-core this refusal was checked against (no LoRA layer in it)
@@ -152,6 +166,9 @@ class MegatronSettings(TrainSettings):
 
     tensor_parallel: Annotated[Count, Field(description="ranks that split each layer")]
     pipeline_parallel: Annotated[Count, Field(description="stages; must divide the layers")]
+    expert_tensor_parallel: Count | None = Field(
+        description="a mixture of experts: ranks that split each expert; null: tensor_parallel"
+    )
     use_distributed_optimizer: StrictBool
     seed: StrictInt
     mindspeed: dict[str, Any] = Field(description="NPU only: extra options for MindSpeed's repatch()")
@@ -190,12 +207,28 @@ class MegatronSettings(TrainSettings):
         return self
 
     @property
+    def experts_tensor_parallel(self) -> int:
+        """Ranks that split each expert (megatron's default: the tensor-parallel size)."""
+        return self.expert_tensor_parallel or self.tensor_parallel
+
+    @property
     def model_parallel_size(self) -> int:
-        """Workers one model replica takes (tensor x pipeline parallel)."""
-        return self.tensor_parallel * self.pipeline_parallel
+        """Workers the layout splits into whole replicas: tensor x pipeline parallel for the dense
+        layers, and with expert parallelism a multiple of expert x expert-tensor x pipeline
+        parallel too (expert-parallel ranks are data-parallel ranks of the dense layers)."""
+        dense = self.tensor_parallel * self.pipeline_parallel
+        experts = self.expert_parallel * self.experts_tensor_parallel * self.pipeline_parallel
+        return math.lcm(dense, experts)
 
     def model_parallel_layout(self) -> str:
-        return (
+        layout = (
             f"trainer.tensor_parallel x trainer.pipeline_parallel = {self.tensor_parallel} x "
             f"{self.pipeline_parallel}"
+        )
+        if self.expert_parallel == 1 and self.experts_tensor_parallel == self.tensor_parallel:
+            return layout
+        return (
+            f"{layout} and trainer.expert_parallel x expert tensor parallel x trainer.pipeline_parallel = "
+            f"{self.expert_parallel} x {self.experts_tensor_parallel} x {self.pipeline_parallel} "
+            f"(their least common multiple, {self.model_parallel_size})"
         )

@@ -37,6 +37,14 @@ def _records(run_dir):
             ["trainer=megatron", "roles.actor_train.strategy=megatron", "trainer.pipeline_parallel=2"],
             "roles.actor_train.num_devices=1 is not a multiple of trainer.tensor_parallel x trainer.pipeline_parallel = 1 x 2",
         ),
+        (
+            ["trainer=megatron", "roles.actor_train.strategy=megatron", "trainer.expert_parallel=2"],
+            (
+                "roles.actor_train.num_devices=1 is not a multiple of trainer.tensor_parallel x "
+                "trainer.pipeline_parallel = 1 x 1 and trainer.expert_parallel x expert tensor parallel x "
+                "trainer.pipeline_parallel = 2 x 1 x 1"
+            ),
+        ),
         (["algorithm.samples_per_prompt=1"], "use 2 or more"),
         (["data.task=sudoku"], "data.task='sudoku': unknown task: choose one of digits, echo_first"),
         (["algorithm.max_new_tokens=300"], "exceeds rollout.max_model_len"),

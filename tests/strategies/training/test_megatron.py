@@ -104,7 +104,10 @@ def test_ranks_of_one_replica_must_hold_the_same_rows_data_parallel_ranks_their_
 def test_a_checkpoint_refuses_another_layout(two_ranks):
     layout, ranks = two_ranks
     tp, pp = LAYOUTS[layout]
-    written = f"{{'tensor_parallel': {tp}, 'pipeline_parallel': {pp}, 'data_parallel': {2 // (tp * pp)}}}"
+    written = (
+        f"{{'tensor_parallel': {tp}, 'pipeline_parallel': {pp}, 'data_parallel': {2 // (tp * pp)}, "
+        "'expert_parallel': 1}"
+    )
     for rank in ranks:
         assert (
             rank["layout_error"].startswith("ConfigError: checkpoint '")
@@ -151,7 +154,7 @@ def test_bf16_compute_trains_like_fsdp_bf16(single_process):
         ({"pipeline_parallel": 3}, r"pipeline_parallel=3 must divide the model's num_hidden_layers \(2\)"),
         (
             {"pipeline_parallel": 2},
-            "tensor_parallel x pipeline_parallel = 1 x 2 must divide the world size 1",
+            "trainer.tensor_parallel x trainer.pipeline_parallel = 1 x 2 must divide the world size 1",
         ),
     ],
 )
@@ -179,7 +182,7 @@ def test_unsupported_model_family_is_named(tmp_path):
     from transformers import GPT2Config
 
     GPT2Config(n_layer=1, n_embd=64, n_head=2).save_pretrained(tmp_path)
-    with pytest.raises(ConfigError, match="converts the qwen2, llama families, not 'gpt2'"):
+    with pytest.raises(ConfigError, match="converts the qwen2, llama, qwen3, qwen3_moe families, not 'gpt2'"):
         MegatronTrainStrategy(rd.get_platform("cpu")).initialize(str(tmp_path), trainer_settings("megatron"))
 
 

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from strategies.training.megatron_weights import ModelShape, export, manifest, parameters, to_megatron_shard
+from strategies.training.megatron_weights import (
+    ExpertGathers,
+    ExpertSplit,
+    ModelShape,
+    export,
+    manifest,
+    parameters,
+    to_megatron_shard,
+)
 
 HIDDEN, FFN, VOCAB = 32, 48, 16
 
@@ -112,3 +120,72 @@ def test_gate_and_up_are_split_separately_per_rank():
     shard = to_megatron_shard(fc1, hf, shape, 1, 2)
     gate, up = hf["model.layers.0.mlp.gate_proj.weight"], hf["model.layers.0.mlp.up_proj.weight"]
     assert torch.equal(shard, torch.cat([gate[FFN // 2 :], up[FFN // 2 :]]))
+
+
+EXPERTS, EXPERT_FFN = 4, 8
+
+
+def hf_moe_state(shape: ModelShape) -> dict[str, torch.Tensor]:
+    """A dense state with each layer's MLP replaced by a router and per-expert matrices."""
+    g = torch.Generator().manual_seed(1)
+    state = {k: v for k, v in hf_state(shape).items() if ".mlp." not in k}
+    for i in range(shape.num_layers):
+        p = f"model.layers.{i}.mlp."
+        state[p + "gate.weight"] = torch.randn(EXPERTS, HIDDEN, generator=g)
+        for e in range(EXPERTS):
+            for part, size in (
+                ("gate", (EXPERT_FFN, HIDDEN)),
+                ("up", (EXPERT_FFN, HIDDEN)),
+                ("down", (HIDDEN, EXPERT_FFN)),
+            ):
+                state[f"{p}experts.{e}.{part}_proj.weight"] = torch.randn(size, generator=g)
+    return state
+
+
+def expert_rank_shards(shape: ModelShape, hf, ep: int, etp: int, r: int) -> tuple[list, dict, ExpertGathers]:
+    """Expert-parallel rank r's table, its tensors on expert-tensor-parallel rank 0, and the
+    gathers that collect each expert's shards over the expert-tensor-parallel ranks."""
+    table = parameters(shape, experts=ExpertSplit(r, ep, 0, etp))
+    ranks = [
+        {
+            p.megatron: to_megatron_shard(p, hf, shape, t if p.stacked else 0, etp if p.stacked else 1)
+            for p in table
+        }
+        for t in range(etp)
+    ]
+    names = {id(tensor): name for name, tensor in ranks[0].items()}
+    return table, ranks[0], ExpertGathers(lambda local: [ranks[t][names[id(local)]] for t in range(etp)])
+
+
+@pytest.mark.parametrize("ep, etp", [(1, 1), (2, 1), (2, 2), (4, 1)])
+def test_experts_split_over_ranks_export_stacked_as_transformers_names_them(ep, etp):
+    """Each expert-parallel rank loads its experts (each split over the expert-tensor-parallel
+    ranks) from the per-expert matrices; gathered, they export as one stacked tensor per layer
+    and matrix (experts x (gate rows, up rows) x hidden; experts x hidden x rows), after the
+    other tensors, and the manifest lists the same."""
+    shape = ModelShape(2, 4, 2, 8, qkv_bias=False, tied_embeddings=False, qk_norm=True, num_experts=EXPERTS)
+    hf = hf_moe_state(shape)
+    hf.update({f"model.layers.{i}.self_attn.{x}_norm.weight": torch.randn(8) for i in range(2) for x in "qk"})
+    ranks = [expert_rank_shards(shape, hf, ep, etp, r) for r in range(ep)]
+    others = [  # the other expert-parallel ranks' stacks, in the order every rank exports them
+        iter([t for n, t in export(local, table, shape, lambda t: [t], gathers) if ".experts." in n])
+        for table, local, gathers in ranks[1:]
+    ]
+    table, local, gathers = ranks[0]
+    gathers = ExpertGathers(gathers.tensor_parallel, lambda stack: [stack] + [next(o) for o in others])
+    exported = dict(export(local, table, shape, lambda t: [t], gathers))
+    layer = "model.layers.1.mlp.experts."
+    gate_up = [
+        torch.cat([hf[f"{layer}{e}.gate_proj.weight"], hf[f"{layer}{e}.up_proj.weight"]])
+        for e in range(EXPERTS)
+    ]
+    assert torch.equal(exported[layer + "gate_up_proj"], torch.stack(gate_up))
+    down = torch.stack([hf[f"{layer}{e}.down_proj.weight"] for e in range(EXPERTS)])
+    assert torch.equal(exported[layer + "down_proj"], down)
+    stacked = {f"model.layers.{i}.mlp.experts.{m}" for i in range(2) for m in ("down_proj", "gate_up_proj")}
+    assert set(exported) == {n for n in hf if ".experts." not in n} | stacked
+    assert torch.equal(
+        exported["model.layers.0.self_attn.q_norm.weight"], hf["model.layers.0.self_attn.q_norm.weight"]
+    )
+    listed = manifest(local, table, shape, 1, ExpertSplit(0, ep, 0, etp))
+    assert listed == [(n, tuple(t.shape), t.dtype) for n, t in exported.items()]

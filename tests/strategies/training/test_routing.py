@@ -2,7 +2,7 @@
 loads shard by shard from its per-expert checkpoint into transformers' fused expert parameters,
 exports under the HF model's own names, reports the router's load-balancing loss and the expert
 load imbalance each step, trains, and the HF engine serves the export; models without experts or
-trainers without MoE layers are refused before any worker starts."""
+a router loss on a dense model is refused before any worker starts."""
 
 import pytest
 import torch
@@ -59,8 +59,10 @@ def test_a_router_loss_on_a_dense_model_is_refused(tiny_model_path, tiny_moe_pat
     FsdpTrainStrategy.check_model(None, settings, tiny_moe_path)
 
 
-def test_megatron_refuses_a_model_with_experts(tiny_moe_path):
+def test_megatron_takes_the_moe_and_its_router_loss(tiny_moe_path, tiny_model_path):
+    settings = trainer_settings("megatron", router_aux_loss_coef=0.01)
+    MegatronTrainStrategy.check_model(None, settings, tiny_moe_path)
     with pytest.raises(
-        ConfigError, match=r"the 'qwen3_moe' model has 8 experts per layer.*use the fsdp trainer"
+        ConfigError, match=r"^trainer.router_aux_loss_coef=0.01: model.path=.* is a dense model"
     ):
-        MegatronTrainStrategy.check_model(None, trainer_settings("megatron"), tiny_moe_path)
+        MegatronTrainStrategy.check_model(None, settings, tiny_model_path)
