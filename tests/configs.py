@@ -16,7 +16,6 @@ from roll_device.comm.options import WeightSyncOptions
 from strategies.inference.settings import RolloutSettings
 
 __all__ = [
-    "SIM",
     "changed",
     "cluster_settings",
     "rollout_settings",
@@ -24,15 +23,6 @@ __all__ = [
     "trainer_settings",
     "weight_sync",
 ]
-
-# The simulated cluster of the session (`sim_cluster` in tests/conftest.py), one layout for every file
-# that needs simulated nodes: an NPU node of 4, a GPU node of 2, an AMD node of 1 (its GPU counts
-# as rocm) and the head, one CPU each.
-SIM_NODES = (
-    "[{name: npu-node, num_cpus: 1, resources: {NPU: 4}}, {name: gpu-node, num_cpus: 1, num_gpus: 2}, "
-    "{name: amd-node, num_cpus: 1, num_gpus: 1, accelerator_type: AMD-Instinct-MI300X}]"
-)
-SIM = ("cluster=sim", "cluster.head.num_cpus=1", f"cluster.nodes={SIM_NODES}")
 
 
 def rollout_settings(name: str = "vllm", **changes: Any) -> RolloutSettings:

@@ -1,9 +1,8 @@
 """Shared fixtures: a fresh platform registry per test, the tiny model made once per session (a
-session-wide ROLL_DEVICE_HOME, so runs share the one the default `model.tiny_dir` names), one Ray
-cluster for the session's whole runs (`shared_cluster`) and one simulated cluster for the files
-that need simulated nodes (`sim_cluster`); under pytest-xdist, the nodes of a simulated cluster
-start with no other test running beside them (tests/run_alone.py), and the files go to the
-workers longest first (tests/file_order.py).
+session-wide ROLL_DEVICE_HOME, so runs share the one the default `model.tiny_dir` names), and one
+Ray cluster for the session's whole runs (`shared_cluster`); under pytest-xdist, the nodes of a
+simulated cluster start with no other test running beside them (tests/run_alone.py), and the files
+go to the workers longest first (tests/file_order.py).
 
 Every Ray cluster a test starts is a throwaway one on this machine, so the whole session runs
 without Ray's token authentication: Ray fixes a process's mode at its first local `ray.init`
@@ -105,12 +104,14 @@ def tiny_moe_path(session_home):
     return str(make_tiny_model(session_home / "tiny-qwen3-moe", architecture="qwen3_moe"))
 
 
-@contextlib.contextmanager
-def _ray_head(*overrides: str):
-    """The overrides that join the cluster `python -m tests.ray_head *overrides` keeps in a process of
-    its own (`cluster=remote`), until the block ends."""
+@pytest.fixture(scope="session")
+def shared_cluster():
+    """The overrides that run a whole run on the session's one local Ray cluster
+    (tests/ray_head.py), joined as an existing cluster (`cluster=remote`): each run is a Ray job
+    of its own, and no run pays for Ray's start. Runs that test the embedded cluster itself, or
+    need a cluster of other resources, start their own."""
     head = subprocess.Popen(
-        [sys.executable, "-m", "tests.ray_head", *overrides],
+        [sys.executable, "-m", "tests.ray_head"],
         cwd=ROOT,
         env=isolated_env(),
         stdin=subprocess.PIPE,
@@ -121,32 +122,6 @@ def _ray_head(*overrides: str):
     if not address:
         head.wait(timeout=60)
         pytest.fail(f"the session's Ray cluster did not start (exit {head.returncode}); its output is above")
-    try:
-        yield ("cluster=remote", f"cluster.address={address}")
-    finally:
-        head.stdin.close()
-        head.wait(timeout=120)
-
-
-@pytest.fixture(scope="session")
-def shared_cluster():
-    """The overrides that run a whole run on the session's one local Ray cluster
-    (tests/ray_head.py), joined as an existing cluster (`cluster=remote`): each run is a Ray job
-    of its own, and no run pays for Ray's start. Runs that test the embedded cluster itself, or
-    need a cluster of other resources, start their own."""
-    with _ray_head() as overrides:
-        yield overrides
-
-
-@pytest.fixture(scope="session")
-def sim_cluster():
-    """The overrides that join the session's one simulated cluster (the layout `SIM` of
-    tests/configs.py, kept by tests/ray_head.py in a process of its own): the files that need
-    simulated nodes connect to it in turn (`cluster=remote`) instead of each starting its own. Its
-    nodes start with no other test running (tests/run_alone.py), as `SimNodes.add_nodes` does here."""
-    from tests.configs import SIM
-
-    with contextlib.ExitStack() as stack:
-        with alone():
-            overrides = stack.enter_context(_ray_head(*SIM))
-        yield overrides
+    yield ("cluster=remote", f"cluster.address={address}")
+    head.stdin.close()
+    head.wait(timeout=120)

@@ -11,8 +11,13 @@ from roll_device.commands.plan import plan_command
 from roll_device.errors import ConfigError, PlanError
 from roll_device.pipeline.run_plan import build_run_plan
 from tests.cluster.role_workers import DeviceIdentityWorker, ProbeWorker
-from tests.configs import SIM, cluster_settings, run_config
+from tests.configs import cluster_settings, run_config
 
+NODES = (
+    "[{name: npu-node, num_cpus: 1, resources: {NPU: 4}}, {name: gpu-node, num_cpus: 1, num_gpus: 2}, "
+    "{name: amd-node, num_cpus: 1, num_gpus: 1, accelerator_type: AMD-Instinct-MI300X}]"
+)
+SIM = ["cluster=sim", "cluster.head.num_cpus=1", f"cluster.nodes={NODES}"]
 ROLES = [
     "roles.actor_train.device=npu",
     "roles.actor_train.num_devices=2",
@@ -27,9 +32,8 @@ ROLES = [
 
 
 @pytest.fixture(scope="module")
-def cluster(sim_cluster):
-    """The session's simulated cluster (layout `SIM`), joined by this process."""
-    handle = start_cluster(cluster_settings(*sim_cluster))
+def cluster():
+    handle = start_cluster(cluster_settings(*SIM))
     yield handle
     handle.shutdown()
 
@@ -173,13 +177,13 @@ def test_dispatch_takes_the_worker_method_itself(placed):
 def test_plans_that_do_not_fit_fail_before_any_worker_starts(cluster, overrides, error, message):
     groups_before = ray.util.placement_group_table()
     with pytest.raises(error, match=message):
-        plan_command([*SIM, *ROLES, *overrides])  # the CLI's plan step, on the connected sim cluster
+        plan_command(SIM + ROLES + overrides)  # the CLI's plan step, on the connected sim cluster
     assert ray.util.placement_group_table() == groups_before, "no placement group, so no worker, was made"
     assert ray.is_initialized(), "plan must not tear down a connection it did not make"
 
 
 def test_plan_command_prints_the_device_map(cluster, capsys):
-    assert plan_command([*SIM, *ROLES]) == 0
+    assert plan_command(SIM + ROLES) == 0
     out = capsys.readouterr().out
     rows = {line.split()[0]: line.split() for line in out.split("device plan:")[1].strip().splitlines()[1:]}
     assert rows["actor_train"][:5] == ["actor_train", "npu", "2", "npu-node", "0,1"]

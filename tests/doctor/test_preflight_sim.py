@@ -10,8 +10,13 @@ import ray
 from roll_device.cluster import read_inventory, start_cluster
 from roll_device.doctor.preflight import PreflightError, preflight
 from roll_device.pipeline.run_plan import RunPlan, build_run_plan
-from tests.configs import SIM, cluster_settings, run_config
+from tests.configs import cluster_settings, run_config
 
+SIM = [
+    "cluster=sim",
+    "cluster.head.num_cpus=1",
+    "cluster.nodes=[{name: npu-node, num_cpus: 1, resources: {NPU: 4}}]",
+]
 NPU_ROLES = [
     "roles.actor_train.device=npu",
     "roles.actor_train.num_devices=2",
@@ -25,9 +30,8 @@ MISSING_ASCEND = (
 
 
 @pytest.fixture(scope="module")
-def cluster(sim_cluster):
-    """The session's simulated cluster (layout `SIM`: its NPU node serves these roles), joined."""
-    handle = start_cluster(cluster_settings(*sim_cluster))
+def cluster():
+    handle = start_cluster(cluster_settings(*SIM))
     yield handle
     handle.shutdown()
 

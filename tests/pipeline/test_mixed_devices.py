@@ -12,9 +12,7 @@ from roll_device.pipeline.workers import RolloutWorker, TrainWorker
 from tests.configs import run_config
 
 
-def test_mixed_devices_step_on_the_sim_cluster(tmp_path, sim_cluster):
-    """On the session's simulated cluster (tests/configs.py's `SIM`: its NPU, GPU and head nodes are
-    the experiment's), joined as a run joins any cluster."""
+def test_mixed_devices_step_on_the_sim_cluster(tmp_path):
     seen = {"records": []}
 
     def on_step(record, roles):
@@ -24,7 +22,12 @@ def test_mixed_devices_step_on_the_sim_cluster(tmp_path, sim_cluster):
         seen["trainer_hash"] = roles.call("actor_train", TrainWorker.export_hash)
         seen["engine_hash"] = roles.call("actor_infer", RolloutWorker.engine_hash)
 
-    cfg = run_config("experiment=mixed_devices", *sim_cluster, "max_steps=2", "rollout.dtype=float32")
+    cfg = run_config(
+        "experiment=mixed_devices",
+        "cluster=sim",
+        "max_steps=2",
+        "rollout.dtype=float32",
+    )
     run_checked(cfg, tmp_path / "run", on_step=on_step)
 
     infos = seen["infos"]
