@@ -68,10 +68,17 @@ def test_the_main_job_learns_and_writes_into_the_hydra_run_dir(tmp_path):
         ),
     ],
 )
-def test_bad_input_exits_2_with_the_reason(tmp_path, args, message):
-    proc = _cli(*args, home=tmp_path)
-    assert proc.returncode == 2 and message in proc.stderr
-    assert "Traceback" not in proc.stderr
+def test_bad_input_exits_2_with_the_reason(tmp_path, capsys, monkeypatch, args, message):
+    """In this process (the console script's own exit status and stderr: the npu-sim case below)."""
+    import ray
+
+    from roll_device.cli import main
+
+    monkeypatch.setenv("ROLL_DEVICE_HOME", str(tmp_path))
+    assert main([*args, f"hydra.run.dir={tmp_path / 'run'}"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert not ray.is_initialized() and not (tmp_path / "run").exists(), "refused before Ray and the run"
 
 
 @pytest.mark.parametrize(
@@ -82,28 +89,40 @@ def test_bad_input_exits_2_with_the_reason(tmp_path, args, message):
             "unknown device kind 'tpu': valid kinds are npu, cuda, rocm, cpu (ROLL_DEVICE also takes auto, npu-sim)",
         ),
         ("npu", "ROLL_DEVICE=npu but no usable Ascend NPU: install torch_npu"),
-        (  # a simulation on the local cluster would run every role on the CPU
-            "npu-sim",
-            (
-                "ROLL_DEVICE=npu-sim simulates npu devices in this process only: on cluster=local every role "
-                "would run on this machine's CPU; to simulate a run on NPU nodes, use the sim cluster: "
-                "roll-device run experiment=mixed_devices cluster=sim"
-            ),
-        ),
     ],
 )
-def test_bad_roll_device_is_refused_before_work(tmp_path, kind, message):
-    env = {**os.environ, "ROLL_DEVICE": kind, "ROLL_DEVICE_HOME": str(tmp_path)}
-    proc = subprocess.run(
-        [str(SCRIPT), "run"], check=False, capture_output=True, text=True, env=env, timeout=120
-    )
-    assert proc.returncode == 2 and message in proc.stderr
+def test_bad_roll_device_is_refused_before_work(tmp_path, capsys, monkeypatch, kind, message):
+    from roll_device.cli import main
+
+    monkeypatch.setenv("ROLL_DEVICE", kind)
+    monkeypatch.setenv("ROLL_DEVICE_HOME", str(tmp_path))
+    assert main(["run"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
     assert not (tmp_path / "tiny-qwen2").exists(), "nothing was made"
 
 
-def test_make_tiny_model(tmp_path):
-    proc = _cli("make-tiny-model", str(tmp_path / "m"), "--layers", "1", home=tmp_path)
-    assert proc.returncode == 0, proc.stderr
+def test_a_simulation_on_the_local_cluster_is_refused_by_the_console_script(tmp_path):
+    """ROLL_DEVICE=npu-sim: a simulation on the local cluster would run every role on the CPU. In a
+    process of its own (the simulation renames torch's device for the whole process), through the
+    installed console script: exit 2, one line, no traceback, nothing made."""
+    env = {**os.environ, "ROLL_DEVICE": "npu-sim", "ROLL_DEVICE_HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [str(SCRIPT), "run"], check=False, capture_output=True, text=True, env=env, timeout=120
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert (
+        "roll-device run: error: ROLL_DEVICE=npu-sim simulates npu devices in this process only: on "
+        "cluster=local every role would run on this machine's CPU; to simulate a run on NPU nodes, use "
+        "the sim cluster: roll-device run experiment=mixed_devices cluster=sim"
+    ) in proc.stderr
+    assert not (tmp_path / "tiny-qwen2").exists(), "nothing was made"
+
+
+def test_make_tiny_model(tmp_path, capsys):
+    from roll_device.cli import main
+
+    assert main(["make-tiny-model", str(tmp_path / "m"), "--layers", "1"]) == 0, capsys.readouterr().err
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     assert config["num_hidden_layers"] == 1 and config["architectures"] == ["Qwen2ForCausalLM"]
 

@@ -41,32 +41,34 @@ def start(*args: str, env: dict | None = None) -> subprocess.Popen:
     )
 
 
-@pytest.fixture(scope="module")
-def jobs(head):
-    """Three submissions at once (each job takes a while to set up): exit status, stdout, stderr."""
-    submit = [
-        sys.executable,
-        "-m",
-        "roll_device.cli",
-        "submit",
-        "--address",
-        head.dashboard_url,
-        "--command",
-        "plan",
-    ]
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # the `ray` CLI
-    running = {
-        "fits": start(*submit, "roles.reward.num_devices=2"),
-        "no_npu": start(*submit, "roles.actor_train.device=npu"),
-        "script": start(
-            "scripts/submit.sh",
-            "plan",
-            "roles.reward.num_devices=3",
-            env={"RAY_ADDRESS": head.dashboard_url, "PATH": path},
-        ),
-    }
+def _submit(head, *overrides: str) -> subprocess.Popen:
+    """`roll-device submit --command plan` of `overrides` to `head`, started."""
+    address = ["--address", head.dashboard_url]
+    return start(sys.executable, "-m", "roll_device.cli", "submit", *address, "--command", "plan", *overrides)
+
+
+def _finished(running: dict[str, subprocess.Popen]) -> dict[str, tuple[int, str, str]]:
     done = {name: proc.communicate(timeout=300) for name, proc in running.items()}
     return {name: (running[name].returncode, out, err) for name, (out, err) in done.items()}
+
+
+@pytest.fixture(scope="module")
+def jobs(head):
+    """Two submissions at once (each job takes a while to set up): exit status, stdout, stderr."""
+    return _finished(
+        {
+            "fits": _submit(head, "roles.reward.num_devices=2"),
+            "no_npu": _submit(head, "roles.actor_train.device=npu"),
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def script_job(head):
+    """The same job through scripts/submit.sh (the `ray` CLI): exit status, stdout, stderr."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # the `ray` CLI
+    env = {"RAY_ADDRESS": head.dashboard_url, "PATH": path}
+    return _finished({"script": start("scripts/submit.sh", "plan", "roles.reward.num_devices=3", env=env)})
 
 
 def rows(text: str) -> list[list[str]]:
@@ -88,8 +90,8 @@ def test_failed_job_returns_its_exit_status_and_message(jobs):
 
 
 @pytest.mark.slow  # the same job as test_submitted_job_succeeds_and_its_log_streams_back, through the Ray CLI
-def test_script_submits_the_same_job_with_the_ray_cli(jobs):
-    status, out, err = jobs["script"]
+def test_script_submits_the_same_job_with_the_ray_cli(script_job):
+    status, out, err = script_job["script"]
     assert status == 0, out + err
     assert ["reward", "cpu", "3", "head", "0,1,2", "3", "1", "-", "no"] in rows(out)
 

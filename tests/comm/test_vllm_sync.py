@@ -14,10 +14,30 @@ from tests.comm.scenarios import BUCKET_BYTES, CHECKS
 from tests.comm.workers import RemoteError, Worker, together
 
 ENGINE = "tests.comm.engine_checks"
+# Slow: the collective path into vLLM runs by default in test_vllm_tensor_parallel.py (two syncs into a
+# TP=2 engine, hashes and greedy tokens equal) and in test_cli's main job; the bridge into vLLM in
+# tests/pipeline/test_mixed_devices.py (both engines hash equal to the trainer's export).
 PATHS = [
-    ("colocated", {"colocated": True, "same_node": True}, "colocated: cpu -> cpu via host shared memory"),
-    ("collective", {"colocated": False, "same_node": True}, "collective: cpu -> cpu via gloo broadcast"),
-    ("bridge", {"colocated": False, "same_node": False}, "bridge: cpu -> cpu via gloo broadcast"),
+    pytest.param(
+        "colocated",
+        {"colocated": True, "same_node": True},
+        "colocated: cpu -> cpu via host shared memory",
+        id="colocated",
+    ),
+    pytest.param(
+        "collective",
+        {"colocated": False, "same_node": True},
+        "collective: cpu -> cpu via gloo broadcast",
+        id="collective",
+        marks=pytest.mark.slow,
+    ),
+    pytest.param(
+        "bridge",
+        {"colocated": False, "same_node": False},
+        "bridge: cpu -> cpu via gloo broadcast",
+        id="bridge",
+        marks=pytest.mark.slow,
+    ),
 ]
 
 
@@ -31,7 +51,7 @@ def engine_workers():
         rollout.close()
 
 
-@pytest.mark.parametrize(("forced", "placement", "expected"), PATHS, ids=[p[0] for p in PATHS])
+@pytest.mark.parametrize(("forced", "placement", "expected"), PATHS)
 def test_sync_into_a_vllm_engine(engine_workers, tiny_model_path, forced, placement, expected):
     """The engine is started with the project's weight-transfer engine of the path."""
     trainer, rollout = engine_workers

@@ -1,5 +1,6 @@
 """`roll-device doctor` as a user runs it on this CPU machine: the CPU stack and exit 0, and exit 2
-with one line per problem for an experiment this machine cannot run."""
+with one line per problem for an experiment this machine cannot run. The console's exit statuses
+and streams in processes of their own; two refusals in this process (`main`), which prints the same."""
 
 import os
 import subprocess
@@ -25,6 +26,15 @@ def doctor(*overrides: str) -> subprocess.CompletedProcess:
     )
 
 
+def doctor_here(capsys, *overrides: str) -> tuple[int, str, str]:
+    """`roll-device doctor` in this process: exit status, stdout, stderr."""
+    from roll_device.cli import main
+
+    status = main(["doctor", *overrides])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
 def rows(stdout: str) -> dict[str, str]:
     return {line.split()[0]: " ".join(line.split()[1:]) for line in stdout.splitlines() if line.strip()}
 
@@ -45,16 +55,14 @@ def test_doctor_prints_the_cpu_stack_and_exits_0():
     assert proc.stdout.rstrip().endswith("no problems found: the experiment can run here")
 
 
-def test_a_kind_this_machine_lacks_exits_2_in_one_line():
-    proc = doctor("roles.actor_infer.device=npu")
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.splitlines() == [
+def test_a_kind_this_machine_lacks_exits_2_in_one_line(capsys):
+    status, _out, err = doctor_here(capsys, "roles.actor_infer.device=npu")
+    assert status == 2 and "Traceback" not in err
+    assert err.splitlines() == [
         "roll-device doctor: error: 1 problem(s) stop this experiment here:",
-        proc.stderr.splitlines()[1],
+        err.splitlines()[1],
     ]
-    assert (
-        "plan: role 'actor_infer' wants 1 npu device(s), but no node of this cluster has npu" in proc.stderr
-    )
+    assert "plan: role 'actor_infer' wants 1 npu device(s), but no node of this cluster has npu" in err
 
 
 def test_the_sim_cluster_is_checked_as_the_kinds_it_simulates():
@@ -68,11 +76,11 @@ def test_the_sim_cluster_is_checked_as_the_kinds_it_simulates():
     assert "role actor_train" not in proc.stderr, "FSDP on the simulated NPU needs nothing more"
 
 
-def test_what_the_model_cannot_take_is_a_problem_line(tiny_model_path):
-    proc = doctor(f"model.path={tiny_model_path}", "rollout.kv_cache_bytes=4096")
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+def test_what_the_model_cannot_take_is_a_problem_line(tiny_model_path, capsys):
+    status, _out, err = doctor_here(capsys, f"model.path={tiny_model_path}", "rollout.kv_cache_bytes=4096")
+    assert status == 2 and "Traceback" not in err
     assert (
-        proc.stderr.splitlines()[1]
+        err.splitlines()[1]
         .lstrip()
         .startswith("model: rollout.kv_cache_bytes=4096 holds 4 tokens of this model's KV cache")
     )

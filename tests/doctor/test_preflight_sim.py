@@ -2,11 +2,7 @@
 declares NPUs it does not have and its task checks it as the simulated NPU): roles the node can
 serve pass, a vLLM rollout without vllm_ascend is refused in seconds, before any worker starts."""
 
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 import ray
@@ -16,7 +12,6 @@ from roll_device.doctor.preflight import PreflightError, preflight
 from roll_device.pipeline.run_plan import RunPlan, build_run_plan
 from tests.configs import cluster_settings, run_config
 
-ROOT = Path(__file__).resolve().parents[2]
 SIM = [
     "cluster=sim",
     "cluster.head.num_cpus=1",
@@ -63,18 +58,16 @@ def test_vllm_without_vllm_ascend_on_a_simulated_npu_node_is_refused_in_seconds(
     assert "role actor_train" not in message and "node head" not in message
 
 
-def test_run_is_refused_by_preflight_before_any_worker_starts(cluster, tmp_path):
+def test_run_is_refused_by_preflight_before_any_worker_starts(cluster, tmp_path, capsys, monkeypatch):
+    """`roll-device run` in this process, on the cluster it is connected to (as a run joins one)."""
+    from roll_device.cli import main
+
+    monkeypatch.setenv("ROLL_DEVICE_HOME", str(tmp_path))
     remote = ["cluster=remote", f"cluster.address={cluster.address}"]
-    command = [sys.executable, "-m", "roll_device.cli", "run", *remote, *NPU_ROLES, "max_steps=1"]
-    command.append(f"hydra.run.dir={tmp_path / 'run'}")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "ROLL_DEVICE_HOME": str(tmp_path)}
-    env.pop("ROLL_DEVICE", None)
-    proc = subprocess.run(
-        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert "Traceback" not in proc.stderr and "workers ready" not in proc.stdout
-    errors = proc.stderr[proc.stderr.index("roll-device run: error:") :].splitlines()
+    assert main(["run", *remote, *NPU_ROLES, "max_steps=1", f"hydra.run.dir={tmp_path / 'run'}"]) == 2
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "workers ready" not in out
+    errors = err[err.index("roll-device run: error:") :].splitlines()
     assert errors[0] == "roll-device run: error: preflight found 2 problem(s) before any worker started:"
     assert len(errors) == 3 and all(
         line.startswith("  node npu-node: role actor_infer (npu): ") for line in errors[1:]

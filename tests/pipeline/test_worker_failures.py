@@ -169,7 +169,7 @@ from roll_device.pipeline.output import quiet_driver
 from roll_device.pipeline.roles import watching
 
 quiet_driver()
-ray.init(num_cpus=1, include_dashboard=False)
+ray.init(address=sys.argv[1])  # the session's cluster: a driver of its own, as a run joins it
 
 
 @ray.remote
@@ -195,11 +195,17 @@ time.sleep(5)  # Ray's error listener prints its paragraph about the dead worker
 
 
 @pytest.mark.timeout(180)
-def test_a_killed_worker_is_one_line_in_our_words_and_ray_says_nothing(tmp_path):
+def test_a_killed_worker_is_one_line_in_our_words_and_ray_says_nothing(tmp_path, shared_cluster):
     """A worker's process killed with SIGKILL: the error names the role, the rank and the cause in
     our words; Ray's own paragraph about the dead worker reaches neither stream of the driver."""
+    address = shared_cluster[1].split("=", 1)[1]
     done = subprocess.run(
-        [sys.executable, "-c", KILLED], check=False, capture_output=True, text=True, timeout=170, cwd=tmp_path
+        [sys.executable, "-c", KILLED, address],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=170,
+        cwd=tmp_path,
     )
     assert done.stdout == (
         "WorkerLostError: a worker of role 'actor_train' (rank 0) died: the process was killed "
