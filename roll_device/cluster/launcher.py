@@ -104,12 +104,18 @@ def signals_deferred() -> Iterator[None]:
 
 def start_cluster(cluster: ClusterSettings) -> ClusterHandle:
     """Connect to (or start) the cluster the `cluster` section describes. The process's SIGTERM
-    handler is kept (`ray.init` replaces it with a bare `sys.exit(15)`)."""
+    handler is kept (`ray.init` replaces it with a bare `sys.exit(15)`), a SIGTERM during Ray's
+    start included."""
     if threading.current_thread() is not threading.main_thread():
         return _connect(cluster)
     handler = signal.getsignal(signal.SIGTERM)
     try:
         return _connect(cluster)
+    except SystemExit as ended:  # Ray's own handler got a SIGTERM while Ray started
+        if ended.code != signal.SIGTERM or not callable(handler):
+            raise
+        handler(signal.SIGTERM, None)  # the kept handler's SIGTERM (the run's: exit 143, not 15)
+        raise
     finally:
         if handler is not None:
             signal.signal(signal.SIGTERM, handler)

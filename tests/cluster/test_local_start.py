@@ -3,11 +3,16 @@ register and then raises a bare Exception; the launcher starts it again, and aft
 ends in one line. Ray's start is replaced by one that times out the way Ray's does (a loaded
 machine cannot be made on demand); everything else is the launcher's own code."""
 
+import os
+import signal
+import sys
+
 import pytest
 import ray
 
 from roll_device.cluster import launcher
 from roll_device.cluster.launcher import ClusterStartError, start_cluster
+from roll_device.pipeline.interrupts import RunTerminatedError, how_stopped, sigterm_as_interrupt
 from tests.configs import cluster_settings
 
 RAY_TIMEOUT = (
@@ -72,3 +77,21 @@ def test_the_dashboards_address_is_what_ray_init_returned_as_a_url():
     assert launcher.dashboard(Started("127.0.0.1:8265")) == "http://127.0.0.1:8265"
     assert launcher.dashboard(Started("https://head:8265")) == "https://head:8265"
     assert launcher.dashboard(Started("")) is None
+
+
+def test_sigterm_while_ray_starts_is_sigterm_with_143(monkeypatch):
+    """`ray.init` installs a SIGTERM handler of its own (`sys.exit(signum)`) before its node starts;
+    a SIGTERM in that wait reaches the run as SIGTERM (143), not as Ray's exit 15."""
+
+    def terminated_while_starting(**kwargs):
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # what ray.init sets
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.pause()  # the handler runs before pause returns
+
+    monkeypatch.setattr(ray, "init", terminated_while_starting)
+    with sigterm_as_interrupt():
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            start_cluster(cluster_settings())
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL, "the run's handler is kept"
+    error, what = how_stopped(stopped.value)
+    assert (error, what, error.exit_code) == (RunTerminatedError, "terminated (SIGTERM)", 143)

