@@ -14,32 +14,44 @@ from roll_device.pipeline.roles import WorkerLostError
 from tests.configs import run_config
 from tests.pipeline.faults import kill_at_next
 
-MAX_STEPS = 5
+MAX_STEPS = 5  # the slow cases'; they kill after step 3
 
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(
-    "role, method, kept, overrides",
+    "role, method, kept, overrides, after_step, max_steps",
     [
-        ("actor_infer", "receive_weights", 4, ["algorithm.kl_coef=0"]),  # in the sync of step 4
-        pytest.param("actor_train", "train", 2, ["algorithm.kl_coef=0"], marks=pytest.mark.slow),
+        # in the sync of step 2: the fewest steps with a checkpoint kept and a step left to resume
+        ("actor_infer", "receive_weights", 2, ["algorithm.kl_coef=0"], 1, 3),
+        pytest.param(
+            "actor_train", "train", 2, ["algorithm.kl_coef=0"], 3, MAX_STEPS, marks=pytest.mark.slow
+        ),
         # the reference in workers of its own (colocated, it runs in actor_train's)
         pytest.param(
-            "reference", "logprobs", 3, ["roles.reference.colocate_with=null"], marks=pytest.mark.slow
+            "reference",
+            "logprobs",
+            3,
+            ["roles.reference.colocate_with=null"],
+            3,
+            MAX_STEPS,
+            marks=pytest.mark.slow,
         ),
-        pytest.param("reward", "score", 3, ["algorithm.kl_coef=0"], marks=pytest.mark.slow),
+        pytest.param("reward", "score", 3, ["algorithm.kl_coef=0"], 3, MAX_STEPS, marks=pytest.mark.slow),
         # the multi-turn rollout of step 5 runs while step 4 is recorded (it is launched then)
-        pytest.param("env", "step", 4, ["experiment=agentic_game", "rollout=hf"], marks=pytest.mark.slow),
+        pytest.param(
+            "env", "step", 4, ["experiment=agentic_game", "rollout=hf"], 3, MAX_STEPS, marks=pytest.mark.slow
+        ),
     ],
 )
 def test_a_killed_worker_ends_the_run_and_resume_records_every_step_once(
-    tmp_path, shared_cluster, role, method, kept, overrides
+    tmp_path, shared_cluster, role, method, kept, overrides, after_step, max_steps
 ):
     run_dir = tmp_path / "run"
-    base = [*shared_cluster, f"max_steps={MAX_STEPS}", "save_every=2", *overrides]
+    base = [*shared_cluster, f"max_steps={max_steps}", "save_every=2", *overrides]
     killed_at = []
+    hook = kill_at_next(role, method, killed_at, after_step=after_step)
     with pytest.raises(WorkerLostError) as lost:
-        run_checked(run_config(*base), run_dir, on_step=kill_at_next(role, method, killed_at))
+        run_checked(run_config(*base), run_dir, on_step=hook)
     print(
         f"{role} killed: the run ended {time.monotonic() - killed_at[0]:.1f}s later"
     )  # for docs, not asserted
@@ -56,5 +68,5 @@ def test_a_killed_worker_ends_the_run_and_resume_records_every_step_once(
 
     run_checked(run_config(*base, "resume=true"), run_dir)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records] == list(range(1, MAX_STEPS + 1)), "every step once, none lost"
-    assert records[-1]["weights_version"] == MAX_STEPS
+    assert [r["step"] for r in records] == list(range(1, max_steps + 1)), "every step once, none lost"
+    assert records[-1]["weights_version"] == max_steps

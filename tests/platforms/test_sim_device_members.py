@@ -1,13 +1,16 @@
-"""The new platform members on the simulated NPU (ROLL_DEVICE=npu-sim, each check in its own
-process): what torch_npu answers, modelled by the simulation. All results are simulated."""
+"""The new platform members on the simulated NPU (ROLL_DEVICE=npu-sim, in processes of their
+own): what torch_npu answers, modelled by the simulation. All results are simulated."""
 
-from tests.isolated import run_isolated
+from tests.isolated import checks_in_one_process, run_isolated
 
 CHECKS = "tests.platforms.sim_member_checks"
 
+# The checks with the default environment, in one process; those with an environment in their own.
+shared = checks_in_one_process(CHECKS, ["profiling", "process_env"])
 
-def test_ranges_reach_mstx_and_the_profiler_sees_the_host_kernels():
-    r = run_isolated(f"{CHECKS}:profiling")
+
+def test_ranges_reach_mstx_and_the_profiler_sees_the_host_kernels(shared):
+    r = shared("profiling")
     assert r["recorded"] == [
         ["range_start", "step", 1],
         ["range_start", "forward", 2],
@@ -74,8 +77,8 @@ def test_rng_of_all_devices_and_determinism():
     assert r["env"] == {"HCCL_DETERMINISTIC": "true", "CLOSE_MATMUL_K_SHIFT": "1"}
 
 
-def test_process_env_is_the_npu_kind():
-    r = run_isolated(f"{CHECKS}:process_env")
+def test_process_env_is_the_npu_kind(shared):
+    r = shared("process_env")
     assert r["collective"] == {"HCCL_CONNECT_TIMEOUT": "1200", "HCCL_EXEC_TIMEOUT": "1200"}
     assert r["rank"] == {
         "ASCEND_RT_VISIBLE_DEVICES": "5",

@@ -1,20 +1,24 @@
 """The simulated NPU fails where an Ascend NPU fails: ACL graph capture and replay, what needs the
 host during capture, the device's stream budget, graph memory pools and the memory capacity.
 
-All results here are SIMULATIONS (ROLL_DEVICE=npu-sim, each check in a process of its own); the
+All results here are SIMULATIONS (ROLL_DEVICE=npu-sim, in processes of their own); the
 models follow torch_npu and vLLM-Ascend as docs/simulation.md cites."""
 
 import pytest
 
-from tests.isolated import run_isolated
+from tests.isolated import checks_in_one_process, run_isolated
 
 CHECKS = "tests.sim.graph_checks"
 SYNC = "error code is 107027"
 HOST_COPY = "error code is 107030"
 
+# The checks with the default environment that read no absolute memory, in one process; the others,
+# with an environment or the device's whole memory (which sets its capacity), in their own.
+shared = checks_in_one_process(CHECKS, ["replay", "capture_rules", "device_graph_tests"])
 
-def test_replay_reruns_the_capture_on_the_same_tensors_and_refuses_the_host():
-    r = run_isolated(f"{CHECKS}:replay")
+
+def test_replay_reruns_the_capture_on_the_same_tensors_and_refuses_the_host(shared):
+    r = shared("replay")
     assert r["replays_match"] == [True, True] and r["same_output_memory"]
     assert r["non_blocking_copy_replayed"]
     refused = r["refused"]
@@ -36,8 +40,8 @@ def test_replay_reruns_the_capture_on_the_same_tensors_and_refuses_the_host():
     assert "synchronized memcpy failed, kind = 2" in refused["cpu"]
 
 
-def test_torch_npu_capture_rules():
-    r = run_isolated(f"{CHECKS}:capture_rules")
+def test_torch_npu_capture_rules(shared):
+    r = shared("capture_rules")
     assert "Called NPUGraph::pool() without a preceding successful capture" in r["pool_before_capture"]
     assert "Called NPUGraph::replay without" in r["replay_before_capture"]
     assert "NPU graphs must be captured on a non-default stream" in r["default_stream"]
@@ -80,6 +84,6 @@ def test_graph_pools_are_shared_and_the_capacity_is_enforced():
 
 
 @pytest.mark.parametrize("check", ["device_graph_tests"])
-def test_the_device_graph_tests_pass_on_the_simulated_npu(check):
-    r = run_isolated(f"{CHECKS}:{check}")
+def test_the_device_graph_tests_pass_on_the_simulated_npu(shared, check):
+    r = shared(check)
     assert r == {"platform": "npu (simulated)", "passed": 2}

@@ -3,7 +3,14 @@
 All results here are simulations: CPU compute behind tensors that report `npu:N`.
 """
 
-from tests.isolated import run_isolated
+from tests.isolated import checks_in_one_process, run_isolated
+
+CHECKS = "tests.sim.sim_checks"
+# The checks with the default environment that leave nothing behind (memory is read as deltas),
+# in one process; the one that once ended its process, and those with an environment, in their own.
+shared = checks_in_one_process(
+    CHECKS, ["allocator_cache", "metadata_after_ops", "qwen_step", "hccl_allreduce"]
+)
 
 
 def test_npu_platform_contract_on_simulated_npu():
@@ -20,8 +27,8 @@ def test_npu_platform_contract_on_simulated_npu():
     assert r["graphs"] is True and r["graph_class"] == "NPUGraph"
 
 
-def test_freed_memory_stays_reserved_until_empty_cache_as_torch_npus_allocator_keeps_it():
-    r = run_isolated("tests.sim.sim_checks:allocator_cache")
+def test_freed_memory_stays_reserved_until_empty_cache_as_torch_npus_allocator_keeps_it(shared):
+    r = shared("allocator_cache")
     assert r["freed_still_reserved"] == 4 and r["free_still_reduced"], (
         "freed into the cache, not to the device"
     )
@@ -30,23 +37,23 @@ def test_freed_memory_stays_reserved_until_empty_cache_as_torch_npus_allocator_k
     assert r["after_empty_cache"] == 0 and r["free_back"]
 
 
-def test_tiny_qwen2_step_matches_cpu():
-    r = run_isolated("tests.sim.sim_checks:qwen_step")
+def test_tiny_qwen2_step_matches_cpu(shared):
+    r = shared("qwen_step")
     assert r["param_device"] == "npu:0"
     assert abs(r["cpu_loss"] - r["npu_loss"]) <= 1e-5
     assert r["max_weight_diff"] <= 1e-5
 
 
-def test_two_process_hccl_allreduce():
-    r = run_isolated("tests.sim.sim_checks:hccl_allreduce")
+def test_two_process_hccl_allreduce(shared):
+    r = shared("hccl_allreduce")
     assert r["exitcodes"] == [0, 0]
     for rank, (got_rank, backend, device, reduced, gathered) in enumerate(r["ranks"]):
         assert got_rank == rank and backend == "hccl" and device == f"npu:{rank}"
         assert reduced == [3.0] * 4 and gathered == [3.0] * 8
 
 
-def test_metadata_follows_the_data_after_every_op():
-    r = run_isolated("tests.sim.sim_checks:metadata_after_ops")
+def test_metadata_follows_the_data_after_every_op(shared):
+    r = shared("metadata_after_ops")
     assert r["arange"] == [5] and r["eye"] == [2, 3]
     assert r["arange_bytes"] == 4000 and r["resized_bytes"] == 8000, "storage grown in place is counted"
     assert r["unsqueeze_"] == [1, 2, 3] and r["t_"] == [1, 3] and r["resize_"] == [2, 5]
