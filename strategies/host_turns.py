@@ -35,19 +35,23 @@ from roll_device.platforms import Platform
 ALIGN = 512  # bytes: each storage starts on a boundary fit for the copy engines
 
 
-def distinct_storages(tensors: Iterable[torch.Tensor]) -> list[torch.UntypedStorage]:
-    """The storages behind `tensors` with bytes in them, each once, in first-seen order."""
+def distinct_storages(tensors: Iterable[torch.Tensor]) -> list[torch.Tensor]:
+    """One tensor per storage behind `tensors` with bytes in them that can be resized, in
+    first-seen order (the tensor keeps the storage alive; a storage object alone may outlive it
+    invalid). A storage that cannot be resized is host memory mapped from a file (a checkpoint
+    loaded in place, which only a host kind's tensors are): it stays where it is."""
     seen, out = set(), []
     for tensor in tensors:
         storage = tensor.untyped_storage()
-        if storage.nbytes() and storage._cdata not in seen:
+        if storage.nbytes() and storage.resizable() and storage._cdata not in seen:
             seen.add(storage._cdata)
-            out.append(storage)
+            out.append(tensor)
     return out
 
 
-def byte_view(storage: torch.UntypedStorage, nbytes: int) -> torch.Tensor:
-    """All `nbytes` of `storage` as one uint8 tensor on its device."""
+def byte_view(owner: torch.Tensor, nbytes: int) -> torch.Tensor:
+    """All `nbytes` of `owner`'s storage as one uint8 tensor on its device."""
+    storage = owner.untyped_storage()
     return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage, 0, (nbytes,))
 
 
@@ -59,7 +63,7 @@ class HostTurn:
         self.asynchronous = platform.supports_pinned_memory
         self.buffer: torch.Tensor | None = None
         self.allocations = 0  # host buffers allocated so far: one in the steady state
-        self._released: list[tuple[torch.UntypedStorage, int, int]] | None = None
+        self._released: list[tuple[torch.Tensor, int, int]] | None = None
         self._kept = False
         self._copies = None  # the event after the last copies, where they run asynchronously
 
@@ -73,14 +77,14 @@ class HostTurn:
         each storage to zero bytes; returns the bytes released. Nothing to do while holding."""
         if self.holding:
             return 0
-        storages = distinct_storages(tensors)
-        layout, total = self._layout(storages)
+        owners = distinct_storages(tensors)
+        layout, total = self._layout(owners)
         if keep:
             host = self._host_views(layout, total)
-            self._copy(host, [byte_view(s, n) for s, _, n in layout])
+            self._copy(host, [byte_view(t, n) for t, _, n in layout])
             self._wait()
-        for storage in storages:
-            storage.resize_(0)
+        for owner in owners:
+            owner.untyped_storage().resize_(0)
         self._released, self._kept = layout, keep
         return sum(n for _, _, n in layout)
 
@@ -88,22 +92,21 @@ class HostTurn:
         """Regrow every released storage and, where `release` kept them, copy its bytes back."""
         if not self.holding:
             return
-        for storage, _, nbytes in self._released:
-            storage.resize_(nbytes)
+        for owner, _, nbytes in self._released:
+            owner.untyped_storage().resize_(nbytes)
         if self._kept:
             host = [self.buffer[offset : offset + n] for _, offset, n in self._released]
-            self._copy([byte_view(s, n) for s, _, n in self._released], host)
+            self._copy([byte_view(t, n) for t, _, n in self._released], host)
         self._released = None
 
     @staticmethod
-    def _layout(
-        storages: list[torch.UntypedStorage],
-    ) -> tuple[list[tuple[torch.UntypedStorage, int, int]], int]:
-        """Each storage with its offset in the host buffer (aligned) and its size; the bytes in all."""
+    def _layout(owners: list[torch.Tensor]) -> tuple[list[tuple[torch.Tensor, int, int]], int]:
+        """Each storage (by a tensor on it) with its offset in the host buffer (aligned) and its
+        size; the bytes in all."""
         layout, offset = [], 0
-        for storage in storages:
-            nbytes = storage.nbytes()
-            layout.append((storage, offset, nbytes))
+        for owner in owners:
+            nbytes = owner.untyped_storage().nbytes()
+            layout.append((owner, offset, nbytes))
             offset += -(-nbytes // ALIGN) * ALIGN
         return layout, offset
 

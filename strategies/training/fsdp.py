@@ -337,16 +337,18 @@ class FsdpTrainStrategy(TrainStrategy):
             )
 
     def _device_tensors(self) -> Iterator[torch.Tensor]:
-        """What the trainer holds on the device: each rank's parameter shards, their gradients,
-        the buffers and the optimizer state (with the offload policy the shards and the state
-        live on the host already, and are left there)."""
-        for param in self.model.parameters():
-            yield param.to_local() if isinstance(param, DTensor) else param
-            if param.grad is not None:
-                yield param.grad.to_local() if isinstance(param.grad, DTensor) else param.grad
-        yield from self.model.buffers()
-        for state in self.optimizer.state.values():
-            yield from (v for v in state.values() if isinstance(v, torch.Tensor))
+        """What the trainer holds on the device, as local tensors: each rank's parameter shards,
+        their gradients, the buffers and the optimizer state (with the offload policy the shards
+        and the state live on the host already, and are left there)."""
+        held = [*self.model.parameters(), *(p.grad for p in self.model.parameters() if p.grad is not None)]
+        held += self.model.buffers()
+        held += [
+            v
+            for state in self.optimizer.state.values()
+            for v in state.values()
+            if isinstance(v, torch.Tensor)
+        ]
+        return (t.to_local() if isinstance(t, DTensor) else t for t in held)
 
     def offload(self) -> None:
         """Parameters, gradients, buffers and optimizer state into the trainer's host buffer
