@@ -36,7 +36,7 @@ def test_turns_round_trip_bit_identical_through_one_reused_buffer():
 
 
 def test_the_buffer_grows_once_when_the_state_grows():
-    model, optimizer, tensors, _ = trained()
+    model, _, tensors, _ = trained()
     turn = HostTurn(rd.get_platform("cpu"))
     params = list(model.parameters())
     turn.release(params)
