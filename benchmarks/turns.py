@@ -39,7 +39,7 @@ DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "turns_benchmark.png"
 RESULTS = ROOT / "results" / "turns.json"
 GOAL = 0.5
-LABELS = {"cpu": "CPU", "npu-sim": "NPU (simulated)", "cuda": "CUDA GPU"}
+LABELS = {"cpu": "CPU ranks (copy path)", "npu-sim": "NPU (simulated)", "cuda": "CUDA GPU"}
 
 
 def say(message: str) -> None:
@@ -93,9 +93,12 @@ def two_copies(platform, nbytes: int, repeats: int) -> list[float]:
 def measure(rank: int, model_path: str, repeats: int) -> dict:
     """In a rank of its own: the turns and the copies on this process's platform."""
     import roll_device as rd
+    from strategies.host_turns import HostTurn
 
     platform = rd.current_platform()
     trainer = trainer_on(platform, model_path)
+    if platform.is_host:  # a kept turn moves nothing on the CPU kind: measure the copy path a device takes
+        trainer.turn = HostTurn(platform, copies=True)
     moved = sum(
         t.untyped_storage().nbytes() for t in trainer._device_tensors() if platform.is_device_tensor(t)
     )
@@ -107,6 +110,7 @@ def measure(rank: int, model_path: str, repeats: int) -> dict:
     copies = two_copies(platform, moved, repeats)
     return {
         "platform": platform.name,
+        "copy_path_forced": platform.is_host,
         "pinned": platform.supports_pinned_memory,
         "bytes": moved,
         "turn_s": turns,
@@ -157,7 +161,9 @@ shapes with {layers} of its 24 decoder layers (the embedding and head whole; few
 host's memory beside the copies), after one step (AdamW's state exists), against a device-to-host
 plus a host-to-device copy of the same bytes through a host buffer of the platform, in the same run;
 the median of {repeats}. On the CPU and the simulated NPU the device memory is host memory: the
-copies are two memcpys. The simulated NPU is a SIMULATION (its copies are the CPU's, pinning is not
+copies are two memcpys. On the CPU kind a trainer's kept turn moves nothing (the device is the
+host: copying would give no memory back), so the CPU row measures the copy path a device kind takes
+(`HostTurn(platform, copies=True)`) on CPU ranks. The simulated NPU is a SIMULATION (its copies are the CPU's, pinning is not
 modelled); it shows that the same path runs there, not an NPU's speed. Host: {host.node()}, measured
 {stamp}. Goal: the turn at least {GOAL} of the two copies.
 

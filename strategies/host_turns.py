@@ -19,9 +19,12 @@ valid); only the bytes move:
 `keep=False` (an engine's sleep level 2) drops the bytes instead: the storages are regrown empty
 at the reload and the caller refills them (the next weight sync).
 
-On a host kind (the CPU) the device is the host: a turn moves the bytes into the role's host
-buffer and back as on a device, synchronously, and frees no memory (the buffer is host memory as
-well); it keeps the turn's code path the same on every kind.
+On a host kind (the CPU) the device is the host: copying the bytes into a host buffer would give
+no memory back (the buffer is host memory as well) and cost two memcpys and the page faults of
+regrown storages each turn, so a kept turn moves nothing there (the storages stay as they are; the
+role still counts as released until `restore`); a dropped one (`keep=False`) frees the storages, as
+on a device, and gives their memory back to the OS. `HostTurn(platform, copies=True)` copies on
+any kind (the benchmark measures the copy path on CPU ranks that way).
 """
 
 from __future__ import annotations
@@ -58,8 +61,9 @@ def byte_view(owner: torch.Tensor, nbytes: int) -> torch.Tensor:
 class HostTurn:
     """One role's turns: `release` before another role takes the device, `restore` after."""
 
-    def __init__(self, platform: Platform) -> None:
+    def __init__(self, platform: Platform, copies: bool | None = None) -> None:
         self.platform = platform
+        self.copies = not platform.is_host if copies is None else copies  # whether kept bytes move
         self.asynchronous = platform.supports_pinned_memory
         self.buffer: torch.Tensor | None = None
         self.allocations = 0  # host buffers allocated so far: one in the steady state
@@ -74,12 +78,13 @@ class HostTurn:
 
     def release(self, tensors: Iterable[torch.Tensor], keep: bool = True) -> int:
         """Copy the bytes of the storages behind `tensors` into the host buffer (`keep`) and shrink
-        each storage to zero bytes; returns the bytes released. Nothing to do while holding."""
+        each storage to zero bytes; returns the bytes released (none of a kept turn on a host
+        kind). Nothing to do while holding."""
         if self.holding:
             return 0
-        owners = distinct_storages(tensors)
+        owners = distinct_storages(tensors) if self.copies or not keep else []
         layout, total = self._layout(owners)
-        if keep:
+        if keep and layout:
             host = self._host_views(layout, total)
             self._copy(host, [byte_view(t, n) for t, _, n in layout])
             self._wait()

@@ -6,6 +6,7 @@ import torch
 import torch.distributed as dist
 
 import roll_device as rd
+from strategies.host_turns import HostTurn
 from strategies.registry import strategy_class
 from strategies.training.fsdp import token_logprobs
 from strategies.training.losses import LossSpec, grpo_policy_loss, masked_mean, nll_loss, policy_loss
@@ -55,7 +56,10 @@ def max_diff(a: dict, b: dict) -> float:
 
 def turn_round_trip(trainer, batch) -> dict:
     """Two colocated turns (offload, reload) after steps: the shards, gradients and Adam state
-    bit-identical after each, the host buffer allocated once, its storages empty while offloaded."""
+    bit-identical after each, the host buffer allocated once, its storages empty while offloaded.
+    On the CPU kind, where a kept turn moves nothing, through the copy path a device kind takes."""
+    if trainer.platform.is_host:
+        trainer.turn = HostTurn(trainer.platform, copies=True)
     state = [t.detach().clone() for t in trainer._device_tensors()]
     out = {"optimizer_state_tensors": sum(len(s) for s in trainer.optimizer.state.values())}
     buffers = []
@@ -177,6 +181,7 @@ def simulated_npu_step(model_path: str) -> dict:
     out["param_device_reloaded"] = str(next(npu.model.parameters()).device)
     out["allocated_after_reload"] = platform.memory_allocated()
     out["npu_losses"].append(npu.train_step(batch, nll_loss())["loss"])
+    out["turns"] = turn_round_trip(npu, batch)
     npu.shutdown()
 
     cpu = strategy_class("train", "fsdp", "cpu")(rd.get_platform("cpu"))

@@ -133,6 +133,11 @@ def test_simulated_npu_offload_frees_device_memory_and_reload_resumes_training(s
     assert out["allocated_after_offload"] < out["allocated_before_offload"] / 2
     assert out["param_device_reloaded"] == "npu:0"
     assert out["allocated_after_reload"] >= out["allocated_before_offload"] / 2
+    turns = out["turns"]  # two more turns: bit-identical, one host buffer (a device kind copies)
+    assert (
+        turns["offloaded_bytes"] == 0 and turns["identical_after_turn_0"] and turns["identical_after_turn_1"]
+    )
+    assert (turns["host_allocations"], turns["same_host_buffer"]) == (1, True)
 
 
 def test_a_second_trainer_in_the_process_stays_a_frozen_reference(tiny_model_path):
