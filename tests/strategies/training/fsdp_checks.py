@@ -65,7 +65,8 @@ def turn_round_trip(trainer, batch) -> dict:
     buffers = []
     for turn in range(2):
         trainer.offload()
-        out["offloaded_bytes"] = sum(t.untyped_storage().nbytes() for t in trainer._device_tensors())
+        held = [t for t in trainer._device_tensors() if trainer.platform.is_device_tensor(t)]
+        out["offloaded_bytes"] = sum(t.untyped_storage().nbytes() for t in held)
         if turn == 0:
             out["offloaded_error"] = error_of(lambda: trainer.forward_logprobs(batch))
         trainer.reload()
