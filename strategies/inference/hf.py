@@ -396,19 +396,20 @@ class HfStrategy(InferenceStrategy):
 
     def offload(self) -> None:
         """Sleep: drop graphs and the KV store; the weights' device storages released at the sleep
-        level (strategies/host_turns.py): copied into the engine's host buffer (1), or dropped (2:
-        the next weight sync refills them; until then `generate` is refused). The model's buffers
-        (rotary tables and the like, small and not synced) stay on the device."""
+        level (strategies/host_turns.py): copied into the engine's host buffer with the model's
+        buffers (1), or dropped (2: the next weight sync refills them; until then `generate` is
+        refused; the buffers, rotary tables and the like that no sync carries, stay on the device)."""
         self._require_started("offload")
         if self.store is None:
             return
         self._release_graphs()
         self.bucket_caches.clear()
         self.store = None
-        keep = self.settings.sleep_level != 2
-        self.turn.release(self.model.parameters(), keep=keep)
-        if not keep:
+        if self.settings.sleep_level == 2:
+            self.turn.release(self.model.parameters(), keep=False)
             self.unfilled = {name for name, _ in self.model.named_parameters()}
+        else:
+            self.turn.release([*self.model.parameters(), *self.model.buffers()])
         self.platform.empty_cache()
 
     def reload(self) -> None:
