@@ -61,10 +61,8 @@ DECODE_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, 
 DECODE_GRAPHS = "FULL_DECODE_ONLY"
 PREFILL_GRAPHS = "PIECEWISE"
 BOTH_GRAPHS = "FULL_AND_PIECEWISE"
-SLEEP_LEVELS = (
-    1,
-    2,
-)  # 1: the weights wait in the engine's host buffer; 2: dropped, the next sync refills them
+# 1: the weights wait in the engine's host buffer; 2: dropped, the next sync refills them
+SLEEP_LEVELS = (1, 2)
 GRAPH_MODES = {  # (decode graphs, prefill graphs) asked for -> the mode
     (False, False): NO_GRAPHS,
     (True, False): DECODE_GRAPHS,
