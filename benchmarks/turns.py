@@ -99,10 +99,8 @@ def measure(rank: int, model_path: str, repeats: int) -> dict:
     trainer = trainer_on(platform, model_path)
     if platform.is_host:  # a kept turn moves nothing on the CPU kind: measure the copy path a device takes
         trainer.turn = HostTurn(platform, copies=True)
-    moved = sum(
-        t.untyped_storage().nbytes() for t in trainer._device_tensors() if platform.is_device_tensor(t)
-    )
     timed(platform, lambda: (trainer.offload(), trainer.reload()))  # the host buffer's allocation
+    moved = trainer.turn.released_bytes
     buffer = trainer.turn.buffer.data_ptr()
     turns = [timed(platform, lambda: (trainer.offload(), trainer.reload())) for _ in range(repeats)]
     reused = trainer.turn.allocations == 1 and trainer.turn.buffer.data_ptr() == buffer

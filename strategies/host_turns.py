@@ -67,6 +67,7 @@ class HostTurn:
         self.asynchronous = platform.supports_pinned_memory
         self.buffer: torch.Tensor | None = None
         self.allocations = 0  # host buffers allocated so far: one in the steady state
+        self.released_bytes = 0  # what the last release took off the device
         self._released: list[tuple[torch.Tensor, int, int]] | None = None
         self._kept = False
         self._copies = None  # the event after the last copies, where they run asynchronously
@@ -91,7 +92,8 @@ class HostTurn:
         for owner in owners:
             owner.untyped_storage().resize_(0)
         self._released, self._kept = layout, keep
-        return sum(n for _, _, n in layout)
+        self.released_bytes = sum(n for _, _, n in layout)
+        return self.released_bytes
 
     def restore(self) -> None:
         """Regrow every released storage and, where `release` kept them, copy its bytes back."""
