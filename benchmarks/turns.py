@@ -170,13 +170,14 @@ modelled); it shows that the same path runs there, not an NPU's speed. Host: {ho
 Ratio: {verdict}. The second and later turns allocated no host memory (the buffer kept:
 {all(r["host_buffer_reused"] for r in results.values())}). Where the time goes here: the copy out
 runs at memcpy speed, but a storage given back to host memory and regrown is fresh pages, and their
-first touch in the copy back (page faults, the kernel zeroing each page) costs about two memcpys
-more; on a device the regrown storages come from the caching allocator's blocks, with no such
+first touch in the copy back (page faults, the kernel zeroing each page) costs one to two memcpys
+more (more while the machine is loaded; the simulated NPU's copies also pass its dispatch, which
+slows its baseline as much as its turn); on a device the regrown storages come from the caching allocator's blocks, with no such
 cost, so these rows bound the copy path from below and a device's ratio needs a device run
 (`--kinds cuda`). This 2-core host is shared with other work while it measures: repeats spread by
 up to 2x. Before this, the trainer's offload was
 `Module.to("cpu")` into fresh pageable memory: 7.4 GiB in 5.3-6.8 s (about 1.2 GB/s) on the H100 of
-the 0.5B-shaped job (docs/benchmarks.md, the GPU job).
+the 0.5B-shaped job (the GPU job section).
 
 ![colocated turns](turns_benchmark.png)
 """
