@@ -202,7 +202,8 @@ def plot(results: dict) -> None:
     ax.set_xticks(list(x), [LABELS.get(k, k) for k in kinds])
     ax.set_ylabel("GB/s (bytes moved both ways / s)")
     ax.set_title("Colocated turn vs two copies (ratio above)")
-    ax.legend(loc="lower right")
+    ax.set_ylim(0, max(turn + copies) * 1.2)
+    ax.legend(loc="upper right")
     fig.tight_layout()
     fig.savefig(PLOT, dpi=110)
 
