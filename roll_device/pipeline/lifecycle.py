@@ -6,10 +6,12 @@ trainer's devices). Around each step the loop calls:
 
 - `for_rollout()`: the trainers (`actor_train`, a reference with workers of its own, a critic) offload
   their parameters, gradients and optimizer state, and the engine wakes (`reload`) to generate;
-- `for_training()`: the engine sleeps (`offload`, at the kind's sleep level: vLLM's sleep mode
-  where the kind has one; the HF engine drops its KV store and graphs and moves its weights to the
-  host) and the trainers reload, for logprobs and the policy update;
-- `for_sync()`: the engine wakes to receive the new weights (the trainer, loaded, exports them).
+- `for_training()`: the engine sleeps (`offload`, at `rollout.sleep_level`: vLLM's sleep mode
+  where the kind has one; the HF engine drops its KV store and graphs and keeps its weights in its
+  host buffer, or at level 2 drops them) and the trainers reload, for logprobs and the policy
+  update (the trainers' and the HF engine's turns: strategies/host_turns.py);
+- `for_sync()`: the engine wakes to receive the new weights (the trainer, loaded, exports them);
+  an engine that slept at level 2 takes all of its weights from this sync.
 
 Each returns the device memory the offloading side gave back to the device, by role: the device's
 free memory after over before (`mem_get_info`: memory left in a caching allocator's cache does not

@@ -92,7 +92,8 @@ def build_run_plan(config: RunConfig, inventory: Inventory) -> RunPlan:
 
 
 def _check_adapters(config: RunConfig, kind: str) -> None:
-    """A LoRA policy needs an engine that serves adapters on the rollout's kind."""
+    """A LoRA policy needs an engine that serves adapters on the rollout's kind, and keeps the base
+    weights while it sleeps (its syncs after the first send the adapters only)."""
     if not config.trainer.lora.on:
         return
     name = config.roles.actor_infer.strategy
@@ -103,6 +104,12 @@ def _check_adapters(config: RunConfig, kind: str) -> None:
             f"adapters on {kind}: use rollout=vllm or rollout=hf, or trainer.lora.rank=null"
         )
     engine.check_adapters(config.trainer.lora)
+    if getattr(config.rollout, "sleep_level", None) == 2:
+        raise ConfigError(
+            f"rollout.sleep_level=2 drops the engine's weights at each sleep, but with trainer.lora.rank="
+            f"{config.trainer.lora.rank} a sync sends the adapters only: set rollout.sleep_level to 1 "
+            "or null"
+        )
 
 
 def plan_here(config: RunConfig) -> RunPlan | None:

@@ -2,7 +2,8 @@
 `max_memory_allocated`, `mem_get_info` stay on the platform): the reserved bytes and their peak, the
 allocator's stats, the memory every process uses on a device, a per-process fraction, IPC
 collection, memory history and snapshots, allocator settings changed in the running process,
-library workspaces, pinned host memory, and host memory registered (page-locked) in place.
+library workspaces, pinned host memory (a tensor pinned, a buffer allocated pinned), and host memory
+registered (page-locked) in place.
 
 Caching-allocator internals (`memory._record_memory_history`, `_dump_snapshot`,
 `_set_allocator_settings`) are reached under the same names in `torch.cuda.memory` and torch_npu's
@@ -92,6 +93,12 @@ class Memory(PlatformGroup):
         if not self.platform.supports_pinned_memory or tensor.is_pinned():
             return tensor
         return tensor.pin_memory()
+
+    def host_buffer(self, nbytes: int) -> torch.Tensor:
+        """A flat uint8 host buffer of `nbytes`, allocated page-locked where the platform
+        `supports_pinned_memory` (so this kind's devices copy to and from it asynchronously), else
+        in ordinary host memory."""
+        return torch.empty(nbytes, dtype=torch.uint8, pin_memory=self.platform.supports_pinned_memory)
 
     def _host_memory(self, member: str, tensor: torch.Tensor) -> tuple[int, int]:
         if tensor.device.type != "cpu" or not tensor.is_contiguous():

@@ -61,12 +61,14 @@ def install() -> None:
                 "cannot simulate the NPU: torch_npu is loaded in this process; use ROLL_DEVICE=npu"
             )
         from roll_device.sim import backend, device_module
+        from roll_device.sim.tensor import follow_storage_resizes
 
         torch.utils.backend_registration._setup_privateuseone_for_python_backend(
             rename="npu", backend_module=device_module
         )
         backend.register_kernels()
         backend.register_hccl()
+        follow_storage_resizes()
         _installed["done"] = True
         _expose_to_ray()
 

@@ -16,6 +16,9 @@ What a user of torch_npu's caching allocator observes:
   64 GiB, times the process's fraction once `set_per_process_memory_fraction` set one) raises
   `torch.OutOfMemoryError` with torch_npu's wording (the device's total capacity, and what the
   fraction allows beside it), before any memory is taken;
+- a storage resized in place, by an op or directly (`UntypedStorage.resize_`, as FSDP2 and the
+  colocated turns shrink storages to nothing and regrow them), gives its bytes back to the cache or
+  takes them, as torch_npu's allocator frees and allocates the storage's block;
 - `memory_stats()` reports these counters under torch's names, current and peak;
 - while memory history records ("state": the stacks of live storages; "all": also every storage
   taken or given back, as torch's `alloc` / `free_completed` trace entries, with their stacks),
@@ -158,6 +161,14 @@ class MemoryLedger:
             else:
                 self._give(key[0], old - nbytes, pool)
             entry[0] = nbytes
+
+    def storage_resized(self, cdata: int, nbytes: int) -> None:
+        """A storage resized directly (`UntypedStorage.resize_`) grew or shrank: counted as `resize`
+        counts it, on whichever device holds a live storage with the C identity `cdata`."""
+        with self._lock:
+            indices = [index for index in self.allocated if (index, cdata) in self._live]
+        for index in indices:
+            self.resize((index, cdata), nbytes)
 
     def _release(self, key: tuple[int, int]) -> None:
         with self._lock:

@@ -127,6 +127,20 @@ def _resync(wrapper: SimNpuTensor) -> None:
         LEDGER.resize(_storage_key(storage, wrapper.device.index), storage.nbytes())
 
 
+def follow_storage_resizes() -> None:
+    """Count a storage resized directly (`UntypedStorage.resize_`, which bypasses every op) in the
+    memory ledger, as a device allocator frees or allocates the storage's block; a storage of no
+    simulated tensor is not in the ledger and costs one lookup."""
+    resize = torch._C.StorageBase.resize_
+
+    def resize_and_count(storage: torch.UntypedStorage, nbytes: int) -> torch.UntypedStorage:
+        resize(storage, nbytes)
+        LEDGER.storage_resized(storage._cdata, storage.nbytes())
+        return storage
+
+    torch.UntypedStorage.resize_ = resize_and_count
+
+
 def _refuse_in_capture(tensor: SimNpuTensor, error, what: str) -> None:
     if graphs.capture_for(tensor.device.index) is not None:
         raise error(what)

@@ -43,6 +43,7 @@ from strategies.base import (
     SamplingConfig,
     SettingsNeed,
 )
+from strategies.host_turns import HostTurn
 from strategies.inference.adapters import MergedAdapters
 from strategies.inference.hf_guard import hf_guard
 from strategies.inference.hf_sampling import sample
@@ -60,6 +61,8 @@ DECODE_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, 
 DECODE_GRAPHS = "FULL_DECODE_ONLY"
 PREFILL_GRAPHS = "PIECEWISE"
 BOTH_GRAPHS = "FULL_AND_PIECEWISE"
+# 1: the weights wait in the engine's host buffer; 2: dropped, the next sync refills them
+SLEEP_LEVELS = (1, 2)
 GRAPH_MODES = {  # (decode graphs, prefill graphs) asked for -> the mode
     (False, False): NO_GRAPHS,
     (True, False): DECODE_GRAPHS,
@@ -83,8 +86,10 @@ class HfStrategy(InferenceStrategy):
 
     @classmethod
     def requirements(cls, kind: str) -> Requirements:
+        """Sleep levels 1 and 2 on every kind (strategies/host_turns.py moves or drops the weights)."""
         graphs = get_platform(kind).graph_class_name is not None
-        return Requirements(graph_modes=tuple(GRAPH_MODES.values()) if graphs else (NO_GRAPHS,))
+        modes = tuple(GRAPH_MODES.values()) if graphs else (NO_GRAPHS,)
+        return Requirements(graph_modes=modes, sleep_levels=SLEEP_LEVELS)
 
     @classmethod
     def settings_need(cls, kind: str, settings: HfSettings, colocated: bool = False) -> SettingsNeed:
@@ -96,11 +101,14 @@ class HfStrategy(InferenceStrategy):
                 f"rollout.prefill_graphs=true but kind '{kind}' has no device graphs: "
                 "set rollout.prefill_graphs to false"
             )
-        return SettingsNeed(graph_mode=GRAPH_MODES[asked])
+        level = (settings.sleep_level or SLEEP_LEVELS[0]) if colocated else None
+        return SettingsNeed(graph_mode=GRAPH_MODES[asked], sleep_level=level)
 
     def initialize(self, model_path: str, settings: HfSettings, sync_path: str | None = None) -> None:
         self.sync_path = sync_path
         self.settings = settings
+        self.turn = HostTurn(self.platform)
+        self.unfilled: set[str] = set()  # weights dropped at sleep level 2 and not yet synced
         self.merged = None if self.adapters is None else MergedAdapters(self.adapters)
         if settings.prefill_graphs and not self.platform.supports_graphs:
             raise ConfigError(
@@ -297,6 +305,11 @@ class HfStrategy(InferenceStrategy):
         self._require_started("generate")
         if self.store is None:
             raise ConfigError("generate on an offloaded hf strategy: call reload() first")
+        if self.unfilled:
+            raise ConfigError(
+                f"generate on an hf engine that slept at rollout.sleep_level=2: {len(self.unfilled)} "
+                "weights were dropped and not synced since: sync the weights before generating"
+            )
         check_request(prompt_token_ids, sampling, self.settings.max_model_len, self.vocab_size)
         rows = [(i, s, list(p)) for i, p in enumerate(prompt_token_ids) for s in range(sampling.n)]
         completions = []
@@ -336,6 +349,7 @@ class HfStrategy(InferenceStrategy):
                         f"{tuple(target.shape)}: send weights of the same architecture"
                     )
                 target.data.copy_(tensor, non_blocking=True)
+                self.unfilled.discard(name)
                 if not (target.is_cpu and tensor.is_cpu):
                     pending.append(tensor)
                     size += tensor.numel() * tensor.element_size()
@@ -379,19 +393,29 @@ class HfStrategy(InferenceStrategy):
         return {name: t.detach().to("cpu").clone() for name, t in held.items()}
 
     def offload(self) -> None:
-        """Drop graphs and the KV store, move the weights to the CPU."""
+        """Sleep: drop graphs and the KV store; the weights' device storages released at the sleep
+        level (strategies/host_turns.py): copied into the engine's host buffer with the model's
+        buffers (1), or dropped (2: the next weight sync refills them; until then `generate` is
+        refused; the buffers, rotary tables and the like that no sync carries, stay on the device)."""
         self._require_started("offload")
+        if self.store is None:
+            return
         self._release_graphs()
         self.bucket_caches.clear()
         self.store = None
-        self.model.to("cpu")
+        if self.settings.sleep_level == 2:
+            self.turn.release(self.model.parameters(), keep=False)
+            self.unfilled = {name for name, _ in self.model.named_parameters()}
+        else:
+            self.turn.release([*self.model.parameters(), *self.model.buffers()])
         self.platform.empty_cache()
 
     def reload(self) -> None:
-        """Weights back on the device, KV store reallocated, graphs captured again."""
+        """Wake: the weights back on the device (or, after level 2, their storages regrown for the
+        sync), KV store reallocated, graphs captured again."""
         self._require_started("reload")
         if self.store is None:
-            self.model.to(self.platform.device())
+            self.turn.restore()
             self._start_decoding()
 
     def shutdown(self) -> None:

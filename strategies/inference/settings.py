@@ -39,6 +39,15 @@ TensorParallelSize = Annotated[
 ]
 
 
+SleepLevel = Annotated[
+    Literal[1, 2] | None,
+    Field(
+        description="how a colocated engine sleeps: 1 keeps its weights in host memory, 2 drops them "
+        "and takes them from the next weight sync; null: the kind's first level"
+    ),
+]
+
+
 class HfSettings(RolloutSettings):
     """transformers with a static KV cache and graph-captured decoding (strategies/inference/hf.py)."""
 
@@ -48,6 +57,7 @@ class HfSettings(RolloutSettings):
     use_graphs: StrictBool | None = Field(description="null: on where the platform has graphs")
     prefill_graphs: StrictBool
     prefill_capture_sizes: list[Count] | None = Field(description="token counts; null: 16, 32, ... 1024")
+    sleep_level: SleepLevel
 
     @model_validator(mode="after")
     def _capture_sizes_fit(self) -> HfSettings:
@@ -99,6 +109,7 @@ class VllmSettings(RolloutSettings):
     )
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)]
     sleep_when_colocated: StrictBool
+    sleep_level: SleepLevel
     seed: StrictInt
     env: dict[str, str | int | float | bool] = Field(description="variables of the engine process")
 

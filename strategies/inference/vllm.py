@@ -13,8 +13,9 @@ process (a sender of its own, along the same path). Nothing passes weights throu
 `collective_rpc`: it carries small messages only (stats, a hash, a file name for `read_weights`).
 A rank's process that dies in a step's call (`generate`, `receive_weights`) is named with how it
 ended (strategies/inference/vllm_ranks.py), not in the words of the queue or gloo that noticed.
-`offload()` / `reload()` are vLLM's sleep (level 1) / wake-up where sleep mode is on (colocated on
-GPU or NPU); without sleep mode (the CPU has none) the engine keeps its memory and they do nothing.
+`offload()` / `reload()` are vLLM's sleep (at `rollout.sleep_level`, vllm_args.py) / wake-up where
+sleep mode is on (colocated on GPU or NPU); without sleep mode (the CPU has none) the engine keeps
+its memory and they do nothing.
 """
 
 from __future__ import annotations

@@ -13,12 +13,12 @@ the visible devices alone. Here the built-in kinds run:
   sleep mode; with tensor parallelism each rank's threads bound to its share of the worker's CPUs
   (`VLLM_CPU_OMP_THREADS_BIND`, e.g. `0|1`), unless `rollout.env` sets it.
 - cuda, rocm: graph mode on, `cudagraph_mode` FULL_AND_PIECEWISE unless chosen; sleep mode
-  (level 1) when colocated with a trainer.
+  when colocated with a trainer, at `rollout.sleep_level` (1 by default, or 2).
 - npu (vLLM-Ascend): ACL graphs on with FULL_DECODE_ONLY, capture sizes derived from
   `max_num_seqs` within the graph budget, the platform's rollout environment, RL mode in
   `additional_config`, sleep level 1, and Ray told not to rewrite the visible devices.
 
-Impossible combinations (graphs with eager, graphs on the CPU, capture sizes without graphs or
+Impossible combinations (a sleep level the kind's vLLM lacks, graphs with eager, graphs on the CPU, capture sizes without graphs or
 above `max_num_seqs` or over the platform's graph budget, the platform's launch-blocking variable
 with graphs) raise `ConfigError` saying what to change.
 """
@@ -200,8 +200,22 @@ def _graph_mode_and_sleep_level(
 ) -> tuple[bool, str, int | None]:
     engine = engine_of(platform)
     eager, mode = _graph_settings(engine, platform.kind, settings)
-    sleeps = colocated and settings.sleep_when_colocated
-    return eager, mode, engine.sleep_level if sleeps else None
+    level = _sleep_level(engine, platform.kind, settings)
+    return eager, mode, level if colocated and settings.sleep_when_colocated else None
+
+
+def _sleep_level(engine: EngineProfile, kind: str, settings: VllmSettings) -> int | None:
+    """The level the engine sleeps at when it sleeps: `rollout.sleep_level`, or the kind's first;
+    a ConfigError for a level vLLM does not have on `kind`."""
+    if settings.sleep_level is None:
+        return engine.sleep_level
+    if settings.sleep_level not in engine.sleep_levels:
+        levels = ", ".join(map(str, engine.sleep_levels)) or "none (no sleep mode)"
+        raise ConfigError(
+            f"rollout.sleep_level={settings.sleep_level}: vLLM on {kind} has sleep levels {levels}: "
+            "set rollout.sleep_level to null"
+        )
+    return settings.sleep_level
 
 
 def build_engine_spec(

@@ -1,6 +1,6 @@
 """Pieces both trainers share: the model-path check, the token-weighted step accounting, the
-refusal of an update that is not finite, the moves of optimizer state between the device and the
-CPU, and checkpoint errors that name their cause."""
+refusal of an update that is not finite, host snapshots of exported tensors, and checkpoint errors
+that name their cause. (A trainer's offload and reload are strategies/host_turns.py's.)"""
 
 from __future__ import annotations
 
@@ -149,46 +149,3 @@ class StepAccounting:
         out = {k: v / self.total_tokens for k, v in zip(keys, totals)}
         out["response_tokens"] = self.total_tokens
         return out
-
-
-def move_optimizer_state(
-    optimizer: torch.optim.Optimizer, device: torch.device, keep: set | None = None
-) -> set:
-    """Move optimizer state tensors to `device`; with `keep` given, only the (param id, key)
-    entries it names. Returns the entries that were not on `device` before the move."""
-    moved = set()
-    for param, state in optimizer.state.items():
-        for key, value in state.items():
-            entry = (id(param), key)
-            if not isinstance(value, torch.Tensor) or (keep is not None and entry not in keep):
-                continue
-            if value.device != device:
-                moved.add(entry)
-                state[key] = value.to(device)
-    return moved
-
-
-def free_storages(tensors: list[torch.Tensor]) -> list[tuple[torch.UntypedStorage, torch.Tensor]]:
-    """Copy each distinct storage behind `tensors` to host memory and shrink it to zero bytes.
-
-    Views keep pointing at their (now empty) storage, so flat buffers and the parameters that
-    view them survive; `restore_storages` regrows each storage and copies the bytes back.
-    """
-    saved, seen = [], set()
-    for tensor in tensors:
-        storage = tensor.untyped_storage()
-        if storage.nbytes() == 0 or storage.data_ptr() in seen:
-            continue
-        seen.add(storage.data_ptr())
-        host = torch.empty(storage.nbytes(), dtype=torch.uint8)
-        host.untyped_storage().copy_(storage)
-        storage.resize_(0)
-        saved.append((storage, host))
-    return saved
-
-
-def restore_storages(saved: list[tuple[torch.UntypedStorage, torch.Tensor]]) -> None:
-    """Undo `free_storages`."""
-    for storage, host in saved:
-        storage.resize_(host.numel())
-        storage.copy_(host.untyped_storage())

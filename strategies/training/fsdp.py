@@ -23,11 +23,13 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
 
 from roll_device.errors import ConfigError
 from roll_device.models.hf_dir import num_experts
 from roll_device.platforms import Platform
 from strategies.base import LossFn, TrainBatch, TrainStrategy
+from strategies.host_turns import HostTurn
 from strategies.tied_weights import state_once
 from strategies.training.batches import align_to_tokens, shifted_labels, validate
 from strategies.training.common import (
@@ -37,7 +39,6 @@ from strategies.training.common import (
     check_model_path,
     checkpoint_cause,
     export_tensor,
-    move_optimizer_state,
     plan_micro_batches,
     refuse_non_finite,
     weight_decay_groups,
@@ -174,7 +175,7 @@ class FsdpTrainStrategy(TrainStrategy):
             weight_decay_groups(self.model, self.settings.weight_decay), lr=self.settings.lr
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, self.settings.lr_factor)
-        self._offloaded: set | None = None
+        self.turn = HostTurn(self.platform)
 
     def _empty_model(self, model_path: str) -> torch.nn.Module:
         """The model to shard, with meta parameters (fsdp_loading.py): the causal LM."""
@@ -196,7 +197,7 @@ class FsdpTrainStrategy(TrainStrategy):
         return model_logprobs(self.model, micro, self.device, s.packing, s.logprob_chunk_tokens, entropy)
 
     def _prepare(self, batch: TrainBatch) -> list[TrainBatch]:
-        if self._offloaded is not None:
+        if self.turn.holding:
             raise TrainerStateError("the FSDP trainer is offloaded: call reload() before using it")
         validate(batch)
         check_same_rows(len(batch), self.device)
@@ -324,23 +325,31 @@ class FsdpTrainStrategy(TrainStrategy):
                 export_tensor(full, dtype, snapshot) if keep else None,
             )
 
+    def _device_tensors(self) -> Iterator[torch.Tensor]:
+        """What the trainer holds on the device, as local tensors: each rank's parameter shards,
+        their gradients, the buffers and the optimizer state (with the offload policy the shards
+        and the state live on the host already, and are left there)."""
+        held = [*self.model.parameters(), *(p.grad for p in self.model.parameters() if p.grad is not None)]
+        held += self.model.buffers()
+        held += [
+            v
+            for state in self.optimizer.state.values()
+            for v in state.values()
+            if isinstance(v, torch.Tensor)
+        ]
+        return (t.to_local() if isinstance(t, DTensor) else t for t in held)
+
     def offload(self) -> None:
-        """Parameters, gradients and optimizer state to the CPU (a no-op on the CPU platform), their
-        device memory given back to the device (the caching allocator keeps freed blocks until
-        `empty_cache`: without it a colocated engine gets none of it)."""
-        if self._offloaded is not None:
-            return
-        cpu = torch.device("cpu")
-        self.model.to(cpu)
-        self._offloaded = move_optimizer_state(self.optimizer, cpu)
-        self.platform.empty_cache()
+        """Parameters, gradients, buffers and optimizer state into the trainer's host buffer
+        (strategies/host_turns.py), their device storages shrunk to nothing and given back to the
+        device (the caching allocator keeps freed blocks until `empty_cache`: without it a
+        colocated engine gets none of it)."""
+        if not self.turn.holding:
+            self.turn.release(t for t in self._device_tensors() if self.platform.is_device_tensor(t))
+            self.platform.empty_cache()
 
     def reload(self) -> None:
-        if self._offloaded is None:
-            return
-        self.model.to(self.device)
-        move_optimizer_state(self.optimizer, self.device, keep=self._offloaded)
-        self._offloaded = None
+        self.turn.restore()
 
     # ---- checkpoints ----------------------------------------------------------------------
     def save_checkpoint(self, directory: str) -> None:

@@ -25,6 +25,7 @@ from roll_device.compat import megatron as megatron_compat
 from roll_device.errors import ConfigError
 from roll_device.platforms import Platform
 from strategies.base import LossFn, Requirements, TrainBatch, TrainStrategy
+from strategies.host_turns import HostTurn
 from strategies.training import megatron_model, megatron_weights
 from strategies.training.batches import align_to_tokens, shifted_labels, validate
 from strategies.training.common import (
@@ -33,10 +34,8 @@ from strategies.training.common import (
     check_model_path,
     checkpoint_cause,
     export_tensor,
-    free_storages,
     plan_micro_batches,
     refuse_non_finite,
-    restore_storages,
 )
 from strategies.training.distributed import (
     check_same_rows,
@@ -116,7 +115,7 @@ class MegatronTrainStrategy(TrainStrategy):
             )
         self.device = self.platform.device()
         self.steps = 0
-        self._offloaded: list | None = None
+        self.turn = HostTurn(self.platform)
         with self._scope():
             self._build(hf_weights)
 
@@ -243,7 +242,7 @@ class MegatronTrainStrategy(TrainStrategy):
         return align_to_tokens(next_token, micro.attention_mask.to(self.device))
 
     def _prepare(self, batch: TrainBatch) -> list[TrainBatch]:
-        if self._offloaded is not None:
+        if self.turn.holding:
             raise TrainerStateError("the Megatron trainer is offloaded: call reload() before using it")
         validate(batch)
         check_same_rows(len(batch), self.device, self.dp_group)
@@ -352,7 +351,7 @@ class MegatronTrainStrategy(TrainStrategy):
         the device, `snapshot=False` yields them where they are, valid until the next train step
         (the sync copies them at once), and with `to_rank` the other ranks yield each name with
         None (they still take part in every gather and broadcast: no cast, no copy)."""
-        if self._offloaded is not None:
+        if self.turn.holding:
             raise TrainerStateError("the Megatron trainer is offloaded: call reload() before export")
         params = dict(self.gpt.named_parameters())
         shape, tp = self.plan.shape, self.settings.tensor_parallel
@@ -377,17 +376,17 @@ class MegatronTrainStrategy(TrainStrategy):
         return tensors
 
     def offload(self) -> None:
-        """Copy parameters, gradient buffers and optimizer state to host memory and free their
-        device storage (views into Megatron's flat buffers stay valid), given back to the device
-        (`empty_cache`: the caching allocator keeps freed blocks until then)."""
-        if self._offloaded is None:
-            self._offloaded = free_storages(self._device_tensors())
+        """Parameters, gradient buffers and optimizer state into the trainer's host buffer
+        (strategies/host_turns.py), their device storages shrunk to nothing (views into Megatron's
+        flat buffers stay valid) and given back to the device (`empty_cache`: the caching allocator
+        keeps freed blocks until then). With the optimizer offloaded, its state is on the host
+        already and stays there."""
+        if not self.turn.holding:
+            self.turn.release(t for t in self._device_tensors() if self.platform.is_device_tensor(t))
             self.platform.empty_cache()
 
     def reload(self) -> None:
-        if self._offloaded is not None:
-            restore_storages(self._offloaded)
-            self._offloaded = None
+        self.turn.restore()
 
     # ---- checkpoints ----------------------------------------------------------------------
     def _inner_optimizers(self) -> list[torch.optim.Optimizer]:

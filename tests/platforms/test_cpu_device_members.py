@@ -59,6 +59,13 @@ def test_memory_group(cpu):
     assert not cpu.supports_pinned_memory
     t = torch.ones(4)
     assert cpu.memory.pin_memory(t) is t
+    buffer = cpu.memory.host_buffer(4096)
+    assert (buffer.dtype, buffer.numel(), buffer.device.type, buffer.is_pinned()) == (
+        torch.uint8,
+        4096,
+        "cpu",
+        False,
+    )
 
 
 def test_rng_state_of_all_devices_roundtrip(cpu):

@@ -80,6 +80,7 @@ def test_memory_group(gpu, tmp_path):
     assert gpu.supports_pinned_memory
     pinned = gpu.memory.pin_memory(torch.ones(1024))
     assert pinned.is_pinned() and gpu.memory.pin_memory(pinned) is pinned
+    assert gpu.memory.host_buffer(4096).is_pinned()  # the colocated turns' buffer
     del x, y
 
 

@@ -133,15 +133,33 @@ def test_offload_and_reload(tiny_model_path):
     strategy = start("hf", tiny_model_path, max_batch_size=4)
     try:
         before = strategy.generate(PROMPTS, GREEDY)
+        weights = weights_hash(strategy.read_weights().items())
         strategy.offload()
         with pytest.raises(ConfigError, match="call reload"):
             strategy.generate(PROMPTS, GREEDY)
         strategy.reload()
         assert [c.token_ids for c in strategy.generate(PROMPTS, GREEDY)] == [c.token_ids for c in before]
+        assert weights_hash(strategy.read_weights().items()) == weights
     finally:
         strategy.shutdown()
     with pytest.raises(ConfigError, match="generate before initialize"):
         strategy.generate(PROMPTS, GREEDY)
+
+
+def test_sleep_level_two_drops_the_weights_and_takes_them_from_the_next_sync(tiny_model_path, checkpoint):
+    strategy = start("hf", tiny_model_path, max_batch_size=4, sleep_level=2)
+    try:
+        strategy.model.lm_head.weight.data = strategy.model.lm_head.weight.data.clone()  # resizable storage
+        before = strategy.generate(PROMPTS, GREEDY)
+        strategy.offload()
+        assert strategy.model.lm_head.weight.untyped_storage().nbytes() == 0 and strategy.turn.buffer is None
+        strategy.reload()
+        with pytest.raises(ConfigError, match=r"slept at rollout.sleep_level=2: \d+ weights were dropped"):
+            strategy.generate(PROMPTS, GREEDY)
+        strategy.update_weights(checkpoint.items())
+        assert [c.token_ids for c in strategy.generate(PROMPTS, GREEDY)] == [c.token_ids for c in before]
+    finally:
+        strategy.shutdown()
 
 
 def test_prompt_too_long_is_refused_before_work(hf_cpu):

@@ -312,3 +312,37 @@ def test_kind_without_a_profile():
 
     with pytest.raises(ConfigError, match="no engine profile for device kind 'other'"):
         build_engine_spec(OtherPlatform(), "/m", rollout_settings("vllm"), environ={})
+
+
+@pytest.mark.parametrize(
+    "kind, level, slept, refusal",
+    [
+        ("cuda", 2, 2, None),
+        ("cuda", None, 1, None),
+        (
+            "npu",
+            2,
+            None,
+            "rollout.sleep_level=2: vLLM on npu has sleep levels 1: set rollout.sleep_level to null",
+        ),
+        (
+            "cpu",
+            1,
+            None,
+            (
+                "rollout.sleep_level=1: vLLM on cpu has sleep levels none (no sleep mode): set "
+                "rollout.sleep_level to null"
+            ),
+        ),
+    ],
+)
+def test_the_sleep_level_is_the_configs_where_the_kind_has_it(tmp_path, kind, level, slept, refusal):
+    (tmp_path / "config.json").write_text(json.dumps({"num_hidden_layers": 2}))
+    settings = rollout_settings("vllm", sleep_level=level)
+    platform = rd.get_platform(kind)
+    if refusal is None:
+        assert build_engine_spec(platform, str(tmp_path), settings, True, environ={}).sleep_level == slept
+    else:
+        with pytest.raises(ConfigError) as refused:
+            build_engine_spec(platform, str(tmp_path), settings, True, environ={})
+        assert str(refused.value) == refusal

@@ -6,6 +6,7 @@ import torch
 import torch.distributed as dist
 
 import roll_device as rd
+from strategies.host_turns import HostTurn
 from strategies.registry import strategy_class
 from strategies.training.fsdp import token_logprobs
 from strategies.training.losses import LossSpec, grpo_policy_loss, masked_mean, nll_loss, policy_loss
@@ -53,6 +54,31 @@ def max_diff(a: dict, b: dict) -> float:
     return max((a[k] - b[k]).abs().max().item() for k in a)
 
 
+def turn_round_trip(trainer, batch) -> dict:
+    """Two colocated turns (offload, reload) after steps: the shards, gradients and Adam state
+    bit-identical after each, the host buffer allocated once, its storages empty while offloaded.
+    On the CPU kind, where a kept turn moves nothing, through the copy path a device kind takes."""
+    if trainer.platform.is_host:
+        trainer.turn = HostTurn(trainer.platform, copies=True)
+    state = [t.detach().clone() for t in trainer._device_tensors()]
+    out = {"optimizer_state_tensors": sum(len(s) for s in trainer.optimizer.state.values())}
+    buffers = []
+    for turn in range(2):
+        trainer.offload()
+        held = [t for t in trainer._device_tensors() if trainer.platform.is_device_tensor(t)]
+        out["offloaded_bytes"] = sum(t.untyped_storage().nbytes() for t in held)
+        if turn == 0:
+            out["offloaded_error"] = error_of(lambda: trainer.forward_logprobs(batch))
+        trainer.reload()
+        buffers.append(trainer.turn.buffer.data_ptr())
+        after = list(trainer._device_tensors())
+        out[f"identical_after_turn_{turn}"] = len(after) == len(state) and all(
+            torch.equal(a, b) for a, b in zip(state, after)
+        )
+    out["host_allocations"], out["same_host_buffer"] = trainer.turn.allocations, buffers[0] == buffers[1]
+    return out
+
+
 def two_ranks(rank: int, model_path: str, checkpoint_dir: str) -> dict:
     """The FSDP2 contract on 2 gloo ranks, each with its own rows."""
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -89,9 +115,7 @@ def two_ranks(rank: int, model_path: str, checkpoint_dir: str) -> dict:
     )
 
     out["uneven_error"] = error_of(lambda: trainer.forward_logprobs(make_batch(seed=1, rows=2 + rank)))
-    trainer.offload()
-    out["offloaded_error"] = error_of(lambda: trainer.forward_logprobs(batch))
-    trainer.reload()
+    out.update(turn_round_trip(trainer, batch))
 
     rl_batch = make_batch(seed=200 + rank)
     rl_batch.old_logprobs = trainer.forward_logprobs(rl_batch)
@@ -153,10 +177,12 @@ def simulated_npu_step(model_path: str) -> dict:
     npu.offload()
     out["allocated_before_offload"], out["allocated_after_offload"] = before, platform.memory_allocated()
     out["param_device_offloaded"] = str(next(npu.model.parameters()).device)
+    out["param_bytes_offloaded"] = next(npu.model.parameters()).to_local().untyped_storage().nbytes()
     npu.reload()
     out["param_device_reloaded"] = str(next(npu.model.parameters()).device)
     out["allocated_after_reload"] = platform.memory_allocated()
     out["npu_losses"].append(npu.train_step(batch, nll_loss())["loss"])
+    out["turns"] = turn_round_trip(npu, batch)
     npu.shutdown()
 
     cpu = strategy_class("train", "fsdp", "cpu")(rd.get_platform("cpu"))

@@ -6,6 +6,7 @@ import torch
 import torch.distributed as dist
 
 import roll_device as rd
+from strategies.host_turns import HostTurn
 from strategies.registry import strategy_class
 from strategies.training.losses import grpo_policy_loss, nll_loss
 from tests.isolated import error_of
@@ -109,6 +110,9 @@ def single_process(model_path: str, checkpoint_dir: str) -> dict:
     out["weight_diff_vs_fsdp"] = max_diff(dict(fsdp.export_weights()), dict(megatron.export_weights()))
 
     param = next(megatron.model.module.parameters())
+    megatron.turn = HostTurn(
+        megatron.platform, copies=True
+    )  # the path a device takes (the CPU moves nothing)
     megatron.offload()
     out["storage_bytes_offloaded"] = param.untyped_storage().nbytes()
     out["offloaded_error"] = error_of(lambda: megatron.train_step(batch, nll_loss()))

@@ -80,6 +80,16 @@ def test_uneven_batches_and_offloaded_use_raise_on_every_rank(two_ranks):
         assert rank["offloaded_error"].startswith("TrainerStateError: the FSDP trainer is offloaded")
 
 
+def test_turns_leave_shards_and_optimizer_state_identical_through_one_host_buffer(two_ranks):
+    """Offload and reload twice after training: parameters, gradients and Adam state bit-identical,
+    nothing left in their storages while offloaded, and the second turn allocates no host memory."""
+    for rank in two_ranks:
+        assert rank["optimizer_state_tensors"] > 0
+        assert rank["offloaded_bytes"] == 0
+        assert rank["identical_after_turn_0"] and rank["identical_after_turn_1"]
+        assert (rank["host_allocations"], rank["same_host_buffer"]) == (1, True)
+
+
 @pytest.mark.parametrize(
     "config, message",
     [
@@ -115,13 +125,19 @@ def test_simulated_npu_runs_steps_like_the_cpu(simulated_npu):
 
 
 def test_simulated_npu_offload_frees_device_memory_and_reload_resumes_training(simulated_npu):
-    """Simulation: offload moves the shards to the CPU and frees simulated device memory; reload
-    brings them back and the fourth step (after the round trip) matches the CPU trainer's."""
+    """Simulation: offload moves the shards' bytes to the host (the parameter stays on the device,
+    its storage empty) and frees simulated device memory; reload brings them back and the fourth
+    step (after the round trip) matches the CPU trainer's."""
     out = simulated_npu
-    assert out["param_device_offloaded"] == "cpu"
+    assert (out["param_device_offloaded"], out["param_bytes_offloaded"]) == ("npu:0", 0)
     assert out["allocated_after_offload"] < out["allocated_before_offload"] / 2
     assert out["param_device_reloaded"] == "npu:0"
     assert out["allocated_after_reload"] >= out["allocated_before_offload"] / 2
+    turns = out["turns"]  # two more turns: bit-identical, one host buffer (a device kind copies)
+    assert (
+        turns["offloaded_bytes"] == 0 and turns["identical_after_turn_0"] and turns["identical_after_turn_1"]
+    )
+    assert (turns["host_allocations"], turns["same_host_buffer"]) == (1, True)
 
 
 def test_a_second_trainer_in_the_process_stays_a_frozen_reference(tiny_model_path):

@@ -69,3 +69,12 @@ def test_a_lora_run_takes_its_reference_from_the_base_and_starts_no_reference_wo
     assert "reference" not in plan.roles and not plan.hosted
     assert not run_config("trainer.lora.rank=8", "algorithm.kl_coef=0").reference_from_base
     assert "reference" in build_run_plan(run_config(), HOST).roles
+
+
+def test_an_engine_that_drops_its_weights_at_sleep_is_refused_with_lora():
+    config = run_config("rollout=hf", "rollout.sleep_level=2", "trainer.lora.rank=8")
+    message = one_line_refusal(lambda: build_run_plan(config, HOST))
+    assert message == (
+        "rollout.sleep_level=2 drops the engine's weights at each sleep, but with trainer.lora.rank=8 a "
+        "sync sends the adapters only: set rollout.sleep_level to 1 or null"
+    )
