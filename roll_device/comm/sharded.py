@@ -206,11 +206,12 @@ class ShardedReceiver:
         platform: Platform,
         timeout_s: float = 600.0,
         needs: dict[str, Box] | None = None,
+        device: torch.device | None = None,
     ) -> None:
         if not endpoints:
             raise WeightSyncError("a sharded receiver needs the endpoint of every trainer rank, got none")
         self.rank, self.needs = rank, needs
-        self.links = [WeightReceiver(endpoint, rank, platform, timeout_s) for endpoint in endpoints]
+        self.links = [WeightReceiver(endpoint, rank, platform, timeout_s, device) for endpoint in endpoints]
         self.shards: ShardPlan | None = None
         self.buffers: dict[str, torch.Tensor] = {}
 
@@ -328,3 +329,18 @@ class ShardedReceiver:
     def close(self) -> None:
         for link in self.links:
             link.close()
+
+
+def open_receiver(
+    endpoints: Endpoint | list[Endpoint],
+    rank: int,
+    platform: Platform,
+    timeout_s: float = 600.0,
+    device: torch.device | None = None,
+) -> WeightReceiver | ShardedReceiver:
+    """The receiver for a trainer's sync: a `WeightReceiver` for one sender's `Endpoint` (the
+    trainer's rank 0 sends the whole model), a `ShardedReceiver` for a list of them (every trainer
+    rank sends its slices)."""
+    if isinstance(endpoints, Endpoint):
+        return WeightReceiver(endpoints, rank, platform, timeout_s, device)
+    return ShardedReceiver(list(endpoints), rank, platform, timeout_s, device=device)
