@@ -25,7 +25,8 @@ from typing import ClassVar
 
 import torch
 
-from roll_device.comm import Endpoint, SyncStats, WeightReceiver, weights_hash
+from roll_device.comm import Endpoint, ShardedReceiver, SyncStats, WeightReceiver, open_receiver, weights_hash
+from roll_device.comm.shards import Shard
 from roll_device.compat.vllm import NO_GRAPHS
 from roll_device.errors import RollDeviceError
 from roll_device.packages import Package
@@ -164,7 +165,7 @@ class InferenceStrategy(Strategy, abc.ABC):
     (`guard_graphs`; roll_device/graph/guard.py); its report is kept as `graph_guard`."""
 
     settings_cls: ClassVar[type[RolloutSettings]] = RolloutSettings
-    _receiver: WeightReceiver | None = None
+    _receiver: WeightReceiver | ShardedReceiver | None = None
     sync_path: str | None = None  # the path that feeds the engine (`initialize`; None: none planned)
     graph_guard: dict | None = None  # the graph guard's report after the last sync (None: no guard)
     adapters: LoraSettings | None = None  # the LoRA adapters served on the base (`use_adapters`)
@@ -225,9 +226,10 @@ class InferenceStrategy(Strategy, abc.ABC):
         """`roll_device.comm.weights_hash` of the weights the engine computes with."""
         return weights_hash(self.read_weights().items())
 
-    def connect_weights(self, endpoint: Endpoint, first_rank: int, timeout_s: float) -> None:
-        """Join the trainer's sender at `endpoint` (which connects at the same time)."""
-        self._receiver = WeightReceiver(endpoint, first_rank, self.platform, timeout_s=timeout_s)
+    def connect_weights(self, endpoint: Endpoint | list[Endpoint], first_rank: int, timeout_s: float) -> None:
+        """Join the trainer's sender at `endpoint` (which connects at the same time), or every
+        trainer rank's sharded sender (a list of endpoints, in rank order)."""
+        self._receiver = open_receiver(endpoint, first_rank, self.platform, timeout_s=timeout_s)
         self._receiver.connect(path=self.sync_path)
 
     def receive_weights(self) -> SyncStats:
@@ -313,6 +315,14 @@ class TrainStrategy(Strategy, abc.ABC):
         where they are, valid until the next train step: the sync copies them at once) and
         `to_rank` (the global rank that sends them: the others yield each name with None, and a
         trainer may spare them the gather). Every rank must drain the iterator."""
+
+    exports_shards: bool = False  # `export_shards` serves: each rank can send its own slices
+
+    def export_shards(self) -> Iterator[tuple[str, torch.Tensor, Shard]]:
+        """This rank's slices of the weights under their HF names, without a gather: (name, the
+        local tensor where it is, its `Shard`), valid until the next train step. For a sharded
+        weight sync (roll_device/comm/sharded.py), where every rank sends its own."""
+        raise NotImplementedError(f"{type(self).__name__} exports whole tensors only (export_weights)")
 
     @abc.abstractmethod
     def offload(self) -> None:

@@ -4,7 +4,10 @@
 IPC handles or shared memory; collective: a broadcast over the kind's backend; bridge: host
 staging across kinds; rdt, only when asked for: Ray Direct Transport between Ray actors started
 with `sync_actor_options(path)`). `WeightSender` (trainer rank 0) and `WeightReceiver` (each rollout worker)
-move bucketed, versioned, optionally verified weights along it. `weights_hash` hashes named
+move bucketed, versioned, optionally verified weights along it; with a sharded trainer,
+`ShardedSender` (every trainer rank, its own slices over a link of its own) and `ShardedReceiver`
+(each rollout worker, one link per trainer rank; `open_receiver` picks) do, by the plan of
+slices in shards.py. `weights_hash` hashes named
 tensors the same way on both ends. See docs/weight-sync.md.
 """
 
@@ -17,16 +20,20 @@ from roll_device.comm.planner import SyncPlan, plan_sync
 from roll_device.comm.rdt_transport import sync_actor_options
 from roll_device.comm.receiver import WeightReceiver
 from roll_device.comm.sender import WeightSender
+from roll_device.comm.sharded import ShardedReceiver, ShardedSender, open_receiver
 
 __all__ = [
     "PATHS",
     "Endpoint",
+    "ShardedReceiver",
+    "ShardedSender",
     "SyncPlan",
     "SyncStats",
     "WeightReceiver",
     "WeightSender",
     "WeightSyncOptions",
     "abort_sync",
+    "open_receiver",
     "plan_sync",
     "sync_actor_options",
     "weights_hash",

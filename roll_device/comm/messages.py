@@ -34,7 +34,9 @@ class BucketHeader:
 
 @dataclass(frozen=True)
 class SyncStats:
-    """One finished sync, as either side saw it."""
+    """One finished sync, as either side saw it. `export_s`: the sender's seconds inside the
+    export (casts and gathers included); `load_s`: the receiver's seconds in the engine's load
+    (its `apply`, less the waits for the transport); the rest of `seconds` is the transfer."""
 
     version: int
     path: str
@@ -43,6 +45,8 @@ class SyncStats:
     tensors: int
     nbytes: int
     seconds: float
+    export_s: float = 0.0
+    load_s: float = 0.0
 
     @property
     def gbps(self) -> float:

@@ -38,6 +38,7 @@ from roll_device.comm.control import Control, Endpoint, abort_sync, done_key
 from roll_device.comm.messages import BucketHeader, SyncStats
 from roll_device.comm.rdt_transport import RdtReceiver
 from roll_device.comm.slot_transport import SlotReceiver
+from roll_device.comm.timing import Stopwatch
 from roll_device.comm.transport import SETUP_KEY, ReceiverTransport, Setup
 from roll_device.errors import WeightSyncError
 from roll_device.platforms import HOST_KIND, Platform, get_platform
@@ -107,8 +108,9 @@ class WeightReceiver:
         start = time.perf_counter()
         stream = self.transport.buckets(seq)
         progress = _Progress()
+        waits = Stopwatch()
         try:
-            named = self._named(stream, progress)
+            named = waits.iterate(self._named(stream, progress))
             apply(named)
             if next(named, None) is not None:
                 raise WeightSyncError(
@@ -132,6 +134,7 @@ class WeightReceiver:
             progress.tensors,
             progress.nbytes,
             seconds,
+            load_s=max(seconds - waits.seconds, 0.0),
         )
 
     def _report(self, seq: int, error: str | None) -> None:

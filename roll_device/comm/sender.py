@@ -35,6 +35,7 @@ from roll_device.comm.options import WeightSyncOptions
 from roll_device.comm.planner import SyncPlan
 from roll_device.comm.rdt_transport import RdtSender
 from roll_device.comm.slot_transport import SlotSender
+from roll_device.comm.timing import Stopwatch
 from roll_device.comm.transport import SETUP_KEY, SenderTransport, Setup
 from roll_device.errors import WeightSyncError
 from roll_device.platforms import Platform
@@ -87,8 +88,9 @@ class WeightSender:
         seq, self._seq = self._seq, self._seq + 1
         start = time.perf_counter()
         index = nbytes = 0
+        export = Stopwatch()
         try:
-            writer = BucketWriter(named_tensors, self.setup.capacity)
+            writer = BucketWriter(export.iterate(named_tensors), self.setup.capacity)
             while True:
                 entries, parts = writer.take()
                 header = BucketHeader(version, index, entries, bucket_size(entries), final=writer.exhausted)
@@ -116,7 +118,16 @@ class WeightSender:
             )
         self.version = version
         seconds = time.perf_counter() - start
-        return SyncStats(version, self.plan.path, self.plan.transport, index, writer.tensors, nbytes, seconds)
+        return SyncStats(
+            version,
+            self.plan.path,
+            self.plan.transport,
+            index,
+            writer.tensors,
+            nbytes,
+            seconds,
+            export.seconds,
+        )
 
     def _transfers(
         self, seq: int, index: int, header: BucketHeader, parts: list[torch.Tensor]

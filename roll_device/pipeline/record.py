@@ -19,6 +19,9 @@ from roll_device.pipeline.timeline import Spans, StepTimeline, Timed, turn_secon
 from strategies.base import TrainBatch
 from strategies.training.routing import METRICS as ROUTING_METRICS
 
+SYNC_PARTS = ("export_s", "cast_s", "transfer_s", "load_s")  # roll_device/pipeline/sync_split.py
+SYNC_FIELDS = (*(f"sync_{part}" for part in SYNC_PARTS), "sync_calls_s", "sync_bytes", "sync_senders")
+
 
 @dataclass(frozen=True)
 class StepOutcome:
@@ -70,6 +73,7 @@ class StepRecord(dict):
                 "weights_version": None,  # the sync's (`add_sync`)
                 "sync_path": None,
                 "graph_guard": None,  # the engines' graphs checked after the sync (roll_device/graph/guard.py)
+                **dict.fromkeys(SYNC_FIELDS),  # where the sync's time went (`add_sync`)
                 **timeline.fields(),
             }
         )
@@ -85,5 +89,8 @@ class StepRecord(dict):
         """The weight sync `sync` (`RoleGroups.sync_weights`' report), timed as `took`."""
         self.update(weights_version=sync["version"], sync_path=sync["path"], graph_guard=sync["graph_guard"])
         self["sync_s"] = took.seconds
+        self.update({f"sync_{part}": sync[part] for part in SYNC_PARTS})
+        self.update(sync_bytes=sync["nbytes"], sync_senders=sync["senders"])
+        self["sync_calls_s"] = max(took.seconds - sync["seconds"], 0.0)  # the Ray calls around the sync
         self["step_s"] += took.seconds
         self["timeline"]["sync"] = took.span

@@ -38,6 +38,7 @@ from roll_device.pipeline.env_worker import EnvWorker
 from roll_device.pipeline.output import setup_progress
 from roll_device.pipeline.reward_worker import RewardWorker
 from roll_device.pipeline.run_plan import SYNC_RECEIVER, SYNC_SENDER, RunPlan
+from roll_device.pipeline.sync_split import sync_split
 from roll_device.pipeline.worker_base import PipelineWorker
 from roll_device.pipeline.workers import CriticWorker, RolloutWorker, TrainWorker
 from strategies.base import CRITIC, INFERENCE, TRAIN
@@ -201,7 +202,7 @@ class RoleGroups:
     sync: SyncPlan
     options: WeightSyncOptions
     dp_ranks: dict[str, list[int]] = field(default_factory=dict)  # per trainer role, by worker
-    endpoint: Endpoint | None = None  # the sender's control store, once connected
+    endpoints: list[Endpoint] = field(default_factory=list)  # the senders' control stores, once connected
     hosted: dict[str, str] = field(default_factory=dict)  # a role run inside another's workers
     base_reference: bool = False  # the reference is the LoRA policy's base (`reference_from_base`)
     watched: dict[Any, tuple[str, int]] = field(default_factory=dict)  # background calls -> (role, rank)
@@ -295,8 +296,9 @@ class RoleGroups:
             raise failed
 
     def sync_weights(self, version: int) -> dict:
-        """Trainer rank 0 -> every rollout worker; returns the sender's stats and the engines'
-        graph guard (`graph_guard`: graphs checked against eager after the update,
+        """Trainer rank 0 (or, sharded, every trainer rank) -> every rollout worker; returns the
+        senders' stats, merged, with where the time went (`sync_split.py`), and the engines' graph
+        guard (`graph_guard`: graphs checked against eager after the update,
         roll_device/graph/guard.py). A worker lost or failed on either end, or a sync that failed
         there, aborts the sync for the other end."""
         try:
@@ -309,13 +311,12 @@ class RoleGroups:
                 }
             )
         except (WorkerLostError, WeightSyncError) as failed:  # free the other end's waits
-            if self.endpoint is not None:
-                abort_sync(
-                    self.endpoint, failed.summary() if isinstance(failed, WorkerLostError) else str(failed)
-                )
+            reason = failed.summary() if isinstance(failed, WorkerLostError) else str(failed)
+            for endpoint in self.endpoints:
+                abort_sync(endpoint, reason)
             raise
         return {
-            **done["actor_train"][0],
+            **sync_split([s for s in done["actor_train"] if s is not None], done["actor_infer"]),
             "graph_guard": step_record([r["graph_guard"] for r in done["actor_infer"]]),
         }
 
@@ -442,7 +443,7 @@ def _connect_sync(config: RunConfig, plan: RunPlan, roles: RoleGroups) -> None:
     """Open the sender on the trainer's workers and connect every process of every engine."""
     groups, options = roles.groups, config.weight_sync
     engine_size = plan.strategy("actor_infer").engine_size(config.rollout)  # every engine process receives
-    roles.endpoint = roles.wait(
+    opened = roles.wait(
         {
             "actor_train": groups["actor_train"].async_call_all(
                 TrainWorker.open_sender,
@@ -452,12 +453,15 @@ def _connect_sync(config: RunConfig, plan: RunPlan, roles: RoleGroups) -> None:
                 None if config.rollout.dtype == "auto" else config.rollout.dtype,
             )
         }
-    )["actor_train"][0]
+    )["actor_train"]
+    roles.endpoints = [endpoint for endpoint in opened if endpoint is not None]  # rank order
+    # several senders: every trainer rank sends its slices, and every engine joins each of them
+    joins = roles.endpoints if len(roles.endpoints) > 1 else roles.endpoints[0]
     roles.wait(
         {
             "actor_train": groups["actor_train"].async_call_all(TrainWorker.connect_sender),
             "actor_infer": groups["actor_infer"].async_call_all(
-                RolloutWorker.connect_receiver, roles.endpoint, options.timeout_s
+                RolloutWorker.connect_receiver, joins, options.timeout_s
             ),
         }
     )

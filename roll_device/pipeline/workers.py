@@ -1,7 +1,8 @@
 """The pipeline's role workers (Ray actors through `roll_device.cluster.WorkerGroup`).
 
 - `TrainWorker` (`actor_train`, `reference`): a train strategy on its platform; the ranks of a
-  group form one torch.distributed world over the platform's backend. Rank 0 also sends weights.
+  group form one torch.distributed world over the platform's backend. Rank 0 also sends weights;
+  every rank sends its own slices where the trainer syncs sharded (`open_sender`).
   An `actor_train` worker may also host the reference model (`setup_reference`), when the
   reference shares its devices and strategy (roll_device/pipeline/roles.py, `hosted_reference`).
 - `CriticWorker` (`critic`): a `TrainWorker` whose strategy is a value model (PPO's critic,
@@ -19,13 +20,16 @@ from __future__ import annotations
 
 import collections
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, replace
 
 import ray
 import torch
 import torch.distributed as dist
 
-from roll_device.comm import Endpoint, SyncPlan, WeightSender, WeightSyncOptions, weights_hash
+from roll_device.comm import Endpoint, ShardedSender, SyncPlan, WeightSender, WeightSyncOptions, weights_hash
+from roll_device.comm.shards import Shard
+from roll_device.comm.timing import Stopwatch
 from roll_device.pipeline.worker_base import PipelineWorker
 from roll_device.platforms import HOST_KIND, get_platform, release_host_heap
 from roll_device.tracking.phases import phase
@@ -120,20 +124,35 @@ class TrainWorker(PipelineWorker):
         """Hash of the full exported weights (every rank must call: the export gathers)."""
         return weights_hash(self.strategy.export_weights())
 
-    # ---- weight sync: rank 0 sends; every rank drains the export (it gathers to rank 0) -------
+    # ---- weight sync: every rank sends its slices (a sharded trainer), or rank 0 the whole model --
     def open_sender(
         self, plan: SyncPlan, receivers: int, options: WeightSyncOptions, engine_dtype: str | None
     ) -> Endpoint | None:
-        """The sender rank opens the sender (every rank exports: the export gathers); weights leave
-        the trainer cast to the engine's `engine_dtype` (None: as trained; the engine casts)."""
+        """Open this rank's sender, if it sends; returns its endpoint. A trainer of several ranks
+        that exports shards (not LoRA: its adapters travel alone) syncs sharded: every rank sends
+        its own slices over a link of its own (roll_device/comm/sharded.py); any other sends from
+        rank 0 (every rank exports: the export gathers). Weights leave the trainer cast to the
+        engine's `engine_dtype` (None: as trained; the engine casts)."""
         self.export_dtype = None if engine_dtype is None else getattr(torch, engine_dtype)
         self.base_sent = False  # a new connection: the engines hold the model's own weights
+        self.sharded = self.world_size > 1 and self.strategy.exports_shards and not self.strategy.lora
+        host = ray.util.get_node_ip_address()
+        if self.sharded:
+            layouts: list = [None] * self.world_size
+            dist.all_gather_object(
+                layouts, {name: self._cast_shard(s) for name, _, s in self.strategy.export_shards()}
+            )
+            self.sender = ShardedSender(
+                plan, self.platform, self.rank, layouts, receivers, options, host=host
+            )
+            return self.sender.endpoint
         if self.rank != self.sender_rank:
             return None
-        self.sender = WeightSender(
-            plan, self.platform, receivers, options, host=ray.util.get_node_ip_address()
-        )
+        self.sender = WeightSender(plan, self.platform, receivers, options, host=host)
         return self.sender.endpoint
+
+    def _cast_shard(self, shard: Shard) -> Shard:
+        return shard if self.export_dtype is None else replace(shard, dtype=self.export_dtype)
 
     def connect_sender(self) -> None:
         if self.sender is not None:
@@ -143,6 +162,11 @@ class TrainWorker(PipelineWorker):
     def send_weights(self, version: int) -> dict | None:
         """The step's last call on a trainer: afterwards the free memory the C allocator keeps
         from the step and the export goes back to the OS (the rollout runs next, on the same hosts)."""
+        cast = Stopwatch()
+        if self.sharded:
+            stats = self.sender.send(self._cast_slices(cast), version=version)
+            release_host_heap()
+            return {**asdict(stats), "cast_s": cast.seconds, "adapters_only": False}
         adapters_only = self.strategy.lora and self.base_sent  # a LoRA base travels once
         exporter = self.strategy.export_adapters if adapters_only else self.strategy.export_weights
         export = exporter(dtype=self.export_dtype, snapshot=False, to_rank=self.sender_rank)
@@ -155,6 +179,14 @@ class TrainWorker(PipelineWorker):
         del export
         release_host_heap()
         return stats
+
+    def _cast_slices(self, cast: Stopwatch) -> Iterator[tuple[str, torch.Tensor]]:
+        """This rank's slices, each cast to the engine's dtype as it goes (the casts timed)."""
+        for name, local, _ in self.strategy.export_shards():
+            if self.export_dtype is not None:
+                with cast.timing():
+                    local = local.to(self.export_dtype)
+            yield name, local
 
     def close_sender(self) -> None:
         if self.sender is not None:

@@ -13,21 +13,24 @@ the process's world, which the other members are not part of.
 
 from __future__ import annotations
 
-import itertools
+from collections import Counter
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-_names = itertools.count()
+# groups made per label in this process: the members of one group count alike (they share the
+# label's store), whatever other groups each of them made before (a receiver with several links)
+_made: Counter = Counter()
 
 
 def new_process_group(
     store: dist.Store, backend: str, rank: int, world_size: int, timeout_s: float, label: str
 ) -> dist.ProcessGroup:
     """A `world_size` group over `backend` in which this process is `rank`; every member calls it
-    with a store they share. `label` names the group (with a counter) in torch's registry."""
+    with a store they share. `label` names the group (with a count of the groups made under that
+    label here) in torch's registry."""
     default = c10d._world.default_pg
     bound = default.bound_device_id if default is not None else None
     if bound is not None:
@@ -39,12 +42,13 @@ def new_process_group(
             [],
             backend,
             store,
-            group_name=f"{label}_{next(_names)}",
+            group_name=f"{label}_{_made[label]}",
             timeout=timedelta(seconds=timeout_s),
         )
     finally:
         if bound is not None:
             default.bound_device_id = bound
+    _made[label] += 1
     # Ranks of this group by themselves, as `init_process_group` records them: it lets
     # `destroy_process_group` forget the group (torch's registry would otherwise keep it until
     # interpreter exit, whose teardown order can abort the process).

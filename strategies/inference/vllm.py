@@ -201,12 +201,14 @@ class VllmStrategy(InferenceStrategy):
             for out in sorted(request.outputs, key=lambda o: o.index)
         ]
 
-    def connect_weights(self, endpoint: Endpoint, first_rank: int, timeout_s: float) -> None:
-        """Every rank of the engine joins the sender at `endpoint`, as receivers `first_rank` on."""
+    def connect_weights(self, endpoint: Endpoint | list[Endpoint], first_rank: int, timeout_s: float) -> None:
+        """Every rank of the engine joins the sender at `endpoint` (or every trainer rank's
+        sharded sender, a list), as receivers `first_rank` on."""
         self._require_started("connect_weights")
+        sharded = not isinstance(endpoint, Endpoint)
         info = {
-            "host": endpoint.host,
-            "port": endpoint.port,
+            "endpoints": [[e.host, e.port] for e in (endpoint if sharded else [endpoint])],
+            "sharded": sharded,
             "first_rank": first_rank,
             "kind": self.platform.kind,
             "timeout_s": float(timeout_s),

@@ -4,7 +4,8 @@
 vLLM creates the engine named by `LLM(weight_transfer_config={"backend": name})` in every worker
 process of an engine (each tensor-parallel and pipeline rank), so every rank receives the
 trainer's weights inside its own process: `LLM.init_weight_transfer_engine` connects each rank's
-`roll_device.comm.WeightReceiver` to the trainer's sender as receiver `first_rank + rank`, and per
+`roll_device.comm.WeightReceiver` to the trainer's sender (a `ShardedReceiver` to every trainer
+rank's, when each sends its slices) as receiver `first_rank + rank`, and per
 sync `start_weight_update` (vLLM's layerwise reload, which makes `load_weights` work on weights the
 CPU backend repacked), `update_weights` (the receiver streams the buckets into `model.load_weights`,
 which keeps each rank's shard of every full HF tensor) and `finish_weight_update`. The transports
@@ -30,7 +31,7 @@ from vllm.distributed.weight_transfer.base import (
     WeightTransferUpdateInfo,
 )
 
-from roll_device.comm import Endpoint, WeightReceiver
+from roll_device.comm import Endpoint, ShardedReceiver, WeightReceiver, open_receiver
 from roll_device.comm.paths import BRIDGE, COLLECTIVE, COLOCATED, DIRECT
 from roll_device.errors import ConfigError, WeightSyncError
 from roll_device.platforms import get_platform
@@ -41,10 +42,11 @@ from strategies.training.lora import is_adapter
 
 @dataclass
 class ReceiverInit(WeightTransferInitInfo):
-    """Where this engine's ranks find the trainer's sender, and the first receiver rank they take."""
+    """Where this engine's ranks find the trainer's sender (one [host, port]; with `sharded`, one per
+    trainer rank, each sending its slices), and the first receiver rank they take."""
 
-    host: str
-    port: int
+    endpoints: list
+    sharded: bool
     first_rank: int
     kind: str
     timeout_s: float
@@ -72,15 +74,19 @@ class ReceivingEngine(WeightTransferEngine[ReceiverInit, SyncRequest]):
         layout = weight_layout(model)
         self.known = set(layout["names"]) | set(layout["ignored"])
         self.ignored = set(layout["ignored"])
-        self.receiver: WeightReceiver | None = None
+        self.receiver: WeightReceiver | ShardedReceiver | None = None
         self.stats: dict | None = None
 
     def init_transfer_engine(self, init_info: ReceiverInit) -> None:
         self.shutdown()
         rank = init_info.first_rank + get_world_group().rank_in_group
-        endpoint = Endpoint(init_info.host, init_info.port)
-        receiver = WeightReceiver(
-            endpoint, rank, get_platform(init_info.kind), timeout_s=init_info.timeout_s, device=self.device
+        endpoints = [Endpoint(host, port) for host, port in init_info.endpoints]
+        receiver = open_receiver(
+            endpoints if init_info.sharded else endpoints[0],
+            rank,
+            get_platform(init_info.kind),
+            timeout_s=init_info.timeout_s,
+            device=self.device,
         )
         receiver.connect(path=self.path)  # refused before joining a group when the paths differ
         self.receiver = receiver

@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor
 
+from roll_device.comm.shards import Shard, local_shards
 from roll_device.errors import ConfigError
 from roll_device.models.hf_dir import num_experts
 from roll_device.platforms import Platform
@@ -99,6 +100,7 @@ class FsdpTrainStrategy(TrainStrategy):
     """FSDP2 (`torch.distributed.fsdp.fully_shard`) on any platform with a collective backend."""
 
     hosts_reference = True  # each instance shards its own model over the process's group
+    exports_shards = True
     update_name = "policy update"  # what a refused update says it was
     settings_cls = FsdpSettings
     trains_adapters = True  # with trainer.lora: PEFT adapters on the frozen base (the critic: no)
@@ -304,6 +306,11 @@ class FsdpTrainStrategy(TrainStrategy):
         the other ranks yield each name with None. A tied head is the embedding, yielded once
         under the embedding's name (strategies/tied_weights.py)."""
         return self._export(state_once(self.model).items(), dtype, snapshot, to_rank)
+
+    def export_shards(self) -> Iterator[tuple[str, torch.Tensor, Shard]]:
+        """Each rank's dim-0 slices of the weights (FSDP2's local shards), under their HF names; a
+        tied head once, under the embedding's name."""
+        return local_shards(state_once(self.model).items())
 
     def export_adapters(
         self, dtype: torch.dtype | None = None, snapshot: bool = True, to_rank: int | None = None

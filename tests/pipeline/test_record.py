@@ -35,6 +35,13 @@ ALGORITHM_KEYS = [
     "weights_version",
     "sync_path",
     "graph_guard",
+    "sync_export_s",
+    "sync_cast_s",
+    "sync_transfer_s",
+    "sync_load_s",
+    "sync_calls_s",
+    "sync_bytes",
+    "sync_senders",
     "rollout_s",
     "reward_s",
     "logprob_s",
@@ -109,7 +116,9 @@ def test_colocated_turns_and_the_sync_extend_the_record():
     with timed() as took:
         time.sleep(0.01)
     guard = {"status": "passed", "engines": {"passed": 1}, "max_error": 1e-6}
-    got.add_sync({"version": 4, "path": "colocated", "graph_guard": guard}, took)
+    split = {"export_s": 0.001, "cast_s": 0.0, "transfer_s": 0.002, "load_s": 0.003, "seconds": 0.006}
+    sync = {"version": 4, "path": "colocated", "graph_guard": guard, "nbytes": 99, "senders": 2, **split}
+    got.add_sync(sync, took)
     assert list(got) == ALGORITHM_KEYS + ["freed_bytes_actor_train", "freed_bytes_actor_infer"] + END_KEYS
     spans = got["timeline"]
     assert list(spans)[5:] == ["for_rollout", "for_training", "for_sync", "sync"]
@@ -117,6 +126,9 @@ def test_colocated_turns_and_the_sync_extend_the_record():
     assert got["swap_s"] == pytest.approx(swaps) and got["swap_s"] >= 0.03
     assert (got["weights_version"], got["sync_path"], got["sync_s"]) == (4, "colocated", took.seconds)
     assert got["graph_guard"] == guard
+    assert (got["sync_export_s"], got["sync_transfer_s"], got["sync_load_s"]) == (0.001, 0.002, 0.003)
+    assert (got["sync_bytes"], got["sync_senders"]) == (99, 2)
+    assert got["sync_calls_s"] == pytest.approx(took.seconds - 0.006)
     assert got["step_s"] == pytest.approx(before + spans["for_sync"][1] - spans["for_sync"][0] + took.seconds)
 
 

@@ -1,0 +1,346 @@
+"""The sharded sync: every trainer rank sends its own slices over a link of its own; no rank holds
+the whole model.
+
+```python
+# trainer rank r (every rank; `layouts`: every rank's `Layout`, gathered once)
+sender = ShardedSender(plan, platform, link=r, layouts=layouts, receivers=E, options=options)
+endpoint = sender.endpoint            # every engine rank gets every trainer rank's endpoint
+sender.connect()                      # together with the receivers' connect()
+stats = sender.send(local_tensors, version=step)   # (name, this rank's local slice), any order
+
+# engine rank e (1..E)
+receiver = ShardedReceiver(endpoints, rank=e, platform=platform)   # needs: None (all whole)
+receiver.connect()
+stats = receiver.receive(strategy.update_weights)
+```
+
+A link is a `WeightSender` / `WeightReceiver` pair with everything they keep (buckets, versions,
+verification, aborts): shared-memory slots when the engine ranks share the trainer rank's host,
+a gloo broadcast from the trainer rank to the engine ranks otherwise, so N trainer ranks move
+their slices over N links at once. The plan (`shards.py`) is made once per connection: the
+senders publish the trainer's layouts, each receiver its needs, both ends compute the same plan,
+and a layout that does not fit is refused at connect, before any byte moves.
+
+A receiver runs one thread per link. A tensor that arrives as one piece covering all it needs
+goes to `apply` as the received view (no copy); pieces of a tensor cut across ranks are copied
+into an assembly buffer of the tensor's size (made once per connection; valid until the next
+sync), which goes to `apply` once complete. Each link reports to its sender only after `apply`
+has returned, with `apply`'s error if it failed, so the trainer learns of an engine's failure
+exactly as on one link.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Iterable, Iterator
+
+import torch
+
+from roll_device.comm.control import Endpoint
+from roll_device.comm.messages import SyncStats
+from roll_device.comm.options import WeightSyncOptions
+from roll_device.comm.planner import SyncPlan
+from roll_device.comm.receiver import Apply, WeightReceiver
+from roll_device.comm.sender import WeightSender
+from roll_device.comm.shards import Box, Layout, ShardPlan, local_view, plan_shards
+from roll_device.comm.timing import Stopwatch
+from roll_device.comm.transport import SETUP_KEY
+from roll_device.errors import WeightSyncError
+from roll_device.platforms import Platform
+
+LAYOUTS_KEY = "shards/layouts"
+
+
+def _need_key(rank: int) -> str:
+    return f"shards/need/{rank}"
+
+
+def merge_stats(stats: list[SyncStats], tensors: int, seconds: float, load_s: float = 0.0) -> SyncStats:
+    """One sync's stats from its links' (one version, bytes and buckets added up)."""
+    versions = {s.version for s in stats}
+    if len(versions) != 1:
+        raise WeightSyncError(f"the links of one sharded sync carried different versions {sorted(versions)}")
+    first = stats[0]
+    return SyncStats(
+        first.version,
+        first.path,
+        first.transport,
+        sum(s.buckets for s in stats),
+        tensors,
+        sum(s.nbytes for s in stats),
+        seconds,
+        max(s.export_s for s in stats),
+        load_s,
+    )
+
+
+class ShardedSender:
+    """Trainer rank `link`'s end: its slices, over a link of its own."""
+
+    def __init__(
+        self,
+        plan: SyncPlan,
+        platform: Platform,
+        link: int,
+        layouts: list[Layout],
+        receivers: int,
+        options: WeightSyncOptions,
+        host: str = "127.0.0.1",
+    ) -> None:
+        if not 0 <= link < len(layouts):
+            raise WeightSyncError(f"trainer rank {link} has no layout: {len(layouts)} layouts were given")
+        self.link, self.layouts = link, layouts
+        self.sender = WeightSender(plan, platform, receivers, options, host=host)
+        self.sender.control.put(LAYOUTS_KEY, layouts)
+        self.shards: ShardPlan | None = None
+
+    @property
+    def endpoint(self) -> Endpoint:
+        return self.sender.endpoint
+
+    @property
+    def version(self) -> int | None:
+        return self.sender.version
+
+    def connect(self) -> None:
+        """Meet every engine rank, learn what each needs, and plan."""
+        self.sender.connect()
+        ranks = range(1, self.sender.setup.receivers + 1)
+        needs = self.sender.control.get_many([_need_key(r) for r in ranks], "every engine rank's needs")
+        self.shards = plan_shards(self.layouts, needs)
+
+    def send(self, local: Iterable[tuple[str, torch.Tensor]], version: int) -> SyncStats:
+        """Send this rank's slices of trainer step `version`: `local` yields (name, this rank's
+        local tensor) for every tensor of its layout."""
+        return self.sender.send(self._pieces(local), version)
+
+    def _pieces(self, local: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+        layout = self.layouts[self.link]
+        by_name: dict[str, list] = {}
+        for piece in self.shards.sends[self.link]:
+            by_name.setdefault(piece.name, []).append(piece)
+        seen = set()
+        for name, tensor in local:
+            shard = layout.get(name)
+            if shard is None or tuple(tensor.shape) != shard.box.shape:
+                raise WeightSyncError(
+                    f"trainer rank {self.link} exported '{name}' {list(tensor.shape)}, which its layout "
+                    f"{'does not hold' if shard is None else f'holds as {list(shard.box.shape)}'}: "
+                    "reconnect the sync after the model's layout changes"
+                )
+            seen.add(name)
+            for piece in by_name.get(name, []):
+                yield piece.key, local_view(tensor, shard, piece)
+        if seen != set(layout):
+            missing = sorted(set(layout) - seen)[:3]
+            raise WeightSyncError(f"trainer rank {self.link}'s export left out {missing} of its layout")
+
+    def close(self) -> None:
+        self.sender.close()
+
+
+def _landing(shards: ShardPlan, rank: int) -> dict[str, list[tuple[int, str, Box]]]:
+    """Per tensor engine rank `rank` needs: the (link, piece key, box) of each piece that lands."""
+    pieces: dict[str, list[tuple[int, str, Box]]] = {name: [] for name in shards.needs[rank - 1]}
+    for link, per_link in enumerate(shards.lands[rank - 1]):
+        names = {p.key: p.name for p in shards.sends[link]}
+        for key, box in per_link.items():
+            pieces[names[key]].append((link, key, box))
+    return pieces
+
+
+def _assembled(shards: ShardPlan, rank: int) -> list[str]:
+    """The tensors engine rank `rank` assembles from pieces: all but those that come as one piece
+    that is all it needs (handed on as received)."""
+    needs = shards.needs[rank - 1]
+    return [
+        name
+        for name, pieces in _landing(shards, rank).items()
+        if len(pieces) != 1 or pieces[0][2] != needs[name].box
+    ]
+
+
+class _LinkDone:
+    """A link has placed every piece of the sync (`error`: or failed)."""
+
+    def __init__(self, error: BaseException | None = None) -> None:
+        self.error = error
+
+
+class _Assembly:
+    """A receiver's tensors of one sync: pieces placed, whole tensors handed on in a queue."""
+
+    def __init__(self, shards: ShardPlan, rank: int, buffers: dict[str, torch.Tensor]) -> None:
+        self.needs = shards.needs[rank - 1]
+        self.buffers = buffers
+        landing = _landing(shards, rank)
+        self.where = {(link, key): (name, box) for name, ps in landing.items() for link, key, box in ps}
+        self.left = {name: len(pieces) for name, pieces in landing.items()}
+        self.lock = threading.Lock()
+        self.ready: queue.Queue = queue.Queue()
+
+    def place(self, link: int, key: str, tensor: torch.Tensor) -> None:
+        if (link, key) not in self.where:
+            return  # a piece another engine rank on this link needs
+        name, box = self.where[(link, key)]
+        if name not in self.buffers:  # one piece that is the whole need: handed on as received
+            self.ready.put((name, tensor))
+            return
+        self.buffers[name][box.within(self.needs[name].box)].copy_(tensor)
+        with self.lock:
+            self.left[name] -= 1
+            done = self.left[name] == 0
+        if done:
+            self.ready.put((name, self.buffers[name]))
+
+
+class ShardedReceiver:
+    """An engine rank's end: one link per trainer rank, its tensors assembled from their pieces."""
+
+    def __init__(
+        self,
+        endpoints: list[Endpoint],
+        rank: int,
+        platform: Platform,
+        timeout_s: float = 600.0,
+        needs: dict[str, Box] | None = None,
+        device: torch.device | None = None,
+    ) -> None:
+        if not endpoints:
+            raise WeightSyncError("a sharded receiver needs the endpoint of every trainer rank, got none")
+        self.rank, self.needs = rank, needs
+        self.links = [WeightReceiver(endpoint, rank, platform, timeout_s, device) for endpoint in endpoints]
+        self.shards: ShardPlan | None = None
+        self.buffers: dict[str, torch.Tensor] = {}
+
+    @property
+    def version(self) -> int | None:
+        return self.links[0].version
+
+    def connect(self, path: str | None = None) -> None:
+        """Join every trainer rank's link (in rank order, as every engine rank does), say what this
+        rank needs, and plan from the trainer's layouts and every engine rank's needs."""
+        for link in self.links:
+            link.connect(path)
+            link.control.put(_need_key(self.rank), self.needs)
+        control = self.links[0].control
+        layouts = control.get(LAYOUTS_KEY, "the trainer's layouts")
+        if len(layouts) != len(self.links):
+            raise WeightSyncError(
+                f"the trainer has {len(layouts)} ranks but engine rank {self.rank} was given "
+                f"{len(self.links)} endpoints: pass every trainer rank's endpoint, in rank order"
+            )
+        ranks = range(1, control.get(SETUP_KEY, "the sender's setup").receivers + 1)
+        needs = control.get_many([_need_key(r) for r in ranks], "every engine rank's needs")
+        self.shards = plan_shards(layouts, needs)
+        wanted = self.shards.needs[self.rank - 1]
+        device = self.links[0].device
+        self.buffers = {
+            name: torch.empty(wanted[name].box.shape, dtype=wanted[name].dtype, device=device)
+            for name in _assembled(self.shards, self.rank)
+        }
+
+    def receive(self, apply: Apply) -> SyncStats:
+        """Receive the next sync on every link and hand the assembled tensors to `apply`."""
+        if self.shards is None:
+            raise WeightSyncError("ShardedReceiver.receive before connect(): connect to the senders first")
+        start = time.perf_counter()
+        assembly = _Assembly(self.shards, self.rank, self.buffers)
+        outcome: list[BaseException | None] = []
+        applied = threading.Event()
+        results: list = [None] * len(self.links)
+        threads = [
+            threading.Thread(
+                target=self._run_link, args=(link, assembly, applied, outcome, results), daemon=True
+            )
+            for link in range(len(self.links))
+        ]
+        for thread in threads:
+            thread.start()
+        waits = Stopwatch()
+        try:
+            given = sum(1 for _ in self._consumed(apply, waits.iterate(self._stream(assembly))))
+            if given != len(assembly.needs):
+                raise WeightSyncError(
+                    f"the apply callable returned after {given} of {len(assembly.needs)} tensors: it must "
+                    "consume every (name, tensor) it is given"
+                )
+            outcome.append(None)
+        except BaseException as exc:
+            outcome.append(exc)
+            raise
+        finally:
+            applied.set()
+            for thread in threads:
+                thread.join()
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            raise failed[0]
+        seconds = time.perf_counter() - start
+        return merge_stats(results, len(assembly.needs), seconds, max(seconds - waits.seconds, 0.0))
+
+    @staticmethod
+    def _consumed(apply: Apply, stream: Iterator[tuple[str, torch.Tensor]]) -> Iterator[None]:
+        """One item per tensor `apply` took from `stream`, once `apply` has returned."""
+        taken: list[None] = []
+
+        def counted() -> Iterator[tuple[str, torch.Tensor]]:
+            for item in stream:
+                taken.append(None)
+                yield item
+
+        apply(counted())
+        return iter(taken)
+
+    def _run_link(self, link: int, assembly: _Assembly, applied, outcome, results) -> None:
+        placed = False
+
+        def take(named: Iterable[tuple[str, torch.Tensor]]) -> None:
+            nonlocal placed
+            for key, tensor in named:
+                assembly.place(link, key, tensor)
+            placed = True
+            assembly.ready.put(_LinkDone())
+            applied.wait()  # report to the sender only once the engine has loaded (or failed)
+            if outcome[0] is not None:
+                raise WeightSyncError(f"the engine failed to load the sync: {outcome[0]}")
+
+        try:
+            results[link] = self.links[link].receive(take)
+        except BaseException as exc:  # noqa: BLE001  (handed to the consuming thread)
+            results[link] = exc
+            if not placed:
+                assembly.ready.put(_LinkDone(exc))
+
+    def _stream(self, assembly: _Assembly) -> Iterator[tuple[str, torch.Tensor]]:
+        """The tensors as they become whole, until every link has placed its pieces."""
+        done = 0
+        while done < len(self.links):
+            item = assembly.ready.get()
+            if isinstance(item, _LinkDone):
+                if item.error is not None:
+                    raise item.error
+                done += 1
+                continue
+            yield item
+
+    def close(self) -> None:
+        for link in self.links:
+            link.close()
+
+
+def open_receiver(
+    endpoints: Endpoint | list[Endpoint],
+    rank: int,
+    platform: Platform,
+    timeout_s: float = 600.0,
+    device: torch.device | None = None,
+) -> WeightReceiver | ShardedReceiver:
+    """The receiver for a trainer's sync: a `WeightReceiver` for one sender's `Endpoint` (the
+    trainer's rank 0 sends the whole model), a `ShardedReceiver` for a list of them (every trainer
+    rank sends its slices)."""
+    if isinstance(endpoints, Endpoint):
+        return WeightReceiver(endpoints, rank, platform, timeout_s, device)
+    return ShardedReceiver(list(endpoints), rank, platform, timeout_s, device=device)
