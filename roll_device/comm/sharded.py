@@ -210,7 +210,7 @@ class ShardedReceiver:
     ) -> None:
         if not endpoints:
             raise WeightSyncError("a sharded receiver needs the endpoint of every trainer rank, got none")
-        self.rank, self.needs = rank, needs
+        self.rank, self.platform, self.needs = rank, platform, needs
         self.links = [WeightReceiver(endpoint, rank, platform, timeout_s, device) for endpoint in endpoints]
         self.shards: ShardPlan | None = None
         self.buffers: dict[str, torch.Tensor] = {}
