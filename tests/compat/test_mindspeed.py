@@ -19,6 +19,8 @@ def test_standin_is_applied_before_megatron_with_the_trainer_options(tiny_model_
         {
             "tensor_model_parallel_size": 2,
             "pipeline_model_parallel_size": 1,
+            "expert_model_parallel_size": 1,
+            "expert_tensor_parallel_size": 2,  # megatron's default: the tensor-parallel size
             "use_distributed_optimizer": True,
             "use_fused_rmsnorm": True,
         },
