@@ -14,7 +14,7 @@ from tests.configs import run_config
 @pytest.mark.parametrize("engine", ["vllm", "hf"])
 def test_two_fsdp_ranks_each_send_their_slices(tmp_path, engine):
     overrides = [
-        f"roles.actor_infer.strategy={engine}",
+        f"rollout={engine}",
         "roles.actor_train.num_devices=2",
         "algorithm.kl_coef=0",
         "max_steps=2",
