@@ -94,12 +94,15 @@ class StepTimeline:
         is 0 until the sync adds its own."""
         turns, freed = self.turn_log.pop_spans(), self.turn_log.pop_freed()
         swap_s = turn_seconds(turns)
+        # a turn taken inside the train span (the trainer's reload after the reward) is already in
+        # its seconds; only those before it (the engine's wake for the rollout) are added
+        before = turn_seconds({name: span for name, span in turns.items() if span[1] <= self.started})
         return {
             **self.seconds,
             **freed,
             "sync_s": 0.0,
             "swap_s": swap_s,
-            "step_s": time.perf_counter() - self.start + self.waited_s + swap_s,
+            "step_s": time.perf_counter() - self.start + self.waited_s + before,
             "timeline": {
                 "rollout": self.rollout_span,
                 "train": [self.started, time.time()],

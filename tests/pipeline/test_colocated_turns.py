@@ -34,9 +34,10 @@ def test_colocated_engine_and_trainer_take_turns_on_the_devices(tmp_path):
         assert record["freed_bytes_actor_infer"] > 0, "the engine's sleep gave the trainer its memory"
         spans = record["timeline"]
         assert spans["for_rollout"][1] <= spans["rollout"][0], "the engine woke before it generated"
-        assert (
-            spans["rollout"][1] <= spans["for_training"][0] <= spans["for_training"][1] <= spans["train"][0]
-        )
+        # the trainer's reload comes after the reward (DAPO's refill rounds need the engines awake)
+        # and before its first forward: inside the step's train span
+        assert spans["rollout"][1] <= spans["reward"][1] <= spans["for_training"][0]
+        assert spans["for_training"][1] <= spans["logprob"][0] <= spans["train"][1]
         assert spans["train"][1] <= spans["for_sync"][0] <= spans["for_sync"][1] <= spans["sync"][0]
         turns = sum(
             end - begin for begin, end in (spans[t] for t in ("for_rollout", "for_training", "for_sync"))

@@ -132,6 +132,26 @@ def test_colocated_turns_and_the_sync_extend_the_record():
     assert got["step_s"] == pytest.approx(before + spans["for_sync"][1] - spans["for_sync"][0] + took.seconds)
 
 
+def test_a_turn_taken_inside_the_train_span_counts_once_in_the_step():
+    turns = TurnLog()
+    turns.take(for_rollout)  # before the step's train span: added to its seconds
+    timeline = StepTimeline([100.0, 102.5], 0.0, turns)
+    with timeline.part("reward"):
+        time.sleep(0.01)
+    turns.take(for_training)  # inside the train span (after the reward): already in its seconds
+    with timeline.part("logprob"):
+        time.sleep(0.01)
+    began = time.perf_counter()
+    got = StepRecord.build(PipelineState(step=4, data_position=8, data_epoch=1), outcome(), timeline)
+    spans = got["timeline"]
+    inside = spans["for_training"][1] - spans["for_training"][0]
+    before = spans["for_rollout"][1] - spans["for_rollout"][0]
+    assert got["swap_s"] == pytest.approx(inside + before)
+    train = spans["train"][1] - spans["train"][0]
+    assert got["step_s"] == pytest.approx(train + before, abs=0.005 + time.perf_counter() - began)
+    assert got["step_s"] < train + before + inside, "the reload inside the train span is counted once"
+
+
 def test_a_sync_cut_short_leaves_its_fields_empty():
     got = record(TurnLog())
     with pytest.raises(RuntimeError), timed() as took:
