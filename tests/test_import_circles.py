@@ -26,7 +26,13 @@ CHECKED = (
 
 
 FLOORS = (
-    ("roll_device.errors", "roll_device.packages", "roll_device.settings", "roll_device.files"),
+    (
+        "roll_device.errors",
+        "roll_device.packages",
+        "roll_device.settings",
+        "roll_device.files",
+        "roll_device.naming",
+    ),
     ("roll_device.sim", "roll_device.platforms"),
     ("roll_device.compat", "roll_device.comm", "roll_device.cluster", "roll_device.graph"),
     ("roll_device.models", "roll_device.inputs", "roll_device.tracking", "roll_device.agentic"),

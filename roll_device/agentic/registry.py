@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from roll_device.agentic.builtin import ENVIRONMENTS, TOOLS
 from roll_device.agentic.environment import Environment
-from roll_device.agentic.naming import resolve_named
 from roll_device.agentic.tools import SCHEMA_ATTRIBUTE, Tool, schema_problem
 from roll_device.errors import ConfigError
+from roll_device.naming import resolve_named
 
 
 def resolve_environment(name: str) -> type[Environment]:
     """The environment class `agentic.environment` names (a ConfigError when it is none)."""
-    found = resolve_named(name, ENVIRONMENTS, "agentic.environment")
+    found = resolve_named(name, ENVIRONMENTS, "agentic.environment", "env workers")
     if not (isinstance(found, type) and issubclass(found, Environment)):
         raise ConfigError(
             f"agentic.environment='{name}' names {found!r}, not a subclass of "
@@ -25,7 +25,7 @@ def resolve_environment(name: str) -> type[Environment]:
 def resolve_tool(name: str) -> Tool:
     """The tool `name` (an entry of `agentic.tools`) names; a ConfigError for an unknown name or
     a function without a schema."""
-    found = resolve_named(name, TOOLS, "agentic.tools")
+    found = resolve_named(name, TOOLS, "agentic.tools", "env workers")
     if callable(found) and not isinstance(found, Tool):
         schema = getattr(found, SCHEMA_ATTRIBUTE, None)
         if schema is None:

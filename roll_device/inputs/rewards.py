@@ -13,13 +13,13 @@
 
 from __future__ import annotations
 
-import importlib
 import math
 import threading
 from collections.abc import Callable
 
 from roll_device.errors import ConfigError, RollDeviceError
 from roll_device.inputs.tasks import get_task
+from roll_device.naming import resolve_named
 
 RewardFunction = Callable[[str, str, "str | None"], float]
 GSM8K_MARK = "####"
@@ -63,33 +63,15 @@ def exact_reward(prompt: str, response: str, answer: str | None) -> float:
 BUILT_IN: dict[str, RewardFunction] = {"math": math_reward, "exact": exact_reward}
 
 
-def _import_function(path: str) -> RewardFunction:
-    module_name, _, attribute = path.replace(":", ".").rpartition(".")
-    if not module_name:
-        raise ConfigError(
-            f"reward.function='{path}' is neither {', '.join(BUILT_IN)} nor a dotted path module.function"
-        )
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(
-            f"reward.function='{path}': cannot import module '{module_name}' ({exc}); put it on "
-            "PYTHONPATH (the reward workers import it too)"
-        ) from exc
-    function = getattr(module, attribute, None)
-    if not callable(function):
-        raise ConfigError(f"reward.function='{path}': module '{module_name}' has no function '{attribute}'")
-    return function
-
-
 def resolve_reward(function: str | None, task: str) -> RewardFunction:
     """The reward `reward.function` names (see the module's docstring)."""
     if function is None:
         rule = get_task(task).reward
         return lambda prompt, response, answer: rule(prompt, response)
-    if function in BUILT_IN:
-        return BUILT_IN[function]
-    return _import_function(function)
+    found = resolve_named(function, BUILT_IN, "reward.function", "reward workers")
+    if not callable(found):
+        raise ConfigError(f"reward.function='{function}' names {type(found).__name__}, not a function")
+    return found
 
 
 def _shown(text: str | None) -> str:

@@ -48,14 +48,17 @@ def test_names_resolve_to_rewards():
 @pytest.mark.parametrize(
     "name, message",
     [
-        ("gsm8k", "reward.function='gsm8k' is neither math, exact nor a dotted path module.function"),
+        (
+            "gsm8k",
+            "reward.function='gsm8k' is unknown: choose one of math, exact or a qualified package.module.name",
+        ),
         (
             "no_such_module.score",
             "reward.function='no_such_module.score': cannot import module 'no_such_module'",
         ),
         (
             "tests.pipeline.user_rewards.nothing",
-            "module 'tests.pipeline.user_rewards' has no function 'nothing'",
+            "module 'tests.pipeline.user_rewards' has no 'nothing'",
         ),
     ],
 )
