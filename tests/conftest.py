@@ -7,12 +7,14 @@ go to the workers longest first (tests/file_order.py).
 Every Ray cluster a test starts is a throwaway one on this machine, so the whole session runs
 without Ray's token authentication: Ray fixes a process's mode at its first local `ray.init`
 (token, when RAY_AUTH_MODE is unset), and a simulated cluster (token-less) driven later from the
-same process would then lose its actors. docs/cluster.md says the same for users.
+same process would then lose its actors. docs/cluster.md says the same for users. Each test
+leaves the root logger as it found it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -86,6 +88,18 @@ def fresh_registry(monkeypatch):
     registry.reset_for_tests()
     yield
     registry.reset_for_tests()
+
+
+@pytest.fixture(autouse=True)
+def root_logging_restored():
+    """The root logger as it was before the test: a command run in-process with a Hydra flag is
+    Hydra's app, which points the root logger at the sys.stdout of that moment (a test's capture,
+    closed after it), so a later test's log line would print a logging error."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")
