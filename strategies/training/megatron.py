@@ -47,7 +47,7 @@ from strategies.training.hf_weights import HfWeights
 from strategies.training.megatron_groups import join_parallel_state, leave_parallel_state
 from strategies.training.megatron_routing import RouterTaps
 from strategies.training.megatron_stages import PipelineStages
-from strategies.training.routing import check_router
+from strategies.training.routing import check_routing
 from strategies.training.settings import MegatronSettings
 
 TRAINER_STATE = "trainer_state.pt"
@@ -91,8 +91,7 @@ class MegatronTrainStrategy(TrainStrategy):
                 "optimizer state is in host memory already: set trainer.optimizer_offload=false"
             )
 
-        if settings.router_aux_loss_coef > 0:
-            check_router(settings.router_aux_loss_coef, model_path)
+        check_routing(settings, model_path)
         try:
             megatron_model.describe(AutoConfig.from_pretrained(model_path), settings)
         except ConfigError as exc:

@@ -51,6 +51,8 @@ class TrainSettings(Section):
     lacks_entropy_gradient: ClassVar[str | None] = None
     # None: the trainer places experts on expert-parallel ranks; else why it cannot
     lacks_expert_parallel: ClassVar[str | None] = None
+    # None: the trainer routes tokens to the experts the rollout recorded; else why it cannot
+    lacks_routing_replay: ClassVar[str | None] = None
 
     name: str
     lr: Positive
@@ -82,6 +84,9 @@ class TrainSettings(Section):
     expert_parallel: Annotated[
         Count, Field(description="a mixture of experts: ranks its experts are spread over (1: all on each)")
     ]
+    routing_replay: StrictBool = Field(
+        description="a mixture of experts: route each token to the experts the rollout routed it to (R3)"
+    )
     lora: LoraSettings
 
     @model_validator(mode="after")
@@ -95,6 +100,11 @@ class TrainSettings(Section):
             raise ConfigError(
                 f"trainer.expert_parallel={self.expert_parallel}: {self.lacks_expert_parallel}: set "
                 "trainer.expert_parallel=1, or use trainer=megatron"
+            )
+        if self.routing_replay and self.lacks_routing_replay:
+            raise ConfigError(
+                f"trainer.routing_replay=true: {self.lacks_routing_replay}: set trainer.routing_replay=false, "
+                "or use trainer=fsdp"
             )
         return self
 
