@@ -182,6 +182,9 @@ class MegatronSettings(TrainSettings):
     use_distributed_optimizer: StrictBool
     seed: StrictInt
     mindspeed: dict[str, Any] = Field(description="NPU only: extra options for MindSpeed's repatch()")
+    lacks_routing_replay: ClassVar[str | None] = (
+        "the megatron trainer does not feed the rollout's routes to megatron-core's RouterReplay yet"
+    )
     lacks_entropy_gradient: ClassVar[str | None] = (
         "the megatron trainer's logprobs come from the vocabulary-parallel cross entropy, without "
         "the distribution's entropy"
