@@ -13,6 +13,10 @@ the base frozen and filled from the checkpoint, the adapters started as PEFT sta
 only parameters in the optimizer; `base_logprobs` (the reference of a LoRA run) computes with the
 adapters disabled, and `export_adapters` yields the adapters alone (what a weight sync sends once
 the engine holds the base).
+
+With `trainer.routing_replay` a mixture of experts' routers take the rollout's recorded experts for
+the tokens a batch has routes for (`TrainBatch.routed_experts`; strategies/routes.py), in every
+forward and in the recomputation of the backward.
 """
 
 from __future__ import annotations
