@@ -29,7 +29,7 @@ LAYER = re.compile(r"layers\.(\d+)\.")
 
 def routers(model: torch.nn.Module) -> list[tuple[int, torch.nn.Module]]:
     """(decoder layer index, router) of every MoE layer of `model` (a causal LM, or one wrapped by
-    PEFT), in layer order; empty for a dense model."""
+    PEFT), in layer order; a ValueError for a model without routers transformers records."""
     recorded = next(
         (
             m._can_record_outputs.get("router_logits")
@@ -39,7 +39,10 @@ def routers(model: torch.nn.Module) -> list[tuple[int, torch.nn.Module]]:
         None,
     )
     if recorded is None:
-        return []
+        raise ValueError(
+            f"{type(model).__name__} has no router whose logits transformers records (router_logits): "
+            "its routes cannot be recorded or replayed"
+        )
     found = [
         (int(LAYER.search(name).group(1)), module)
         for name, module in model.named_modules()
