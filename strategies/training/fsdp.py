@@ -118,7 +118,8 @@ class FsdpTrainStrategy(TrainStrategy):
     @classmethod
     def check_model(cls, platform: Platform | None, settings: FsdpSettings, model_path: str) -> None:
         """Packing needs an attention kernel that takes packed rows; recomputation a model class
-        that supports gradient checkpointing; the router's load-balancing loss a router."""
+        that supports gradient checkpointing; the router's load-balancing loss and routing replay a
+        router."""
         check_routing(settings, model_path)
         if settings.packing and settings.attn_implementation not in PACKED_ATTENTION:
             raise ConfigError(

@@ -81,8 +81,9 @@ class MegatronTrainStrategy(TrainStrategy):
     @classmethod
     def check_model(cls, platform: Platform | None, settings: MegatronSettings, model_path: str) -> None:
         """The model's family, heads, vocabulary, layers and experts take the tensor, pipeline and
-        expert sizes; the router's load-balancing loss needs a router; optimizer offload needs a
-        device to offload from (Megatron's hybrid optimizer uses the device's streams)."""
+        expert sizes; the router's load-balancing loss and routing replay need a router; optimizer
+        offload needs a device to offload from (Megatron's hybrid optimizer uses the device's
+        streams)."""
         from transformers import AutoConfig
 
         if settings.optimizer_offload and platform is not None and platform.is_host:
