@@ -94,4 +94,18 @@ def replay_checks(rank: int, model_path: str) -> dict:
     out["forced_vs_free"] = (forced_logprobs - free)[mask].abs().max().item()
     out["step"] = trainer.train_step(batch, nll_loss())
     trainer.shutdown()
+    out["other_layouts"] = [replayed_grad_norm(model_path, batch, **layout) for layout in LAYOUTS]
     return out
+
+
+# micro-batch layouts whose replay must route as the plain one does: the recomputation in the
+# backward (gradient checkpointing), and packed rows
+LAYOUTS = ({"recompute": True}, {"packing": True, "max_tokens_per_micro_batch": 64})
+
+
+def replayed_grad_norm(model_path: str, batch, **layout) -> float:
+    """The gradient norm of one replayed step on `batch` with a fresh trainer of `layout`."""
+    trainer = new_trainer(model_path, routing_replay=True, **layout)
+    grad_norm = trainer.train_step(batch, nll_loss())["grad_norm"]
+    trainer.shutdown()
+    return grad_norm
