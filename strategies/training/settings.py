@@ -51,8 +51,9 @@ class TrainSettings(Section):
     lacks_entropy_gradient: ClassVar[str | None] = None
     # None: the trainer places experts on expert-parallel ranks; else why it cannot
     lacks_expert_parallel: ClassVar[str | None] = None
-    # None: the trainer routes tokens to the experts the rollout recorded; else why it cannot
-    lacks_routing_replay: ClassVar[str | None] = None
+    # None: the trainer routes tokens to the experts the rollout recorded; else why it cannot (a
+    # trainer replays only once it says so)
+    lacks_routing_replay: ClassVar[str | None] = "this trainer does not declare routing replay"
 
     name: str
     lr: Positive
@@ -162,6 +163,7 @@ class FsdpSettings(TrainSettings):
     lacks_expert_parallel: ClassVar[str | None] = (
         "the fsdp trainer has no expert parallelism (FSDP2 shards every expert over all its ranks)"
     )
+    lacks_routing_replay: ClassVar[str | None] = None  # strategies/routes.py's hooks on the routers
 
     attn_implementation: str = Field(
         description="a transformers attention kernel: sdpa, eager, flash_attention_2, ..."
@@ -173,6 +175,8 @@ MEGATRON_CORE = "0.16"  # the megatron-core this refusal was checked against (no
 
 class MegatronSettings(TrainSettings):
     """Megatron-core keys: the parallel layout, the optimizer kind, the seed, MindSpeed options."""
+
+    lacks_routing_replay: ClassVar[str | None] = None  # megatron-core's router_replay hook
 
     tensor_parallel: Annotated[Count, Field(description="ranks that split each layer")]
     pipeline_parallel: Annotated[Count, Field(description="stages; must divide the layers")]

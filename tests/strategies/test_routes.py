@@ -11,8 +11,11 @@ import torch
 
 from roll_device.commands.gate import load_config
 from roll_device.commands.run import run_checked
+from roll_device.settings import read_section
 from strategies.routes import NO_ROUTE, batch_routes, replayed
 from strategies.training.local_ranks import run_ranks
+from strategies.training.settings import TrainSettings
+from tests.configs import trainer_settings
 from tests.refusals import one_line_refusal
 
 
@@ -87,6 +90,18 @@ def test_what_cannot_replay_is_refused_before_ray(tmp_path, tiny_moe_path, overr
     config = ["experiment=moe", f"model.path={tiny_moe_path}", "trainer.routing_replay=true", *overrides]
     assert one_line_refusal(lambda: run_checked(load_config(config), tmp_path / "run")).startswith(message)
     assert not ray.is_initialized()
+
+
+class PluginTrainerSettings(TrainSettings):
+    """A trainer's section that declares nothing about routing replay."""
+
+
+def test_a_trainer_that_does_not_declare_replay_is_refused_when_its_section_is_read():
+    values = {**trainer_settings("fsdp").model_dump(exclude={"attn_implementation"}), "routing_replay": True}
+    message = one_line_refusal(lambda: read_section(PluginTrainerSettings, values, "trainer"))
+    assert message.startswith(
+        "trainer.routing_replay=true: this trainer does not declare routing replay: set trainer.routing_replay=false"
+    )
 
 
 def test_replay_on_a_dense_model_is_refused_before_ray(tmp_path, tiny_model_path):
