@@ -55,7 +55,10 @@ class SamplingConfig:
 class Completion:
     """One sampled response: its tokens and the sampler's log-probability of each. A multi-turn
     trajectory's tokens hold the environment's turns too: `mask` is then 1.0 on the model's own
-    tokens and 0.0 on the others (None: every token is the model's)."""
+    tokens and 0.0 on the others (None: every token is the model's). `routed_experts`, from an
+    engine asked to `record_routes` on a mixture of experts: the experts each token the engine fed
+    its model was routed to, prompt tokens first, then every response token but the last (which
+    no forward took), as an integer (tokens, layers, top-k) tensor (strategies/routes.py)."""
 
     prompt_index: int
     sample_index: int
@@ -63,6 +66,7 @@ class Completion:
     logprobs: list[float]
     finish_reason: str
     mask: list[float] | None = None
+    routed_experts: torch.Tensor | None = None
 
 
 @dataclass
@@ -82,6 +86,9 @@ class TrainBatch:
     rollout_logprobs: torch.Tensor | None = None  # (B, T) float; set for samples of older weights
     values: torch.Tensor | None = None  # (B, T) float: the critic's values before its update (PPO)
     returns: torch.Tensor | None = None  # (B, T) float: the critic's targets (PPO)
+    # (B, T, layers, top-k) integer: the experts the rollout routed each token to, -1 where it
+    # recorded none; with trainer.routing_replay the trainer routes the same way (strategies/routes.py)
+    routed_experts: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
@@ -169,6 +176,7 @@ class InferenceStrategy(Strategy, abc.ABC):
     sync_path: str | None = None  # the path that feeds the engine (`initialize`; None: none planned)
     graph_guard: dict | None = None  # the graph guard's report after the last sync (None: no guard)
     adapters: LoraSettings | None = None  # the LoRA adapters served on the base (`use_adapters`)
+    records_routes = False  # completions carry their routed experts (`record_routes`)
 
     def __init__(self, platform: Platform) -> None:
         self.platform = platform
@@ -182,6 +190,17 @@ class InferenceStrategy(Strategy, abc.ABC):
     def check_adapters(cls, lora: LoraSettings) -> None:
         """A ConfigError when an engine that serves adapters cannot serve `lora`'s (checked when
         the run is planned, before Ray)."""
+
+    @classmethod
+    def lacks_route_records(cls, kind: str) -> str | None:
+        """None when this engine records each token's routed experts on `kind` (for the trainer's
+        routing replay), else why it cannot."""
+        return f"the {cls.__name__} engine records no routed experts"
+
+    def record_routes(self) -> None:
+        """Record each token's routed experts into `Completion.routed_experts` (called before
+        `initialize`)."""
+        self.records_routes = True
 
     def use_adapters(self, lora: LoraSettings) -> None:
         """Serve the trainer's LoRA adapters `lora` on the base (called before `initialize`): a

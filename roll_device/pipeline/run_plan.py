@@ -87,6 +87,7 @@ def build_run_plan(config: RunConfig, inventory: Inventory) -> RunPlan:
     sync = _sync_plan(placement, platforms, config.weight_sync.path)
     strategy_type(INFERENCE, roles[SYNC_RECEIVER].strategy).check_sync_path(config.rollout, sync.path)
     _check_adapters(config, platforms[SYNC_RECEIVER].kind)
+    _check_route_records(config, platforms[SYNC_RECEIVER].kind)
     requests = tuple(_requests(config, placement, sync))
     return RunPlan(roles, placement, platforms, engine_sizes, sync, requests)
 
@@ -109,6 +110,19 @@ def _check_adapters(config: RunConfig, kind: str) -> None:
             f"rollout.sleep_level=2 drops the engine's weights at each sleep, but with trainer.lora.rank="
             f"{config.trainer.lora.rank} a sync sends the adapters only: set rollout.sleep_level to 1 "
             "or null"
+        )
+
+
+def _check_route_records(config: RunConfig, kind: str) -> None:
+    """Routing replay needs an engine that records each token's routed experts on the rollout's kind."""
+    if not config.trainer.routing_replay:
+        return
+    name = config.roles.actor_infer.strategy
+    lacks = strategy_class(INFERENCE, name, kind).lacks_route_records(kind)
+    if lacks:
+        raise ConfigError(
+            f"trainer.routing_replay=true: the {name} rollout engine cannot record routed experts on {kind} "
+            f"({lacks}): use rollout=hf, or trainer.routing_replay=false"
         )
 
 

@@ -229,13 +229,17 @@ class RolloutWorker(PipelineWorker):
         settings: RolloutSettings,
         sync_path: str,
         lora: LoraSettings | None = None,
+        record_routes: bool = False,
     ) -> None:
         """Start the engine (`strategy`: its qualified class name; `sync_path`: the weight-sync
         path that feeds it, `colocated` where it shares its devices with a trainer; `lora`: the
-        trainer's adapters, which the engine serves on its base)."""
+        trainer's adapters, which the engine serves on its base; `record_routes`: completions carry
+        their routed experts, for the trainer's routing replay)."""
         self.strategy = self.new_strategy(strategy)
         if lora is not None:
             self.strategy.use_adapters(lora)
+        if record_routes:
+            self.strategy.record_routes()
         self.strategy.initialize(model_path, settings, sync_path)
         self.engine_size = self.strategy.engine_size(settings)
         self.last_finished: float | None = None  # the end of the last generation

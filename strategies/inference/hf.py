@@ -50,6 +50,7 @@ from strategies.inference.hf_sampling import sample
 from strategies.inference.requests import check_request
 from strategies.inference.settings import HfSettings
 from strategies.inference.weights import check_update
+from strategies.routes import RouteRecorder
 from strategies.tied_weights import state_once
 
 if TYPE_CHECKING:
@@ -83,6 +84,11 @@ class HfStrategy(InferenceStrategy):
     def serves_adapters(cls, kind: str) -> bool:
         """LoRA adapters merged into the engine's weights (strategies/inference/adapters.py)."""
         return True
+
+    @classmethod
+    def lacks_route_records(cls, kind: str) -> str | None:
+        """A forward hook on each router records its top-k (strategies/routes.py), eagerly."""
+        return None
 
     @classmethod
     def requirements(cls, kind: str) -> Requirements:
@@ -134,6 +140,7 @@ class HfStrategy(InferenceStrategy):
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = set() if eos is None else ({eos} if isinstance(eos, int) else set(eos))
         self.pad_id = self.model.config.pad_token_id or 0
+        self.recorder = self._route_recorder()
         self._start_decoding()
         self.guard = hf_guard(self, model_path)
 
@@ -162,6 +169,19 @@ class HfStrategy(InferenceStrategy):
             fewer_graphs="set rollout.prefill_graphs=false",
         )
 
+    def _route_recorder(self) -> RouteRecorder | None:
+        """Hooks that record each token's routed experts, when asked to (`record_routes`). Hooks do
+        not run inside a replayed graph: an engine that records decodes and prefills eagerly."""
+        if not self.records_routes:
+            return None
+        config = self.model.config
+        return RouteRecorder(self.model, config.num_hidden_layers, config.num_experts_per_tok)
+
+    @property
+    def eager(self) -> bool:
+        """Whether every forward runs eagerly: graphs found untrustworthy, or routes recorded."""
+        return self.graphs_stopped or self.records_routes
+
     # ---- decode machinery ---------------------------------------------------------------------
     def _start_decoding(self) -> None:
         from strategies.inference.hf_cache import SharedKVStore
@@ -173,13 +193,13 @@ class HfStrategy(InferenceStrategy):
             self.model.config, s.max_batch_size, s.max_model_len, self.model.dtype, device
         )
         self.bucket_caches: dict[int, Any] = {}
-        use_graphs = False if self.graphs_stopped else s.use_graphs
+        use_graphs = False if self.eager else s.use_graphs
         self.runner = DecodeGraphRunner(
             self.platform, self.capture_sizes, self._make_inputs, self._decode_step, use_graphs
         )
         self.packed_prefill = (
             PackedPrefill(self.model, self.store, self.platform, self.prefill_capture_sizes, self.pad_id)
-            if s.prefill_graphs and not self.graphs_stopped
+            if s.prefill_graphs and not self.eager
             else None
         )
         self._capture()
@@ -317,12 +337,25 @@ class HfStrategy(InferenceStrategy):
         with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION), self._seeded(sampling.seed):
             for start in range(0, len(rows), chunk):
                 part = rows[start : start + chunk]
-                results = self._generate_rows([p for _, _, p in part], sampling)
+                prompts = [p for _, _, p in part]
+                with self._recording() as recorder:
+                    results = self._generate_rows(prompts, sampling)
+                routes = self._routes(recorder, prompts, results)
                 completions += [
-                    Completion(i, s, tokens, logprobs, reason)
-                    for (i, s, _), (tokens, logprobs, reason) in zip(part, results)
+                    Completion(i, s, tokens, logprobs, reason, routed_experts=route)
+                    for (i, s, _), (tokens, logprobs, reason), route in zip(part, results, routes)
                 ]
         return completions
+
+    def _recording(self):
+        """The route recorder recording, or nothing when routes are not recorded."""
+        return contextlib.nullcontext() if self.recorder is None else self.recorder.recording()
+
+    def _routes(self, recorder: RouteRecorder | None, prompts: list[list[int]], results: list) -> list:
+        """Each row's recorded routes (None each when not recording)."""
+        if recorder is None:
+            return [None] * len(prompts)
+        return recorder.decoded_rows([len(p) for p in prompts], [len(tokens) for tokens, _, _ in results])
 
     def update_weights(self, named_tensors: NamedTensors) -> None:
         """Copy HF-named tensors into the model in place as they come (addresses kept, so

@@ -95,6 +95,12 @@ class VllmStrategy(InferenceStrategy):
             )
 
     @classmethod
+    def lacks_route_records(cls, kind: str) -> str | None:
+        """vLLM's routed-experts capture (`enable_return_routed_experts`), where the kind's engine
+        returns them (its engine profile)."""
+        return engine_of(get_platform(kind)).lacks_route_records
+
+    @classmethod
     def requirements(cls, kind: str) -> Requirements:
         engine = engine_of(get_platform(kind))
         modes = GRAPH_MODES if engine.graphs else (NO_GRAPHS,)
@@ -128,6 +134,8 @@ class VllmStrategy(InferenceStrategy):
         self.check_sync_path(settings, self.sync_path)
         self.spec = build_engine_spec(self.platform, model_path, settings, self.sync_path == COLOCATED)
         self.spec.kwargs["weight_transfer_config"] = {"backend": ENGINES[self.sync_path]}
+        if self.records_routes:
+            self.spec.kwargs["enable_return_routed_experts"] = True
         self.served = None if self.adapters is None else ServedAdapter(self.adapters)
         if self.served is not None:
             self.spec.kwargs.update(self.served.engine_args())
@@ -196,6 +204,9 @@ class VllmStrategy(InferenceStrategy):
                 token_ids=list(out.token_ids),
                 logprobs=[step[token].logprob for token, step in zip(out.token_ids, out.logprobs)],
                 finish_reason=out.finish_reason,
+                routed_experts=None
+                if out.routed_experts is None
+                else torch.tensor(out.routed_experts, dtype=torch.int16),
             )
             for i, request in enumerate(outputs)
             for out in sorted(request.outputs, key=lambda o: o.index)

@@ -50,6 +50,12 @@ def validate(batch: TrainBatch) -> None:
             f"TrainBatch.advantages must have shape ({ids.shape[0]},) (one per row) or {tuple(ids.shape)} (per token), "
             f"got {_describe(batch.advantages)}"
         )
+    routes = batch.routed_experts
+    if routes is not None and (routes.dim() != 4 or routes.shape[:2] != ids.shape):
+        raise TrainBatchError(
+            f"TrainBatch.routed_experts must be (B, T, layers, top-k) with (B, T) = {tuple(ids.shape)}, "
+            f"got {_describe(routes)}"
+        )
     for name, tensor in _tensors(batch):
         if not tensor.is_cpu:
             raise TrainBatchError(f"TrainBatch.{name} is on {tensor.device}: pass batches on the CPU")

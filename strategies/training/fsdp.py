@@ -13,6 +13,10 @@ the base frozen and filled from the checkpoint, the adapters started as PEFT sta
 only parameters in the optimizer; `base_logprobs` (the reference of a LoRA run) computes with the
 adapters disabled, and `export_adapters` yields the adapters alone (what a weight sync sends once
 the engine holds the base).
+
+With `trainer.routing_replay` a mixture of experts' routers take the rollout's recorded experts for
+the tokens a batch has routes for (`TrainBatch.routed_experts`; strategies/routes.py), in every
+forward and in the recomputation of the backward.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from roll_device.models.hf_dir import num_experts
 from roll_device.platforms import Platform
 from strategies.base import LossFn, TrainBatch, TrainStrategy
 from strategies.host_turns import HostTurn
+from strategies.routes import RouteReplay, batch_routes
 from strategies.tied_weights import state_once
 from strategies.training.batches import align_to_tokens, shifted_labels, validate
 from strategies.training.common import (
@@ -64,7 +69,7 @@ from strategies.training.lora import (
     with_adapters,
 )
 from strategies.training.losses import masked_mean
-from strategies.training.routing import Routing, capture, check_router
+from strategies.training.routing import Routing, capture, check_routing
 from strategies.training.settings import FsdpSettings
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -113,9 +118,9 @@ class FsdpTrainStrategy(TrainStrategy):
     @classmethod
     def check_model(cls, platform: Platform | None, settings: FsdpSettings, model_path: str) -> None:
         """Packing needs an attention kernel that takes packed rows; recomputation a model class
-        that supports gradient checkpointing; the router's load-balancing loss a router."""
-        if settings.router_aux_loss_coef > 0:
-            check_router(settings.router_aux_loss_coef, model_path)
+        that supports gradient checkpointing; the router's load-balancing loss and routing replay a
+        router."""
+        check_routing(settings, model_path)
         if settings.packing and settings.attn_implementation not in PACKED_ATTENTION:
             raise ConfigError(
                 f"trainer.packing=true: trainer.attn_implementation={settings.attn_implementation} cannot "
@@ -172,6 +177,7 @@ class FsdpTrainStrategy(TrainStrategy):
         if self.platform.collectives_copy_whole:
             use_in_place_collectives(self.model)
         materialize(self.model, torch.device("cpu") if settings.optimizer_offload else self.device)
+        self.replay = RouteReplay(self.model) if settings.routing_replay else None
         self._fill(model_path)
         self.optimizer = torch.optim.AdamW(
             weight_decay_groups(self.model, self.settings.weight_decay), lr=self.settings.lr
@@ -215,10 +221,22 @@ class FsdpTrainStrategy(TrainStrategy):
     def _forward(self, batch: TrainBatch, forward: Callable[[TrainBatch], torch.Tensor]) -> torch.Tensor:
         """`forward` of each micro-batch of `batch` without gradients, joined on the CPU."""
         micros = self._prepare(batch)
+        outs = []
         with torch.no_grad():
-            out = torch.cat([forward(m).cpu() for m in micros])
+            for micro in micros:
+                with self._routed(micro):
+                    outs.append(forward(micro).cpu())
         self.model.reshard()
-        return out
+        return torch.cat(outs)
+
+    def _routed(self, micro: TrainBatch):
+        """With routing replay, the context in which `micro`'s forwards (and the recomputation in
+        its backward) route its tokens to the rollout's recorded experts; else nothing."""
+        if self.replay is None or micro.routed_experts is None:
+            return nullcontext()
+        return self.replay.replaying(
+            batch_routes(micro.routed_experts, micro.attention_mask, self.settings.packing)
+        )
 
     def base_logprobs(self, batch: TrainBatch) -> torch.Tensor:
         """`forward_logprobs` of the base model: the adapters disabled (the reference of LoRA)."""
@@ -276,7 +294,8 @@ class FsdpTrainStrategy(TrainStrategy):
         self.model.train()
         with capture(self.model) if self.experts else nullcontext() as routing:
             for micro in micros:
-                self._micro_loss(micro, loss_fn, accounting, forward(micro), routing).backward()
+                with self._routed(micro):
+                    self._micro_loss(micro, loss_fn, accounting, forward(micro), routing).backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.max_grad_norm)
         if hasattr(grad_norm, "full_tensor"):
             grad_norm = grad_norm.full_tensor()

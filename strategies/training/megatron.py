@@ -45,9 +45,9 @@ from strategies.training.distributed import (
 )
 from strategies.training.hf_weights import HfWeights
 from strategies.training.megatron_groups import join_parallel_state, leave_parallel_state
-from strategies.training.megatron_routing import RouterTaps
+from strategies.training.megatron_routing import ReplayedRouters, RouterTaps
 from strategies.training.megatron_stages import PipelineStages
-from strategies.training.routing import check_router
+from strategies.training.routing import check_routing
 from strategies.training.settings import MegatronSettings
 
 TRAINER_STATE = "trainer_state.pt"
@@ -81,8 +81,9 @@ class MegatronTrainStrategy(TrainStrategy):
     @classmethod
     def check_model(cls, platform: Platform | None, settings: MegatronSettings, model_path: str) -> None:
         """The model's family, heads, vocabulary, layers and experts take the tensor, pipeline and
-        expert sizes; the router's load-balancing loss needs a router; optimizer offload needs a
-        device to offload from (Megatron's hybrid optimizer uses the device's streams)."""
+        expert sizes; the router's load-balancing loss and routing replay need a router; optimizer
+        offload needs a device to offload from (Megatron's hybrid optimizer uses the device's
+        streams)."""
         from transformers import AutoConfig
 
         if settings.optimizer_offload and platform is not None and platform.is_host:
@@ -91,8 +92,7 @@ class MegatronTrainStrategy(TrainStrategy):
                 "optimizer state is in host memory already: set trainer.optimizer_offload=false"
             )
 
-        if settings.router_aux_loss_coef > 0:
-            check_router(settings.router_aux_loss_coef, model_path)
+        check_routing(settings, model_path)
         try:
             megatron_model.describe(AutoConfig.from_pretrained(model_path), settings)
         except ConfigError as exc:
@@ -151,6 +151,7 @@ class MegatronTrainStrategy(TrainStrategy):
         self.gpt = model
         moe = self.plan.moe
         self.router_taps = RouterTaps(model, moe.num_experts, moe.top_k) if moe else None
+        self.replay = ReplayedRouters(model) if moe and s.routing_replay else None
         if compute == "bf16":  # bf16 compute weights; the optimizer keeps fp32 master copies
             model = Float16Module(config, model)
         model.to(self.device)
@@ -258,6 +259,8 @@ class MegatronTrainStrategy(TrainStrategy):
             micro = next(data_iterator)
             if taps is not None:
                 taps.clear()
+            if self.replay is not None:
+                self.replay.use(micro.routed_experts)
             output = self._micro_forward(model, micro)
             if forward_only:  # the schedule calls the loss function on the last stage only
                 return output, lambda logprobs, non_loss_data=False: logprobs.detach().cpu()

@@ -10,7 +10,7 @@ forward returned; from them come the step's routing metrics:
   k of E experts gives E / k).
 
 With `trainer.router_aux_loss_coef` > 0 the loss adds that multiple of the load-balancing loss
-(`check_router`: only a model with experts has a router to balance).
+(`check_routing`: only a model with experts has a router to balance, or routes to replay).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import torch
 
 from roll_device.errors import ConfigError
 from roll_device.models.hf_dir import num_experts
+from strategies.training.settings import TrainSettings
 
 METRICS = ("router_aux_loss", "expert_imbalance")  # a train step's routing metrics, in its metrics
 
@@ -58,15 +59,25 @@ class Routing:
         return float(load.max() / load.mean())
 
 
-def check_router(coef: float, model_path: str) -> None:
-    """A ConfigError when the model at `model_path` has no experts (so no router to balance)."""
+def check_routing(settings: TrainSettings, model_path: str) -> None:
+    """A ConfigError when the model at `model_path` has no experts (so no router to balance and no
+    routes to replay) but `settings` ask for the router's loss or routing replay."""
+    asked = []
+    if settings.router_aux_loss_coef > 0:
+        asked.append(("router_aux_loss_coef", settings.router_aux_loss_coef, "a router to balance", 0))
+    if settings.routing_replay:
+        asked.append(("routing_replay", "true", "routes to replay", "false"))
+    if not asked:
+        return
     from transformers import AutoConfig
 
-    if not num_experts(AutoConfig.from_pretrained(model_path)):
-        raise ConfigError(
-            f"trainer.router_aux_loss_coef={coef}: model.path={model_path} is a dense model, without "
-            "experts or a router to balance: set trainer.router_aux_loss_coef=0"
-        )
+    if num_experts(AutoConfig.from_pretrained(model_path)):
+        return
+    key, value, missing, off = asked[0]
+    raise ConfigError(
+        f"trainer.{key}={value}: model.path={model_path} is a dense model, without experts or {missing}: "
+        f"set trainer.{key}={off}"
+    )
 
 
 @contextmanager

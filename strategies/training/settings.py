@@ -51,6 +51,9 @@ class TrainSettings(Section):
     lacks_entropy_gradient: ClassVar[str | None] = None
     # None: the trainer places experts on expert-parallel ranks; else why it cannot
     lacks_expert_parallel: ClassVar[str | None] = None
+    # None: the trainer routes tokens to the experts the rollout recorded; else why it cannot (a
+    # trainer replays only once it says so)
+    lacks_routing_replay: ClassVar[str | None] = "this trainer does not declare routing replay"
 
     name: str
     lr: Positive
@@ -82,6 +85,9 @@ class TrainSettings(Section):
     expert_parallel: Annotated[
         Count, Field(description="a mixture of experts: ranks its experts are spread over (1: all on each)")
     ]
+    routing_replay: StrictBool = Field(
+        description="a mixture of experts: route each token to the experts the rollout routed it to (R3)"
+    )
     lora: LoraSettings
 
     @model_validator(mode="after")
@@ -95,6 +101,11 @@ class TrainSettings(Section):
             raise ConfigError(
                 f"trainer.expert_parallel={self.expert_parallel}: {self.lacks_expert_parallel}: set "
                 "trainer.expert_parallel=1, or use trainer=megatron"
+            )
+        if self.routing_replay and self.lacks_routing_replay:
+            raise ConfigError(
+                f"trainer.routing_replay=true: {self.lacks_routing_replay}: set trainer.routing_replay=false, "
+                "or use trainer=fsdp"
             )
         return self
 
@@ -152,6 +163,7 @@ class FsdpSettings(TrainSettings):
     lacks_expert_parallel: ClassVar[str | None] = (
         "the fsdp trainer has no expert parallelism (FSDP2 shards every expert over all its ranks)"
     )
+    lacks_routing_replay: ClassVar[str | None] = None  # strategies/routes.py's hooks on the routers
 
     attn_implementation: str = Field(
         description="a transformers attention kernel: sdpa, eager, flash_attention_2, ..."
@@ -163,6 +175,8 @@ MEGATRON_CORE = "0.16"  # the megatron-core this refusal was checked against (no
 
 class MegatronSettings(TrainSettings):
     """Megatron-core keys: the parallel layout, the optimizer kind, the seed, MindSpeed options."""
+
+    lacks_routing_replay: ClassVar[str | None] = None  # megatron-core's router_replay hook
 
     tensor_parallel: Annotated[Count, Field(description="ranks that split each layer")]
     pipeline_parallel: Annotated[Count, Field(description="stages; must divide the layers")]
@@ -197,6 +211,13 @@ class MegatronSettings(TrainSettings):
                 f"trainer.logprob_chunk_tokens={self.logprob_chunk_tokens}: the megatron trainer computes "
                 "logprobs over the vocabulary split by tensor parallelism, not in chunks: set it to null, "
                 "or use trainer=fsdp"
+            )
+        if self.routing_replay and self.pipeline_parallel > 1:
+            raise ConfigError(
+                f"trainer.routing_replay=true with trainer.pipeline_parallel={self.pipeline_parallel}: the "
+                "megatron trainer sets each micro-batch's routes before its forward, and a pipeline schedule "
+                "recomputes a micro-batch's layers after later forwards: set trainer.pipeline_parallel=1, "
+                "or trainer.routing_replay=false"
             )
         if self.lora.on:
             raise ConfigError(

@@ -44,6 +44,7 @@ TOOLS = "experiment=agentic_tools"
         (["agentic.tools=[calculator]"], "agentic.tools=['calculator'] but agentic.environment is null"),
         ([TOOLS, "roles.env.strategy=docker"], "roles.env.strategy='docker' is unknown: choose python"),
         ([TOOLS, "eval.every_n_steps=5"], "eval.every_n_steps=5 is single-turn only"),
+        ([TOOLS, "trainer.routing_replay=true"], "trainer.routing_replay=True is single-turn only"),
     ],
 )
 def test_bad_agentic_input_is_refused_in_one_line(overrides, refusal):

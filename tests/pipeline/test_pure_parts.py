@@ -47,6 +47,25 @@ def test_build_batch_masks_the_response_and_pads():
     assert len(batch.select(slice(1, 2))) == 1
 
 
+def test_build_batch_lays_the_recorded_routes_beside_their_tokens():
+    prompts = [[5, 6], [7]]
+    routes = [
+        torch.tensor([[[1, 2]], [[3, 4]], [[5, 6]]]),
+        torch.tensor([[[7, 0]]]),
+    ]  # (fed tokens, 1 layer, k=2)
+    completions = [
+        Completion(0, 0, [8, 9], [-0.1, -0.2], "length", routed_experts=routes[0]),
+        Completion(1, 0, [10], [-0.3], "stop", routed_experts=routes[1]),
+    ]
+    batch, _ = build_batch(prompts, completions, pad_id=0)
+    assert batch.routed_experts.tolist() == [
+        [[[1, 2]], [[3, 4]], [[5, 6]], [[-1, -1]]],  # the last token was fed to no forward
+        [[[7, 0]], [[-1, -1]], [[-1, -1]], [[-1, -1]]],
+    ]
+    assert batch.select(slice(1, 2)).routed_experts.shape == (1, 4, 1, 2)
+    assert build_batch(prompts, [Completion(0, 0, [8], [-0.1], "stop")], pad_id=0)[0].routed_experts is None
+
+
 def test_metrics_log_and_plot(tmp_path):
     log = MetricsLog(tmp_path)
     for step in (1, 2, 3):

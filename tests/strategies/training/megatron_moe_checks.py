@@ -4,11 +4,14 @@ names, steps with routing metrics, and the expert-parallel layout against a plai
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import torch.distributed as dist
 
 from strategies.training.checkpoint_export import hf_state_dict
 from strategies.training.losses import nll_loss
+from tests.strategies.routes_checks import other_routes, routed_logprobs
 from tests.strategies.training.data import concat, make_batch
 from tests.strategies.training.fsdp_checks import max_diff, plain_logprobs, reference_step
 from tests.strategies.training.megatron_checks import hf_names, new_trainer
@@ -38,6 +41,21 @@ def trained_export_diff(trainer, model_path: str, batch) -> float:
     return (plain_logprobs(fresh, batch) - trainer.forward_logprobs(batch)).abs().max().item()
 
 
+def forced_routes(trainer, model_path: str, batch) -> dict:
+    """The trainer's logprobs with routes forced on every token (routing replay) against
+    transformers' with its routers forced the same way, and against the trainer's own routing."""
+    from transformers import AutoModelForCausalLM
+
+    plain = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    own = trainer.forward_logprobs(batch)
+    routes = other_routes(batch, plain.config.num_hidden_layers, plain.config.num_experts)
+    forced = trainer.forward_logprobs(replace(batch, routed_experts=routes))
+    return {
+        "vs_transformers": (forced - routed_logprobs(plain, batch, routes)).abs().max().item(),
+        "vs_own": (forced - own).abs().max().item(),
+    }
+
+
 def qwen3_models(rank: int, dense_path: str, moe_path: str) -> dict:
     """One rank: the tiny Qwen3 (QK-norm) and Qwen3-MoE in Megatron against transformers; two MoE
     steps with the router's load-balancing loss report routing metrics and train."""
@@ -45,8 +63,9 @@ def qwen3_models(rank: int, dense_path: str, moe_path: str) -> dict:
     dense = new_trainer(dense_path)
     out = {"dense": against_transformers(dense, dense_path, batch)}
     dense.shutdown()
-    moe = new_trainer(moe_path, router_aux_loss_coef=0.01)
+    moe = new_trainer(moe_path, router_aux_loss_coef=0.01, routing_replay=True)
     out["moe"] = against_transformers(moe, moe_path, batch)
+    out["moe"]["forced_routes"] = forced_routes(moe, moe_path, batch)
     out["moe"]["steps"] = [moe.train_step(batch, nll_loss()) for _ in range(2)]
     out["moe"]["trained_export_diff"] = trained_export_diff(moe, moe_path, batch)
     moe.shutdown()

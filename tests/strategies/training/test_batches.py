@@ -39,6 +39,10 @@ def test_alignment_puts_a_tokens_logprob_at_its_own_position():
         (lambda b: setattr(b, "advantages", torch.zeros(3)), "advantages must have shape \\(2,\\)"),
         (lambda b: b.attention_mask.__setitem__((0, 0), 0), "need right-padded rows"),
         (lambda b: setattr(b, "old_logprobs", torch.zeros(2, 16, device="meta")), "pass batches on the CPU"),
+        (
+            lambda b: setattr(b, "routed_experts", torch.zeros(2, 15, 2, 2)),
+            "routed_experts must be \\(B, T, layers, top-k\\) with \\(B, T\\) = \\(2, 16\\)",
+        ),
     ],
 )
 def test_malformed_batches_name_the_field(change, message):

@@ -35,6 +35,12 @@ def test_qk_norms_and_stacked_experts_are_exported(qwen3_rank):
     assert "model.layers.1.mlp.experts.gate_up_proj" in qwen3_rank["moe"]["exported_names"]
 
 
+def test_replayed_routes_move_megatrons_logprobs_as_they_move_transformers(qwen3_rank):
+    forced = qwen3_rank["moe"]["forced_routes"]
+    assert forced["vs_own"] > 1e-3, "other experts, other logprobs"
+    assert forced["vs_transformers"] < 1e-5
+
+
 def test_moe_steps_report_routing_train_and_export_what_the_trainer_computes(qwen3_rank):
     out = qwen3_rank["moe"]
     first, second = out["steps"]
