@@ -8,7 +8,6 @@ import itertools
 import pytest
 import torch
 
-from roll_device.comm.shards import Box, plan_shards
 from roll_device.errors import WeightSyncError
 from strategies.training.megatron_weights import (
     ExpertGathers,
@@ -20,6 +19,7 @@ from strategies.training.megatron_weights import (
     parameters,
     to_megatron_shard,
 )
+from tests.comm.shard_layouts import assembled
 
 HIDDEN, FFN, VOCAB = 32, 48, 16
 
@@ -197,18 +197,6 @@ def test_experts_split_over_ranks_export_stacked_as_transformers_names_them(ep, 
     assert listed == [(n, tuple(t.shape), t.dtype) for n, t in exported.items()]
 
 
-def assembled(ranks: list[list[tuple[str, torch.Tensor, object]]]) -> dict[str, torch.Tensor]:
-    """The full tensors that every rank's `local_slices` make together, once the sharded sync's
-    plan (every element held, slices disjoint or identical replicas) accepts their layouts."""
-    plan_shards([{name: shard for name, _, shard in rank} for rank in ranks], [None])
-    full: dict[str, torch.Tensor] = {}
-    for rank in ranks:
-        for name, part, shard in rank:
-            whole = full.setdefault(name, torch.full(shard.full_shape, float("nan")))
-            whole[shard.box.within(Box.whole(shard.full_shape))] = part
-    return full
-
-
 @pytest.mark.parametrize("tp, pp", [(2, 1), (1, 2), (2, 2)])
 @pytest.mark.parametrize("qkv_bias, tied", [(True, False), (False, True)])
 def test_each_ranks_slices_are_boxes_of_the_hf_tensors(tp, pp, qkv_bias, tied):
@@ -223,7 +211,7 @@ def test_each_ranks_slices_are_boxes_of_the_hf_tensors(tp, pp, qkv_bias, tied):
         table = parameters(shape, stage, pp)
         local = {p.megatron: to_megatron_shard(p, hf, shape, rank, tp) for p in table}
         ranks.append(list(local_slices(local, table, shape, rank, tp)))
-    full = assembled(ranks)
+    full, _ = assembled(ranks)
     assert sorted(full) == sorted(hf)
     for name, tensor in hf.items():
         assert torch.equal(full[name], tensor), name
@@ -244,7 +232,7 @@ def test_each_expert_parallel_rank_slices_its_own_experts(ep):
         assert {(box.offset[0], box.shape[0]) for box in stacked} == {(r * per_rank, per_rank)}
     table, local, gathers = expert_rank_shards(shape, hf, 1, 1, 0)
     whole = dict(export(local, table, shape, lambda t: [t], gathers))
-    full = assembled(ranks)
+    full, _ = assembled(ranks)
     assert sorted(full) == sorted(whole)
     for name, tensor in whole.items():
         assert torch.equal(full[name], tensor), name
