@@ -263,6 +263,16 @@ def _stacked(
     return _joined(gathers.expert_parallel(torch.stack(whole)), 0)
 
 
+def _exported(table: list[Param]) -> tuple[list[Param], dict[str, list[Param]]]:
+    """The exported parameters of `table` but the experts', and the experts' by the HF name of
+    the stacked tensor they make (local experts in order)."""
+    stacks: dict[str, list[Param]] = {}
+    for param in table:
+        if param.stacked:
+            stacks.setdefault(param.stacked, []).append(param)
+    return [p for p in table if p.exported and not p.stacked], stacks
+
+
 def export(
     named_params: Mapping[str, torch.Tensor],
     table: list[Param],
@@ -273,14 +283,11 @@ def export(
     """HF-named full tensors of the exported parameters in `table`; `gather` returns a local
     shard's tensor-parallel shards in rank order, `experts` collects the experts (after the
     other tensors, one stacked tensor per layer and matrix)."""
-    stacks: dict[str, list[Param]] = {}
-    for param in table:
-        if param.stacked:
-            stacks.setdefault(param.stacked, []).append(param)
-        elif param.exported:
-            local = named_params[param.megatron]
-            shards = [local] if param.split == REPLICATED else gather(local)
-            yield from to_hf(param, shards, shape)
+    plain, stacks = _exported(table)
+    for param in plain:
+        local = named_params[param.megatron]
+        shards = [local] if param.split == REPLICATED else gather(local)
+        yield from to_hf(param, shards, shape)
     for name, members in stacks.items():
         yield name, _stacked(named_params, members, shape, experts)
 
@@ -346,7 +353,8 @@ def _expert_slices(
         )
     first = split.experts(shape).start
     for name, members in stacks.items():
-        stack = _stacked(named_params, members, shape, ExpertGathers())
+        with torch.no_grad():  # a copy of this rank's own experts, outside autograd
+            stack = _stacked(named_params, members, shape, ExpertGathers())
         full = (shape.num_experts, *stack.shape[1:])
         box = Box((first,) + (0,) * (stack.dim() - 1), tuple(stack.shape))
         yield name, stack, Shard(name, stack.dtype, full, box)
@@ -363,12 +371,9 @@ def local_slices(
     """(HF name, this rank's part, its `Shard`) of every exported parameter in `table` (one
     stage's), without a gather: views of the parameters where the layouts allow (fused q/k/v of
     several query groups, and the stacked experts, are copies of this rank's own)."""
-    stacks: dict[str, list[Param]] = {}
-    for param in table:
-        if param.stacked:
-            stacks.setdefault(param.stacked, []).append(param)
-        elif param.exported:
-            local = named_params[param.megatron].detach()
-            for name, part, full, box in _hf_slices(param, local, shape, tp_rank, tp_size):
-                yield name, part, Shard(name, part.dtype, full, box)
+    plain, stacks = _exported(table)
+    for param in plain:
+        local = named_params[param.megatron].detach()
+        for name, part, full, box in _hf_slices(param, local, shape, tp_rank, tp_size):
+            yield name, part, Shard(name, part.dtype, full, box)
     yield from _expert_slices(named_params, stacks, shape, experts)
