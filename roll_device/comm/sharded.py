@@ -37,6 +37,7 @@ import time
 from collections.abc import Iterable, Iterator
 
 import torch
+import torch.distributed as dist
 
 from roll_device.comm.control import Endpoint
 from roll_device.comm.messages import SyncStats
@@ -160,6 +161,17 @@ def _assembled(shards: ShardPlan, rank: int) -> list[str]:
         for name, pieces in _landing(shards, rank).items()
         if len(pieces) != 1 or pieces[0][2] != needs[name].box
     ]
+
+
+def _naming(link: int, endpoint: Endpoint, exc: BaseException) -> WeightSyncError:
+    """A link's failure as a WeightSyncError that names its trainer rank; a lost connection to
+    its control store (the rank's process is gone) said so."""
+    if isinstance(exc, dist.DistNetworkError):
+        return WeightSyncError(
+            f"trainer rank {link} was lost mid-sync: its weight-sync store at {endpoint.host}:{endpoint.port} "
+            f"stopped answering ({exc}); this engine rank may hold a partial update until the next sync"
+        )
+    return WeightSyncError(f"trainer rank {link}: {exc}")
 
 
 class _LinkDone:
@@ -310,9 +322,9 @@ class ShardedReceiver:
         try:
             results[link] = self.links[link].receive(take)
         except BaseException as exc:  # noqa: BLE001  (handed to the consuming thread)
-            results[link] = exc
+            results[link] = _naming(link, self.links[link].endpoint, exc)
             if not placed:
-                assembly.ready.put(_LinkDone(exc))
+                assembly.ready.put(_LinkDone(results[link]))
 
     def _stream(self, assembly: _Assembly) -> Iterator[tuple[str, torch.Tensor]]:
         """The tensors as they become whole, until every link has placed its pieces."""
@@ -327,8 +339,16 @@ class ShardedReceiver:
             yield item
 
     def close(self) -> None:
-        for link in self.links:
-            link.close()
+        """Close every link (together with its sender); a link that fails to close (its trainer
+        rank lost) does not keep the others open, and is named once all were tried."""
+        failed = []
+        for link, receiver in enumerate(self.links):
+            try:
+                receiver.close()
+            except RuntimeError as exc:  # a WeightSyncError, or the lost peer's group
+                failed.append(_naming(link, receiver.endpoint, exc))
+        if failed:
+            raise failed[0]
 
 
 def open_receiver(

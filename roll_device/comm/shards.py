@@ -10,7 +10,8 @@ cut their own tensor-parallel slices).
 
 `plan_shards` checks that the trainer ranks' layouts fit together (one dtype and full shape per
 tensor; boxes inside it; slices either disjoint or identical replicas, which are sent by one of
-their holders, spread over them; every needed element held) and refuses anything else with a
+their holders: the one with the fewest bytes to send so far, so replicas spread over the ranks;
+every needed element held) and refuses anything else with a
 WeightSyncError that names the tensor and the ranks. It then lists, per trainer rank (a link),
 the pieces it sends: the part of its slice some engine rank needs, once even where several need
 it (a link reaches every engine rank of a node at once); and, per engine rank, where each piece
@@ -153,9 +154,11 @@ def _holders(layouts: list[Layout], name: str) -> list[tuple[int, Shard]]:
     return held
 
 
-def _owners(name: str, held: list[tuple[int, Shard]]) -> list[tuple[int, Box]]:
-    """One sending rank per distinct slice: replicas (identical boxes) spread over their holders;
-    slices that overlap without being identical are refused."""
+def _owners(name: str, held: list[tuple[int, Shard]], load: list[int]) -> list[tuple[int, Box]]:
+    """One sending rank per distinct slice: of a slice's replicas (identical boxes), the holder
+    with the fewest bytes to send so far (`load`, per rank, updated), so that tensors replicated
+    on every rank (norms; a data-parallel replica's whole dense part) spread over the ranks; slices
+    that overlap without being identical are refused."""
     distinct: dict[Box, list[int]] = {}
     for rank, shard in held:
         if shard.box.numel:
@@ -169,7 +172,13 @@ def _owners(name: str, held: list[tuple[int, Shard]]) -> list[tuple[int, Box]]:
                     f"of '{name}' ({list(a.offset)}+{list(a.shape)} vs {list(b.offset)}+{list(b.shape)}): "
                     "a layout's slices must be disjoint or identical replicas"
                 )
-    return [(ranks[k % len(ranks)], box) for k, (box, ranks) in enumerate(distinct.items())]
+    itemsize = _itemsize(held[0][1].dtype)
+    owners = []
+    for box, ranks in distinct.items():
+        rank = min(ranks, key=lambda r: (load[r], r))
+        load[rank] += box.numel * itemsize
+        owners.append((rank, box))
+    return owners
 
 
 def plan_shards(layouts: list[Layout], engine_needs: list[dict[str, Box] | None]) -> ShardPlan:
@@ -179,10 +188,11 @@ def plan_shards(layouts: list[Layout], engine_needs: list[dict[str, Box] | None]
     sends: list[list[Piece]] = [[] for _ in layouts]
     needs: list[dict[str, Shard]] = [{} for _ in engine_needs]
     lands: list[list[dict[str, Box]]] = [[{} for _ in layouts] for _ in engine_needs]
+    load = [0] * len(layouts)
     for name in names:
         held = _holders(layouts, name)
         spec = held[0][1]
-        owners = _owners(name, held)
+        owners = _owners(name, held, load)
         for engine, asked in enumerate(engine_needs):
             need = Box.whole(spec.full_shape) if asked is None else asked.get(name)
             if need is None:

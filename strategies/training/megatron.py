@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from roll_device.comm.shards import Shard
 from roll_device.compat import megatron as megatron_compat
 from roll_device.errors import ConfigError
 from roll_device.platforms import Platform
@@ -68,6 +69,7 @@ class MegatronTrainStrategy(TrainStrategy):
     """Megatron-core GPT training, tensor x pipeline x data parallel, expert parallel for MoE layers."""
 
     settings_cls = MegatronSettings
+    exports_shards = True
 
     @classmethod
     def serves(cls, platform: Platform) -> bool:
@@ -367,6 +369,22 @@ class MegatronTrainStrategy(TrainStrategy):
         keep = to_rank is None or dist.get_rank() == to_rank
         for name, tensor in exported:
             yield name, export_tensor(tensor, dtype, snapshot) if keep else None
+
+    def export_shards(self) -> Iterator[tuple[str, torch.Tensor, Shard]]:
+        """This rank's own slices under HF names, without a gather or a broadcast: its
+        tensor-parallel slices (fused q/k/v and gate/up cut into a box of each HF tensor), its
+        pipeline stage's layers, the tensors it replicates whole (the plan has one holder send
+        each), and its own experts, one box of each layer's stacked experts."""
+        if self.turn.holding:
+            raise TrainerStateError("the Megatron trainer is offloaded: call reload() before export")
+        return megatron_weights.local_slices(
+            dict(self.gpt.named_parameters()),
+            self.table,
+            self.plan.shape,
+            self.tp_rank,
+            self.settings.tensor_parallel,
+            self.experts,
+        )
 
     def _device_tensors(self) -> list[torch.Tensor]:
         tensors = list(self.gpt.parameters())

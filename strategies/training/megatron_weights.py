@@ -13,15 +13,24 @@ r * E/EP ... (r + 1) * E/EP - 1), each a gated MLP split over the expert-tensor-
 load from the checkpoint's per-expert matrices (`mlp.experts.<e>.gate_proj.weight`, ...) and export
 stacked, as transformers 5 and the engines name them (`mlp.experts.gate_up_proj`: experts x (gate
 rows, up rows) x hidden; `mlp.experts.down_proj`).
+
+`export` gathers full tensors; `local_slices` yields each rank's own part of them without a gather,
+as boxes of the HF tensors (roll_device/comm/shards.py) for the sharded weight sync: a column- or
+row-parallel slice is one box of its HF tensor, a fused q/k/v or gate/up slice is cut into a box of
+each HF tensor it fuses, a replicated tensor is the whole of it on every rank, and an
+expert-parallel rank's experts are one box (its experts' rows) of each stacked expert tensor.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
+
+from roll_device.comm.shards import Box, Shard
+from roll_device.errors import WeightSyncError
 
 # the index of a local expert in a Megatron parameter name (`...local_experts.<i>.linear_fc1.weight`)
 LOCAL_EXPERT = re.compile(r"(?<=local_experts\.)\d+(?=\.)")
@@ -254,6 +263,16 @@ def _stacked(
     return _joined(gathers.expert_parallel(torch.stack(whole)), 0)
 
 
+def _exported(table: list[Param]) -> tuple[list[Param], dict[str, list[Param]]]:
+    """The exported parameters of `table` but the experts', and the experts' by the HF name of
+    the stacked tensor they make (local experts in order)."""
+    stacks: dict[str, list[Param]] = {}
+    for param in table:
+        if param.stacked:
+            stacks.setdefault(param.stacked, []).append(param)
+    return [p for p in table if p.exported and not p.stacked], stacks
+
+
 def export(
     named_params: Mapping[str, torch.Tensor],
     table: list[Param],
@@ -264,14 +283,11 @@ def export(
     """HF-named full tensors of the exported parameters in `table`; `gather` returns a local
     shard's tensor-parallel shards in rank order, `experts` collects the experts (after the
     other tensors, one stacked tensor per layer and matrix)."""
-    stacks: dict[str, list[Param]] = {}
-    for param in table:
-        if param.stacked:
-            stacks.setdefault(param.stacked, []).append(param)
-        elif param.exported:
-            local = named_params[param.megatron]
-            shards = [local] if param.split == REPLICATED else gather(local)
-            yield from to_hf(param, shards, shape)
+    plain, stacks = _exported(table)
+    for param in plain:
+        local = named_params[param.megatron]
+        shards = [local] if param.split == REPLICATED else gather(local)
+        yield from to_hf(param, shards, shape)
     for name, members in stacks.items():
         yield name, _stacked(named_params, members, shape, experts)
 
@@ -291,3 +307,73 @@ def manifest(
         (name, tuple(t.shape), t.dtype)
         for name, t in export(meta, table, shape, lambda local: [local] * tp_size, gathers)
     ]
+
+
+def _split_box(local: torch.Tensor, dim: int, rank: int, size: int) -> tuple[tuple[int, ...], Box]:
+    """The full shape and this rank's box of a tensor split evenly along `dim` over `size` ranks."""
+    full = list(local.shape)
+    full[dim] *= size
+    offset = [0] * local.dim()
+    offset[dim] = rank * local.shape[dim]
+    return tuple(full), Box(tuple(offset), tuple(local.shape))
+
+
+def _hf_slices(
+    param: Param, local: torch.Tensor, shape: ModelShape, rank: int, size: int
+) -> Iterator[tuple[str, torch.Tensor, tuple[int, ...], Box]]:
+    """(HF name, part of `local`, the HF tensor's full shape, the part's box) of tensor-parallel
+    rank `rank`'s shard `local` of `param`."""
+    if param.split == REPLICATED:
+        yield param.hf[0], local, tuple(local.shape), Box.whole(local.shape)
+        return
+    if param.split == QKV:  # whole query groups: a box of each of q, k and v
+        mine = replace(shape, num_heads=shape.num_heads // size, num_groups=shape.num_groups // size)
+        parts = _unfuse_qkv(local, mine)
+    elif param.split == GATE_UP:
+        parts = local.chunk(2, dim=0)
+    else:
+        parts = (local,)
+    dim = 1 if param.split == ROW else 0
+    for name, part in zip(param.hf, parts, strict=True):
+        yield name, part, *_split_box(part, dim, rank, size)
+
+
+def _expert_slices(
+    named_params: Mapping[str, torch.Tensor],
+    stacks: dict[str, list[Param]],
+    shape: ModelShape,
+    split: ExpertSplit,
+) -> Iterator[tuple[str, torch.Tensor, Shard]]:
+    """This expert-parallel rank's experts of each stacked tensor: its experts' rows, stacked."""
+    if stacks and split.tp_size > 1:  # refused for training too (megatron_model.describe)
+        raise WeightSyncError(
+            f"expert tensor parallel {split.tp_size}: an expert split over ranks is two boxes of a stacked "
+            "tensor (its gate and up rows), which a sharded sync's layout cannot hold: set "
+            "trainer.expert_tensor_parallel=1"
+        )
+    first = split.experts(shape).start
+    for name, members in stacks.items():
+        with torch.no_grad():  # a copy of this rank's own experts, outside autograd
+            stack = _stacked(named_params, members, shape, ExpertGathers())
+        full = (shape.num_experts, *stack.shape[1:])
+        box = Box((first,) + (0,) * (stack.dim() - 1), tuple(stack.shape))
+        yield name, stack, Shard(name, stack.dtype, full, box)
+
+
+def local_slices(
+    named_params: Mapping[str, torch.Tensor],
+    table: list[Param],
+    shape: ModelShape,
+    tp_rank: int,
+    tp_size: int,
+    experts: ExpertSplit = ExpertSplit(),
+) -> Iterator[tuple[str, torch.Tensor, Shard]]:
+    """(HF name, this rank's part, its `Shard`) of every exported parameter in `table` (one
+    stage's), without a gather: views of the parameters where the layouts allow (fused q/k/v of
+    several query groups, and the stacked experts, are copies of this rank's own)."""
+    plain, stacks = _exported(table)
+    for param in plain:
+        local = named_params[param.megatron].detach()
+        for name, part, full, box in _hf_slices(param, local, shape, tp_rank, tp_size):
+            yield name, part, Shard(name, part.dtype, full, box)
+    yield from _expert_slices(named_params, stacks, shape, experts)

@@ -1,15 +1,21 @@
 """The two ends of a sharded weight sync, run inside worker processes (tests/comm/workers.py).
 
-Trainer ranks form a gloo world and shard a real tiny Qwen2 with FSDP2 (`fully_shard`); each
-opens a `ShardedSender` with the layouts of every rank and sends its local slices. An engine rank
-holds another tiny Qwen2 and loads what its `ShardedReceiver` assembles. Each trainer rank
-reports the bytes it sent and the peak of its resident memory above where it stood before the
+Trainer ranks form a gloo world and hold a real model in slices: a tiny Qwen2 sharded with FSDP2
+(`fully_shard`), or a Megatron-core trainer (tensor, pipeline or expert parallel; its
+`export_shards`), one after the other in the same world; or random tensors whole on every rank (the
+plan spreads them over the ranks). Each opens a `ShardedSender` with the layouts of every rank and sends its local
+slices. An engine rank (in the test's own process) loads what its `ShardedReceiver` assembles:
+into another tiny Qwen2, or through the HF rollout strategy's own receiver. Each trainer rank reports the bytes it sent, the
+pieces it sent (name and box) and the peak of its resident memory above where it stood before the
 sync (VmHWM reset through /proc/self/clear_refs), so a test can check that no rank held the whole
-model.
+model; a rank can be made to die mid-sync (a lost trainer rank).
 """
 
 from __future__ import annotations
 
+import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -24,20 +30,61 @@ from tests.comm.sync_checks import _load_into, _model
 from tests.configs import weight_sync
 
 _state: dict = {}
+TIMEOUT_S = 30
 
 
-def start_trainer(rank: int, world: int, port: int, seed: int) -> None:
+def join(rank: int, world: int, port: int) -> None:
+    """This trainer rank's gloo world (every start below holds its model in it)."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+
+
+def _hold(slices, whole, trainer=None) -> None:
+    """The model this rank holds from now on: `slices()` yields its (name, local, Shard),
+    `whole()` the whole model; a Megatron trainer held before is shut down (its parallel state
+    leaves the world)."""
+    previous = _state.pop("trainer", None)
+    if previous is not None:
+        previous.shutdown()
+    _state.update(slices=slices, whole=whole, trainer=trainer)
+
+
+def start_fsdp(seed: int) -> None:
+    """An FSDP2-sharded tiny Qwen2: each rank holds dim-0 slices."""
     from torch.distributed.fsdp import fully_shard
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     model = _model(seed, rd.get_platform("cpu"))
     for layer in model.model.layers:
         fully_shard(layer)
-    _state["model"] = fully_shard(model)
+    model = fully_shard(model)
+    _hold(
+        lambda: local_shards(state_once(model).items()),
+        lambda: ((name, t.full_tensor()) for name, t in state_once(model).items()),
+    )
+
+
+def start_replica(seed: int, tensors: int) -> None:
+    """`tensors` random 128 x 128 tensors of `seed`, whole on every rank: each a replica the plan
+    gives one rank to send."""
+    torch.manual_seed(seed)
+    state = {f"w{i}": torch.randn(128, 128) for i in range(tensors)}
+    _hold(lambda: local_shards(state.items()), state.items)
+
+
+def start_megatron(model_path: str, layout: dict) -> dict:
+    """A Megatron-core trainer of `layout` (trainer settings); returns this rank's experts (global
+    indices, as [first, stop)) and the whole export's bytes."""
+    from tests.strategies.training.megatron_checks import new_trainer
+
+    _hold(None, None)
+    trainer = new_trainer(model_path, **layout)
+    _hold(trainer.export_shards, trainer.export_weights, trainer)
+    experts = trainer.experts.experts(trainer.plan.shape)
+    whole = sum(t.numel() * t.element_size() for _, t in trainer.export_weights())
+    return {"experts": [experts.start, experts.stop], "whole_bytes": whole}
 
 
 def _local() -> list[tuple[str, torch.Tensor, object]]:
-    return list(local_shards(state_once(_state["model"]).items()))
+    return list(_state["slices"]())
 
 
 def open_sender(same_node: bool, receivers: int, bucket_bytes: int, verify: bool):
@@ -45,7 +92,7 @@ def open_sender(same_node: bool, receivers: int, bucket_bytes: int, verify: bool
     layouts: list = [None] * dist.get_world_size()
     dist.all_gather_object(layouts, layout)
     plan = plan_sync("cpu", "cpu", colocated=False, same_node=same_node, forced="bridge")
-    options = weight_sync(path="bridge", bucket_bytes=bucket_bytes, verify=verify, timeout_s=30)
+    options = weight_sync(path="bridge", bucket_bytes=bucket_bytes, verify=verify, timeout_s=TIMEOUT_S)
     _state["sender"] = ShardedSender(
         plan, rd.get_platform("cpu"), dist.get_rank(), layouts, receivers, options
     )
@@ -59,38 +106,80 @@ def _memory(field: str) -> int:
     raise KeyError(field)
 
 
-def send(version: int) -> dict:
-    """This rank's slices as `version`: the sync's stats, this rank's shard bytes and the peak of
-    resident memory above its level before the sync."""
+def _dying(local: list[tuple[str, torch.Tensor]], after: int) -> Iterator[tuple[str, torch.Tensor]]:
+    """`local`, but this process is killed (a lost trainer rank) once `after` tensors went out."""
+    for index, item in enumerate(local):
+        if index == after:
+            os.kill(os.getpid(), signal.SIGKILL)
+        yield item
+
+
+def send(version: int, die_after: int | None = None) -> dict:
+    """This rank's slices as `version`: the sync's stats, this rank's shard bytes, the pieces it
+    sent (name, box offset, box shape) and the peak of resident memory above its level before the
+    sync. `die_after`: the process dies after that many tensors."""
     local = [(name, tensor) for name, tensor, _ in _local()]
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
     before = _memory("VmRSS")
-    stats = _state["sender"].send(local, version=version)
+    sender = _state["sender"]
+    stats = sender.send(local if die_after is None else _dying(local, die_after), version=version)
     return {
         "stats": stats,
         "shard_bytes": sum(t.numel() * t.element_size() for _, t in local),
+        "pieces": [(p.name, p.box.offset, p.box.shape) for p in sender.shards.sends[sender.link]],
         "peak_extra": _memory("VmHWM") - before,
     }
 
 
 def full_hash() -> str:
-    """The hash of the whole model (every rank calls it: it gathers)."""
-    return weights_hash((name, t.full_tensor()) for name, t in state_once(_state["model"]).items())
+    """The hash of the whole model (every rank calls it: it may gather)."""
+    return weights_hash(_state["whole"]())
 
 
-def start_engine(endpoints, rank: int, seed: int) -> None:
-    _state["model"] = _model(seed, rd.get_platform("cpu"))
-    _state["receiver"] = ShardedReceiver(endpoints, rank, rd.get_platform("cpu"), timeout_s=30)
+class ModelEngine:
+    """An engine rank that is a plain tiny Qwen2, loaded from its own `ShardedReceiver`."""
+
+    def __init__(self, endpoints, rank: int, seed: int) -> None:
+        self.model = _model(seed, rd.get_platform("cpu"))
+        self.receiver = ShardedReceiver(endpoints, rank, rd.get_platform("cpu"), timeout_s=TIMEOUT_S)
+
+    def connect(self) -> None:
+        self.receiver.connect()
+
+    def receive(self) -> dict:
+        stats = self.receiver.receive(_load_into(self.model))
+        return {"stats": stats, "hash": weights_hash(state_once(self.model).items())}
+
+    def close(self) -> None:
+        self.receiver.close()
 
 
-def connect(side: str) -> None:
-    _state[side].connect()
+class HfEngine:
+    """An engine rank that is the HF rollout strategy, fed through its own `connect_weights` and
+    `receive_weights`."""
+
+    def __init__(self, endpoints, rank: int, model_path: str) -> None:
+        from strategies.registry import strategy_class
+        from tests.configs import rollout_settings
+
+        self.endpoints, self.rank = endpoints, rank
+        self.strategy = strategy_class("inference", "hf", "cpu")(rd.get_platform("cpu"))
+        self.strategy.initialize(model_path, rollout_settings("hf", max_batch_size=2, use_graphs=False))
+
+    def connect(self) -> None:
+        self.strategy.connect_weights(self.endpoints, self.rank, TIMEOUT_S)
+
+    def receive(self) -> dict:
+        return {"stats": self.strategy.receive_weights(), "hash": self.strategy.weights_hash()}
+
+    def close(self) -> None:
+        self.strategy.close_weights()
+        self.strategy.shutdown()
 
 
-def receive() -> dict:
-    stats = _state["receiver"].receive(_load_into(_state["model"]))
-    return {"stats": stats, "hash": weights_hash(state_once(_state["model"]).items())}
+def connect() -> None:
+    _state["sender"].connect()
 
 
-def close(side: str) -> None:
-    _state.pop(side).close()
+def close() -> None:
+    _state.pop("sender").close()

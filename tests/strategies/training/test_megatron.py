@@ -84,6 +84,22 @@ def test_a_sync_export_yields_tensors_on_the_sending_rank_alone(two_ranks):
         assert rank["sync_export_matches"]
 
 
+def test_each_rank_exports_its_own_slices_of_the_whole_export(two_ranks):
+    """`export_shards` (the sharded sync's): the ranks' slices make the whole export; each tensor
+    is planned to be sent once; a tensor- or pipeline-parallel rank holds part of the model, and
+    data-parallel replicas split the sending."""
+    layout, ranks = two_ranks
+    for rank in ranks:
+        assert rank["sharded_names"] == rank["exported_names"]
+        assert rank["sharded_export_diff"] == 0.0
+        assert sum(rank["planned_bytes"]) == rank["whole_bytes"]
+        assert max(rank["planned_bytes"]) < rank["whole_bytes"]
+        if layout == "dp2":  # replicas: each holds it all, and sends part
+            assert rank["slice_bytes"] == rank["whole_bytes"]
+        else:
+            assert rank["slice_bytes"] < rank["whole_bytes"]
+
+
 def test_checkpoint_reload_gives_identical_next_step(two_ranks):
     for rank in two_ranks[1]:
         assert rank["step_after_load"] == pytest.approx(rank["step_after_save"], rel=1e-6)

@@ -1,19 +1,25 @@
-"""HF <-> Megatron weight conversion: layouts and tensor-parallel split/merge round trips."""
+"""HF <-> Megatron weight conversion: layouts, tensor-parallel split/merge round trips, and each
+rank's own slices as boxes of the HF tensors (the sharded sync's export)."""
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 import torch
 
+from roll_device.errors import WeightSyncError
 from strategies.training.megatron_weights import (
     ExpertGathers,
     ExpertSplit,
     ModelShape,
     export,
+    local_slices,
     manifest,
     parameters,
     to_megatron_shard,
 )
+from tests.comm.shard_layouts import assembled
 
 HIDDEN, FFN, VOCAB = 32, 48, 16
 
@@ -189,3 +195,51 @@ def test_experts_split_over_ranks_export_stacked_as_transformers_names_them(ep, 
     )
     listed = manifest(local, table, shape, 1, ExpertSplit(0, ep, 0, etp))
     assert listed == [(n, tuple(t.shape), t.dtype) for n, t in exported.items()]
+
+
+@pytest.mark.parametrize("tp, pp", [(2, 1), (1, 2), (2, 2)])
+@pytest.mark.parametrize("qkv_bias, tied", [(True, False), (False, True)])
+def test_each_ranks_slices_are_boxes_of_the_hf_tensors(tp, pp, qkv_bias, tied):
+    """Every (stage, tensor-parallel rank)'s slices, placed at their boxes, give back every HF
+    tensor (fused q/k/v of two query groups per rank and gate/up cut into boxes of each)."""
+    shape = ModelShape(
+        num_layers=4, num_heads=8, num_groups=4, head_dim=8, qkv_bias=qkv_bias, tied_embeddings=tied
+    )
+    hf = hf_state(shape)
+    ranks = []
+    for stage, rank in itertools.product(range(pp), range(tp)):
+        table = parameters(shape, stage, pp)
+        local = {p.megatron: to_megatron_shard(p, hf, shape, rank, tp) for p in table}
+        ranks.append(list(local_slices(local, table, shape, rank, tp)))
+    full, _ = assembled(ranks)
+    assert sorted(full) == sorted(hf)
+    for name, tensor in hf.items():
+        assert torch.equal(full[name], tensor), name
+
+
+@pytest.mark.parametrize("ep", [2, 4])
+def test_each_expert_parallel_rank_slices_its_own_experts(ep):
+    """An expert-parallel rank's experts are its rows of each stacked tensor (global indices);
+    the replicated rest is whole on every rank; together they are the stacked export."""
+    shape = ModelShape(2, 4, 2, 8, qkv_bias=False, tied_embeddings=False, num_experts=EXPERTS)
+    hf = hf_moe_state(shape)
+    ranks = []
+    for r in range(ep):
+        table, local, _ = expert_rank_shards(shape, hf, ep, 1, r)
+        ranks.append(list(local_slices(local, table, shape, 0, 1, ExpertSplit(r, ep, 0, 1))))
+        stacked = {shard.box for name, _, shard in ranks[-1] if ".experts." in name}
+        per_rank = EXPERTS // ep
+        assert {(box.offset[0], box.shape[0]) for box in stacked} == {(r * per_rank, per_rank)}
+    table, local, gathers = expert_rank_shards(shape, hf, 1, 1, 0)
+    whole = dict(export(local, table, shape, lambda t: [t], gathers))
+    full, _ = assembled(ranks)
+    assert sorted(full) == sorted(whole)
+    for name, tensor in whole.items():
+        assert torch.equal(full[name], tensor), name
+
+
+def test_experts_split_over_ranks_are_refused_by_the_sharded_export():
+    shape = ModelShape(1, 4, 2, 8, qkv_bias=False, tied_embeddings=False, num_experts=EXPERTS)
+    table, local, _ = expert_rank_shards(shape, hf_moe_state(shape), 1, 2, 0)
+    with pytest.raises(WeightSyncError, match="set trainer.expert_tensor_parallel=1"):
+        list(local_slices(local, table, shape, 0, 1, ExpertSplit(0, 1, 0, 2)))
