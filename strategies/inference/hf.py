@@ -25,7 +25,6 @@ config checks included, which then start without transformers (about 1 s on 2 co
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -39,6 +38,7 @@ from strategies.base import (
     Completion,
     InferenceStrategy,
     NamedTensors,
+    Request,
     Requirements,
     SamplingConfig,
     SettingsNeed,
@@ -48,6 +48,7 @@ from strategies.inference.adapters import MergedAdapters
 from strategies.inference.hf_guard import hf_guard
 from strategies.inference.hf_sampling import sample
 from strategies.inference.requests import check_request
+from strategies.inference.serving import Server, holding_engine
 from strategies.inference.settings import HfSettings
 from strategies.inference.weights import check_update
 from strategies.tied_weights import state_once
@@ -136,6 +137,15 @@ class HfStrategy(InferenceStrategy):
         self.pad_id = self.model.config.pad_token_id or 0
         self._start_decoding()
         self.guard = hf_guard(self, model_path)
+        device = None if self.platform.is_host else self.platform.current_device()
+        self.server = Server(
+            self, lambda: self.weights_version, lambda: self._bind(device), "roll-device-hf-serving"
+        )
+
+    def _bind(self, device: int | None) -> None:
+        """The serving thread computes on the worker's device (current per thread)."""
+        if device is not None:
+            self.platform.set_device(device)
 
     def _budgeted(self) -> list[int]:
         """The capture sizes within the platform's graph budget (one full graph per size), by the
@@ -256,22 +266,10 @@ class HfStrategy(InferenceStrategy):
         )
         return out.logits[:, -1, :].float().log_softmax(dim=-1)
 
-    @contextlib.contextmanager
-    def _seeded(self, seed: int | None):
-        """With a seed: the process's RNG forked (restored afterwards) and seeded, on the CPU and
-        this worker's device (device generators are not offered by every platform). Without one:
-        the process's RNG as it stands."""
-        if seed is None:
-            yield
-            return
-        devices = [] if self.platform.is_host else [self.platform.current_device()]
-        with torch.random.fork_rng(devices=devices, device_type=self.platform.device_type):
-            self.platform.manual_seed(seed)
-            yield
-
     def _generate_rows(
-        self, prompts: list[list[int]], sampling: SamplingConfig
+        self, prompts: list[list[int]], sampling: SamplingConfig, generators: list[torch.Generator | None]
     ) -> list[tuple[list[int], list[float], str]]:
+        """One batch of rows (at most `max_batch_size`), each drawn from its own generator."""
         from strategies.inference.hf_cache import set_length
 
         n = len(prompts)
@@ -284,7 +282,7 @@ class HfStrategy(InferenceStrategy):
         token_logprobs: list[list[float]] = [[] for _ in range(n)]
         reasons: list[str | None] = [None] * n
         for step in range(sampling.max_tokens):
-            drawn, drawn_logprobs = sample(logprobs, sampling, self.settings.logprobs_mode)
+            drawn, drawn_logprobs = sample(logprobs, sampling, generators, self.settings.logprobs_mode)
             for row, (token, logprob) in enumerate(
                 zip(drawn.to("cpu").tolist(), drawn_logprobs.to("cpu").tolist())
             ):
@@ -301,29 +299,37 @@ class HfStrategy(InferenceStrategy):
         return [(t, lp, r or "length") for t, lp, r in zip(tokens, token_logprobs, reasons)]
 
     # ---- interface ----------------------------------------------------------------------------
-    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
-        self._require_started("generate")
+    def check_prompts(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> None:
+        self._require_started("submit")
         if self.store is None:
-            raise ConfigError("generate on an offloaded hf strategy: call reload() first")
+            raise ConfigError("requests to an offloaded hf strategy: call reload() first")
         if self.unfilled:
             raise ConfigError(
-                f"generate on an hf engine that slept at rollout.sleep_level=2: {len(self.unfilled)} "
+                f"requests to an hf engine that slept at rollout.sleep_level=2: {len(self.unfilled)} "
                 "weights were dropped and not synced since: sync the weights before generating"
             )
         check_request(prompt_token_ids, sampling, self.settings.max_model_len, self.vocab_size)
-        rows = [(i, s, list(p)) for i, p in enumerate(prompt_token_ids) for s in range(sampling.n)]
-        completions = []
-        chunk = self.settings.max_batch_size
-        with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION), self._seeded(sampling.seed):
-            for start in range(0, len(rows), chunk):
-                part = rows[start : start + chunk]
-                results = self._generate_rows([p for _, _, p in part], sampling)
-                completions += [
-                    Completion(i, s, tokens, logprobs, reason)
-                    for (i, s, _), (tokens, logprobs, reason) in zip(part, results)
-                ]
-        return completions
 
+    def serve(self, admitted: list[Request]) -> list[tuple[str, list[Completion]]]:
+        """The serving thread's step (strategies/inference/serving.py): every admitted request to
+        its end, as one batch (in chunks of `max_batch_size` rows; rows of different sampling
+        settings apart), each sample drawn from a generator of its request's seed."""
+        out: dict[str, list[Completion]] = {r.request_id: [] for r in admitted}
+        chunk = self.settings.max_batch_size
+        with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION):
+            for rows in batches(admitted).values():
+                for start in range(0, len(rows), chunk):
+                    part = rows[start : start + chunk]
+                    results = self._generate_rows(
+                        [list(r.prompt_token_ids) for r, _ in part],
+                        part[0][0].sampling,
+                        [row_generator(r.sampling.seed, k) for r, k in part],
+                    )
+                    for (request, k), result in zip(part, results):
+                        out[request.request_id].append(Completion(0, k, *result))
+        return list(out.items())
+
+    @holding_engine
     def update_weights(self, named_tensors: NamedTensors) -> None:
         """Copy HF-named tensors into the model in place as they come (addresses kept, so
         captured graphs stay valid). Each is checked (a name the model has, its shape) and copied
@@ -361,6 +367,7 @@ class HfStrategy(InferenceStrategy):
                 self.merged.merge(targets)
         self.platform.synchronize()
 
+    @holding_engine
     def guard_graphs(self, version: int | None) -> dict:
         """The graph guard after a weight update (strategies/inference/hf_guard.py): graphs checked
         against eager on the probe; re-captured, or eager from then on, where they differ."""
@@ -369,6 +376,7 @@ class HfStrategy(InferenceStrategy):
             self.graph_guard = self.guard.check(version).as_dict()
         return self.graph_guard
 
+    @holding_engine
     def recapture_graphs(self) -> None:
         """Release every graph and capture them again from the weights as they are now."""
         self.runner.release()
@@ -376,6 +384,7 @@ class HfStrategy(InferenceStrategy):
             self.packed_prefill.runner.release()
         self._capture()
 
+    @holding_engine
     def stop_graphs(self) -> None:
         """Eager for the rest of the run, offload and reload included (the graph guard's fallback)."""
         self.graphs_stopped = True
@@ -383,6 +392,7 @@ class HfStrategy(InferenceStrategy):
         self.runner.use_graphs = False
         self._capture()
 
+    @holding_engine
     def read_weights(self) -> dict[str, torch.Tensor]:
         """The model's weights in HF names, copied to the CPU, for verification; a tied head is
         the embedding, named once (strategies/tied_weights.py), as the trainers export it."""
@@ -392,6 +402,7 @@ class HfStrategy(InferenceStrategy):
             held = self.merged.named_weights(held)
         return {name: t.detach().to("cpu").clone() for name, t in held.items()}
 
+    @holding_engine
     def offload(self) -> None:
         """Sleep: drop graphs and the KV store; the weights' device storages released at the sleep
         level (strategies/host_turns.py): copied into the engine's host buffer with the model's
@@ -410,6 +421,7 @@ class HfStrategy(InferenceStrategy):
             self.turn.release([*self.model.parameters(), *self.model.buffers()])
         self.platform.empty_cache()
 
+    @holding_engine
     def reload(self) -> None:
         """Wake: the weights back on the device (or, after level 2, their storages regrown for the
         sync), KV store reallocated, graphs captured again."""
@@ -421,6 +433,8 @@ class HfStrategy(InferenceStrategy):
     def shutdown(self) -> None:
         if self.model is None:
             return
+        self.server.stop()
+        self.server = None
         self._release_graphs()
         self.bucket_caches.clear()
         self.store = None
@@ -436,3 +450,20 @@ class HfStrategy(InferenceStrategy):
     def _require_started(self, member: str) -> None:
         if self.model is None:
             raise ConfigError(f"HfStrategy.{member} before initialize() (or after shutdown())")
+
+
+def batches(requests: list[Request]) -> dict[tuple, list[tuple[Request, int]]]:
+    """The rows (request, sample index) of `requests`, apart by their sampling settings (the seed
+    aside: every row draws from its own generator)."""
+    rows: dict[tuple, list[tuple[Request, int]]] = {}
+    for request in requests:
+        s = request.sampling
+        key = (s.max_tokens, s.temperature, s.top_p, s.top_k, tuple(s.stop_token_ids))
+        rows.setdefault(key, []).extend((request, k) for k in range(s.n))
+    return rows
+
+
+def row_generator(seed: int | None, sample_index: int) -> torch.Generator | None:
+    """Sample `sample_index`'s generator (on the CPU: every platform has one): seed + index, as
+    vLLM seeds a request's samples; None without a seed (the process's generator)."""
+    return None if seed is None else torch.Generator().manual_seed(seed + sample_index)
