@@ -46,6 +46,7 @@ from strategies.base import (
 from strategies.host_turns import HostTurn
 from strategies.inference.adapters import MergedAdapters
 from strategies.inference.hf_guard import hf_guard
+from strategies.inference.hf_queue import RowQueue, row_generator
 from strategies.inference.hf_sampling import sample
 from strategies.inference.requests import check_request
 from strategies.inference.serving import Server, holding_engine
@@ -137,6 +138,7 @@ class HfStrategy(InferenceStrategy):
         self.pad_id = self.model.config.pad_token_id or 0
         self._start_decoding()
         self.guard = hf_guard(self, model_path)
+        self.queue = RowQueue()
         device = None if self.platform.is_host else self.platform.current_device()
         self.server = Server(
             self, lambda: self.weights_version, lambda: self._bind(device), "roll-device-hf-serving"
@@ -311,23 +313,19 @@ class HfStrategy(InferenceStrategy):
         check_request(prompt_token_ids, sampling, self.settings.max_model_len, self.vocab_size)
 
     def serve(self, admitted: list[Request]) -> list[tuple[str, list[Completion]]]:
-        """The serving thread's step (strategies/inference/serving.py): every admitted request to
-        its end, as one batch (in chunks of `max_batch_size` rows; rows of different sampling
-        settings apart), each sample drawn from a generator of its request's seed."""
-        out: dict[str, list[Completion]] = {r.request_id: [] for r in admitted}
-        chunk = self.settings.max_batch_size
+        """The serving thread's step (strategies/inference/serving.py): `admitted` queued, then one
+        batch of the queue (strategies/inference/hf_queue.py) run to its end."""
+        self.queue.add(admitted)
+        batch = self.queue.next_batch(self.settings.max_batch_size)
+        if not batch:
+            return []
         with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION):
-            for rows in batches(admitted).values():
-                for start in range(0, len(rows), chunk):
-                    part = rows[start : start + chunk]
-                    results = self._generate_rows(
-                        [list(r.prompt_token_ids) for r, _ in part],
-                        part[0][0].sampling,
-                        [row_generator(r.sampling.seed, k) for r, k in part],
-                    )
-                    for (request, k), result in zip(part, results):
-                        out[request.request_id].append(Completion(0, k, *result))
-        return list(out.items())
+            results = self._generate_rows(
+                [list(r.prompt_token_ids) for r, _ in batch],
+                batch[0][0].sampling,
+                [row_generator(r.sampling.seed, k) for r, k in batch],
+            )
+        return self.queue.record(batch, results)
 
     @holding_engine
     def update_weights(self, named_tensors: NamedTensors) -> None:
@@ -450,20 +448,3 @@ class HfStrategy(InferenceStrategy):
     def _require_started(self, member: str) -> None:
         if self.model is None:
             raise ConfigError(f"HfStrategy.{member} before initialize() (or after shutdown())")
-
-
-def batches(requests: list[Request]) -> dict[tuple, list[tuple[Request, int]]]:
-    """The rows (request, sample index) of `requests`, apart by their sampling settings (the seed
-    aside: every row draws from its own generator)."""
-    rows: dict[tuple, list[tuple[Request, int]]] = {}
-    for request in requests:
-        s = request.sampling
-        key = (s.max_tokens, s.temperature, s.top_p, s.top_k, tuple(s.stop_token_ids))
-        rows.setdefault(key, []).extend((request, k) for k in range(s.n))
-    return rows
-
-
-def row_generator(seed: int | None, sample_index: int) -> torch.Generator | None:
-    """Sample `sample_index`'s generator (on the CPU: every platform has one): seed + index, as
-    vLLM seeds a request's samples; None without a seed (the process's generator)."""
-    return None if seed is None else torch.Generator().manual_seed(seed + sample_index)
