@@ -4,7 +4,7 @@ platform with the tiny local model, per engine (HF, vLLM):
 1. single-turn: the strategy's `generate`, built on the request path (one request per prompt, the
    engine's serving thread), against a plain batched call of the same engine on the same prompts
    and sampling in the caller's thread (HF: its decode path on the batch; vLLM: `LLM.generate`),
-   interleaved, the median of `--rounds`; goal: the request path costs at most 10%;
+   in alternating order, the median of `--rounds` ratios; goal: the request path costs at most 10%;
 2. multi-turn: trajectories per second of the request-driven `TurnDriver`
    (roll_device/pipeline/agentic_step.py; experiment=agentic_game, its environments in this
    process) against the batched single-turn path on the same first prompts and budget: one
@@ -14,7 +14,7 @@ platform with the tiny local model, per engine (HF, vLLM):
 Results go to results/serving.json, the serving section of docs/benchmarks.md and
 docs/serving_benchmark.png.
 
-    .venv/bin/python benchmarks/serving.py [--rounds 5] [--prompts 32] [--max-tokens 32] [--tasks 8]
+    .venv/bin/python benchmarks/serving.py [--rounds 9] [--prompts 32] [--max-tokens 32] [--tasks 8]
 """
 
 from __future__ import annotations
@@ -104,19 +104,29 @@ def plain_hf(engine, prompt_ids: list[list[int]], sampling) -> None:
 
 
 def single_turn(engine, args) -> dict:
-    """The request path's `generate` against the plain batched call, interleaved; median seconds."""
+    """The request path's `generate` against the plain batched call: each round times both, in
+    alternating order; the ratio is the median of the rounds' ratios (which a burst of other work
+    on the machine moves least), the seconds each path's median."""
     from strategies.base import SamplingConfig
 
     batch = prompts(args.prompts, args.prompt_length, engine.vocab_size)
     sampling = SamplingConfig(max_tokens=args.max_tokens, temperature=1.0, seed=SEED)
-    engine.generate(batch, sampling)  # warm-up of both paths
-    plain_batched(engine, batch, sampling)
-    requests, plain = [], []
-    for _ in range(args.rounds):
-        requests.append(seconds(lambda: engine.generate(batch, sampling)))
-        plain.append(seconds(lambda: plain_batched(engine, batch, sampling)))
-    request_s, plain_s = statistics.median(requests), statistics.median(plain)
-    return {"request_s": request_s, "plain_s": plain_s, "ratio": request_s / plain_s}
+    paths = {
+        "request": functools.partial(engine.generate, batch, sampling),
+        "plain": functools.partial(plain_batched, engine, batch, sampling),
+    }
+    for run in paths.values():  # warm-up
+        run()
+    times = {"request": [], "plain": []}
+    for r in range(args.rounds):
+        for name in sorted(paths, reverse=bool(r % 2)):
+            times[name].append(seconds(paths[name]))
+    ratios = [q / p for q, p in zip(times["request"], times["plain"], strict=True)]
+    return {
+        "request_s": statistics.median(times["request"]),
+        "plain_s": statistics.median(times["plain"]),
+        "ratio": statistics.median(ratios),
+    }
 
 
 def turn_driver(name: str, tokenizer, engine):
@@ -244,7 +254,7 @@ def plot(results: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--prompts", type=int, default=32)
     parser.add_argument("--prompt-length", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=32)

@@ -275,12 +275,21 @@ class InferenceStrategy(Strategy, abc.ABC):
         served = server.wait_for([r.request_id for r in requests])
         return [replace(c, prompt_index=i) for i, s in enumerate(served) for c in s.completions]
 
-    @abc.abstractmethod
     def check_prompts(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> None:
         """A ConfigError for prompts or sampling this engine cannot serve now (started, awake, the
-        prompts within its vocabulary and context: strategies/inference/requests.py)."""
+        prompts within its vocabulary and context: strategies/inference/requests.py); by default
+        nothing is checked."""
 
     def _serving(self, member: str) -> Server:
+        """The engine's serving thread. An engine that starts none and has a batched `generate`
+        of its own (the toy engine of docs/extending.md) is given one that serves each request as
+        a `generate` call of its own, one at a time."""
+        from strategies.inference.serving import OneAtATime, Server
+
+        if self.server is None and type(self).generate is not InferenceStrategy.generate:
+            self.server = Server(
+                OneAtATime(self.generate), lambda: self.weights_version, lambda: None, "roll-device-serving"
+            )
         if self.server is None:
             raise ConfigError(f"{type(self).__name__}.{member} before initialize() (or after shutdown())")
         return self.server

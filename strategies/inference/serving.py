@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from roll_device.errors import ConfigError
-from strategies.base import Completion, Request, Served
+from strategies.base import Completion, Request, SamplingConfig, Served
 
 
 class Engine(Protocol):
@@ -28,6 +28,22 @@ class Engine(Protocol):
     def serve(self, admitted: list[Request]) -> list[tuple[str, list[Completion]]]:
         """Take `admitted` beside the requests in flight and run one step; the requests finished
         in it (their ids and completions, in sample order)."""
+
+
+class OneAtATime:
+    """The request path of an engine with only a batched `generate`: each request is a `generate`
+    call of its own prompt, one per step, in the order they came."""
+
+    def __init__(self, generate: Callable[[list[list[int]], SamplingConfig], list[Completion]]) -> None:
+        self.generate = generate
+        self.waiting: list[Request] = []
+
+    def serve(self, admitted: list[Request]) -> list[tuple[str, list[Completion]]]:
+        self.waiting += admitted
+        if not self.waiting:
+            return []
+        request = self.waiting.pop(0)
+        return [(request.request_id, self.generate([list(request.prompt_token_ids)], request.sampling))]
 
 
 class Server:
