@@ -22,7 +22,7 @@ import abc
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, Protocol
 
 import torch
 
@@ -35,9 +35,6 @@ from roll_device.platforms.base import Platform
 from roll_device.settings import Section
 from strategies.inference.settings import RolloutSettings
 from strategies.training.settings import LoraSettings, TrainSettings
-
-if TYPE_CHECKING:
-    from strategies.inference.serving import Server
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
 _GENERATE_IDS = itertools.count()  # one per `generate` call: its requests' ids
@@ -128,6 +125,16 @@ class TrainBatch:
 LossFn = Callable[[torch.Tensor, TrainBatch], tuple[torch.Tensor, dict[str, float]]]
 
 
+class RequestServer(Protocol):
+    """What serves an engine's requests: strategies/inference/serving.py's `Server`."""
+
+    def submit(self, requests: list[Request]) -> None: ...
+
+    def finished(self, wait_s: float) -> list[Served]: ...
+
+    def wait_for(self, request_ids: list[str]) -> list[Served]: ...
+
+
 class NonFiniteUpdateError(RollDeviceError, RuntimeError):
     """A policy update whose loss or gradient norm is NaN or infinite. The trainer did not apply
     it: its weights, optimizer state and learning-rate schedule are those before the step."""
@@ -195,14 +202,19 @@ class InferenceStrategy(Strategy, abc.ABC):
     `close_weights`. By default the hosting process receives and hands the tensors to
     `update_weights`; an engine whose ranks live in processes of their own receives in each
     (vLLM: its weight-transfer API). After each sync the engine's graph guard runs
-    (`guard_graphs`; roll_device/graph/guard.py); its report is kept as `graph_guard`."""
+    (`guard_graphs`; roll_device/graph/guard.py); its report is kept as `graph_guard`.
+
+    It serves single requests as they come (`submit`, `finished`) through its serving thread
+    (`server`, strategies/inference/serving.py, started by `initialize`); `generate` is built on
+    them. An engine that starts none and implements `generate` itself is given one that serves
+    requests one at a time through it (`serve_one_at_a_time`, by the worker that hosts it)."""
 
     settings_cls: ClassVar[type[RolloutSettings]] = RolloutSettings
     _receiver: WeightReceiver | ShardedReceiver | None = None
     sync_path: str | None = None  # the path that feeds the engine (`initialize`; None: none planned)
     graph_guard: dict | None = None  # the graph guard's report after the last sync (None: no guard)
     adapters: LoraSettings | None = None  # the LoRA adapters served on the base (`use_adapters`)
-    server: Server | None = None  # the engine's serving thread (strategies/inference/serving.py)
+    server: RequestServer | None = None  # the engine's serving thread (strategies/inference/serving.py)
 
     def __init__(self, platform: Platform) -> None:
         self.platform = platform
@@ -280,18 +292,12 @@ class InferenceStrategy(Strategy, abc.ABC):
         prompts within its vocabulary and context: strategies/inference/requests.py); by default
         nothing is checked."""
 
-    def _serving(self, member: str) -> Server:
-        """The engine's serving thread. An engine that starts none and has a batched `generate`
-        of its own (the toy engine of docs/extending.md) is given one that serves each request as
-        a `generate` call of its own, one at a time."""
-        from strategies.inference.serving import OneAtATime, Server
-
-        if self.server is None and type(self).generate is not InferenceStrategy.generate:
-            self.server = Server(
-                OneAtATime(self.generate), lambda: self.weights_version, lambda: None, "roll-device-serving"
-            )
+    def _serving(self, member: str) -> RequestServer:
         if self.server is None:
-            raise ConfigError(f"{type(self).__name__}.{member} before initialize() (or after shutdown())")
+            raise ConfigError(
+                f"{type(self).__name__}.{member} without a serving thread: before initialize(), after "
+                "shutdown(), or an engine that starts none (strategies.inference.serving.serve_one_at_a_time)"
+            )
         return self.server
 
     @abc.abstractmethod

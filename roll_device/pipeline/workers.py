@@ -36,6 +36,7 @@ from roll_device.pipeline.worker_base import PipelineWorker
 from roll_device.platforms import HOST_KIND, get_platform, release_host_heap
 from roll_device.tracking.phases import phase
 from strategies.base import Completion, Request, SamplingConfig, Served, TrainBatch
+from strategies.inference.serving import serve_one_at_a_time
 from strategies.inference.settings import RolloutSettings
 from strategies.training.losses import LossSpec, policy_loss
 from strategies.training.settings import LoraSettings, TrainSettings
@@ -239,6 +240,7 @@ class RolloutWorker(PipelineWorker):
         if lora is not None:
             self.strategy.use_adapters(lora)
         self.strategy.initialize(model_path, settings, sync_path)
+        serve_one_at_a_time(self.strategy)  # an engine with a `generate` only: its requests one by one
         self.engine_size = self.strategy.engine_size(settings)
         self.last_finished: float | None = None  # the end of the last generation
         self.syncing_s = 0.0  # seconds of weight syncs since then

@@ -12,6 +12,13 @@ replays that bucket's graph (or runs it eagerly) and returns the raw log-probabi
 next token; sampling happens outside the graph. Attention masks are built here (4-D, boolean)
 and handed to the model, so nothing in the step depends on host-side values.
 
+Requests (`submit` / `finished`, and `generate` built on them) are served by one thread that owns
+the engine (strategies/inference/serving.py) from a request queue of its own (hf_queue.py): each
+step runs the waiting rows of one sampling setting as one batch, as above; requests that arrive
+meanwhile form the next batch. Each sample draws from a generator of its request's seed, so it
+does not depend on what it is batched with. What changes the engine (weight updates, sleep and
+wake, the graph guard) first waits for the requests in flight (`holding_engine`).
+
 Prefill, capture and eager decoding run with the same attention kernels, chosen from
 `DECODE_ATTENTION` (PyTorch's scaled-dot-product backends without cuDNN's): measured on an H100
 (docs/benchmarks.md), cuDNN attention, which torch picks for bf16 there, let greedy tokens of

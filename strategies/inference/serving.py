@@ -192,3 +192,12 @@ def holding_engine(method: Callable) -> Callable:
             return method(self, *args, **kwargs)
 
     return held
+
+
+def serve_one_at_a_time(engine) -> None:
+    """Give an engine that started no serving thread, and implements `generate` itself (the toy
+    engine of docs/extending.md), one that serves each request as a `generate` call of its own."""
+    if engine.server is None:
+        engine.server = Server(
+            OneAtATime(engine.generate), lambda: engine.weights_version, lambda: None, "roll-device-serving"
+        )

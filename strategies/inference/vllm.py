@@ -13,6 +13,15 @@ process (a sender of its own, along the same path). Nothing passes weights throu
 `collective_rpc`: it carries small messages only (stats, a hash, a file name for `read_weights`).
 A rank's process that dies in a step's call (`generate`, `receive_weights`) is named with how it
 ended (strategies/inference/vllm_ranks.py), not in the words of the queue or gloo that noticed.
+Requests (`submit` / `finished`, and `generate` built on them) are served by one thread that owns
+the engine (strategies/inference/serving.py) through the in-process engine's request API
+(`LLM.llm_engine`: `add_request`, `step`, `has_unfinished_requests`): vLLM's scheduler batches
+them continuously. Not vLLM's `AsyncLLM`: it always runs the engine core in a process of its own
+(about 17 s more per engine start here, and another path for the `collective_rpc` calls the weight
+sync relies on); the request API is the path `LLM.generate` takes, so it serves every engine
+layout this strategy starts (in-process ranks, tensor-parallel ranks in processes of their own).
+What changes the engine (weight syncs, sleep and wake, reading weights, shutdown) first waits
+for the requests in flight (`holding_engine`).
 `offload()` / `reload()` are vLLM's sleep (at `rollout.sleep_level`, vllm_args.py) / wake-up where
 sleep mode is on (colocated on GPU or NPU); without sleep mode (the CPU has none) the engine keeps
 its memory and they do nothing.

@@ -8,6 +8,7 @@ import pytest
 import roll_device as rd
 from roll_device.errors import ConfigError
 from strategies.base import Request, SamplingConfig
+from strategies.inference.serving import serve_one_at_a_time
 from tests.strategies.inference.serving_checks import PROMPTS, take
 from tests.strategies.toy_engine import ToyEngine, ToySettings
 
@@ -27,6 +28,7 @@ def toy(tiny_model_path):
         greedy_only=False,
     )
     engine.initialize(tiny_model_path, settings)
+    serve_one_at_a_time(engine)  # as its worker does
     yield engine
     engine.shutdown()
 
