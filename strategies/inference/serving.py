@@ -80,11 +80,6 @@ class Server:
             self.queued += requests
             self.lock.notify_all()
 
-    def pending(self) -> int:
-        """Requests submitted and not yet taken back (queued, running or finished)."""
-        with self.lock:
-            return len(self.queued) + len(self.running) + len(self.done)
-
     def finished(self, wait_s: float) -> list[Served]:
         """The requests finished since the last call (not those a `wait_for` takes); with requests
         in flight and none finished, waits up to `wait_s` seconds for one."""

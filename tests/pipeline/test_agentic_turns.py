@@ -174,6 +174,8 @@ def test_the_row_and_mask_equal_a_hand_built_tool_trajectory(tokenizer):
     assert row.token_ids == [t for part in ids for t in part]
     assert row.mask == [float(model) for part, (_, model) in zip(ids, parts) for _ in part]
     assert (trajectory.reward, trajectory.tool_calls, trajectory.ended) == (1.0, 1, DONE)
+    ends = [sum(map(len, ids[: i + 1])) - 1 for i in (1, 3)]  # each model part's last token
+    assert row.turn_rewards == [(ends[0], 0.0), (ends[1], 1.0)]
     batch, _ = build_batch([[]], [row], pad_id=0)
     assert batch.response_mask[0].tolist() == row.mask  # what the losses score
 
