@@ -295,8 +295,8 @@ class InferenceStrategy(Strategy, abc.ABC):
     def _serving(self, member: str) -> RequestServer:
         if self.server is None:
             raise ConfigError(
-                f"{type(self).__name__}.{member} without a serving thread: before initialize(), after "
-                "shutdown(), or an engine that starts none (strategies.inference.serving.serve_one_at_a_time)"
+                f"{type(self).__name__}.{member} before initialize() (or after shutdown(), or on an engine "
+                "that starts no serving thread: give it one with strategies.inference.serving.serve_one_at_a_time)"
             )
         return self.server
 
