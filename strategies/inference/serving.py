@@ -8,6 +8,9 @@ weight sync, sleep and wake, shutdown) runs inside `exclusive()`: it waits until
 submitted before it has finished (a drain: no request sees two weight versions), then holds the
 engine while the thread admits nothing; requests submitted meanwhile start afterwards. A failure
 of the engine inside the thread ends serving: every later call raises it.
+
+An engine with only a batched `generate` (the toy engine of docs/extending.md) is served one
+request at a time through it (`serve_one_at_a_time`, `OneAtATime`).
 """
 
 from __future__ import annotations
