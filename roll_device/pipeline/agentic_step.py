@@ -94,14 +94,14 @@ class TurnDriver:
     def roll_out(self, tasks: list[Task], n: int, first: SamplingConfig) -> list[Trajectory]:
         """`n` trajectories of each of `tasks`, task-major (a group per task), run to their end:
         each trajectory's next turn is submitted as soon as its environment has answered the last."""
-        self.n, self.turns = n, {}
+        self.n, self.in_flight = n, {}  # request id -> its trajectory
         self.sampling = replace(first, n=1, max_tokens=self.agentic.max_turn_tokens)
         trajectories = [Trajectory(i, s, [], []) for i in range(len(tasks)) for s in range(n)]
         replies = self.env_call("reset", [(k, tasks[t.prompt_index]) for k, t in enumerate(trajectories)])
         for trajectory, reply in zip(trajectories, replies):
             self.begin(trajectory, reply)
         self.submit([t for t in trajectories if t.ended is None])
-        while self.turns:
+        while self.in_flight:
             self.advance(self.engines.finished())
         self.env_call("close", [(k, None) for k in range(len(trajectories))])  # those ended on a budget
         return trajectories
@@ -109,7 +109,7 @@ class TurnDriver:
     def submit(self, live: list[Trajectory]) -> None:
         """The next turn of each of `live`, one request each."""
         requests = [self.request(t) for t in live]
-        self.turns.update({r.request_id: t for r, t in zip(requests, live)})
+        self.in_flight.update({r.request_id: t for r, t in zip(requests, live)})
         if requests:
             self.engines.submit(requests)
 
@@ -123,7 +123,7 @@ class TurnDriver:
     def advance(self, served: list[Served]) -> None:
         """Finished turns: their tokens kept, their texts sent to the environments, whose replies
         are appended, and the next turns of the trajectories still live submitted."""
-        finished = [(self.turns.pop(s.request_id), s.completions[0]) for s in served]
+        finished = [(self.in_flight.pop(s.request_id), s.completions[0]) for s in served]
         texts = {id(t): self.model_turn(t, c) for t, c in finished}
         acting = [t for t, _ in finished if t.ended is None]
         if not acting:
