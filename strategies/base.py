@@ -19,16 +19,17 @@ names a vendor. Tensors cross this interface on the CPU; the strategy moves them
 from __future__ import annotations
 
 import abc
+import itertools
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from typing import ClassVar
+from dataclasses import dataclass, field, replace
+from typing import ClassVar, Protocol
 
 import torch
 
 from roll_device.comm import Endpoint, ShardedReceiver, SyncStats, WeightReceiver, open_receiver, weights_hash
 from roll_device.comm.shards import Shard
 from roll_device.compat.vllm import NO_GRAPHS
-from roll_device.errors import RollDeviceError
+from roll_device.errors import ConfigError, RollDeviceError
 from roll_device.packages import Package
 from roll_device.platforms.base import Platform
 from roll_device.settings import Section
@@ -36,6 +37,7 @@ from strategies.inference.settings import RolloutSettings
 from strategies.training.settings import LoraSettings, TrainSettings
 
 NamedTensors = Iterable[tuple[str, torch.Tensor]]
+_GENERATE_IDS = itertools.count()  # one per `generate` call: its requests' ids
 
 
 @dataclass
@@ -69,6 +71,34 @@ class Completion:
     routed_experts: torch.Tensor | None = None
 
 
+@dataclass(frozen=True)
+class Request:
+    """One prompt to serve on its own: `sampling.n` samples of `prompt_token_ids`, seeded by
+    `sampling.seed` alone (sample k with seed + k), whatever it is batched with."""
+
+    request_id: str
+    prompt_token_ids: tuple[int, ...]
+    sampling: SamplingConfig
+
+
+def prompt_sampling(sampling: SamplingConfig, prompt_index: int) -> SamplingConfig:
+    """The sampling of prompt `prompt_index` of a batch: its samples seeded apart from every other
+    prompt's (seed + index * n; sample k then adds k)."""
+    if sampling.seed is None:
+        return sampling
+    return replace(sampling, seed=sampling.seed + prompt_index * sampling.n)
+
+
+@dataclass
+class Served:
+    """A finished request: its `sampling.n` completions (prompt_index 0, in sample order) and the
+    weights version the engine made them with (None: the engine's first weights)."""
+
+    request_id: str
+    completions: list[Completion]
+    version: int | None
+
+
 @dataclass
 class TrainBatch:
     """Sequences (prompt + response, right-padded) and what the loss needs, on the CPU.
@@ -100,6 +130,16 @@ class TrainBatch:
 
 
 LossFn = Callable[[torch.Tensor, TrainBatch], tuple[torch.Tensor, dict[str, float]]]
+
+
+class RequestServer(Protocol):
+    """What serves an engine's requests: strategies/inference/serving.py's `Server`."""
+
+    def submit(self, requests: list[Request]) -> None: ...
+
+    def finished(self, wait_s: float) -> list[Served]: ...
+
+    def wait_for(self, request_ids: list[str]) -> list[Served]: ...
 
 
 class NonFiniteUpdateError(RollDeviceError, RuntimeError):
@@ -169,7 +209,12 @@ class InferenceStrategy(Strategy, abc.ABC):
     `close_weights`. By default the hosting process receives and hands the tensors to
     `update_weights`; an engine whose ranks live in processes of their own receives in each
     (vLLM: its weight-transfer API). After each sync the engine's graph guard runs
-    (`guard_graphs`; roll_device/graph/guard.py); its report is kept as `graph_guard`."""
+    (`guard_graphs`; roll_device/graph/guard.py); its report is kept as `graph_guard`.
+
+    It serves single requests as they come (`submit`, `finished`) through its serving thread
+    (`server`, strategies/inference/serving.py, started by `initialize`); `generate` is built on
+    them. An engine that starts none and implements `generate` itself is given one that serves
+    requests one at a time through it (`serve_one_at_a_time`, by the worker that hosts it)."""
 
     settings_cls: ClassVar[type[RolloutSettings]] = RolloutSettings
     _receiver: WeightReceiver | ShardedReceiver | None = None
@@ -177,6 +222,7 @@ class InferenceStrategy(Strategy, abc.ABC):
     graph_guard: dict | None = None  # the graph guard's report after the last sync (None: no guard)
     adapters: LoraSettings | None = None  # the LoRA adapters served on the base (`use_adapters`)
     records_routes = False  # completions carry their routed experts (`record_routes`)
+    server: RequestServer | None = None  # the engine's serving thread (strategies/inference/serving.py)
 
     def __init__(self, platform: Platform) -> None:
         self.platform = platform
@@ -229,9 +275,49 @@ class InferenceStrategy(Strategy, abc.ABC):
         weight-sync path it will be fed along (comm/paths.py; None: none planned; `colocated`:
         the engine shares its devices with a trainer and frees memory while the trainer works)."""
 
-    @abc.abstractmethod
+    def submit(self, requests: list[Request]) -> None:
+        """Queue `requests` beside those in flight and return at once (each checked first: a
+        ConfigError naming the request); the engine serves them as they come (`finished`)."""
+        server = self._serving("submit")
+        for request in requests:
+            try:
+                self.check_prompts([list(request.prompt_token_ids)], request.sampling)
+            except ConfigError as exc:
+                raise ConfigError(f"request {request.request_id!r}: {exc}") from None
+        server.submit(requests)
+
+    def finished(self, wait_s: float = 0.0) -> list[Served]:
+        """The requests finished since the last call, in the order they finished; with requests in
+        flight and none finished yet, waits up to `wait_s` seconds for one."""
+        return self._serving("finished").finished(wait_s)
+
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
-        """Sample `sampling.n` responses per prompt; prompt-major order."""
+        """Sample `sampling.n` responses per prompt; prompt-major order. Built on the request path:
+        one request per prompt (prompt i seeded with seed + i * n, so that no two samples share a
+        random stream), all submitted, all awaited."""
+        server = self._serving("generate")
+        self.check_prompts(prompt_token_ids, sampling)
+        batch = next(_GENERATE_IDS)
+        requests = [
+            Request(f"generate-{batch}-{i}", tuple(prompt), prompt_sampling(sampling, i))
+            for i, prompt in enumerate(prompt_token_ids)
+        ]
+        server.submit(requests)
+        served = server.wait_for([r.request_id for r in requests])
+        return [replace(c, prompt_index=i) for i, s in enumerate(served) for c in s.completions]
+
+    def check_prompts(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> None:
+        """A ConfigError for prompts or sampling this engine cannot serve now (started, awake, the
+        prompts within its vocabulary and context: strategies/inference/requests.py); by default
+        nothing is checked."""
+
+    def _serving(self, member: str) -> RequestServer:
+        if self.server is None:
+            raise ConfigError(
+                f"{type(self).__name__}.{member} before initialize() (or after shutdown(), or on an engine "
+                "that starts no serving thread: give it one with strategies.inference.serving.serve_one_at_a_time)"
+            )
+        return self.server
 
     @abc.abstractmethod
     def update_weights(self, named_tensors: NamedTensors) -> None:

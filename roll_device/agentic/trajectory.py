@@ -25,6 +25,7 @@ class Trajectory:
     mask: list[float] = field(default_factory=list)  # 1.0: the model's token
     logprobs: list[float] = field(default_factory=list)  # the engine's; 0.0 on environment tokens
     turn_rewards: list[float] = field(default_factory=list)
+    turn_ends: list[int] = field(default_factory=list)  # each turn's last model token, in `tokens`
     ended: str | None = None
     tool_calls: int = 0
     tool_failures: int = 0
@@ -45,9 +46,11 @@ class Trajectory:
         return float(sum(self.turn_rewards))
 
     def add_model(self, token_ids: list[int], logprobs: list[float]) -> None:
+        """A model turn (its reward, in `turn_rewards`, sits on its last token)."""
         self.tokens += token_ids
         self.mask += [1.0] * len(token_ids)
         self.logprobs += logprobs
+        self.turn_ends.append(len(self.tokens) - 1)
 
     def add_environment(self, token_ids: list[int]) -> None:
         self.tokens += token_ids

@@ -139,7 +139,11 @@ class WorkerGroup:
         return ray.get(self.async_scatter(method, shards, *args, **kwargs))
 
     def async_call_rank0(self, method: Callable, *args: Any, **kwargs: Any) -> Any:
-        return getattr(self.workers[0], self._name(method)).remote(*args, **kwargs)
+        return self.async_call_rank(0, method, *args, **kwargs)
+
+    def async_call_rank(self, rank: int, method: Callable, *args: Any, **kwargs: Any) -> Any:
+        """Call `method` on worker `rank` alone; its result ref."""
+        return getattr(self.workers[rank], self._name(method)).remote(*args, **kwargs)
 
     def call_rank0(self, method: Callable, *args: Any, **kwargs: Any) -> Any:
         import ray

@@ -3,15 +3,18 @@
 `launch` rolls out the step's trajectories, `samples_per_prompt` per task (one task per prompt of
 the data source; a group shares the task's seed, so GRPO compares trajectories of the same task):
 the `env` workers reset an environment per trajectory, the first prompt is the chat template's
-rendering of its first observation, and then, in rounds, every live trajectory's next turn is
-generated (one batched `generate` per round on the `actor_infer` workers, one sample each), its
-tokens kept as the engine made them, and its text sent to the trajectory's env worker, whose reply
-is rendered and appended as the environment's tokens (roll_device/agentic/chat.py). A trajectory
+rendering of its first observation, and then every trajectory advances on its own: its next turn
+is a request to the `actor_infer` workers (roll_device/pipeline/request_pool.py), which batch the
+requests in flight continuously; as turns finish, their tokens are kept as the engine made them,
+their texts sent to the trajectories' env workers, whose replies are rendered and appended as the
+environment's tokens (roll_device/agentic/chat.py), and the next turns submitted at once. A trajectory
 ends when its environment says done, on a budget (`agentic.max_turns`, `max_total_tokens`), or on
 an environment's fault (or the run ends: `agentic.on_env_fault=run`).
 
 Each trajectory trains as one row: its whole context, the mask 1 on the model's tokens only
-(`Completion.mask`), the reward the sum of its turns' rewards. The rest of the step is GRPO's.
+(`Completion.mask`), the reward the sum of its turns' rewards for the sequence-level estimators
+(grpo, rloo, ...), and for the token-level ones (gae, reinforce_pp) each turn's reward on its
+last model token (`placed_rewards`). The rest of the step is GRPO's.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
+
+import torch
 
 from roll_device.agentic.chat import ChatRenderer
 from roll_device.agentic.environment import EnvironmentFaultError, Task
@@ -38,17 +43,20 @@ from roll_device.pipeline.env_worker import EnvWorker
 from roll_device.pipeline.loop import ROUND_SEEDS, Collected, GrpoStep
 from roll_device.pipeline.overlap import Rollout
 from roll_device.pipeline.record import StepRecord
+from roll_device.pipeline.request_pool import RequestPool
 from roll_device.pipeline.state import PipelineState
-from strategies.base import Completion, SamplingConfig
+from strategies.base import Completion, Request, SamplingConfig, Served, TrainBatch
 
 TASK_SEEDS = 1_000_003  # a task's seed: the run's seed times this, plus the task's data position
 
 
 @dataclass
 class TrajectoryCompletion(Completion):
-    """A trajectory as one completion: its whole row (first prompt included), and its reward."""
+    """A trajectory as one completion: its whole row (first prompt included), its reward, and
+    each turn's reward at its position in the row (the turn's last model token)."""
 
     reward: float = 0.0
+    turn_rewards: list[tuple[int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -59,36 +67,71 @@ class CollectedTrajectories(Collected):
     refs: list = field(default_factory=list)
 
 
-# what a `TurnDriver` asks of the engines and the env workers (`AgenticStep`: through Ray)
-Generate = Callable[[list[list[int]], SamplingConfig], list[Completion]]
 EnvCall = Callable[[str, list[tuple[int, Any]]], list]  # "reset" | "step" | "close", (key, item) pairs
 
 
+class Engines(Protocol):
+    """What a `TurnDriver` asks of the engines (roll_device/pipeline/request_pool.py)."""
+
+    def submit(self, requests: list[Request]) -> None:
+        """Queue `requests`; returns at once."""
+
+    def finished(self) -> list[Served]:
+        """Requests finished since the last call; waits for one while any is in flight."""
+
+
 class TurnDriver:
-    """The turns of a step's trajectories (see the module docstring): `generate` runs one batched
-    generation (one completion per context, in order), `env_call` the env workers' `reset` or
-    `step` on (trajectory key, item) pairs."""
+    """The turns of a step's trajectories (see the module docstring): `engines` serve each turn as
+    a request of its own, `env_call` runs the env workers' `reset` or `step` on (trajectory key,
+    item) pairs."""
 
     def __init__(
-        self, agentic, renderer: ChatRenderer, tokenizer, tokens, generate: Generate, env_call: EnvCall
+        self, agentic, renderer: ChatRenderer, tokenizer, tokens, engines: Engines, env_call: EnvCall
     ) -> None:
         self.agentic, self.renderer, self.tokenizer, self.tokens = agentic, renderer, tokenizer, tokens
-        self.generate, self.env_call = generate, env_call
+        self.engines, self.env_call = engines, env_call
 
     def roll_out(self, tasks: list[Task], n: int, first: SamplingConfig) -> list[Trajectory]:
-        """`n` trajectories of each of `tasks`, task-major (a group per task), run to their end."""
-        self.n = n
+        """`n` trajectories of each of `tasks`, task-major (a group per task), run to their end:
+        each trajectory's next turn is submitted as soon as its environment has answered the last."""
+        self.n, self.in_flight = n, {}  # request id -> its trajectory
+        self.sampling = replace(first, n=1, max_tokens=self.agentic.max_turn_tokens)
         trajectories = [Trajectory(i, s, [], []) for i in range(len(tasks)) for s in range(n)]
         replies = self.env_call("reset", [(k, tasks[t.prompt_index]) for k, t in enumerate(trajectories)])
         for trajectory, reply in zip(trajectories, replies):
             self.begin(trajectory, reply)
-        rounds = 0
-        while live := [t for t in trajectories if t.ended is None]:
-            seed = None if first.seed is None else first.seed + rounds * ROUND_SEEDS
-            self.next_turns(live, replace(first, n=1, seed=seed))
-            rounds += 1
+        self.submit([t for t in trajectories if t.ended is None])
+        while self.in_flight:
+            self.advance(self.engines.finished())
         self.env_call("close", [(k, None) for k in range(len(trajectories))])  # those ended on a budget
         return trajectories
+
+    def submit(self, live: list[Trajectory]) -> None:
+        """The next turn of each of `live`, one request each."""
+        requests = [self.request(t) for t in live]
+        self.in_flight.update({r.request_id: t for r, t in zip(requests, live)})
+        if requests:
+            self.engines.submit(requests)
+
+    def request(self, trajectory: Trajectory) -> Request:
+        """The trajectory's next turn, seeded by the trajectory and the turn alone (not by when it
+        is served or with what): the same seed rolls out the same trajectories."""
+        key, turn = self.key(trajectory, self.n), trajectory.turns
+        seed = None if self.sampling.seed is None else self.sampling.seed + turn * ROUND_SEEDS + key
+        return Request(f"{key}.{turn}", tuple(trajectory.context), replace(self.sampling, seed=seed))
+
+    def advance(self, served: list[Served]) -> None:
+        """Finished turns: their tokens kept, their texts sent to the environments, whose replies
+        are appended, and the next turns of the trajectories still live submitted."""
+        finished = [(self.in_flight.pop(s.request_id), s.completions[0]) for s in served]
+        texts = {id(t): self.model_turn(t, c) for t, c in finished}
+        acting = [t for t, _ in finished if t.ended is None]
+        if not acting:
+            return
+        replies = self.env_call("step", [(self.key(t, self.n), texts[id(t)][0]) for t in acting])
+        for trajectory, reply in zip(acting, replies):
+            self.answer(trajectory, reply, *texts[id(trajectory)])
+        self.submit([t for t in acting if t.ended is None])
 
     def begin(self, trajectory: Trajectory, reply: Reply) -> None:
         """The first prompt from the environment's first observation (or the fault that ends it)."""
@@ -102,20 +145,6 @@ class TurnDriver:
                 f"the first prompt has {len(trajectory.prompt_ids)} tokens, more than agentic.max_prompt_tokens="
                 f"{self.agentic.max_prompt_tokens}: raise it (within rollout.max_model_len)"
             )
-
-    def next_turns(self, live: list[Trajectory], sampling: SamplingConfig) -> None:
-        """One round: the next model turn of every live trajectory (one batched generate), then
-        their environments' replies."""
-        sampling = replace(sampling, max_tokens=self.agentic.max_turn_tokens)
-        completions = self.generate([t.context for t in live], sampling)
-        texts = {}
-        for trajectory, completion in zip(live, sorted(completions, key=lambda c: c.prompt_index)):
-            texts[id(trajectory)] = self.model_turn(trajectory, completion)
-        acting = [t for t in live if t.ended is None]
-        keys = {id(t): k for k, t in enumerate(acting)}
-        replies = self.env_call("step", [(self.key(t, self.n), texts[id(t)][0]) for t in acting])
-        for trajectory in acting:
-            self.answer(trajectory, replies[keys[id(trajectory)]], *texts[id(trajectory)])
 
     @staticmethod
     def key(trajectory: Trajectory, n: int) -> int:
@@ -178,6 +207,9 @@ def completion(trajectory: Trajectory, pad: int) -> TrajectoryCompletion:
         trajectory.ended or DONE,
         mask=[0.0] * len(prompt) + trajectory.mask,
         reward=trajectory.reward,
+        turn_rewards=[
+            (len(prompt) + end, r) for end, r in zip(trajectory.turn_ends, trajectory.turn_rewards)
+        ],
     )
 
 
@@ -186,15 +218,7 @@ class AgenticStep(GrpoStep):
 
     def __init__(self, config, roles, inputs, renderer: ChatRenderer) -> None:
         super().__init__(config, roles, inputs)
-        self.driver = TurnDriver(
-            config.agentic,
-            renderer,
-            inputs.encoder.tokenizer,
-            self.tokens,
-            self.generate_round,
-            self.env_call,
-        )
-        self.rounds: list[Collected] = []
+        self.renderer = renderer
 
     def launch(self, step: int, position: int, version: int) -> Rollout:
         samples = self.source.batch(position, self.config.data.prompts_per_step)
@@ -208,34 +232,44 @@ class AgenticStep(GrpoStep):
         return [c.reward for c in completions]
 
     def train(self, state: PipelineState, rollout: Rollout, got: CollectedTrajectories) -> StepRecord:
+        self.turn_rewards = [c.turn_rewards for c in got.completions]  # every row is kept: no filter
         record = super().train(state, rollout, got)
         record.update(trajectory_metrics(got.trajectories))
         return record
 
+    def placed_rewards(self, batch: TrainBatch) -> torch.Tensor:
+        """Each turn's reward on its last model token (for the token-level estimators: gae,
+        reinforce_pp); the sequence-level ones take the trajectory's sum."""
+        placed = torch.zeros_like(batch.response_mask)
+        for row, turns in enumerate(self.turn_rewards):
+            for position, reward in turns:
+                placed[row, position] += reward
+        return placed
+
     def roll_out(self, samples, step: int, position: int) -> CollectedTrajectories:
+        """The step's trajectories through the `actor_infer` workers' request path."""
         tasks = [
             Task(s.prompt, s.answer, self.config.seed * TASK_SEEDS + position + i)
             for i, s in enumerate(samples)
         ]
-        self.rounds = []
-        trajectories = self.driver.roll_out(tasks, self.algo.samples_per_prompt, self.sampling(step))
-        rounds, now = self.rounds, time.time()
+        pool = RequestPool(self.roles)
+        driver = TurnDriver(
+            self.config.agentic, self.renderer, self.encoder.tokenizer, self.tokens, pool, self.env_call
+        )
+        trajectories = driver.roll_out(tasks, self.algo.samples_per_prompt, self.sampling(step))
+        pool.close()
+        now = time.time()
         return CollectedTrajectories(
             samples,
             [[] for _ in samples],  # each row is its trajectory's whole context (`completion`)
             [completion(t, self.tokens.pad) for t in trajectories],
-            version=min((r.version for r in rounds), default=0),
-            started=rounds[0].started if rounds else now,
-            finished=rounds[-1].finished if rounds else now,
-            engine_idle_s=rounds[0].engine_idle_s if rounds else 0.0,
-            waited_s=sum(r.waited_s for r in rounds),
+            version=min(pool.versions, default=0),
+            started=pool.started or now,
+            finished=pool.ended or now,
+            engine_idle_s=pool.idle_s,
+            waited_s=pool.waited_s,
             trajectories=trajectories,
         )
-
-    def generate_round(self, contexts: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
-        """One round's generation on the `actor_infer` workers (kept for the step's timing)."""
-        self.rounds.append(self.collect(self.start_generation([], contexts, sampling)))
-        return self.rounds[-1].completions
 
     def env_call(self, method: str, items: list[tuple[int, Any]]) -> list[Reply]:
         """`method` on the env workers, each trajectory's items on worker `key % workers`; the

@@ -10,7 +10,9 @@
   value loss; it saves and loads checkpoints as the trainer does, and sends no weights.
 - `RolloutWorker` (`actor_infer`): an inference strategy; receives weights into its engine. Each
   generation comes back as `Generated`: the weight version that produced it (an overlapped
-  pipeline trains on samples of older weights) and when the engine worked and waited.
+  pipeline trains on samples of older weights) and when the engine worked and waited. It also
+  serves single requests as they come (`submit_requests` / `finished_requests`: the multi-turn
+  driver's path), each stamped with its weights version likewise.
 
 The reward role's worker has its own module (`reward_worker.py`): it imports neither the
 strategies nor transformers, so it starts in about a second beside the heavy workers.
@@ -33,7 +35,8 @@ from roll_device.comm.timing import Stopwatch
 from roll_device.pipeline.worker_base import PipelineWorker
 from roll_device.platforms import HOST_KIND, get_platform, release_host_heap
 from roll_device.tracking.phases import phase
-from strategies.base import Completion, SamplingConfig, TrainBatch
+from strategies.base import Completion, Request, SamplingConfig, Served, TrainBatch
+from strategies.inference.serving import serve_one_at_a_time
 from strategies.inference.settings import RolloutSettings
 from strategies.training.losses import LossSpec, policy_loss
 from strategies.training.settings import LoraSettings, TrainSettings
@@ -241,9 +244,11 @@ class RolloutWorker(PipelineWorker):
         if record_routes:
             self.strategy.record_routes()
         self.strategy.initialize(model_path, settings, sync_path)
+        serve_one_at_a_time(self.strategy)  # an engine with a `generate` only: its requests one by one
         self.engine_size = self.strategy.engine_size(settings)
         self.last_finished: float | None = None  # the end of the last generation
         self.syncing_s = 0.0  # seconds of weight syncs since then
+        self.in_flight = 0  # requests submitted and not yet taken back (`finished_requests`)
 
     @phase("rollout")
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> Generated:
@@ -252,6 +257,32 @@ class RolloutWorker(PipelineWorker):
         idle = None if self.last_finished is None else started - self.last_finished - self.syncing_s
         self.last_finished, self.syncing_s = time.time(), 0.0
         return Generated(completions, self.weights_version() or 0, started, self.last_finished, idle)
+
+    @phase("rollout")
+    def submit_requests(self, requests: list[Request]) -> float | None:
+        """Queue `requests` on the engine beside those in flight; returns at once: how long the
+        engine stood idle before them when nothing was in flight (less weight syncs; None for its
+        first work or while it was busy)."""
+        now = time.time()
+        idle = (
+            None
+            if self.in_flight or self.last_finished is None
+            else now - self.last_finished - self.syncing_s
+        )
+        self.strategy.submit(requests)
+        self.in_flight += len(requests)
+        return idle
+
+    @phase("rollout")
+    def finished_requests(self, wait_s: float) -> list[Served]:
+        """The requests finished since the last call (waiting up to `wait_s` seconds for one while
+        some are in flight), each stamped with the weights version the engine made it with (0
+        before any sync: the model's own weights)."""
+        served = self.strategy.finished(wait_s)
+        self.in_flight -= len(served)
+        if served and not self.in_flight:
+            self.last_finished, self.syncing_s = time.time(), 0.0
+        return [replace(s, version=s.version or 0) for s in served]
 
     @phase("turns")
     def offload(self) -> int:

@@ -12,6 +12,13 @@ replays that bucket's graph (or runs it eagerly) and returns the raw log-probabi
 next token; sampling happens outside the graph. Attention masks are built here (4-D, boolean)
 and handed to the model, so nothing in the step depends on host-side values.
 
+Requests (`submit` / `finished`, and `generate` built on them) are served by one thread that owns
+the engine (strategies/inference/serving.py) from a request queue of its own (hf_queue.py): each
+step runs the waiting rows of one sampling setting as one batch, as above; requests that arrive
+meanwhile form the next batch. Each sample draws from a generator of its request's seed, so it
+does not depend on what it is batched with. What changes the engine (weight updates, sleep and
+wake, the graph guard) first waits for the requests in flight (`holding_engine`).
+
 Prefill, capture and eager decoding run with the same attention kernels, chosen from
 `DECODE_ATTENTION` (PyTorch's scaled-dot-product backends without cuDNN's): measured on an H100
 (docs/benchmarks.md), cuDNN attention, which torch picks for bf16 there, let greedy tokens of
@@ -39,6 +46,7 @@ from strategies.base import (
     Completion,
     InferenceStrategy,
     NamedTensors,
+    Request,
     Requirements,
     SamplingConfig,
     SettingsNeed,
@@ -46,8 +54,10 @@ from strategies.base import (
 from strategies.host_turns import HostTurn
 from strategies.inference.adapters import MergedAdapters
 from strategies.inference.hf_guard import hf_guard
+from strategies.inference.hf_queue import RowQueue, row_generator
 from strategies.inference.hf_sampling import sample
 from strategies.inference.requests import check_request
+from strategies.inference.serving import Server, holding_engine
 from strategies.inference.settings import HfSettings
 from strategies.inference.weights import check_update
 from strategies.routes import RouteRecorder
@@ -143,6 +153,16 @@ class HfStrategy(InferenceStrategy):
         self.recorder = self._route_recorder()
         self._start_decoding()
         self.guard = hf_guard(self, model_path)
+        self.queue = RowQueue()
+        device = None if self.platform.is_host else self.platform.current_device()
+        self.server = Server(
+            self, lambda: self.weights_version, lambda: self._bind(device), "roll-device-hf-serving"
+        )
+
+    def _bind(self, device: int | None) -> None:
+        """The serving thread computes on the worker's device (current per thread)."""
+        if device is not None:
+            self.platform.set_device(device)
 
     def _budgeted(self) -> list[int]:
         """The capture sizes within the platform's graph budget (one full graph per size), by the
@@ -276,22 +296,10 @@ class HfStrategy(InferenceStrategy):
         )
         return out.logits[:, -1, :].float().log_softmax(dim=-1)
 
-    @contextlib.contextmanager
-    def _seeded(self, seed: int | None):
-        """With a seed: the process's RNG forked (restored afterwards) and seeded, on the CPU and
-        this worker's device (device generators are not offered by every platform). Without one:
-        the process's RNG as it stands."""
-        if seed is None:
-            yield
-            return
-        devices = [] if self.platform.is_host else [self.platform.current_device()]
-        with torch.random.fork_rng(devices=devices, device_type=self.platform.device_type):
-            self.platform.manual_seed(seed)
-            yield
-
     def _generate_rows(
-        self, prompts: list[list[int]], sampling: SamplingConfig
+        self, prompts: list[list[int]], sampling: SamplingConfig, generators: list[torch.Generator | None]
     ) -> list[tuple[list[int], list[float], str]]:
+        """One batch of rows (at most `max_batch_size`), each drawn from its own generator."""
         from strategies.inference.hf_cache import set_length
 
         n = len(prompts)
@@ -304,7 +312,7 @@ class HfStrategy(InferenceStrategy):
         token_logprobs: list[list[float]] = [[] for _ in range(n)]
         reasons: list[str | None] = [None] * n
         for step in range(sampling.max_tokens):
-            drawn, drawn_logprobs = sample(logprobs, sampling, self.settings.logprobs_mode)
+            drawn, drawn_logprobs = sample(logprobs, sampling, generators, self.settings.logprobs_mode)
             for row, (token, logprob) in enumerate(
                 zip(drawn.to("cpu").tolist(), drawn_logprobs.to("cpu").tolist())
             ):
@@ -321,31 +329,30 @@ class HfStrategy(InferenceStrategy):
         return [(t, lp, r or "length") for t, lp, r in zip(tokens, token_logprobs, reasons)]
 
     # ---- interface ----------------------------------------------------------------------------
-    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
-        self._require_started("generate")
+    def check_prompts(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> None:
+        self._require_started("submit")
         if self.store is None:
-            raise ConfigError("generate on an offloaded hf strategy: call reload() first")
+            raise ConfigError("requests to an offloaded hf strategy: call reload() first")
         if self.unfilled:
             raise ConfigError(
-                f"generate on an hf engine that slept at rollout.sleep_level=2: {len(self.unfilled)} "
+                f"requests to an hf engine that slept at rollout.sleep_level=2: {len(self.unfilled)} "
                 "weights were dropped and not synced since: sync the weights before generating"
             )
         check_request(prompt_token_ids, sampling, self.settings.max_model_len, self.vocab_size)
-        rows = [(i, s, list(p)) for i, p in enumerate(prompt_token_ids) for s in range(sampling.n)]
-        completions = []
-        chunk = self.settings.max_batch_size
-        with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION), self._seeded(sampling.seed):
-            for start in range(0, len(rows), chunk):
-                part = rows[start : start + chunk]
-                prompts = [p for _, _, p in part]
-                with self._recording() as recorder:
-                    results = self._generate_rows(prompts, sampling)
-                routes = self._routes(recorder, prompts, results)
-                completions += [
-                    Completion(i, s, tokens, logprobs, reason, routed_experts=route)
-                    for (i, s, _), (tokens, logprobs, reason), route in zip(part, results, routes)
-                ]
-        return completions
+    def serve(self, admitted: list[Request]) -> list[tuple[str, list[Completion]]]:
+        """The serving thread's step (strategies/inference/serving.py): `admitted` queued, then one
+        batch of the queue (strategies/inference/hf_queue.py) run to its end, its routed experts
+        recorded when asked to (`record_routes`)."""
+        self.queue.add(admitted)
+        batch = self.queue.next_batch(self.settings.max_batch_size)
+        if not batch:
+            return []
+        prompts = [list(r.prompt_token_ids) for r, _ in batch]
+        with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION), self._recording() as recorder:
+            results = self._generate_rows(
+                prompts, batch[0][0].sampling, [row_generator(r.sampling.seed, k) for r, k in batch]
+            )
+        return self.queue.record(batch, results, self._routes(recorder, prompts, results))
 
     def _recording(self):
         """The route recorder recording, or nothing when routes are not recorded."""
@@ -357,6 +364,7 @@ class HfStrategy(InferenceStrategy):
             return [None] * len(prompts)
         return recorder.decoded_rows([len(p) for p in prompts], [len(tokens) for tokens, _, _ in results])
 
+    @holding_engine
     def update_weights(self, named_tensors: NamedTensors) -> None:
         """Copy HF-named tensors into the model in place as they come (addresses kept, so
         captured graphs stay valid). Each is checked (a name the model has, its shape) and copied
@@ -394,6 +402,7 @@ class HfStrategy(InferenceStrategy):
                 self.merged.merge(targets)
         self.platform.synchronize()
 
+    @holding_engine
     def guard_graphs(self, version: int | None) -> dict:
         """The graph guard after a weight update (strategies/inference/hf_guard.py): graphs checked
         against eager on the probe; re-captured, or eager from then on, where they differ."""
@@ -402,6 +411,7 @@ class HfStrategy(InferenceStrategy):
             self.graph_guard = self.guard.check(version).as_dict()
         return self.graph_guard
 
+    @holding_engine
     def recapture_graphs(self) -> None:
         """Release every graph and capture them again from the weights as they are now."""
         self.runner.release()
@@ -409,6 +419,7 @@ class HfStrategy(InferenceStrategy):
             self.packed_prefill.runner.release()
         self._capture()
 
+    @holding_engine
     def stop_graphs(self) -> None:
         """Eager for the rest of the run, offload and reload included (the graph guard's fallback)."""
         self.graphs_stopped = True
@@ -416,6 +427,7 @@ class HfStrategy(InferenceStrategy):
         self.runner.use_graphs = False
         self._capture()
 
+    @holding_engine
     def read_weights(self) -> dict[str, torch.Tensor]:
         """The model's weights in HF names, copied to the CPU, for verification; a tied head is
         the embedding, named once (strategies/tied_weights.py), as the trainers export it."""
@@ -425,6 +437,7 @@ class HfStrategy(InferenceStrategy):
             held = self.merged.named_weights(held)
         return {name: t.detach().to("cpu").clone() for name, t in held.items()}
 
+    @holding_engine
     def offload(self) -> None:
         """Sleep: drop graphs and the KV store; the weights' device storages released at the sleep
         level (strategies/host_turns.py): copied into the engine's host buffer with the model's
@@ -443,6 +456,7 @@ class HfStrategy(InferenceStrategy):
             self.turn.release([*self.model.parameters(), *self.model.buffers()])
         self.platform.empty_cache()
 
+    @holding_engine
     def reload(self) -> None:
         """Wake: the weights back on the device (or, after level 2, their storages regrown for the
         sync), KV store reallocated, graphs captured again."""
@@ -454,6 +468,8 @@ class HfStrategy(InferenceStrategy):
     def shutdown(self) -> None:
         if self.model is None:
             return
+        self.server.stop()
+        self.server = None
         self._release_graphs()
         self.bucket_caches.clear()
         self.store = None

@@ -1,6 +1,6 @@
 """Batched token sampling for the HF strategy: greedy at temperature 0, else temperature, top-k
-and top-p, drawn from the process's random generator of the logits' device (the caller seeds
-it). The log-probability reported for a drawn token follows vLLM's modes: `raw_logprobs` (the
+and top-p, each row drawn from a CPU generator of its own
+(its request's seed: the samples do not depend on the rows batched with it). The log-probability reported for a drawn token follows vLLM's modes: `raw_logprobs` (the
 model's own distribution, what a trainer recomputes; the default) or `processed_logprobs` (after
 temperature, top-k and top-p)."""
 
@@ -30,15 +30,29 @@ def _top_p(scores: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def sample(
-    logprobs: torch.Tensor, sampling: SamplingConfig, mode: str = "raw_logprobs"
+    logprobs: torch.Tensor,
+    sampling: SamplingConfig,
+    generators: list[torch.Generator | None],
+    mode: str = "raw_logprobs",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(tokens, their log-probabilities) for each row of the (rows, vocab) raw `logprobs`."""
+    """(tokens, their log-probabilities) for each row of the (rows, vocab) raw `logprobs`; row r
+    draws from `generators[r]` (None: the process's CPU generator)."""
     if sampling.temperature == 0:
         tokens = logprobs.argmax(dim=-1)
         processed = logprobs
     else:
         scores = _top_p(_top_k(logprobs / sampling.temperature, sampling.top_k), sampling.top_p)
         processed = scores.log_softmax(dim=-1)
-        tokens = torch.multinomial(processed.exp(), 1).squeeze(1)
+        tokens = _inverse_cdf(processed.exp(), generators)
     source = logprobs if mode == "raw_logprobs" else processed
     return tokens, source.gather(1, tokens[:, None]).squeeze(1)
+
+
+def _inverse_cdf(probs: torch.Tensor, generators: list[torch.Generator | None]) -> torch.Tensor:
+    """One token per row where the row's uniform draw falls in its cumulative distribution: a
+    row's draw depends on its own generator only, not on the rows batched with it."""
+    uniform = torch.stack([torch.rand((), generator=g) for g in generators]).to(probs.device)
+    cdf = probs.cumsum(dim=-1)
+    threshold = uniform[:, None] * cdf[:, -1:]
+    # right=True: the first token whose cumulative mass exceeds the draw, never one of mass 0
+    return torch.searchsorted(cdf, threshold, right=True).squeeze(1).clamp(max=probs.shape[-1] - 1)

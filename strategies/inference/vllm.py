@@ -13,6 +13,15 @@ process (a sender of its own, along the same path). Nothing passes weights throu
 `collective_rpc`: it carries small messages only (stats, a hash, a file name for `read_weights`).
 A rank's process that dies in a step's call (`generate`, `receive_weights`) is named with how it
 ended (strategies/inference/vllm_ranks.py), not in the words of the queue or gloo that noticed.
+Requests (`submit` / `finished`, and `generate` built on them) are served by one thread that owns
+the engine (strategies/inference/serving.py) through the in-process engine's request API
+(`LLM.llm_engine`: `add_request`, `step`, `has_unfinished_requests`): vLLM's scheduler batches
+them continuously. Not vLLM's `AsyncLLM`: it always runs the engine core in a process of its own
+(about 17 s more per engine start here, and another path for the `collective_rpc` calls the weight
+sync relies on); the request API is the path `LLM.generate` takes, so it serves every engine
+layout this strategy starts (in-process ranks, tensor-parallel ranks in processes of their own).
+What changes the engine (weight syncs, sleep and wake, reading weights, shutdown) first waits
+for the requests in flight (`holding_engine`).
 `offload()` / `reload()` are vLLM's sleep (at `rollout.sleep_level`, vllm_args.py) / wake-up where
 sleep mode is on (colocated on GPU or NPU); without sleep mode (the CPU has none) the engine keeps
 its memory and they do nothing.
@@ -42,12 +51,14 @@ from strategies.base import (
     Completion,
     InferenceStrategy,
     NamedTensors,
+    Request,
     Requirements,
     SamplingConfig,
     SettingsNeed,
 )
 from strategies.inference.engine_fit import check_engine_fit
 from strategies.inference.requests import check_request
+from strategies.inference.serving import Server, holding_engine
 from strategies.inference.settings import GRAPH_MODES, VllmSettings
 from strategies.inference.vllm_adapters import LORA_RANKS, ServedAdapter
 from strategies.inference.vllm_args import (
@@ -64,6 +75,7 @@ from strategies.training.lora import is_adapter
 from strategies.training.settings import LoraSettings
 
 START_WATCH_S = 0.5  # how often a starting engine's shared memory is looked at (a failed start's)
+OWN_IDS = "roll-device:"  # before a request's id in the engine: apart from `LLM.generate`'s numbers
 LOCAL_SYNC_TIMEOUT_S = 600.0  # how long `update_weights`' own sender and the engine wait for each other
 
 log = logging.getLogger(__name__)
@@ -169,11 +181,13 @@ class VllmStrategy(InferenceStrategy):
         self._version: int | None = None
         self._local_version = 0
         self.guard = vllm_guard(self, model_path)
+        self.server = Server(self, lambda: self._version, lambda: None, "roll-device-vllm-serving")
 
-    def sampling_params(self, sampling: SamplingConfig, prompt_index: int):
-        """vLLM's SamplingParams for one prompt. vLLM seeds sample k of a request with seed + k;
-        prompt i starts at seed + i * n, so that no two samples share a random stream."""
+    def sampling_params(self, sampling: SamplingConfig):
+        """vLLM's SamplingParams for one request (vLLM seeds its sample k with seed + k), asking for
+        the finished request only."""
         from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
 
         return SamplingParams(
             n=sampling.n,
@@ -181,37 +195,31 @@ class VllmStrategy(InferenceStrategy):
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             top_k=0 if sampling.top_k == -1 else sampling.top_k,
-            seed=None if sampling.seed is None else sampling.seed + prompt_index * sampling.n,
+            seed=sampling.seed,
             stop_token_ids=list(sampling.stop_token_ids),
             logprobs=0,
             detokenize=False,
+            output_kind=RequestOutputKind.FINAL_ONLY,
         )
 
-    def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
-        self._require_started("generate")
+    def check_prompts(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> None:
+        self._require_started("submit")
         check_request(prompt_token_ids, sampling, self.max_model_len, self.vocab_size)
-        if not prompt_token_ids:
-            return []
-        prompts = [{"prompt_token_ids": list(p)} for p in prompt_token_ids]
-        params = [self.sampling_params(sampling, i) for i in range(len(prompts))]
-        with self._stance(), naming_dead_ranks(self.llm):
-            adapter = None if self.served is None else self.served.request
-            outputs = self.llm.generate(prompts, params, use_tqdm=False, lora_request=adapter)
-        return [
-            Completion(
-                prompt_index=i,
-                sample_index=out.index,
-                token_ids=list(out.token_ids),
-                logprobs=[step[token].logprob for token, step in zip(out.token_ids, out.logprobs)],
-                finish_reason=out.finish_reason,
-                routed_experts=None
-                if out.routed_experts is None
-                else torch.tensor(out.routed_experts, dtype=torch.int16),
-            )
-            for i, request in enumerate(outputs)
-            for out in sorted(request.outputs, key=lambda o: o.index)
-        ]
 
+    def serve(self, admitted: list[Request]) -> list[tuple[str, list[Completion]]]:
+        """The serving thread's step (strategies/inference/serving.py): `admitted` added to the
+        engine's scheduler, then one engine step; the requests it finished."""
+        engine = self.llm.llm_engine
+        adapter = None if self.served is None else self.served.request
+        with self._stance(), naming_dead_ranks(self.llm):
+            for request in admitted:
+                prompt = {"prompt_token_ids": list(request.prompt_token_ids)}
+                params = self.sampling_params(request.sampling)
+                engine.add_request(OWN_IDS + request.request_id, prompt, params, lora_request=adapter)
+            outputs = engine.step() if engine.has_unfinished_requests() else []
+        return [(out.request_id.removeprefix(OWN_IDS), completions(out)) for out in outputs if out.finished]
+
+    @holding_engine
     def connect_weights(self, endpoint: Endpoint | list[Endpoint], first_rank: int, timeout_s: float) -> None:
         """Every rank of the engine joins the sender at `endpoint` (or every trainer rank's
         sharded sender, a list), as receivers `first_rank` on."""
@@ -226,6 +234,7 @@ class VllmStrategy(InferenceStrategy):
         }
         self.llm.init_weight_transfer_engine({"init_info": info})
 
+    @holding_engine
     def receive_weights(self) -> SyncStats:
         """One sync into every rank, through vLLM's weight-transfer API; the first rank's stats."""
         self._require_started("receive_weights")
@@ -243,6 +252,7 @@ class VllmStrategy(InferenceStrategy):
         self.guard_graphs(stats.version)
         return stats
 
+    @holding_engine
     def guard_graphs(self, version: int | None) -> dict:
         """The graph guard after a weight update (strategies/inference/vllm_guard.py): the engine's
         graphs checked against its eager step; re-captured, or eager from then on, where they
@@ -255,10 +265,12 @@ class VllmStrategy(InferenceStrategy):
     def weights_version(self) -> int | None:
         return self._version
 
+    @holding_engine
     def close_weights(self) -> None:
         if self.llm is not None:
             self.llm.shutdown_weight_transfer_engine()
 
+    @holding_engine
     def update_weights(self, named_tensors: NamedTensors) -> None:
         """Load HF-named tensors, checked first (known names, fused groups whole; aliases the engine
         ignores, tied weights, dropped), along the engine's sync path from a sender in this process.
@@ -289,6 +301,7 @@ class VllmStrategy(InferenceStrategy):
             finally:
                 together(pool, sender.close, self.close_weights)
 
+    @holding_engine
     def read_weights(self) -> dict[str, Any]:
         """The engine's weights in HF names, whole, on the CPU, for verification (through a file)."""
         self._require_started("read_weights")
@@ -300,6 +313,7 @@ class VllmStrategy(InferenceStrategy):
             base = load_file(path)
         return base if self.served is None else {**base, **self.served.tensors()}
 
+    @holding_engine
     def weights_hash(self) -> str:
         """The hash of the engine's weights, computed by its ranks (no weights leave them); serving
         LoRA, of the base and the adapter, read here."""
@@ -308,12 +322,14 @@ class VllmStrategy(InferenceStrategy):
             return super().weights_hash()
         return self.llm.collective_rpc(RolloutWorkerExtension.roll_device_weights_hash)[0]
 
+    @holding_engine
     def offload(self) -> None:
         self._require_started("offload")
         if self.spec.sleep_level is not None and not self.sleeping:
             self.llm.sleep(level=self.spec.sleep_level)
             self.sleeping = True
 
+    @holding_engine
     def reload(self) -> None:
         self._require_started("reload")
         if self.sleeping:
@@ -326,6 +342,8 @@ class VllmStrategy(InferenceStrategy):
         worker processes, ended by vLLM, never run)."""
         if self.llm is None:
             return
+        self.server.stop()
+        self.server = None
         self._memory.look()
         self.llm.llm_engine.engine_core.shutdown()
         self.llm = None
@@ -343,6 +361,24 @@ class VllmStrategy(InferenceStrategy):
     def _require_started(self, member: str) -> None:
         if self.llm is None:
             raise ConfigError(f"VllmStrategy.{member} before initialize() (or after shutdown())")
+
+
+def completions(out) -> list[Completion]:
+    """A finished vLLM request's samples, in sample order (prompt_index 0: the caller's to set), with
+    their routed experts where the engine captures them (`enable_return_routed_experts`)."""
+    return [
+        Completion(
+            prompt_index=0,
+            sample_index=sample.index,
+            token_ids=list(sample.token_ids),
+            logprobs=[step[token].logprob for token, step in zip(sample.token_ids, sample.logprobs)],
+            finish_reason=sample.finish_reason,
+            routed_experts=None
+            if sample.routed_experts is None
+            else torch.tensor(sample.routed_experts, dtype=torch.int16),
+        )
+        for sample in sorted(out.outputs, key=lambda o: o.index)
+    ]
 
 
 def together(pool: ThreadPoolExecutor, background, foreground) -> None:

@@ -61,7 +61,9 @@ class AdvantageSpec:
 @dataclass
 class AdvantageInputs:
     """A step's scores (N,), its rows' response tokens (N, T) and, when there, the logprobs and
-    the critic's values (N, T) of the response tokens."""
+    the critic's values (N, T) of the response tokens, and rewards already placed on tokens
+    (`placed`, (N, T): a multi-turn trajectory's turn rewards, each on its turn's last model
+    token; the token-level estimators take them instead of each row's score on its last token)."""
 
     scores: torch.Tensor
     group_size: int
@@ -69,6 +71,7 @@ class AdvantageInputs:
     old_logprobs: torch.Tensor | None = None
     ref_logprobs: torch.Tensor | None = None
     values: torch.Tensor | None = None
+    placed: torch.Tensor | None = None
 
 
 def advantages(inputs: AdvantageInputs, settings: AdvantageSpec) -> torch.Tensor:
@@ -101,11 +104,14 @@ def sequence_scores(inputs: AdvantageInputs, settings: AdvantageSpec) -> torch.T
 
 
 def token_rewards(inputs: AdvantageInputs, settings: AdvantageSpec) -> torch.Tensor:
-    """Per-token rewards (N, T): the score on each row's last response token, less the KL."""
+    """Per-token rewards (N, T): the score on each row's last response token (or the rewards
+    `placed` on tokens), less the KL."""
+    rewards = -token_kl(inputs, settings)
+    if inputs.placed is not None:
+        return rewards + inputs.placed.float()
     mask = inputs.response_mask.float()
     positions = torch.arange(mask.shape[1]).expand_as(mask)
     last = torch.where(mask > 0, positions, -1).max(dim=1).values
-    rewards = -token_kl(inputs, settings)
     rows = torch.nonzero(last >= 0).squeeze(1)  # a row without response tokens has no reward to place
     rewards[rows, last[rows]] += inputs.scores.float()[rows]
     return rewards

@@ -16,7 +16,8 @@ from roll_device.agentic.trajectory import DONE, FAULT, MAX_TURNS, TOTAL_TOKENS,
 from roll_device.inputs.prompts import Tokens
 from roll_device.pipeline.agentic_step import TurnDriver, completion
 from roll_device.pipeline.batching import build_batch
-from strategies.base import Completion, SamplingConfig
+from roll_device.pipeline.request_pool import EngineRequests
+from strategies.base import Completion, Request, SamplingConfig, Served
 from strategies.registry import strategy_class
 from tests.configs import changed, rollout_settings, run_config
 
@@ -44,13 +45,13 @@ def agentic(**changes):
 HOSTS = [None]  # the last driver's env host
 
 
-def driver(tokenizer, settings, generate):
+def driver(tokenizer, settings, engines):
     tools = [resolve_tool(name).rendered() for name in settings.tools]
     renderer = ChatRenderer(tokenizer, settings.chat_template, tools)
     host = HOSTS[0] = EnvHost(settings.host(renderer.tool_format))
     tokens = Tokens.from_tokenizer(tokenizer)
     return TurnDriver(
-        settings, renderer, tokenizer, tokens, generate, lambda method, items: getattr(host, method)(items)
+        settings, renderer, tokenizer, tokens, engines, lambda method, items: getattr(host, method)(items)
     )
 
 
@@ -68,17 +69,29 @@ def own_turns(produced, trajectory):
     ]
 
 
+class Recording(EngineRequests):
+    """The engine's request path, keeping each request's context and its completions."""
+
+    def __init__(self, engine) -> None:
+        super().__init__(engine)
+        self.contexts, self.produced = {}, []
+
+    def submit(self, requests: list[Request]) -> None:
+        self.contexts.update({r.request_id: list(r.prompt_token_ids) for r in requests})
+        super().submit(requests)
+
+    def finished(self) -> list[Served]:
+        served = super().finished()
+        self.produced += [([self.contexts[s.request_id]], s.completions) for s in served]
+        return served
+
+
 def test_the_model_turns_are_the_engines_tokens_and_the_mask_covers_exactly_them(tokenizer, engine):
-    produced = []  # each round's contexts and completions, as the engine returned them
-
-    def generate(contexts, sampling):
-        out = engine.generate(contexts, sampling)
-        produced.append((contexts, out))
-        return out
-
+    engines = Recording(engine)
     settings = agentic(environment="tests.agentic.envs.Echo", tools=[], max_turn_tokens=4)
     tasks = [Task("", None, 1), Task("", None, 2)]
-    trajectories = driver(tokenizer, settings, generate).roll_out(tasks, 2, SAMPLING)
+    trajectories = driver(tokenizer, settings, engines).roll_out(tasks, 2, SAMPLING)
+    produced = engines.produced
     assert [t.ended for t in trajectories] == [DONE] * 4
     assert [t.turns for t in trajectories] == [3] * 4 and [t.reward for t in trajectories] == [3.0] * 4
     for trajectory in trajectories:
@@ -95,23 +108,53 @@ def test_the_model_turns_are_the_engines_tokens_and_the_mask_covers_exactly_them
     assert trajectories[1].prompt_ids == first  # a group's trajectories share its task
 
 
-def scripted(turns: list[str], tokenizer):
-    """An engine stand-in that answers every context with the next scripted turn (ids of its text)."""
-    texts = iter(turns)
+class Scripted:
+    """An engine stand-in that answers each request with the next scripted turn (ids of its text),
+    all requests in flight at every `finished` but those `held` (by id) until `until(events)`."""
 
-    def generate(contexts, sampling):
-        return [
-            Completion(
-                i,
-                0,
-                (ids := tokenizer(next(texts), add_special_tokens=False).input_ids),
-                [-1.0] * len(ids),
-                "stop",
-            )
-            for i in range(len(contexts))
-        ]
+    def __init__(self, turns: list[str], tokenizer, held=(), until=lambda events: True) -> None:
+        self.texts, self.tokenizer, self.held, self.until = iter(turns), tokenizer, set(held), until
+        self.queued: list[Request] = []
+        self.events: list[str] = []  # "submit <id>" and "finish <id>" as they happened
 
-    return generate
+    def submit(self, requests: list[Request]) -> None:
+        self.queued += requests
+        self.events += [f"submit {r.request_id}" for r in requests]
+
+    def finished(self) -> list[Served]:
+        done = [r for r in self.queued if r.request_id not in self.held or self.until(self.events)]
+        self.queued = [r for r in self.queued if r not in done]
+        self.events += [f"finish {r.request_id}" for r in done]
+        return [Served(r.request_id, [self.turn()], 0) for r in done]
+
+    def turn(self) -> Completion:
+        ids = self.tokenizer(next(self.texts), add_special_tokens=False).input_ids
+        return Completion(0, 0, ids, [-1.0] * len(ids), "stop")
+
+
+def scripted(turns: list[str], tokenizer) -> Scripted:
+    return Scripted(turns, tokenizer)
+
+
+def test_trajectories_advance_independently(tokenizer):
+    """A trajectory whose turn is back gets its next turn at once, while another's first turn is
+    still in flight; both run to their end."""
+    settings = agentic(environment="tests.agentic.envs.Echo", tools=[], max_turns=3)
+    engines = Scripted(["a<eos>"] * 6, tokenizer, held={"1.0"}, until=lambda events: "submit 0.2" in events)
+    trajectories = driver(tokenizer, settings, engines).roll_out([Task("", None, 1)], 2, SAMPLING)
+    events = engines.events
+    assert events.index("submit 0.1") < events.index("submit 0.2") < events.index("finish 1.0")
+    assert [t.turns for t in trajectories] == [3, 3]
+
+
+def test_the_same_seed_rolls_out_the_same_trajectories(tokenizer, engine):
+    settings = agentic(environment="tests.agentic.envs.Echo", tools=[], max_turn_tokens=4)
+    runs = [
+        driver(tokenizer, settings, EngineRequests(engine)).roll_out([Task("", None, 1)], 2, SAMPLING)
+        for _ in range(2)
+    ]
+    assert [t.tokens for t in runs[0]] == [t.tokens for t in runs[1]]
+    assert runs[0][0].tokens != runs[0][1].tokens  # a group's trajectories sample apart
 
 
 def test_the_row_and_mask_equal_a_hand_built_tool_trajectory(tokenizer):
@@ -131,6 +174,8 @@ def test_the_row_and_mask_equal_a_hand_built_tool_trajectory(tokenizer):
     assert row.token_ids == [t for part in ids for t in part]
     assert row.mask == [float(model) for part, (_, model) in zip(ids, parts) for _ in part]
     assert (trajectory.reward, trajectory.tool_calls, trajectory.ended) == (1.0, 1, DONE)
+    ends = [sum(map(len, ids[: i + 1])) - 1 for i in (1, 3)]  # each model part's last token
+    assert row.turn_rewards == [(ends[0], 0.0), (ends[1], 1.0)]
     batch, _ = build_batch([[]], [row], pad_id=0)
     assert batch.response_mask[0].tolist() == row.mask  # what the losses score
 

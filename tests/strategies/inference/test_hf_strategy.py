@@ -16,6 +16,7 @@ from strategies.inference.hf import HfStrategy
 from strategies.inference.hf_cache import SharedKVStore
 from strategies.registry import registered, strategy_class
 from tests.configs import rollout_settings
+from tests.strategies.inference import serving_checks
 from tests.strategies.inference.conftest import start, teacher_forced_logprobs
 
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14]]
@@ -259,3 +260,19 @@ def test_on_the_simulated_npu_matches_the_cpu(tiny_model_path, hf_cpu):
     assert sim["greedy"] == [c.token_ids for c in hf_cpu.generate(PROMPTS, GREEDY)]
     cpu_sampled = hf_cpu.generate(PROMPTS, SamplingConfig(n=2, max_tokens=8, temperature=1.0, seed=3))
     assert sim["sampled"] == [c.token_ids for c in cpu_sampled]
+
+
+def test_requests_are_served_as_they_come(hf_cpu):
+    serving_checks.served_as_they_come(hf_cpu)
+
+
+def test_short_budgets_finish_first(hf_cpu):
+    serving_checks.short_budgets_finish_first(hf_cpu)
+
+
+def test_generate_is_the_request_path(hf_cpu):
+    serving_checks.generate_is_the_request_path(hf_cpu)
+
+
+def test_changes_wait_for_requests_in_flight(hf_cpu):
+    serving_checks.changes_wait_for_requests_in_flight(hf_cpu)

@@ -14,6 +14,7 @@ from strategies.base import SamplingConfig
 from strategies.inference.vllm import VllmStrategy
 from strategies.registry import registered
 from tests.configs import rollout_settings
+from tests.strategies.inference import serving_checks
 from tests.strategies.inference.conftest import teacher_forced_logprobs
 
 PROMPTS = [[5, 6, 7], [8, 9], [10, 11, 12, 13, 14]]
@@ -177,3 +178,19 @@ def test_a_second_in_process_engine_is_refused_and_the_first_keeps_working(vllm_
         second.initialize(tiny_model_path, rollout_settings("vllm", kv_cache_bytes=2**25, dtype="float32"))
     second.shutdown()
     assert vllm_cpu.generate(PROMPTS[:1], GREEDY)[0].token_ids
+
+
+def test_requests_are_served_as_they_come(vllm_cpu):
+    serving_checks.served_as_they_come(vllm_cpu)
+
+
+def test_short_budgets_finish_first(vllm_cpu):
+    serving_checks.short_budgets_finish_first(vllm_cpu)
+
+
+def test_generate_is_the_request_path(vllm_cpu):
+    serving_checks.generate_is_the_request_path(vllm_cpu)
+
+
+def test_changes_wait_for_requests_in_flight(vllm_cpu):
+    serving_checks.changes_wait_for_requests_in_flight(vllm_cpu)

@@ -265,3 +265,14 @@ def test_gae_without_values_is_refused():
     scores, mask, old, ref, _ = ppo_step()
     with pytest.raises(ConfigError, match="algorithm.advantage=gae needs the critic's values"):
         advantages(gae_inputs(scores, mask, old, ref, None), AdvantageSpec("gae"))
+
+
+def test_rewards_placed_on_turns_are_what_gae_discounts():
+    """A multi-turn row: each turn's reward on its last model token (`placed`); with gamma = lam = 1
+    and zero values, a token's advantage is the reward still to come, turn by turn."""
+    mask = torch.tensor([[1.0, 1.0, 0.0, 1.0, 1.0]])  # two model turns, an environment token between
+    placed = torch.tensor([[0.0, 1.0, 0.0, 0.0, 2.0]])
+    inputs = AdvantageInputs(torch.tensor([3.0]), 1, mask, values=torch.zeros_like(mask), placed=placed)
+    assert gae_advantages(inputs, AdvantageSpec("gae")).tolist() == [[3.0, 3.0, 0.0, 2.0, 2.0]]
+    inputs.placed = None  # the row's score on its last token
+    assert gae_advantages(inputs, AdvantageSpec("gae")).tolist() == [[3.0, 3.0, 0.0, 3.0, 3.0]]
