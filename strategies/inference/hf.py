@@ -339,6 +339,7 @@ class HfStrategy(InferenceStrategy):
                 "weights were dropped and not synced since: sync the weights before generating"
             )
         check_request(prompt_token_ids, sampling, self.settings.max_model_len, self.vocab_size)
+
     def serve(self, admitted: list[Request]) -> list[tuple[str, list[Completion]]]:
         """The serving thread's step (strategies/inference/serving.py): `admitted` queued, then one
         batch of the queue (strategies/inference/hf_queue.py) run to its end, its routed experts

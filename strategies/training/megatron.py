@@ -377,13 +377,9 @@ class MegatronTrainStrategy(TrainStrategy):
         each), and its own experts, one box of each layer's stacked experts."""
         if self.turn.holding:
             raise TrainerStateError("the Megatron trainer is offloaded: call reload() before export")
+        params, tp = dict(self.gpt.named_parameters()), self.settings.tensor_parallel
         return megatron_weights.local_slices(
-            dict(self.gpt.named_parameters()),
-            self.table,
-            self.plan.shape,
-            self.tp_rank,
-            self.settings.tensor_parallel,
-            self.experts,
+            params, self.table, self.plan.shape, self.tp_rank, tp, self.experts
         )
 
     def _device_tensors(self) -> list[torch.Tensor]:
