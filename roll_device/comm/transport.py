@@ -12,7 +12,8 @@ they are), the rest packed into `buffer(seq, index, nbytes)`, then `send(seq, he
 `cancel()` if the bucket will not be sent), then `finish(seq, released)` once every receiver is
 done.
 Receiver side: `connect`, then `buckets(seq)` yields (header, bytes) (None for a sender's error
-header); `released()` is what a receiver reports with its status at the end of a sync (slot
+header; the bytes are one buffer, or each entry's bytes apart where they lie in several places);
+`check_returned()` once the consumer has loaded; `released()` is what a receiver reports with its status at the end of a sync (slot
 releases), and the sender's `finish(seq, released)` takes it.
 """
 
@@ -101,6 +102,10 @@ class ReceiverTransport(Protocol):
 
     def released(self) -> list[int] | None:
         """What this receiver reports to the sender at the end of a sync (slot releases)."""
+
+    def check_returned(self) -> None:
+        """After the consumer's load: refuse the sync if the consumer kept what it had to copy
+        (views of the sender's own memory, which the sender writes next)."""
 
     def close(self) -> None:
         """Free what `connect` made."""
