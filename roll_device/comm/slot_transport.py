@@ -175,7 +175,9 @@ class SlotSender:
     def _in_slot(self, header: BucketHeader, part: torch.Tensor) -> bool:
         if header.slot is None:
             return False
-        return part.untyped_storage().data_ptr() == self.slots[header.slot].tensor.untyped_storage().data_ptr()
+        return (
+            part.untyped_storage().data_ptr() == self.slots[header.slot].tensor.untyped_storage().data_ptr()
+        )
 
     def cancel(self) -> None:
         """The slot handed out last will not be sent: take it back."""
@@ -256,7 +258,10 @@ class SlotReceiver:
             self.segments.add(segment)
         return Scattered(
             [
-                (start, slot[start:end] if place is None else self.segments.view(place[0], place[1], end - start))
+                (
+                    start,
+                    slot[start:end] if place is None else self.segments.view(place[0], place[1], end - start),
+                )
                 for (start, end), place in zip(header.ranges, header.places, strict=True)
             ]
         )
