@@ -37,12 +37,13 @@ SETUP_KEY = "setup"
 @dataclass(frozen=True)
 class Setup:
     """What the sender publishes for receivers when it opens: the plan, how many receivers there
-    are, the bucket capacity and the largest broadcast message."""
+    are, the bucket capacity, the largest broadcast message and whether buckets are verified."""
 
     plan: SyncPlan
     receivers: int
     capacity: int
     message_bytes: int = MESSAGE_BYTES
+    verify: bool = False
 
 
 def stream_done(platform: Platform) -> None:

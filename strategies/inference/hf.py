@@ -324,6 +324,12 @@ class HfStrategy(InferenceStrategy):
                 ]
         return completions
 
+    def weight_targets(self) -> dict[str, torch.Tensor] | None:
+        """The model's weights (its state dict: the parameters' own memory), unless serving LoRA
+        (adapters are merged into the weights after the load)."""
+        self._require_started("weight_targets")
+        return None if self.merged is not None else dict(self.model.state_dict())
+
     def update_weights(self, named_tensors: NamedTensors) -> None:
         """Copy HF-named tensors into the model in place as they come (addresses kept, so
         captured graphs stay valid). Each is checked (a name the model has, its shape) and copied

@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 import roll_device as rd
 from roll_device.comm import plan_sync, weights_hash
+from roll_device.comm.segments import keep_in_shared_memory
 from roll_device.comm.sharded import ShardedReceiver, ShardedSender
 from roll_device.comm.shards import local_shards
 from strategies.tied_weights import state_once
@@ -78,9 +79,19 @@ def full_hash() -> str:
     return weights_hash((name, t.full_tensor()) for name, t in state_once(_state["model"]).items())
 
 
-def start_engine(endpoints, rank: int, seed: int) -> None:
-    _state["model"] = _model(seed, rd.get_platform("cpu"))
-    _state["receiver"] = ShardedReceiver(endpoints, rank, rd.get_platform("cpu"), timeout_s=30)
+def keep_in_shm() -> None:
+    """The trainer rank's tensors into shared memory (the one-copy path: sent as they are)."""
+    keep_in_shared_memory(t for _, t, _ in _local())
+
+
+def start_engine(endpoints, rank: int, seed: int, in_place: bool = False) -> None:
+    """An engine rank; `in_place`: tensors cut across ranks are assembled in its own weights."""
+    _state["model"] = model = _model(seed, rd.get_platform("cpu"))
+    targets = dict(model.state_dict()) if in_place else None
+    _state["addresses"] = [t.data_ptr() for t in model.state_dict().values()]
+    _state["receiver"] = ShardedReceiver(
+        endpoints, rank, rd.get_platform("cpu"), timeout_s=30, targets=targets
+    )
 
 
 def connect(side: str) -> None:
@@ -88,8 +99,15 @@ def connect(side: str) -> None:
 
 
 def receive() -> dict:
-    stats = _state["receiver"].receive(_load_into(_state["model"]))
-    return {"stats": stats, "hash": weights_hash(state_once(_state["model"]).items())}
+    receiver = _state["receiver"]
+    stats = receiver.receive(_load_into(_state["model"]))
+    return {
+        "stats": stats,
+        "hash": weights_hash(state_once(_state["model"]).items()),
+        "assembled": len(receiver.buffers),
+        "assembled_in_place": sum(b.data_ptr() in _state["addresses"] for b in receiver.buffers.values()),
+        "segments": sum(len(getattr(link.transport, "segments", ())) for link in receiver.links),
+    }
 
 
 def close(side: str) -> None:

@@ -85,10 +85,15 @@ def fsdp_pair():
             worker.close()
 
 
-def _sync(workers, same_node: bool, versions: tuple[int, ...]) -> list[tuple[list, dict]]:
+def _sync(
+    workers, same_node: bool, versions: tuple[int, ...], one_copy: bool = False
+) -> list[tuple[list, dict]]:
     trainers, engine = workers[:2], workers[2]
-    endpoints = together([(w, f"{CHECKS}:open_sender", (same_node, 1, 64 << 10, True)) for w in trainers])
-    engine.call(f"{CHECKS}:start_engine", endpoints, 1, 100)
+    if one_copy:
+        together([(w, f"{CHECKS}:keep_in_shm", ()) for w in trainers])
+    verify = not one_copy  # verified syncs assemble in buffers of their own
+    endpoints = together([(w, f"{CHECKS}:open_sender", (same_node, 1, 64 << 10, verify)) for w in trainers])
+    engine.call(f"{CHECKS}:start_engine", endpoints, 1, 100, one_copy)
     results = []
     try:
         _check(
@@ -132,3 +137,13 @@ def test_fsdp_ranks_send_their_own_slices_and_the_engine_gets_the_whole_model(fs
             assert t["stats"].nbytes == t["shard_bytes"] < total  # each rank sent its slices alone
             assert t["peak_extra"] < total  # and never held the whole model's bytes at once
     assert [engine["stats"].version for _, engine in results] == [1, 2]
+
+
+def test_one_copy_each_piece_goes_from_the_trainers_shared_memory_into_the_engines_weight(fsdp_pair):
+    """Runs after the two above: the trainer's tensors move into shared memory for good."""
+    results, full = _sync(fsdp_pair, True, versions=(1, 2), one_copy=True)
+    for trainers, engine in results:
+        assert engine["hash"] == full
+        assert engine["assembled"] > 0 and engine["assembled_in_place"] == engine["assembled"]
+        assert engine["segments"] > 0  # the trainer's slices read where they live
+        assert all(t["peak_extra"] < t["shard_bytes"] for t in trainers)  # no rank packs its shard
