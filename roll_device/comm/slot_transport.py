@@ -18,8 +18,9 @@ On a device (`ipc`), packing and loading copies are awaited with an event on the
 
 The one-copy path (`shm`): a tensor the sender holds in descriptor-held shared memory (a trainer's
 parameters after `keep_in_shared_memory`, segments.py) is not packed. Its header's `places` say,
-per byte range, which segment and offset it lies at (`new_segments` describes the segments a
-receiver has not mapped yet); receivers map each segment once, read-only, and hand their consumer
+per byte range, which segment and offset it lies at (`new_segments` describes each segment the
+first time a sync uses it); receivers map each segment once, read-only, keep it while syncs use
+it, and hand their consumer
 views of it, so the engine's load is the only copy of those bytes. The sender keeps such tensors
 alive until every receiver is done with the sync; a receiver whose consumer still holds a view of
 a segment after its load fails the sync (`check_returned`), since the trainer writes that memory
@@ -63,7 +64,7 @@ class SlotSender:
         self._to_unlink: list[tuple[int, int]] = []  # (slot, the bucket that announced it)
         self._next: tuple[int, tuple | None] | None = None
         self._acked = (-1, 0)  # (sync, buckets of it every receiver has acknowledged)
-        self._announced: set[tuple[int, int]] = set()  # segments the receivers were told of
+        self._announced: set[tuple[int, int]] = set()  # segments described in this sync
         self._lent: list[torch.Tensor] = []  # tensors sent in place in this sync, kept alive till its end
 
     def _new_slot(self, nbytes: int) -> int:
@@ -192,6 +193,7 @@ class SlotSender:
             slot.unlink()
         self._to_unlink = []
         self._lent = []
+        self._announced = set()  # receivers unmap what a sync did not use: each sync describes its own
 
     def used_keys(self, seq: int, buckets: int) -> list[str]:
         return [ack_key(seq, i, r) for i in range(buckets) for r in receiver_ranks(self.setup)]

@@ -1,8 +1,9 @@
 """The one-copy shared-memory path: a trainer whose tensors live in shared memory sends them as they
 are, and a real HF engine (the rollout strategy, receiving on a thread of this process through a
-real shared-memory segment) loads with its `update_weights` straight from read-only views of them: two versions arrive
-hash-equal with the export, with and without verification, and nothing of the segments is held
-after the load; an engine that keeps what it was given fails the sync on both ends."""
+real shared-memory segment) loads with its `update_weights` straight from read-only views of them:
+versions arrive hash-equal with the export, with and without verification, a packed sync between
+two in place included, and nothing of the segments is held after the load; an engine that keeps
+what it was given fails the sync on both ends."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def trainer_and_engine(tiny_model_path):
     engine.shutdown()
 
 
-def _sync(trainer, engine, verify: bool, versions, apply=None) -> list:
+def _sync(trainer, engine, verify: bool, versions, apply=None, plain=()) -> list:
     """Connect, run each version (the trainer's step in between: its tensors change in place),
     close; returns per version (sender stats or error, engine outcome, export hash)."""
     plan = plan_sync("cpu", "cpu", colocated=True, same_node=True, forced="colocated")
@@ -73,6 +74,8 @@ def _sync(trainer, engine, verify: bool, versions, apply=None) -> list:
                 for param in trainer.parameters():
                     param.mul_(1.01)  # a training step writes the shared memory in place
             export = state_once(trainer)
+            if version in plain:  # the trainer's tensors copied out of shared memory: packed, two copies
+                export = {name: t.clone() for name, t in export.items()}
             try:
                 sent = sender.send(export.items(), version)
             except WeightSyncError as exc:
@@ -85,12 +88,14 @@ def _sync(trainer, engine, verify: bool, versions, apply=None) -> list:
 
 
 @pytest.mark.parametrize("verify", [False, True], ids=["plain", "verified"])
-def test_an_hf_engine_loads_two_versions_from_the_trainers_shared_memory(trainer_and_engine, verify):
+def test_an_hf_engine_loads_versions_from_the_trainers_shared_memory(trainer_and_engine, verify):
     trainer, engine = trainer_and_engine
-    for version, (sent, (got, lent, held), digest) in enumerate(_sync(trainer, engine, verify, (1, 2)), 1):
+    synced = _sync(trainer, engine, verify, (1, 2, 3), plain=(2,))
+    for version, (sent, (got, lent, held), digest) in enumerate(synced, 1):
         assert got.version == sent.version == version
-        assert held == digest  # bit-equal to the export, read from the segments
-        assert lent == (0, len(state_once(trainer)))  # each tensor read in place; none held after
+        assert held == digest  # bit-equal to the export (read from the segments, or the slots)
+        mapped = 0 if version == 2 else len(state_once(trainer))  # each in place, but the packed sync's
+        assert lent == (0, mapped)  # and none held after the load
         assert sent.nbytes == got.nbytes == sum(p.numel() * 4 for p in state_once(trainer).values())
     engines = {p.untyped_storage().data_ptr() for p in engine.model.parameters()}
     assert not engines & {p.untyped_storage().data_ptr() for p in trainer.parameters()}  # copies
