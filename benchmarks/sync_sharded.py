@@ -218,7 +218,7 @@ def transport(rank: int, model_path: str, rounds: int) -> list[dict]:
         sender = WeightSender(plan, rd.get_platform("cpu"), 1, _options())
     endpoint = _gather(sender.endpoint if rank == 0 else None)[0]
     if rank == 1:
-        receiver = WeightReceiver(endpoint, 1, rd.get_platform("cpu"), 300)
+        receiver = WeightReceiver(endpoint, 1, rd.get_platform("cpu"), 300, reads_in_place=True)
         pair = _flat_pair(sum(t.numel() * t.element_size() for t in state.values()))
     (sender if rank == 0 else receiver).connect()
     measured = []

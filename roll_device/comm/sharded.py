@@ -214,12 +214,16 @@ class ShardedReceiver:
         targets: dict[str, torch.Tensor] | None = None,
     ) -> None:
         """`targets`: the engine's own tensors by name, where tensors cut across trainer ranks may
-        be assembled in place (those of the needed shape, dtype and device)."""
+        be assembled in place (those of the needed shape, dtype and device); an engine that names
+        them copies what it is given, so its links read the trainer's memory in place."""
         if not endpoints:
             raise WeightSyncError("a sharded receiver needs the endpoint of every trainer rank, got none")
         self.rank, self.platform, self.needs = rank, platform, needs
         self.targets = targets or {}
-        self.links = [WeightReceiver(endpoint, rank, platform, timeout_s, device) for endpoint in endpoints]
+        self.links = [
+            WeightReceiver(endpoint, rank, platform, timeout_s, device, reads_in_place=targets is not None)
+            for endpoint in endpoints
+        ]
         self.shards: ShardPlan | None = None
         self.buffers: dict[str, torch.Tensor] = {}
 
@@ -363,7 +367,8 @@ def open_receiver(
 ) -> WeightReceiver | ShardedReceiver:
     """The receiver for a trainer's sync: a `WeightReceiver` for one sender's `Endpoint` (the
     trainer's rank 0 sends the whole model), a `ShardedReceiver` for a list of them (every trainer
-    rank sends its slices; `targets`: the engine's tensors it may assemble them in)."""
+    rank sends its slices; `targets`: the engine's tensors it may assemble them in). An engine
+    that names `targets` copies what it is given: it reads the trainer's memory in place."""
     if isinstance(endpoints, Endpoint):
-        return WeightReceiver(endpoints, rank, platform, timeout_s, device)
+        return WeightReceiver(endpoints, rank, platform, timeout_s, device, reads_in_place=targets is not None)
     return ShardedReceiver(list(endpoints), rank, platform, timeout_s, device=device, targets=targets)

@@ -16,7 +16,8 @@ i shows free in the acknowledgement of bucket i+1, when bucket i+2 is already th
 On a device (`ipc`), packing and loading copies are awaited with an event on the current stream
 (`stream_done`), not by synchronising the whole device.
 
-The one-copy path (`shm`): a tensor the sender holds in descriptor-held shared memory (a trainer's
+The one-copy path (`shm`, when every receiver said at connect that its consumer copies what it is
+given: `in_place_key`): a tensor the sender holds in descriptor-held shared memory (a trainer's
 parameters after `keep_in_shared_memory`, segments.py) is not packed. Its header's `places` say,
 per byte range, which segment and offset it lies at (`new_segments` describes each segment the
 first time a sync uses it); receivers map each segment once, read-only, keep it while syncs use
@@ -38,7 +39,7 @@ from roll_device.comm.buffers import IpcSlot, ShmSlot, storage_users
 from roll_device.comm.control import Control, ack_key, bucket_key
 from roll_device.comm.messages import BucketHeader
 from roll_device.comm.segments import SegmentMaps, segment_of
-from roll_device.comm.transport import AHEAD, Setup, receiver_ranks, stream_done
+from roll_device.comm.transport import AHEAD, Setup, in_place_key, receiver_ranks, stream_done
 from roll_device.errors import WeightSyncError
 from roll_device.platforms import Platform
 
@@ -65,6 +66,7 @@ class SlotSender:
         self._next: tuple[int, tuple | None] | None = None
         self._acked = (-1, 0)  # (sync, buckets of it every receiver has acknowledged)
         self._announced: set[tuple[int, int]] = set()  # segments described in this sync
+        self.in_place = False  # whether every receiver takes views of our memory (known at connect)
         self._lent: list[torch.Tensor] = []  # tensors sent in place in this sync, kept alive till its end
 
     def _new_slot(self, nbytes: int) -> int:
@@ -84,11 +86,14 @@ class SlotSender:
         finally:  # mapped by everyone, or given up on: the names go either way
             for slot in self.slots:
                 slot.unlink()
+        ranks = receiver_ranks(self.setup)
+        takes = self.control.get_many([in_place_key(r) for r in ranks], "every rollout worker's consumer")
+        self.in_place = self.setup.plan.transport == "shm" and all(takes)
 
     def sends_in_place(self, part: torch.Tensor) -> bool:
-        """A host tensor in descriptor-held shared memory goes as it is (shm); the rest through
-        slots."""
-        return self.setup.plan.transport == "shm" and segment_of(part) is not None
+        """A host tensor in descriptor-held shared memory goes as it is (shm, every receiver's
+        consumer copying what it is given); the rest through slots."""
+        return self.in_place and segment_of(part) is not None
 
     def buffer(self, seq: int, index: int, nbytes: int) -> torch.Tensor:
         """A slot of at least `nbytes` that every receiver has released (a new one of that size if

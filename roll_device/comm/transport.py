@@ -55,6 +55,12 @@ def stream_done(platform: Platform) -> None:
     event.synchronize()
 
 
+def in_place_key(rank: int) -> str:
+    """Where receiver `rank` says whether its consumer copies what it is given before it returns
+    (so may be given views of the sender's own memory: the one-copy path)."""
+    return f"setup/in_place/{rank}"
+
+
 def receiver_ranks(setup: Setup) -> range:
     """The receivers' ranks (the sender is rank 0)."""
     return range(1, setup.receivers + 1)

@@ -44,7 +44,7 @@ def trainer_and_engine(tiny_model_path):
     engine.shutdown()
 
 
-def _sync(trainer, engine, verify: bool, versions, apply=None, plain=()) -> list:
+def _sync(trainer, engine, verify: bool, versions, apply=None, plain=(), in_place=True) -> list:
     """Connect, run each version (the trainer's step in between: its tensors change in place),
     close; returns per version (sender stats or error, engine outcome, export hash)."""
     plan = plan_sync("cpu", "cpu", colocated=True, same_node=True, forced="colocated")
@@ -53,7 +53,7 @@ def _sync(trainer, engine, verify: bool, versions, apply=None, plain=()) -> list
     outcomes: list = []
 
     def engine_side() -> None:
-        receiver = WeightReceiver(sender.endpoint, 1, rd.get_platform("cpu"), timeout_s=20)
+        receiver = WeightReceiver(sender.endpoint, 1, rd.get_platform("cpu"), 20, reads_in_place=in_place)
         receiver.connect()
         for _ in versions:
             try:
@@ -108,3 +108,11 @@ def test_an_engine_that_keeps_the_trainers_tensors_fails_the_sync(trainer_and_en
     assert "still holds" in str(got) and "trainer's shared memory" in str(got)
     assert isinstance(sent, WeightSyncError) and "worker 1" in str(sent)
     assert len(kept) == len(state_once(trainer))
+
+
+def test_a_receiver_that_does_not_read_in_place_gets_the_trainers_tensors_packed(trainer_and_engine):
+    """An engine that may keep what it is given (vLLM's loaders hold tensors until a layer is
+    whole) does not say it reads in place: the sender packs, and nothing is mapped."""
+    trainer, engine = trainer_and_engine
+    ((sent, (got, lent, held), digest),) = _sync(trainer, engine, False, (1,), in_place=False)
+    assert held == digest and lent == (0, 0)
