@@ -115,4 +115,4 @@ def test_a_receiver_that_does_not_read_in_place_gets_the_trainers_tensors_packed
     whole) does not say it reads in place: the sender packs, and nothing is mapped."""
     trainer, engine = trainer_and_engine
     ((sent, (got, lent, held), digest),) = _sync(trainer, engine, False, (1,), in_place=False)
-    assert held == digest and lent == (0, 0)
+    assert held == digest and lent == (0, 0) and sent.version == got.version == 1
