@@ -370,5 +370,7 @@ def open_receiver(
     rank sends its slices; `targets`: the engine's tensors it may assemble them in). An engine
     that names `targets` copies what it is given: it reads the trainer's memory in place."""
     if isinstance(endpoints, Endpoint):
-        return WeightReceiver(endpoints, rank, platform, timeout_s, device, reads_in_place=targets is not None)
+        return WeightReceiver(
+            endpoints, rank, platform, timeout_s, device, reads_in_place=targets is not None
+        )
     return ShardedReceiver(list(endpoints), rank, platform, timeout_s, device=device, targets=targets)
