@@ -15,9 +15,9 @@ receive buffers), which are reused only once `apply` let go of every tensor in t
 bucket of a transport that reuses its buffers regardless (a broadcast's device ring) is copied
 out first. On the one-copy path (a sender's tensors in shared memory, slot_transport.py; only
 for a receiver made with `reads_in_place=True`) the tensors are read-only views of the sender's
-own memory: `apply` must copy them before it returns,
-and a sync whose `apply` kept one fails. Each bucket's entries come once per connection (`BucketHeader.entries` None: as the
-same bucket of the previous sync), so the receiver keeps the plan. Without verification buckets are applied as they arrive.
+own memory: `apply` must copy them before it returns, and a sync whose `apply` kept one fails.
+Each bucket's entries come once per connection (`BucketHeader.entries` None: as the same bucket
+of the previous sync), so the receiver keeps the plan. Without verification buckets are applied as they arrive.
 With verification (the sender's `verify`) every bucket is staged and checked first, and a
 checksum mismatch raises a WeightSyncError before `apply` sees a single tensor: the engine keeps
 the weights of `version`.

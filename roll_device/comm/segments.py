@@ -9,7 +9,8 @@ as they are, and the engine's load is the only copy of their bytes.
   descriptor (as `keep_in_shared_memory` leaves it): the `Segment` (this process's id, the
   descriptor, the file's inode, its size) and the tensor's byte offset in it; None otherwise.
 - `SegmentMaps`: a receiver's read-only mappings of the sender's segments (opened through
-  `/proc/<pid>/fd/<fd>`, checked by inode, pages faulted in once), kept while syncs use them.
+  `/proc/<pid>/fd/<fd>`, checked by inode, pages faulted in once), kept until a sync that reads
+  in place does not use them.
   `lent()` counts the tensors of them the consumer still holds; the receiver refuses a sync whose
   consumer kept any after its load (the trainer writes that memory in its next step).
 
@@ -134,9 +135,10 @@ class SegmentMaps:
         return sum(storage_users(tensor) - idle for tensor, idle in self._maps.values())
 
     def end_sync(self) -> None:
-        """Unmap the segments this sync did not use (the trainer may have freed them: a mapping
-        would keep their memory)."""
-        self._maps = {key: value for key, value in self._maps.items() if key in self._used}
+        """After a sync that read in place: unmap the segments it did not use (the trainer may have
+        freed them: a mapping would keep their memory). A sync that packed everything keeps them."""
+        if self._used:
+            self._maps = {key: value for key, value in self._maps.items() if key in self._used}
         self._used = set()
 
     def close(self) -> None:

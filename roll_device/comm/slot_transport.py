@@ -20,9 +20,8 @@ The one-copy path (`shm`, when every receiver said at connect that its consumer 
 given: `in_place_key`): a tensor the sender holds in descriptor-held shared memory (a trainer's
 parameters after `keep_in_shared_memory`, segments.py) is not packed. Its header's `places` say,
 per byte range, which segment and offset it lies at (`new_segments` describes each segment the
-first time a sync uses it); receivers map each segment once, read-only, keep it while syncs use
-it, and hand their consumer
-views of it, so the engine's load is the only copy of those bytes. The sender keeps such tensors
+first time a sync uses it); receivers map each segment once, read-only, keep it until a sync that
+reads in place leaves it out, and hand their consumer views of it, so the engine's load is the only copy of those bytes. The sender keeps such tensors
 alive until every receiver is done with the sync; a receiver whose consumer still holds a view of
 a segment after its load fails the sync (`check_returned`), since the trainer writes that memory
 in its next step.
