@@ -334,8 +334,16 @@ class InferenceStrategy(Strategy, abc.ABC):
     def connect_weights(self, endpoint: Endpoint | list[Endpoint], first_rank: int, timeout_s: float) -> None:
         """Join the trainer's sender at `endpoint` (which connects at the same time), or every
         trainer rank's sharded sender (a list of endpoints, in rank order)."""
-        self._receiver = open_receiver(endpoint, first_rank, self.platform, timeout_s=timeout_s)
+        self._receiver = open_receiver(
+            endpoint, first_rank, self.platform, timeout_s=timeout_s, targets=self.weight_targets()
+        )
         self._receiver.connect(path=self.sync_path)
+
+    def weight_targets(self) -> dict[str, torch.Tensor] | None:
+        """The engine's own weights by HF name, which a sharded sync may write piece by piece
+        (each piece copied once, straight into place; `update_weights` then gets these tensors
+        back); None (the default): the sync assembles tensors in buffers of its own first."""
+        return None
 
     def receive_weights(self) -> SyncStats:
         """Receive the next sync (the sender sends at the same time); returns once it is applied

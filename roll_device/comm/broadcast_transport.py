@@ -173,6 +173,9 @@ class BroadcastReceiver:
     def released(self) -> None:
         """Receive buffers are this receiver's own: nothing to report to the sender."""
 
+    def check_returned(self) -> None:
+        """Nothing lent is the sender's: the consumer may keep what it was given."""
+
     def close(self) -> None:
         if self.group is not None:
             close_group(self.group, self.device)

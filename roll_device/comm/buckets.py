@@ -8,7 +8,8 @@ of the stream (an embedding) wait until the first regular bucket has been taken:
 is packed while the receivers have nothing to load, so it should be a small one. `pack` copies a bucket
 into a buffer in one batched copy (`torch._foreach_copy_` into typed views of the buffer: one
 launch per bucket on a device, and a non-contiguous tensor lands without a copy of its own first);
-`unpack` turns entries and a received buffer back into (name, tensor) views of it. `checksum` is
+`unpack` turns entries and a received buffer (or a `Scattered` bucket, whose ranges lie apart)
+back into (name, tensor) views of it. `checksum` is
 a CRC32 of the entries' bytes.
 """
 
@@ -102,7 +103,7 @@ class BucketWriter:
         return entries, parts
 
 
-def typed_views(entries: list[Entry], buffer: torch.Tensor) -> list[torch.Tensor]:
+def typed_views(entries: list[Entry], buffer: Bucket) -> list[torch.Tensor]:
     """Each entry's place in a bucket buffer as a tensor of its dtype and shape (views)."""
     return [
         data.view(entry.dtype).view(entry.shape) for entry, data in zip(entries, entry_bytes(entries, buffer))
@@ -122,12 +123,35 @@ def bucket_size(entries: list[Entry]) -> int:
     return max((e.offset + e.nbytes for e in entries), default=0)
 
 
-def entry_bytes(entries: list[Entry], buffer: torch.Tensor) -> list[torch.Tensor]:
+class Scattered:
+    """A received bucket whose bytes lie in several places: per byte range of the bucket, its start
+    and a tensor of its bytes (views of where they lie)."""
+
+    def __init__(self, parts: list[tuple[int, torch.Tensor]]) -> None:
+        self.parts = parts
+
+    def at(self, offset: int, nbytes: int) -> torch.Tensor:
+        """The bucket's `nbytes` bytes at `offset` (inside one range)."""
+        for start, data in self.parts:
+            if start <= offset and offset + nbytes <= start + data.numel():
+                return data[offset - start : offset - start + nbytes]
+        raise WeightSyncError(f"bytes {offset}..{offset + nbytes} of a bucket lie in none of its ranges")
+
+    def to(self, device: torch.device, copy: bool = True) -> Scattered:
+        return Scattered([(start, data.to(device, copy=copy)) for start, data in self.parts])
+
+
+Bucket = torch.Tensor | Scattered  # a received bucket's bytes: one buffer, or ranges apart
+
+
+def entry_bytes(entries: list[Entry], buffer: Bucket) -> list[torch.Tensor]:
     """Each entry's bytes in a bucket buffer (views)."""
+    if isinstance(buffer, Scattered):
+        return [buffer.at(e.offset, e.nbytes) for e in entries]
     return [buffer[e.offset : e.offset + e.nbytes] for e in entries]
 
 
-def unpack(entries: list[Entry], buffer: torch.Tensor) -> Iterator[tuple[str, torch.Tensor]]:
+def unpack(entries: list[Entry], buffer: Bucket) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, tensor) for each entry: views of `buffer`, no copy."""
     for entry, view in zip(entries, typed_views(entries, buffer)):
         yield entry.name, view

@@ -13,16 +13,20 @@ class BucketHeader:
     `index` of the previous sync on this connection, the plan sent once), its size in bytes, the
     slot that holds it (slot transports; `new_slot` describes a slot made for it), the byte ranges
     that travel one by one (broadcast transport: a large tensor from the sender's own memory, each
-    run of small ones packed), its CRC32 when verification is on, whether it is the last one, and
-    the sender's error when the sender aborted instead (no bytes follow)."""
+    run of small ones packed; shared memory: `places` says, per range, None for the slot or the
+    (segment key, byte offset) it lies at, and `new_segments` describes the segments first used
+    here), its CRC32 when verification is on, whether it is the last one, and the sender's error
+    when the sender aborted instead (no bytes follow)."""
 
     version: int
     index: int
     entries: list[Entry] | None = field(default_factory=list)
     nbytes: int = 0
-    slot: int = 0
+    slot: int | None = 0
     new_slot: tuple | None = None
     ranges: list[tuple[int, int]] = field(default_factory=list)
+    places: list[tuple | None] | None = None
+    new_segments: dict | None = None
     checksum: int | None = None
     final: bool = False
     error: str | None = None

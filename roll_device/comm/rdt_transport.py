@@ -212,6 +212,9 @@ class RdtReceiver:
     def released(self) -> None:
         """Delivered buckets are this receiver's own: nothing to report to the sender."""
 
+    def check_returned(self) -> None:
+        """Nothing lent is the sender's: the consumer may keep what it was given."""
+
     def close(self) -> None:
         if self.group is not None:
             from ray.util import collective

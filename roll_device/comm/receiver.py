@@ -13,8 +13,11 @@ disagree. `receive` hands `apply` an iterator of (name, tensor) on this worker's
 buckets (no copy) wherever the transport lends its buffers (slots, on the host or a device; host
 receive buffers), which are reused only once `apply` let go of every tensor in them; a device
 bucket of a transport that reuses its buffers regardless (a broadcast's device ring) is copied
-out first. Each bucket's entries come once per connection (`BucketHeader.entries` None: as the
-same bucket of the previous sync), so the receiver keeps the plan. Without verification buckets are applied as they arrive.
+out first. On the one-copy path (a sender's tensors in shared memory, slot_transport.py; only
+for a receiver made with `reads_in_place=True`) the tensors are read-only views of the sender's
+own memory: `apply` must copy them before it returns, and a sync whose `apply` kept one fails.
+Each bucket's entries come once per connection (`BucketHeader.entries` None: as the same bucket
+of the previous sync), so the receiver keeps the plan. Without verification buckets are applied as they arrive.
 With verification (the sender's `verify`) every bucket is staged and checked first, and a
 checksum mismatch raises a WeightSyncError before `apply` sees a single tensor: the engine keeps
 the weights of `version`.
@@ -33,13 +36,13 @@ from dataclasses import dataclass
 import torch
 
 from roll_device.comm.broadcast_transport import BroadcastReceiver
-from roll_device.comm.buckets import Entry, checksum, entry_bytes, unpack
+from roll_device.comm.buckets import Bucket, Entry, Scattered, checksum, entry_bytes, unpack
 from roll_device.comm.control import Control, Endpoint, abort_sync, done_key
 from roll_device.comm.messages import BucketHeader, SyncStats
 from roll_device.comm.rdt_transport import RdtReceiver
 from roll_device.comm.slot_transport import SlotReceiver
 from roll_device.comm.timing import Stopwatch
-from roll_device.comm.transport import SETUP_KEY, ReceiverTransport, Setup
+from roll_device.comm.transport import SETUP_KEY, ReceiverTransport, Setup, in_place_key
 from roll_device.errors import WeightSyncError
 from roll_device.platforms import HOST_KIND, Platform, get_platform
 
@@ -63,8 +66,12 @@ class WeightReceiver:
         platform: Platform,
         timeout_s: float = 600.0,
         device: torch.device | None = None,
+        reads_in_place: bool = False,
     ) -> None:
+        """`reads_in_place`: the consumer copies every tensor before it returns and keeps none, so
+        it may be given views of the sender's own shared memory (the one-copy path)."""
         self.endpoint, self.rank, self.platform = endpoint, rank, platform
+        self.reads_in_place = reads_in_place
         self.timeout_s = timeout_s
         self.device = device if device is not None else platform.device()
         self._host_type = get_platform(HOST_KIND).device_type
@@ -97,6 +104,7 @@ class WeightReceiver:
                 f"on {self.platform.name}"
             )
         self.plan = setup.plan
+        self.control.put(in_place_key(self.rank), self.reads_in_place)
         self.transport = RECEIVERS[setup.plan.transport](self.control, setup, self.platform, self.rank)
         self.transport.connect()
 
@@ -117,6 +125,8 @@ class WeightReceiver:
                     f"the apply callable returned after {progress.tensors - 1} tensors, before the end "
                     "of the sync: it must consume every (name, tensor) it is given"
                 )
+            del named  # the last tensor handed over goes with it
+            self.transport.check_returned()
         except Exception as exc:
             with contextlib.suppress(WeightSyncError):
                 for header, _ in stream:  # drain, so that the sender is not left waiting
@@ -183,10 +193,12 @@ class WeightReceiver:
             )
         header.entries = self._plan[header.index]
 
-    def _local(self, data: torch.Tensor) -> torch.Tensor:
+    def _local(self, data: Bucket) -> Bucket:
         """The bucket on this worker's device: the transport's buffer itself when it is on this
         device and either host memory or lent by the transport (reused only once nothing holds
         it), else a copy."""
+        if isinstance(data, Scattered):  # ranges in the sender's segments: host memory
+            return data if self.device.type == self._host_type else data.to(self.device, copy=True)
         if data.device.type == self._host_type and self.device.type == self._host_type:
             return data
         same_device = data.device.type == self.device.type and self.device.index in (None, data.device.index)

@@ -63,7 +63,7 @@ class WeightSender:
         self.plan, self.platform = plan, platform
         self.options = options
         self.control = Control.serve(host, self.options.timeout_s)
-        self.setup = Setup(plan, receivers, self.options.bucket_bytes)
+        self.setup = Setup(plan, receivers, self.options.bucket_bytes, verify=self.options.verify)
         self.control.put(SETUP_KEY, self.setup)
         self.transport: SenderTransport = SENDERS[plan.transport](self.control, self.setup, platform)
         self.version: int | None = None

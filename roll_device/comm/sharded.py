@@ -23,8 +23,12 @@ and a layout that does not fit is refused at connect, before any byte moves.
 
 A receiver runs one thread per link. A tensor that arrives as one piece covering all it needs
 goes to `apply` as the received view (no copy); pieces of a tensor cut across ranks are copied
-into an assembly buffer of the tensor's size (made once per connection; valid until the next
-sync), which goes to `apply` once complete. Each link reports to its sender only after `apply`
+into an assembly buffer of the tensor's size, which goes to `apply` once complete. The assembly
+buffer is the engine's own tensor where the engine names its `targets` (the HF engine: its
+parameters) and the sync is not verified: each piece is then copied once, from where it arrived
+(on one host, the trainer's shared memory: segments.py) straight into the engine's weight, and
+`apply` gets the engine's tensor itself back (a copy onto itself, which torch skips). Otherwise
+the buffer is made once per connection and is valid until the next sync. Each link reports to its sender only after `apply`
 has returned, with `apply`'s error if it failed, so the trainer learns of an engine's failure
 exactly as on one link.
 """
@@ -219,11 +223,19 @@ class ShardedReceiver:
         timeout_s: float = 600.0,
         needs: dict[str, Box] | None = None,
         device: torch.device | None = None,
+        targets: dict[str, torch.Tensor] | None = None,
     ) -> None:
+        """`targets`: the engine's own tensors by name, where tensors cut across trainer ranks may
+        be assembled in place (those of the needed shape, dtype and device); an engine that names
+        them copies what it is given, so its links read the trainer's memory in place."""
         if not endpoints:
             raise WeightSyncError("a sharded receiver needs the endpoint of every trainer rank, got none")
         self.rank, self.platform, self.needs = rank, platform, needs
-        self.links = [WeightReceiver(endpoint, rank, platform, timeout_s, device) for endpoint in endpoints]
+        self.targets = targets or {}
+        self.links = [
+            WeightReceiver(endpoint, rank, platform, timeout_s, device, reads_in_place=targets is not None)
+            for endpoint in endpoints
+        ]
         self.shards: ShardPlan | None = None
         self.buffers: dict[str, torch.Tensor] = {}
 
@@ -247,12 +259,26 @@ class ShardedReceiver:
         ranks = range(1, control.get(SETUP_KEY, "the sender's setup").receivers + 1)
         needs = control.get_many([_need_key(r) for r in ranks], "every engine rank's needs")
         self.shards = plan_shards(layouts, needs)
+        verified = control.get(SETUP_KEY, "the sender's setup").verify
         wanted = self.shards.needs[self.rank - 1]
-        device = self.links[0].device
         self.buffers = {
-            name: torch.empty(wanted[name].box.shape, dtype=wanted[name].dtype, device=device)
+            name: self._buffer(wanted[name], in_place=not verified)
             for name in _assembled(self.shards, self.rank)
         }
+
+    def _buffer(self, need, in_place: bool) -> torch.Tensor:
+        """Where a tensor cut across ranks is assembled: the engine's own tensor when it may be
+        written piece by piece (not verified: a bad bucket must not reach the engine) and fits."""
+        device = self.links[0].device
+        target = self.targets.get(need.name)
+        fits = target is not None and (target.shape, target.dtype, target.device) == (
+            torch.Size(need.box.shape),
+            need.dtype,
+            torch.device(device),
+        )
+        if in_place and fits and target.is_contiguous():
+            return target
+        return torch.empty(need.box.shape, dtype=need.dtype, device=device)
 
     def receive(self, apply: Apply) -> SyncStats:
         """Receive the next sync on every link and hand the assembled tensors to `apply`."""
@@ -357,10 +383,14 @@ def open_receiver(
     platform: Platform,
     timeout_s: float = 600.0,
     device: torch.device | None = None,
+    targets: dict[str, torch.Tensor] | None = None,
 ) -> WeightReceiver | ShardedReceiver:
     """The receiver for a trainer's sync: a `WeightReceiver` for one sender's `Endpoint` (the
     trainer's rank 0 sends the whole model), a `ShardedReceiver` for a list of them (every trainer
-    rank sends its slices)."""
+    rank sends its slices; `targets`: the engine's tensors it may assemble them in). An engine
+    that names `targets` copies what it is given: it reads the trainer's memory in place."""
     if isinstance(endpoints, Endpoint):
-        return WeightReceiver(endpoints, rank, platform, timeout_s, device)
-    return ShardedReceiver(list(endpoints), rank, platform, timeout_s, device=device)
+        return WeightReceiver(
+            endpoints, rank, platform, timeout_s, device, reads_in_place=targets is not None
+        )
+    return ShardedReceiver(list(endpoints), rank, platform, timeout_s, device=device, targets=targets)

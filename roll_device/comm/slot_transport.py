@@ -15,6 +15,16 @@ i shows free in the acknowledgement of bucket i+1, when bucket i+2 is already th
 
 On a device (`ipc`), packing and loading copies are awaited with an event on the current stream
 (`stream_done`), not by synchronising the whole device.
+
+The one-copy path (`shm`, when every receiver said at connect that its consumer copies what it is
+given: `in_place_key`): a tensor the sender holds in descriptor-held shared memory (a trainer's
+parameters after `keep_in_shared_memory`, segments.py) is not packed. Its header's `places` say,
+per byte range, which segment and offset it lies at (`new_segments` describes each segment the
+first time a sync uses it); receivers map each segment once, read-only, keep it until a sync that
+reads in place leaves it out, and hand their consumer views of it, so the engine's load is the only copy of those bytes. The sender keeps such tensors
+alive until every receiver is done with the sync; a receiver whose consumer still holds a view of
+a segment after its load fails the sync (`check_returned`), since the trainer writes that memory
+in its next step.
 """
 
 from __future__ import annotations
@@ -23,10 +33,12 @@ from collections.abc import Iterator
 
 import torch
 
+from roll_device.comm.buckets import Scattered
 from roll_device.comm.buffers import IpcSlot, ShmSlot, storage_users
 from roll_device.comm.control import Control, ack_key, bucket_key
 from roll_device.comm.messages import BucketHeader
-from roll_device.comm.transport import AHEAD, Setup, receiver_ranks, stream_done
+from roll_device.comm.segments import SegmentMaps, segment_of
+from roll_device.comm.transport import AHEAD, Setup, in_place_key, receiver_ranks, stream_done
 from roll_device.errors import WeightSyncError
 from roll_device.platforms import Platform
 
@@ -52,6 +64,9 @@ class SlotSender:
         self._to_unlink: list[tuple[int, int]] = []  # (slot, the bucket that announced it)
         self._next: tuple[int, tuple | None] | None = None
         self._acked = (-1, 0)  # (sync, buckets of it every receiver has acknowledged)
+        self._announced: set[tuple[int, int]] = set()  # segments described in this sync
+        self.in_place = False  # whether every receiver takes views of our memory (known at connect)
+        self._lent: list[torch.Tensor] = []  # tensors sent in place in this sync, kept alive till its end
 
     def _new_slot(self, nbytes: int) -> int:
         self.slots.append(_slot_class(self.setup).create(nbytes, self.platform))
@@ -70,10 +85,14 @@ class SlotSender:
         finally:  # mapped by everyone, or given up on: the names go either way
             for slot in self.slots:
                 slot.unlink()
+        ranks = receiver_ranks(self.setup)
+        takes = self.control.get_many([in_place_key(r) for r in ranks], "every rollout worker's consumer")
+        self.in_place = self.setup.plan.transport == "shm" and all(takes)
 
     def sends_in_place(self, part: torch.Tensor) -> bool:
-        """Bytes travel only through slots."""
-        return False
+        """A host tensor in descriptor-held shared memory goes as it is (shm, every receiver's
+        consumer copying what it is given); the rest through slots."""
+        return self.in_place and segment_of(part) is not None
 
     def buffer(self, seq: int, index: int, nbytes: int) -> torch.Tensor:
         """A slot of at least `nbytes` that every receiver has released (a new one of that size if
@@ -135,10 +154,35 @@ class SlotSender:
             self._to_unlink.remove((number, bucket))
 
     def send(self, seq: int, header: BucketHeader, data: list[torch.Tensor]) -> None:
-        (header.slot, header.new_slot), self._next = self._next, None
+        (header.slot, header.new_slot), self._next = self._next or (None, None), None
+        if header.slot is None or len(data) > 1:
+            self._place(header, data)
         if self.setup.plan.staging == "device":
             stream_done(self.platform)  # the packing copies must land before a receiver reads
         self.control.post(bucket_key(seq, header.index), header)
+
+    def _place(self, header: BucketHeader, data: list[torch.Tensor]) -> None:
+        """Each range's place: None (the slot, at the range's own offset) or the segment it lies in
+        and its offset there; segments new to the receivers are described."""
+        header.places, header.new_segments = [], {}
+        for part in data:
+            found = None if self._in_slot(header, part) else segment_of(part)
+            if found is None:
+                header.places.append(None)
+                continue
+            segment, offset = found
+            if segment.key not in self._announced:
+                header.new_segments[segment.key] = segment
+                self._announced.add(segment.key)
+            header.places.append((segment.key, offset))
+            self._lent.append(part)
+
+    def _in_slot(self, header: BucketHeader, part: torch.Tensor) -> bool:
+        if header.slot is None:
+            return False
+        return (
+            part.untyped_storage().data_ptr() == self.slots[header.slot].tensor.untyped_storage().data_ptr()
+        )
 
     def cancel(self) -> None:
         """The slot handed out last will not be sent: take it back."""
@@ -152,6 +196,8 @@ class SlotSender:
         for slot in self.slots:
             slot.unlink()
         self._to_unlink = []
+        self._lent = []
+        self._announced = set()  # receivers unmap what a sync did not use: each sync describes its own
 
     def used_keys(self, seq: int, buckets: int) -> list[str]:
         return [ack_key(seq, i, r) for i in range(buckets) for r in receiver_ranks(self.setup)]
@@ -171,6 +217,7 @@ class SlotReceiver:
         self._idle: list[int] = []  # users of each slot's memory when no tensor of ours holds it
         self._released: list[int] = []
         self._held: set[int] = set()
+        self.segments = SegmentMaps()
 
     def _attach(self, descriptor) -> None:
         slot = _slot_class(self.setup).attach(descriptor, self.platform)
@@ -196,14 +243,45 @@ class SlotReceiver:
                         f"slot {header.slot} announced out of order (have {len(self.slots)})"
                     )
                 self._attach(header.new_slot)
-            self._held.add(header.slot)
-            yield header, self.slots[header.slot].tensor[: header.nbytes]
+            yield header, self._bytes(header)
             if self.setup.plan.staging == "device":
                 stream_done(self.platform)  # copies out of the slot are done before it is released
             self.control.post(ack_key(seq, index, self.rank), self.released())
             if header.final:
                 return
             index += 1
+
+    def _bytes(self, header: BucketHeader) -> torch.Tensor | Scattered:
+        """The bucket's bytes: its slot's; with ranges in the sender's segments, each range where
+        it lies."""
+        slot = None
+        if header.slot is not None:
+            self._held.add(header.slot)
+            slot = self.slots[header.slot].tensor[: header.nbytes]
+        if header.places is None:
+            return slot
+        for segment in header.new_segments.values():
+            self.segments.add(segment)
+        return Scattered(
+            [
+                (
+                    start,
+                    slot[start:end] if place is None else self.segments.view(place[0], place[1], end - start),
+                )
+                for (start, end), place in zip(header.ranges, header.places, strict=True)
+            ]
+        )
+
+    def check_returned(self) -> None:
+        """Refuse a sync whose consumer kept views of the sender's segments after its load."""
+        kept = self.segments.lent()
+        self.segments.end_sync()
+        if kept:
+            raise WeightSyncError(
+                f"the engine still holds {kept} reference(s) to the trainer's shared memory after its load: "
+                "on the one-copy path an engine must copy what it receives before `update_weights` "
+                "returns (the trainer writes that memory in its next step)"
+            )
 
     def released(self) -> list[int]:
         """How often each slot was released: slots no tensor of this process uses any more are
@@ -216,3 +294,4 @@ class SlotReceiver:
 
     def close(self) -> None:
         self.slots = []
+        self.segments.close()

@@ -12,7 +12,8 @@ they are), the rest packed into `buffer(seq, index, nbytes)`, then `send(seq, he
 `cancel()` if the bucket will not be sent), then `finish(seq, released)` once every receiver is
 done.
 Receiver side: `connect`, then `buckets(seq)` yields (header, bytes) (None for a sender's error
-header); `released()` is what a receiver reports with its status at the end of a sync (slot
+header; the bytes are one buffer, or each entry's bytes apart where they lie in several places);
+`check_returned()` once the consumer has loaded; `released()` is what a receiver reports with its status at the end of a sync (slot
 releases), and the sender's `finish(seq, released)` takes it.
 """
 
@@ -36,12 +37,13 @@ SETUP_KEY = "setup"
 @dataclass(frozen=True)
 class Setup:
     """What the sender publishes for receivers when it opens: the plan, how many receivers there
-    are, the bucket capacity and the largest broadcast message."""
+    are, the bucket capacity, the largest broadcast message and whether buckets are verified."""
 
     plan: SyncPlan
     receivers: int
     capacity: int
     message_bytes: int = MESSAGE_BYTES
+    verify: bool = False
 
 
 def stream_done(platform: Platform) -> None:
@@ -51,6 +53,12 @@ def stream_done(platform: Platform) -> None:
     event = platform.new_event()
     event.record()
     event.synchronize()
+
+
+def in_place_key(rank: int) -> str:
+    """Where receiver `rank` says whether its consumer copies what it is given before it returns
+    (so may be given views of the sender's own memory: the one-copy path)."""
+    return f"setup/in_place/{rank}"
 
 
 def receiver_ranks(setup: Setup) -> range:
@@ -101,6 +109,10 @@ class ReceiverTransport(Protocol):
 
     def released(self) -> list[int] | None:
         """What this receiver reports to the sender at the end of a sync (slot releases)."""
+
+    def check_returned(self) -> None:
+        """After the consumer's load: refuse the sync if the consumer kept what it had to copy
+        (views of the sender's own memory, which the sender writes next)."""
 
     def close(self) -> None:
         """Free what `connect` made."""

@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from roll_device.comm import Endpoint, ShardedSender, SyncPlan, WeightSender, WeightSyncOptions, weights_hash
+from roll_device.comm.segments import keep_in_shared_memory
 from roll_device.comm.shards import Shard
 from roll_device.comm.timing import Stopwatch
 from roll_device.pipeline.worker_base import PipelineWorker
@@ -140,6 +141,9 @@ class TrainWorker(PipelineWorker):
         self.base_sent = False  # a new connection: the engines hold the model's own weights
         self.sharded = self.world_size > 1 and self.strategy.exports_shards and not self.strategy.lora
         host = ray.util.get_node_ip_address()
+        if plan.transport == "shm" and self.strategy.exports_shards and not self.strategy.lora:
+            # the one-copy path: the engines read the trainer's own tensors (roll_device/comm/segments.py)
+            keep_in_shared_memory(local for _, local, _ in self.strategy.export_shards())
         if self.sharded:
             layouts: list = [None] * self.world_size
             dist.all_gather_object(

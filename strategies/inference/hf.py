@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from roll_device.comm import SyncStats
 from roll_device.errors import ConfigError
 from roll_device.graph import DecodeGraphRunner, fit_capture_sizes, graphs_per_size
 from roll_device.platforms import get_platform
@@ -364,6 +365,18 @@ class HfStrategy(InferenceStrategy):
         if recorder is None:
             return [None] * len(prompts)
         return recorder.decoded_rows([len(p) for p in prompts], [len(tokens) for tokens, _, _ in results])
+
+    @holding_engine
+    def receive_weights(self) -> SyncStats:
+        """The sync with the engine held throughout: pieces of a sharded sync land in the weights
+        (`weight_targets`) outside `update_weights`."""
+        return super().receive_weights()
+
+    def weight_targets(self) -> dict[str, torch.Tensor] | None:
+        """The model's weights (its state dict: the parameters' own memory), unless serving LoRA
+        (adapters are merged into the weights after the load)."""
+        self._require_started("weight_targets")
+        return None if self.merged is not None else dict(self.model.state_dict())
 
     @holding_engine
     def update_weights(self, named_tensors: NamedTensors) -> None:

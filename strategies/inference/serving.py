@@ -111,9 +111,11 @@ class Server:
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
         """Hold the engine: once every request submitted so far has finished, the body runs with
-        the thread idle (re-entrant within the holding thread)."""
+        the thread idle. Re-entrant: a body run while the engine is held (by this thread, or by
+        the call that started this one: a sync's link threads loading into the held engine) runs
+        as it is."""
         me = threading.get_ident()
-        if self.held_by == me:
+        if self.held_by is not None:
             yield
             return
         with self.lock:

@@ -23,6 +23,7 @@ import torch.distributed as dist
 
 import roll_device as rd
 from roll_device.comm import plan_sync, weights_hash
+from roll_device.comm.segments import keep_in_shared_memory
 from roll_device.comm.sharded import ShardedReceiver, ShardedSender
 from roll_device.comm.shards import local_shards
 from strategies.tied_weights import state_once
@@ -136,19 +137,36 @@ def full_hash() -> str:
     return weights_hash(_state["whole"]())
 
 
-class ModelEngine:
-    """An engine rank that is a plain tiny Qwen2, loaded from its own `ShardedReceiver`."""
+def keep_in_shm() -> None:
+    """The trainer rank's tensors into shared memory (the one-copy path: sent as they are)."""
+    keep_in_shared_memory(t for _, t, _ in _local())
 
-    def __init__(self, endpoints, rank: int, seed: int) -> None:
+
+class ModelEngine:
+    """An engine rank that is a plain tiny Qwen2, loaded from its own `ShardedReceiver`;
+    `in_place`: tensors cut across ranks are assembled in its own weights."""
+
+    def __init__(self, endpoints, rank: int, seed: int, in_place: bool = False) -> None:
         self.model = _model(seed, rd.get_platform("cpu"))
-        self.receiver = ShardedReceiver(endpoints, rank, rd.get_platform("cpu"), timeout_s=TIMEOUT_S)
+        targets = dict(self.model.state_dict()) if in_place else None
+        self.addresses = [t.data_ptr() for t in self.model.state_dict().values()]
+        self.receiver = ShardedReceiver(
+            endpoints, rank, rd.get_platform("cpu"), timeout_s=TIMEOUT_S, targets=targets
+        )
 
     def connect(self) -> None:
         self.receiver.connect()
 
     def receive(self) -> dict:
-        stats = self.receiver.receive(_load_into(self.model))
-        return {"stats": stats, "hash": weights_hash(state_once(self.model).items())}
+        receiver = self.receiver
+        stats = receiver.receive(_load_into(self.model))
+        return {
+            "stats": stats,
+            "hash": weights_hash(state_once(self.model).items()),
+            "assembled": len(receiver.buffers),
+            "assembled_in_place": sum(b.data_ptr() in self.addresses for b in receiver.buffers.values()),
+            "segments": sum(len(getattr(link.transport, "segments", ())) for link in receiver.links),
+        }
 
     def close(self) -> None:
         self.receiver.close()

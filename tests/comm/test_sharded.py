@@ -132,15 +132,20 @@ def _result(worker: Worker):
         return exc
 
 
-def _open(trainers: list[Worker], same_node: bool) -> list:
-    return together(_on(trainers, "open_sender", same_node, 1, 64 << 10, True))
+def _open(trainers: list[Worker], same_node: bool, verify: bool = True) -> list:
+    return together(_on(trainers, "open_sender", same_node, 1, 64 << 10, verify))
 
 
-def _sync(trainers: list[Worker], engine_of, same_node: bool, versions: tuple[int, ...]):
+def _sync(
+    trainers: list[Worker], engine_of, same_node: bool, versions: tuple[int, ...], one_copy: bool = False
+):
     """Open the trainer ranks' senders and the engine (`engine_of(endpoints)`, in this process),
     sync `versions`; returns each sync's (trainer results, engine result) and the whole model's
-    hash."""
-    engine = engine_of(_open(trainers, same_node))
+    hash. `one_copy`: the trainers' tensors in shared memory first, the syncs not verified
+    (verified syncs assemble in buffers of their own)."""
+    if one_copy:
+        _check(together(_on(trainers, "keep_in_shm")))
+    engine = engine_of(_open(trainers, same_node, verify=not one_copy))
     results = []
     try:
         _check(_alongside(_on(trainers, "connect"), engine.connect)[0])
@@ -196,6 +201,16 @@ def test_fsdp_ranks_send_their_own_slices_and_the_engine_gets_the_whole_model(fs
         for t in sent_by:
             assert t["stats"].nbytes == t["shard_bytes"] < total  # each rank sent its slices alone
             assert t["peak_extra"] < total  # and never held the whole model's bytes at once
+
+
+def test_one_copy_each_piece_goes_from_the_trainers_shared_memory_into_the_engines_weight(fsdp_pair):
+    engine_of = functools.partial(ModelEngine, rank=1, seed=100, in_place=True)
+    results, full = _sync(fsdp_pair, engine_of, True, versions=(1, 2), one_copy=True)
+    for sent_by, engine in results:
+        assert engine["hash"] == full
+        assert engine["assembled"] > 0 and engine["assembled_in_place"] == engine["assembled"]
+        assert engine["segments"] > 0  # the trainer's slices read where they live
+        assert all(t["peak_extra"] < t["shard_bytes"] for t in sent_by)  # no rank packs its shard
 
 
 def _experts_sent(pieces: list) -> dict[str, set[tuple[int, int]]]:

@@ -1,0 +1,427 @@
+"""The sharded weight sync and the one-copy shared-memory path, measured in one run (issue 48).
+
+1. Ranks: an FSDP2 trainer of 1, 2 and 4 CPU ranks (gloo) at one model size syncs into one engine
+   on the same host, each rank over a link of its own (roll_device/comm/sharded.py), its tensors
+   kept in shared memory and assembled straight into the engine's weights (the one-copy path, as
+   a run takes it). Sync seconds per rank count (goal: 4 ranks within 1.3x of 1) and each rank's
+   peak extra resident memory during the sync against its shard plus two buckets.
+2. The same-host shared-memory transport: one sender's tensors into an engine process that copies
+   each into its weights, two-copy (packed into the slots, then copied out) and one-copy (the
+   sender's tensors in shared memory, read in place), against one memcpy of the same bytes in the
+   engine process, in the same rounds (goal: one-copy at least 0.8).
+3. Links: the bridge's between-host links (gloo; the nodes simulated on this host by planning the
+   bridge as if across nodes, CPU on both ends) of 1, 2 and 4 trainer ranks: the aggregate
+   bandwidth against N x one link's (goal: at least 0.8 for N = 2, 4).
+
+Each world is N trainer ranks plus one engine rank (the last), spawned processes in one gloo world
+(strategies/training/local_ranks.py); FSDP2 shards over the trainer ranks' group alone. The model:
+Qwen2.5-0.5B's shapes with `--layers` decoder layers, fp32. Results go to results/sync_sharded.json,
+the sync_sharded section of docs/benchmarks.md and docs/sync_sharded_benchmark.png.
+
+    .venv/bin/python benchmarks/sync_sharded.py [--layers 2] [--rounds 3] [--ranks 1 2 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.doc_sections import replace_section
+
+DOC = ROOT / "docs" / "benchmarks.md"
+PLOT = ROOT / "docs" / "sync_sharded_benchmark.png"
+RESULTS = ROOT / "results" / "sync_sharded.json"
+BUCKET_BYTES = 64 << 20
+GOALS = {"scaling": 1.3, "one_copy": 0.8, "links": 0.8}
+
+
+def say(message: str) -> None:
+    print(f"[sync_sharded {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+# ---- ratios (pure: tested on small inputs) -------------------------------------------------------
+def scaling(seconds: dict[int, list[float]]) -> dict[int, float]:
+    """Median sync seconds at each rank count over the median at the fewest ranks."""
+    base = statistics.median(seconds[min(seconds)])
+    return {n: statistics.median(s) / base for n, s in sorted(seconds.items())}
+
+
+def vs_memcpy(pairs: list[tuple[float, float]]) -> float:
+    """The median over rounds of memcpy seconds / sync seconds, each pair measured together."""
+    return statistics.median(memcpy / sync for memcpy, sync in pairs)
+
+
+def link_efficiency(nbytes: int, seconds: dict[int, list[float]]) -> dict[int, float]:
+    """Aggregate bandwidth of N links over N x one link's (the median sync of each)."""
+    one = nbytes / statistics.median(seconds[1])
+    return {n: nbytes / statistics.median(s) / (n * one) for n, s in sorted(seconds.items())}
+
+
+def memory_bound(peak_extra: int, shard_bytes: int, bucket_bytes: int) -> float:
+    """A rank's peak extra memory over its shard plus two buckets (at most 1: within the goal)."""
+    return peak_extra / (shard_bytes + 2 * bucket_bytes)
+
+
+# ---- one world: N trainer ranks and an engine rank ------------------------------------------------
+def _resident(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+def _trainer(model_path: str, trainers: int, group, one_copy: bool):
+    """This rank's FSDP2 shards of the model (its tensors in shared memory where `one_copy`)."""
+    import torch
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+    from transformers import AutoModelForCausalLM
+
+    from roll_device.comm.segments import keep_in_shared_memory
+    from roll_device.comm.shards import local_shards
+    from strategies.tied_weights import state_once
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    mesh = DeviceMesh.from_group(group, "cpu")
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    local = list(local_shards(state_once(model).items()))
+    if one_copy:
+        keep_in_shared_memory(t for _, t, _ in local)
+    return model, local
+
+
+def _options():
+    from roll_device.comm import WeightSyncOptions
+    from roll_device.settings import read_section
+
+    values = {"path": "bridge", "bucket_bytes": BUCKET_BYTES, "verify": False, "timeout_s": 300}
+    return read_section(WeightSyncOptions, values, "weight_sync")
+
+
+def _gather(value) -> list:
+    import torch.distributed as dist
+
+    values: list = [None] * dist.get_world_size()
+    dist.all_gather_object(values, value)
+    return values
+
+
+def _engine_receiver(model_path: str, endpoints: list, timeout_s: float):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import roll_device as rd
+    from roll_device.comm.sharded import ShardedReceiver
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    state = dict(model.state_dict())
+    receiver = ShardedReceiver(endpoints, 1, rd.get_platform("cpu"), timeout_s, targets=state)
+    return receiver, state
+
+
+def _load(state: dict):
+    def apply(named) -> None:
+        for name, tensor in named:
+            state[name].copy_(tensor)  # a no-op for a tensor assembled in place
+
+    return apply
+
+
+def world(rank: int, trainers: int, model_path: str, same_node: bool, rounds: int) -> list[dict]:
+    """Rank `rank` of N trainers + one engine: `rounds` syncs; every rank's rounds, in rank order."""
+    import torch.distributed as dist
+
+    import roll_device as rd
+    from roll_device.comm import plan_sync
+    from roll_device.comm.sharded import ShardedSender
+
+    group = dist.new_group(list(range(trainers)))  # every rank takes part in making it
+    engine = rank == trainers
+    local = None if engine else _trainer(model_path, trainers, group, one_copy=same_node)[1]
+    layouts = _gather(None if engine else {name: s for name, _, s in local})[:trainers]
+    plan = plan_sync("cpu", "cpu", colocated=False, same_node=same_node, forced="bridge")
+    options = _options()
+    sender = None if engine else ShardedSender(plan, rd.get_platform("cpu"), rank, layouts, 1, options)
+    endpoints = _gather(None if engine else sender.endpoint)[:trainers]
+    side = _engine_receiver(model_path, endpoints, 300) if engine else None
+    (side[0] if engine else sender).connect()
+    measured = []
+    for version in range(1, rounds + 2):  # the first maps the segments and makes slots: not measured
+        dist.barrier()
+        if engine:
+            stats = side[0].receive(_load(side[1]))
+            measured.append({"seconds": stats.seconds, "nbytes": stats.nbytes})
+        else:
+            measured.append(_send_measured(sender, local, version))
+    (side[0] if engine else sender).close()
+    return _gather({"rank": rank, "engine": engine, "rounds": measured[1:]})
+
+
+def _send_measured(sender, local: list, version: int) -> dict:
+    """One sync from this rank, with its peak resident memory above where it stood before."""
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+    before = _resident("VmRSS")
+    stats = sender.send(((name, t) for name, t, _ in local), version=version)
+    return {
+        "seconds": stats.seconds,
+        "nbytes": stats.nbytes,
+        "shard_bytes": sum(t.numel() * t.element_size() for _, t, _ in local),
+        "peak_extra": _resident("VmHWM") - before,
+    }
+
+
+# ---- the same-host transport: two-copy, one-copy, memcpy ------------------------------------------
+def _flat_pair(nbytes: int):
+    import torch
+
+    src, dst = torch.ones(nbytes, dtype=torch.uint8), torch.zeros(nbytes, dtype=torch.uint8)
+    dst.copy_(src)  # every page touched before the first measured copy
+    return src, dst
+
+
+def _memcpy_seconds(pair) -> float:
+    start = time.perf_counter()
+    pair[1].copy_(pair[0])
+    return time.perf_counter() - start
+
+
+MODES = ("memcpy_two_copy", "two_copy", "memcpy_one_copy", "one_copy")  # a round, in order
+
+
+def transport(rank: int, model_path: str, rounds: int) -> list[dict]:
+    """Rank 0 sends, rank 1 (the engine) copies into its weights; per round, in the engine: a
+    memcpy of the bytes and a two-copy sync, a memcpy and a one-copy sync. The engine's rounds."""
+    import torch
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
+
+    import roll_device as rd
+    from roll_device.comm import WeightReceiver, WeightSender, plan_sync
+    from roll_device.comm.segments import keep_in_shared_memory
+    from strategies.tied_weights import state_once
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    state = {name: t.detach() for name, t in state_once(model).items()}
+    plan = plan_sync("cpu", "cpu", colocated=False, same_node=True, forced="bridge")
+    if rank == 0:
+        shared = {name: t.clone() for name, t in state.items()}
+        keep_in_shared_memory(shared.values())
+        sender = WeightSender(plan, rd.get_platform("cpu"), 1, _options())
+    endpoint = _gather(sender.endpoint if rank == 0 else None)[0]
+    if rank == 1:
+        receiver = WeightReceiver(endpoint, 1, rd.get_platform("cpu"), 300, reads_in_place=True)
+        pair = _flat_pair(sum(t.numel() * t.element_size() for t in state.values()))
+    (sender if rank == 0 else receiver).connect()
+    measured = []
+    for version in range(1, rounds + 2):  # the first maps the segments and makes slots: not measured
+        row = {}
+        for mode in MODES:  # each alone: the other end waits
+            dist.barrier()
+            memcpy = mode.startswith("memcpy")
+            if rank == 1:
+                row[mode] = _memcpy_seconds(pair) if memcpy else receiver.receive(_load(state)).seconds
+            elif not memcpy:
+                tensors = state if mode == "two_copy" else shared
+                sender.send(tensors.items(), version=2 * version - (mode == "two_copy"))
+        measured.append(row)
+    (sender if rank == 0 else receiver).close()
+    return measured[1:]
+
+
+# ---- the run, its summary, section and plot --------------------------------------------------------
+def engine_seconds(ranks: list[dict]) -> list[float]:
+    """The engine's sync seconds, per round, from one world's ranks."""
+    (engine,) = [r for r in ranks if r["engine"]]
+    return [row["seconds"] for row in engine["rounds"]]
+
+
+def worst_rank(ranks: list[dict]) -> dict:
+    """The trainer rank and round with the largest peak extra memory over its bound."""
+    rows = [row for r in ranks if not r["engine"] for row in r["rounds"]]
+    return max(rows, key=lambda row: memory_bound(row["peak_extra"], row["shard_bytes"], BUCKET_BYTES))
+
+
+def summarize(results: dict) -> dict:
+    ranks = {int(n): engine_seconds(w) for n, w in results["ranks"].items()}
+    links = {int(n): engine_seconds(w) for n, w in results["links"].items()}
+    rows = results["transport"]
+    worst = {int(n): worst_rank(w) for n, w in results["ranks"].items()}
+    return {
+        "seconds": {n: statistics.median(s) for n, s in ranks.items()},
+        "scaling": scaling(ranks),
+        "memory": {
+            n: memory_bound(w["peak_extra"], w["shard_bytes"], BUCKET_BYTES) for n, w in worst.items()
+        },
+        "worst": worst,
+        "one_copy": vs_memcpy([(r["memcpy_one_copy"], r["one_copy"]) for r in rows]),
+        "two_copy": vs_memcpy([(r["memcpy_two_copy"], r["two_copy"]) for r in rows]),
+        "transport_s": {m: statistics.median(r[m] for r in rows) for m in MODES},
+        "link_seconds": {n: statistics.median(s) for n, s in links.items()},
+        "links": link_efficiency(results["bytes"], links) if 1 in links else {},
+    }
+
+
+def _verdict(value: float, goal: float, at_most: bool = False) -> str:
+    met = value <= goal if at_most else value >= goal
+    return f"**{value:.2f}** ({'meets' if met else 'misses'} the goal {'<=' if at_most else '>='} {goal})"
+
+
+def tables(results: dict, s: dict) -> str:
+    gb = results["bytes"] / 1e9
+    lines = [
+        "| trainer ranks | sync s | vs 1 rank | worst rank: peak extra MB | its shard + 2 buckets MB | ratio |"
+    ]
+    lines.append("|---|---|---|---|---|---|")
+    for n, seconds in s["seconds"].items():
+        w = s["worst"][n]
+        bound = (w["shard_bytes"] + 2 * BUCKET_BYTES) / 2**20
+        lines.append(
+            f"| {n} | {seconds:.3f} ({gb / seconds:.2f} GB/s) | {s['scaling'][n]:.2f} | "
+            f"{w['peak_extra'] / 2**20:.0f} | {bound:.0f} | {s['memory'][n]:.2f} |"
+        )
+    t = s["transport_s"]
+    lines += ["", "| same-host transport | s | vs memcpy |", "|---|---|---|"]
+    for mode, label in (
+        ("two_copy", "two-copy (packed, copied out)"),
+        ("one_copy", "one-copy (read in place)"),
+    ):
+        lines.append(
+            f"| memcpy of the same bytes, right before (engine) | {t['memcpy_' + mode]:.3f} | 1.00 |"
+        )
+        lines.append(f"| {label} | {t[mode]:.3f} | {s[mode]:.2f} |")
+    if s["links"]:
+        lines += [
+            "",
+            "| bridge links (gloo, simulated nodes) | sync s | GB/s | vs N x one link |",
+            "|---|---|---|---|",
+        ]
+        for n, seconds in s["link_seconds"].items():
+            lines.append(f"| {n} | {seconds:.3f} | {gb / seconds:.2f} | {s['links'][n]:.2f} |")
+    return "\n".join(lines)
+
+
+def report(results: dict, s: dict) -> None:
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    most = max(s["scaling"])
+    links = ", ".join(f"N={n} {_verdict(v, GOALS['links'])}" for n, v in s["links"].items() if n > 1)
+    body = f"""## The sharded sync and the one-copy path (`benchmarks/sync_sharded.py`)
+
+Run {stamp} on `cpu` ({os.cpu_count()} CPU cores, load average {results["load"][0]:.1f} at the start,
+{results["load"][1]:.1f} at the end; other work shared the machine). Model: Qwen2.5-0.5B's shapes with
+{results["layers"]} decoder layers, fp32, {results["bytes"] / 1e9:.2f} GB (the tied embedding is most of
+it); median over {results["rounds"]} rounds after one unmeasured (the first
+maps the trainer's segments and makes the slots a large tensor needs); buckets of {BUCKET_BYTES >> 20} MiB. Each world is N FSDP2
+trainer ranks (gloo) and one engine process that copies what it receives into its own weights, all
+on this host; every process runs one torch thread.
+
+**Sync time, {most} trainer ranks vs 1** (goal <= {GOALS["scaling"]}): {_verdict(s["scaling"][most], GOALS["scaling"], True)}.
+Each rank sends its own slices over a link of its own, its tensors kept in shared memory; the engine
+reads them there and assembles each tensor cut across ranks straight into its weight (one copy per
+byte, whatever N). **Peak extra memory per rank vs its shard plus two buckets** (goal <= 1; the
+worst rank and round at each N; resident memory above the level before the sync, the slots made
+at connect not counted): {", ".join(f"N={n} {v:.2f}" for n, v in s["memory"].items())}.
+
+**Same-host shared-memory transport vs memcpy of the same bytes** (goal >= {GOALS["one_copy"]} for
+one-copy): one-copy {_verdict(s["one_copy"], GOALS["one_copy"])}, two-copy {s["two_copy"]:.2f}. One
+sender process and the engine process; per round, a two-copy sync (the sender's ordinary tensors:
+packed into the slots, the engine copies out of them) and a one-copy sync (the sender's tensors in
+shared memory: the engine's copy into its weights is the only one), each right after a memcpy of
+the same bytes in the engine process (the other end idle); the ratio is the median over rounds of
+each sync's against its own memcpy (the machine's load moves both); the table gives each column's
+median seconds.
+
+**Bridge links** (goal >= {GOALS["links"]} of N x one link's bandwidth): {links or "not measured"}.
+The bridge's between-host transport (one gloo broadcast per link from its trainer rank to the
+engine), the nodes simulated on this host (planned as across nodes), CPU on both ends: the
+cross-kind part of the bridge (staging to and from a device) is not in it. All N links and the
+engine share this machine's {os.cpu_count()} cores and loopback, so N links cannot add bandwidth here
+beyond what the cores give; separate hosts each bring their own.
+
+{tables(results, s)}
+
+![sharded sync](sync_sharded_benchmark.png)
+"""
+    replace_section(DOC, "sync_sharded", body)
+
+
+def plot(results: dict, s: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
+    ranks = list(s["seconds"])
+    axes[0].bar([str(n) for n in ranks], [s["seconds"][n] for n in ranks])
+    axes[0].axhline(s["seconds"][min(ranks)] * GOALS["scaling"], color="red", ls="--", label="goal")
+    axes[0].set(title="sync s by trainer ranks (shm)", xlabel="trainer ranks", ylabel="s")
+    axes[0].legend()
+    modes = ["two_copy", "one_copy"]
+    axes[1].bar(["two-copy", "one-copy"], [s[m] for m in modes], color=["grey", "tab:green"])
+    axes[1].axhline(GOALS["one_copy"], color="red", ls="--")
+    axes[1].set(title="same-host transport vs memcpy", ylabel="memcpy s / sync s", ylim=(0, 1.1))
+    links = list(s["links"])
+    axes[2].bar([str(n) for n in links], [s["links"][n] for n in links], color="tab:orange")
+    axes[2].axhline(GOALS["links"], color="red", ls="--")
+    axes[2].set(title="N bridge links vs N x one", xlabel="links", ylabel="ratio", ylim=(0, 1.1))
+    fig.tight_layout()
+    fig.savefig(PLOT, dpi=110)
+
+
+def run(model: str, ranks: list[int], rounds: int) -> dict:
+    from strategies.training.local_ranks import run_ranks
+
+    results: dict = {"ranks": {}, "links": {}}
+    for key, same_node in (("ranks", True), ("links", False)):
+        for n in ranks:
+            say(f"{key}: {n} trainer rank(s) + 1 engine ({'shared memory' if same_node else 'gloo links'})")
+            results[key][n] = run_ranks(
+                "benchmarks.sync_sharded:world", n + 1, n, model, same_node, rounds, timeout=1800
+            )[0]
+            say(f"  engine s per sync: {[round(x, 3) for x in engine_seconds(results[key][n])]}")
+    say("same-host transport: two-copy, one-copy, memcpy")
+    results["transport"] = run_ranks("benchmarks.sync_sharded:transport", 2, model, rounds, timeout=1800)[1]
+    say(f"  {results['transport']}")
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
+    args = parser.parse_args()
+    from roll_device.models.qwen_shaped import make_qwen_shaped_model
+
+    load = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory(prefix="roll-device-sync-sharded-") as directory:
+        model = make_qwen_shaped_model(Path(directory) / "model", num_layers=args.layers)
+        results = run(str(model), args.ranks, args.rounds)
+    load.append(os.getloadavg()[0])
+    results.update(layers=args.layers, rounds=args.rounds, load=load)
+    results["bytes"] = results["ranks"][min(args.ranks)][-1]["rounds"][0]["nbytes"]  # the engine's
+    s = summarize(results)
+    say(
+        f"scaling={s['scaling']} memory={s['memory']} one_copy={s['one_copy']:.2f} two_copy={s['two_copy']:.2f}"
+    )
+    say(f"links={s['links']}")
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps({"results": results, "summary": s}, indent=1, default=str))
+    report(results, s)
+    plot(results, s)
+
+
+if __name__ == "__main__":
+    main()
