@@ -350,15 +350,12 @@ class HfStrategy(InferenceStrategy):
         if not batch:
             return []
         prompts = [list(r.prompt_token_ids) for r, _ in batch]
-        with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION), self._recording() as recorder:
+        recording = contextlib.nullcontext() if self.recorder is None else self.recorder.recording()
+        with torch.no_grad(), sdpa_kernel(DECODE_ATTENTION), recording as recorder:
             results = self._generate_rows(
                 prompts, batch[0][0].sampling, [row_generator(r.sampling.seed, k) for r, k in batch]
             )
         return self.queue.record(batch, results, self._routes(recorder, prompts, results))
-
-    def _recording(self):
-        """The route recorder recording, or nothing when routes are not recorded."""
-        return contextlib.nullcontext() if self.recorder is None else self.recorder.recording()
 
     def _routes(self, recorder: RouteRecorder | None, prompts: list[list[int]], results: list) -> list:
         """Each row's recorded routes (None each when not recording)."""
