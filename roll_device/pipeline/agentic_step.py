@@ -63,10 +63,9 @@ class TrajectoryCompletion(Completion):
 
 @dataclass
 class CollectedTrajectories(Collected):
-    """A multi-turn rollout, already collected when launched (`refs`: nothing in flight)."""
+    """A multi-turn rollout, made: its completions and the trajectories they come from."""
 
     trajectories: list[Trajectory] = field(default_factory=list)
-    refs: list = field(default_factory=list)
 
 
 EnvCall = Callable[[str, list[tuple[int, Any]]], list]  # "reset" | "step" | "close", (key, item) pairs

@@ -27,7 +27,7 @@ from typing import Any
 from roll_device.errors import RollDeviceError
 
 SLICE_S = 1.0  # how long `result` waits between checks (where Ctrl-C is raised)
-JOIN_S = 10.0  # how long `close` lets the thread finish the rollout it runs
+JOIN_S = 2.0  # how long `close` lets the thread drain the rollout it runs (a daemon: not longer)
 
 
 @dataclass
