@@ -266,3 +266,15 @@ def test_a_sync_between_turns_serves_the_later_turns_and_a_trajectory_is_as_old_
     # every turn submitted after it was made with the new ones
     assert [t.turn_versions for t in trajectories] == [[0, 1, 1]] * 4
     assert [t.version for t in trajectories] == [0] * 4
+
+
+def test_a_halted_rollout_submits_no_more_turns_and_lets_its_environments_go(tokenizer):
+    """A dropped rollout in the background (roll_device/pipeline/rollout_thread.py) is halted: the
+    turns in flight come back, no next turn is submitted, the environments are closed."""
+    settings = agentic(environment="tests.agentic.envs.Echo", tools=[], max_turns=3)
+    halt = threading.Event()
+    engines = Scripted(["a<eos>"] * 6, tokenizer, held={"1.0"}, until=lambda events: halt.set() or True)
+    trajectories = driver(tokenizer, settings, engines).roll_out([Task("", None, 1)], 2, SAMPLING, halt)
+    assert [t.turns for t in trajectories] == [1, 1] and [t.ended for t in trajectories] == [None, None]
+    assert [e for e in engines.events if e.startswith("submit")] == ["submit 0.0", "submit 1.0"]
+    assert HOSTS[0].live == {}
