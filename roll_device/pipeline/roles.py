@@ -14,7 +14,9 @@ naming its role at once, however long the other calls would still wait; a call t
 becomes a `WorkerFailedError` (a `WorkerLostError` that keeps the worker's traceback). Either on
 one end of a weight sync also aborts the sync, so the survivors are free for a checkpoint. A
 worker's own `RollDeviceError` (a refused setting) comes back as itself, without a remote
-traceback.
+traceback. `wait`, `watch` and `unwatch` belong to the run's main thread; work in another thread
+(the multi-turn rollout thread) waits with `wait_alone` and hands its failure to the main
+thread's next wait with `fail_in_background`.
 """
 
 from __future__ import annotations
