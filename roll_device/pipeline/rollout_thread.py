@@ -42,6 +42,9 @@ class InFlight:
 
 
 class RolloutThread:
+    """The run's rollout thread (see the module docstring); `on_failure` gets a rollout's error
+    at once, in the thread."""
+
     def __init__(self, on_failure: Callable[[RollDeviceError], None], name: str = "roll-device-rollouts"):
         self.on_failure = on_failure
         self.queue: deque[InFlight] = deque()
