@@ -30,6 +30,7 @@ class Trajectory:
     tool_calls: int = 0
     tool_failures: int = 0
     env_seconds: list[float] = field(default_factory=list)
+    turn_versions: list[int] = field(default_factory=list)  # the weights version of each model turn
 
     @property
     def context(self) -> list[int]:
@@ -41,12 +42,19 @@ class Trajectory:
         return len(self.turn_rewards)
 
     @property
+    def version(self) -> int | None:
+        """The oldest weights version of its turns (None: no model turn)."""
+        return min(self.turn_versions, default=None)
+
+    @property
     def reward(self) -> float:
         """The trajectory's reward: the sum of its turns' rewards."""
         return float(sum(self.turn_rewards))
 
-    def add_model(self, token_ids: list[int], logprobs: list[float]) -> None:
-        """A model turn (its reward, in `turn_rewards`, sits on its last token)."""
+    def add_model(self, token_ids: list[int], logprobs: list[float], version: int) -> None:
+        """A model turn made with weights `version` (its reward, in `turn_rewards`, sits on its
+        last token)."""
+        self.turn_versions.append(version)
         self.tokens += token_ids
         self.mask += [1.0] * len(token_ids)
         self.logprobs += logprobs

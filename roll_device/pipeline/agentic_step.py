@@ -19,6 +19,7 @@ last model token (`placed_rewards`). The rest of the step is GRPO's.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -44,6 +45,7 @@ from roll_device.pipeline.loop import ROUND_SEEDS, Collected, GrpoStep
 from roll_device.pipeline.overlap import Rollout
 from roll_device.pipeline.record import StepRecord
 from roll_device.pipeline.request_pool import RequestPool
+from roll_device.pipeline.rollout_thread import InFlight, RolloutThread
 from roll_device.pipeline.state import PipelineState
 from strategies.base import Completion, Request, SamplingConfig, Served, TrainBatch
 
@@ -61,10 +63,9 @@ class TrajectoryCompletion(Completion):
 
 @dataclass
 class CollectedTrajectories(Collected):
-    """A multi-turn rollout, already collected when launched (`refs`: nothing in flight)."""
+    """A multi-turn rollout, made: its completions and the trajectories they come from."""
 
     trajectories: list[Trajectory] = field(default_factory=list)
-    refs: list = field(default_factory=list)
 
 
 EnvCall = Callable[[str, list[tuple[int, Any]]], list]  # "reset" | "step" | "close", (key, item) pairs
@@ -91,10 +92,14 @@ class TurnDriver:
         self.agentic, self.renderer, self.tokenizer, self.tokens = agentic, renderer, tokenizer, tokens
         self.engines, self.env_call = engines, env_call
 
-    def roll_out(self, tasks: list[Task], n: int, first: SamplingConfig) -> list[Trajectory]:
+    def roll_out(
+        self, tasks: list[Task], n: int, first: SamplingConfig, halt: threading.Event | None = None
+    ) -> list[Trajectory]:
         """`n` trajectories of each of `tasks`, task-major (a group per task), run to their end:
-        each trajectory's next turn is submitted as soon as its environment has answered the last."""
-        self.n, self.in_flight = n, {}  # request id -> its trajectory
+        each trajectory's next turn is submitted as soon as its environment has answered the last.
+        Once `halt` is set no more turns are submitted (a dropped rollout): the turns in flight
+        come back and the environments are closed."""
+        self.n, self.in_flight, self.halt = n, {}, halt  # in_flight: request id -> its trajectory
         self.sampling = replace(first, n=1, max_tokens=self.agentic.max_turn_tokens)
         trajectories = [Trajectory(i, s, [], []) for i in range(len(tasks)) for s in range(n)]
         replies = self.env_call("reset", [(k, tasks[t.prompt_index]) for k, t in enumerate(trajectories)])
@@ -107,7 +112,9 @@ class TurnDriver:
         return trajectories
 
     def submit(self, live: list[Trajectory]) -> None:
-        """The next turn of each of `live`, one request each."""
+        """The next turn of each of `live`, one request each (none once halted)."""
+        if self.halt is not None and self.halt.is_set():
+            return
         requests = [self.request(t) for t in live]
         self.in_flight.update({r.request_id: t for r, t in zip(requests, live)})
         if requests:
@@ -123,8 +130,8 @@ class TurnDriver:
     def advance(self, served: list[Served]) -> None:
         """Finished turns: their tokens kept, their texts sent to the environments, whose replies
         are appended, and the next turns of the trajectories still live submitted."""
-        finished = [(self.in_flight.pop(s.request_id), s.completions[0]) for s in served]
-        texts = {id(t): self.model_turn(t, c) for t, c in finished}
+        finished = [(self.in_flight.pop(s.request_id), s) for s in served]
+        texts = {id(t): self.model_turn(t, s.completions[0], s.version or 0) for t, s in finished}
         acting = [t for t, _ in finished if t.ended is None]
         if not acting:
             return
@@ -151,12 +158,12 @@ class TurnDriver:
         """The trajectory's id on the env workers (its position in the step's trajectories)."""
         return trajectory.prompt_index * n + trajectory.sample_index
 
-    def model_turn(self, trajectory: Trajectory, completion: Completion) -> tuple[str, str]:
-        """Append the engine's tokens (cut at the total budget); returns the turn's text and the
-        text of the stop token that ended it ("" when cut off)."""
+    def model_turn(self, trajectory: Trajectory, completion: Completion, version: int) -> tuple[str, str]:
+        """Append the engine's tokens, made with weights `version` (cut at the total budget);
+        returns the turn's text and the text of the stop token that ended it ("" when cut off)."""
         room = self.agentic.max_total_tokens - len(trajectory.tokens)
         ids = completion.token_ids[:room]
-        trajectory.add_model(ids, completion.logprobs[:room])
+        trajectory.add_model(ids, completion.logprobs[:room], version)
         if len(completion.token_ids) > room:
             trajectory.turn_rewards.append(0.0)
             trajectory.end(TOTAL_TOKENS)
@@ -214,19 +221,40 @@ def completion(trajectory: Trajectory, pad: int) -> TrajectoryCompletion:
 
 
 class AgenticStep(GrpoStep):
-    """GRPO's step on the trajectories a `TurnDriver` rolls out through the run's roles."""
+    """GRPO's step on the trajectories a `TurnDriver` rolls out through the run's roles: made at
+    `launch` (`algorithm.max_staleness=0`), or in the background (`RolloutThread`) while the
+    trainer trains, `collect` waiting for them."""
 
     def __init__(self, config, roles, inputs, renderer: ChatRenderer) -> None:
         super().__init__(config, roles, inputs)
         self.renderer = renderer
+        overlapped = config.algorithm.max_staleness > 0
+        self.background = RolloutThread(roles.fail_in_background) if overlapped else None
 
     def launch(self, step: int, position: int, version: int) -> Rollout:
         samples = self.source.batch(position, self.config.data.prompts_per_step)
         self.take_turn(self.turns.for_rollout)
-        return Rollout(step, position, len(samples), version, self.roll_out(samples, step, position))
+        if self.background is None:
+            made = self.roll_out(samples, step, position, version)
+        else:
+            made = self.background.launch(lambda halt: self.roll_out(samples, step, position, version, halt))
+        return Rollout(step, position, len(samples), version, made)
 
-    def collect(self, launched) -> Collected:
-        return launched if isinstance(launched, CollectedTrajectories) else super().collect(launched)
+    def collect(self, launched: CollectedTrajectories | InFlight) -> Collected:
+        if not isinstance(launched, InFlight):
+            return launched
+        start = time.perf_counter()
+        got = self.background.result(launched)
+        return replace(got, waited_s=time.perf_counter() - start)  # the trainer's wait, not the thread's
+
+    def drop(self, rollout: Rollout) -> None:
+        """A rollout in the background is halted (its turns in flight drained, its result unread)."""
+        if isinstance(rollout.pending, InFlight):
+            self.background.drop(rollout.pending)
+
+    def close(self) -> None:
+        if self.background is not None:
+            self.background.close()
 
     def score(self, samples, completions: list[Completion]) -> list[float]:
         return [c.reward for c in completions]
@@ -246,8 +274,12 @@ class AgenticStep(GrpoStep):
                 placed[row, position] += reward
         return placed
 
-    def roll_out(self, samples, step: int, position: int) -> CollectedTrajectories:
-        """The step's trajectories through the `actor_infer` workers' request path."""
+    def roll_out(
+        self, samples, step: int, position: int, version: int, halt: threading.Event | None = None
+    ) -> CollectedTrajectories:
+        """The step's trajectories through the `actor_infer` workers' request path (launched to be
+        made with weights `version`); its version is the oldest of its trajectories' (each the
+        oldest of its turns': a weight sync during the rollout serves the later turns)."""
         tasks = [
             Task(s.prompt, s.answer, self.config.seed * TASK_SEEDS + position + i)
             for i, s in enumerate(samples)
@@ -256,14 +288,14 @@ class AgenticStep(GrpoStep):
         driver = TurnDriver(
             self.config.agentic, self.renderer, self.encoder.tokenizer, self.tokens, pool, self.env_call
         )
-        trajectories = driver.roll_out(tasks, self.algo.samples_per_prompt, self.sampling(step))
+        trajectories = driver.roll_out(tasks, self.algo.samples_per_prompt, self.sampling(step), halt)
         pool.close()
         now = time.time()
         return CollectedTrajectories(
             samples,
             [[] for _ in samples],  # each row is its trajectory's whole context (`completion`)
             [completion(t, self.tokens.pad) for t in trajectories],
-            version=min(pool.versions, default=0),
+            version=min((t.version for t in trajectories if t.version is not None), default=version),
             started=pool.started or now,
             finished=pool.ended or now,
             engine_idle_s=pool.idle_s,
@@ -274,9 +306,12 @@ class AgenticStep(GrpoStep):
     def env_call(self, method: str, items: list[tuple[int, Any]]) -> list[Reply]:
         """`method` on the env workers, each trajectory's items on worker `key % workers`; the
         replies in the order of `items`."""
-        workers = self.roles.groups["env"].world_size
-        shards = [[item for item in items if item[0] % workers == w] for w in range(workers)]
-        parts = self.roles.scatter("env", ENV_METHODS[method], shards)
+        group = self.roles.groups["env"]
+        shards = [
+            [item for item in items if item[0] % group.world_size == w] for w in range(group.world_size)
+        ]
+        # its own wait: this may run in the rollout thread, beside the main thread's waits
+        parts = self.roles.wait_alone("env", group.async_scatter(ENV_METHODS[method], shards))
         by_key = {key: reply for shard, part in zip(shards, parts) for (key, _), reply in zip(shard, part)}
         return [by_key[key] for key, _ in items]
 

@@ -186,6 +186,7 @@ class Run:
                 if on_step is not None:
                     on_step(record, self.roles)
         finally:
+            self.step.close()  # the rollouts in the background halted: none outlives the loop
             bar.close()
 
     def say_graph_guard(self, record: dict, bar) -> None:

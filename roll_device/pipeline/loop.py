@@ -170,6 +170,9 @@ class GrpoStep:
         """Let go of a launched rollout that will not be trained on (its result is ignored)."""
         self.roles.unwatch(rollout.pending.refs)
 
+    def close(self) -> None:
+        """Let go of what the step runs beside the main thread (nothing here: a rollout is Ray calls)."""
+
     def generate(self, prompt_ids: list[list[int]], sampling: SamplingConfig) -> list[Completion]:
         """Responses from the `actor_infer` workers, each prompt's index into `prompt_ids`."""
         return self.collect(self.start_generation([], prompt_ids, sampling)).completions

@@ -7,7 +7,8 @@ the finished ones (`finished`: waits until at least one has finished while any i
 actor runs its calls in order, so a request sent behind a waiting call would wait with it), the
 least loaded first; it waits on every worker's outstanding call at once (`ray.wait`) and re-asks
 a worker as soon as its answer is in. It keeps what a step's record needs: when the first request
-went out and the last came back, the oldest weights version served, the engines' idle time.
+went out and the last came back, the engines' idle time. Its waits are its own (none of
+`RoleGroups`' watch state), so it runs in the rollout thread too (roll_device/pipeline/rollout_thread.py).
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ class RequestPool:
         self.ended = 0.0
         self.waited_s = 0.0
         self.idle_s = 0.0
-        self.versions: list[int] = []
 
     def submit(self, requests: list[Request]) -> None:
         shares: dict[int, list[Request]] = {}
@@ -68,7 +68,6 @@ class RequestPool:
                 self.polls[self.group.async_call_rank(worker, RolloutWorker.finished_requests, POLL_S)] = (
                     worker
                 )
-        self.roles.raise_background_failure()
         start = time.perf_counter()
         ready, _ = ray.wait([*self.polls, *self.submits], num_returns=1, timeout=WAIT_SLICE_S)
         self.waited_s += time.perf_counter() - start
@@ -80,7 +79,6 @@ class RequestPool:
                 got = ray.get(ref)
             self.pending[worker] -= len(got)
             served += got
-        self.versions += [s.version for s in served]
         self.ended = time.time() if served else self.ended
         return served
 

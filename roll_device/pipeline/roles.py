@@ -14,12 +14,15 @@ naming its role at once, however long the other calls would still wait; a call t
 becomes a `WorkerFailedError` (a `WorkerLostError` that keeps the worker's traceback). Either on
 one end of a weight sync also aborts the sync, so the survivors are free for a checkpoint. A
 worker's own `RollDeviceError` (a refused setting) comes back as itself, without a remote
-traceback.
+traceback. `wait`, `watch` and `unwatch` belong to the run's main thread; work in another thread
+(the multi-turn rollout thread) waits with `wait_alone` and hands its failure to the main
+thread's next wait with `fail_in_background`.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -208,6 +211,7 @@ class RoleGroups:
     watched: dict[Any, tuple[str, int]] = field(default_factory=dict)  # background calls -> (role, rank)
     background_failure: RollDeviceError | None = None  # a watched call's, raised by the next wait
     bound_s: float | None = None  # while set (the set-up), how long one wait may take
+    failure_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def has(self, role: str) -> bool:
         return role in self.groups or role in self.hosted or (role == "reference" and self.base_reference)
@@ -287,13 +291,33 @@ class RoleGroups:
             with watching(role, rank):
                 ray.get(ref)
         except RollDeviceError as failed:
-            self.background_failure = self.background_failure or failed
+            self.fail_in_background(failed)
 
     def raise_background_failure(self) -> None:
         """Raise (once) the error of a background call that failed."""
-        failed, self.background_failure = self.background_failure, None
+        with self.failure_lock:
+            failed, self.background_failure = self.background_failure, None
         if failed is not None:
             raise failed
+
+    def fail_in_background(self, failed: RollDeviceError) -> None:
+        """A failure of work in another thread (the multi-turn rollout thread,
+        roll_device/pipeline/rollout_thread.py): the main thread's next wait raises it."""
+        with self.failure_lock:
+            self.background_failure = self.background_failure or failed
+
+    def wait_alone(self, role: str, refs: list) -> list:
+        """The results of `role`'s calls `refs` (one per worker, in rank order), a lost or failed
+        worker raised as in `wait`; unlike `wait` it reads none of the watch state (`watch`,
+        `background_failure`, which belong to the main thread), so another thread may call it."""
+        pending = set(refs)
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_SLICE_S)
+            for ref in ready:
+                pending.discard(ref)
+                with watching(role, refs.index(ref)):
+                    ray.get(ref)
+        return ray.get(refs)
 
     def sync_weights(self, version: int) -> dict:
         """Trainer rank 0 (or, sharded, every trainer rank) -> every rollout worker; returns the

@@ -2,6 +2,7 @@
 through the env workers, rewards that rise on the guess-the-number game, the calculator tool run
 on the env workers. The turn machinery itself is tested in-process in test_agentic_turns.py."""
 
+import itertools
 import json
 
 import pytest
@@ -36,3 +37,20 @@ def test_the_tools_experiment_runs_its_turns_through_the_env_workers(tmp_path, m
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
     assert all(r["turns_mean"] >= 1 and r["env_faults"] == 0 for r in steps)
     assert all(0 <= r["reward_mean"] <= 1 for r in steps)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_with_max_staleness_1_the_next_rollout_plays_while_a_step_trains(tmp_path, monkeypatch):
+    monkeypatch.setenv("ROLL_DEVICE_HOME", str(tmp_path / "home"))
+    cfg = run_config(
+        "experiment=agentic_game", "rollout=hf", "max_steps=4", "save_every=0", "algorithm.max_staleness=1"
+    )
+    steps = records(run_checked(cfg, tmp_path / "run"))
+    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    assert all(r["turns_mean"] > 1 for r in steps), "a game takes several turns"
+    assert [r["staleness"] for r in steps[1:]] == [1, 1, 1] and steps[0]["staleness"] == 0
+    # rollout 2 was played on the engines while step 1 trained, and so on
+    for before, after in itertools.pairwise(steps):
+        assert after["timeline"]["rollout"][0] < before["timeline"]["train"][1]
+    assert all(r["importance_ratio_mean"] > 0 for r in steps[1:])

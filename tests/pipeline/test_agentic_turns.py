@@ -5,6 +5,8 @@ or the run. The same driver runs through Ray in `AgenticStep` (tests/pipeline/te
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 import roll_device as rd
@@ -13,13 +15,14 @@ from roll_device.agentic.environment import EnvironmentFaultError, Task
 from roll_device.agentic.host import EnvHost
 from roll_device.agentic.registry import resolve_tool
 from roll_device.agentic.trajectory import DONE, FAULT, MAX_TURNS, TOTAL_TOKENS, trajectory_metrics
+from roll_device.comm import WeightSender, plan_sync
 from roll_device.inputs.prompts import Tokens
 from roll_device.pipeline.agentic_step import TurnDriver, completion
 from roll_device.pipeline.batching import build_batch
 from roll_device.pipeline.request_pool import EngineRequests
 from strategies.base import Completion, Request, SamplingConfig, Served
 from strategies.registry import strategy_class
-from tests.configs import changed, rollout_settings, run_config
+from tests.configs import changed, rollout_settings, run_config, weight_sync
 
 
 @pytest.fixture(scope="module")
@@ -211,3 +214,67 @@ def test_an_environment_fault_ends_its_trajectory_or_the_run(tokenizer):
         EnvironmentFaultError, match="the simulator crashed; agentic.on_env_fault=run ends the run"
     ):
         ending.roll_out([Task("", None, 1)], 1, SAMPLING)
+
+
+class SyncingAfterFirstTurn(EngineRequests):
+    """The engine's request path, with a real weight sync into the engine (a sender in this
+    thread, the engine receiving on another, as a rollout worker would) as soon as the first
+    turn is back: the other first turns are still in flight then."""
+
+    def __init__(self, engine) -> None:
+        super().__init__(engine)
+        self.synced = False
+
+    def finished(self) -> list[Served]:
+        served = super().finished()
+        if served and not self.synced:
+            self.synced = True
+            sync_once(self.engine, version=1)
+        return served
+
+
+def sync_once(engine, version: int) -> None:
+    """The engine's own weights sent back to it as weights `version` (the engine held meanwhile);
+    its receiver stays open (its version is the engine's) until `close_weights`."""
+    options = weight_sync(path="colocated", timeout_s=20)
+    plan = plan_sync("cpu", "cpu", colocated=True, same_node=True, forced="colocated")
+    sender = WeightSender(plan, rd.get_platform("cpu"), 1, options)
+    weights = {name: tensor.clone() for name, tensor in engine.read_weights().items()}
+    receiving = threading.Thread(
+        target=lambda: (engine.connect_weights(sender.endpoint, 1, 20), engine.receive_weights())
+    )
+    receiving.start()
+    try:
+        sender.connect()
+        sender.send(weights.items(), version)
+    finally:
+        receiving.join(timeout=60)
+        sender.close()
+
+
+def test_a_sync_between_turns_serves_the_later_turns_and_a_trajectory_is_as_old_as_its_oldest_turn(
+    tokenizer, engine
+):
+    settings = agentic(environment="tests.agentic.envs.Echo", tools=[], max_turn_tokens=4)
+    try:
+        trajectories = driver(tokenizer, settings, SyncingAfterFirstTurn(engine)).roll_out(
+            [Task("", None, 1), Task("", None, 2)], 2, SAMPLING
+        )
+    finally:
+        engine.close_weights()
+    # every first turn was submitted before the sync: the sync waited for it (old weights);
+    # every turn submitted after it was made with the new ones
+    assert [t.turn_versions for t in trajectories] == [[0, 1, 1]] * 4
+    assert [t.version for t in trajectories] == [0] * 4
+
+
+def test_a_halted_rollout_submits_no_more_turns_and_lets_its_environments_go(tokenizer):
+    """A dropped rollout in the background (roll_device/pipeline/rollout_thread.py) is halted: the
+    turns in flight come back, no next turn is submitted, the environments are closed."""
+    settings = agentic(environment="tests.agentic.envs.Echo", tools=[], max_turns=3)
+    halt = threading.Event()
+    engines = Scripted(["a<eos>"] * 6, tokenizer, held={"1.0"}, until=lambda events: halt.set() or True)
+    trajectories = driver(tokenizer, settings, engines).roll_out([Task("", None, 1)], 2, SAMPLING, halt)
+    assert [t.turns for t in trajectories] == [1, 1] and [t.ended for t in trajectories] == [None, None]
+    assert [e for e in engines.events if e.startswith("submit")] == ["submit 0.0", "submit 1.0"]
+    assert HOSTS[0].live == {}
