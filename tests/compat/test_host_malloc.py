@@ -3,6 +3,7 @@ large block it frees stays with it (re-used by its next allocations); with glibc
 same block goes back to the system. Each case in its own process (malloc's settings are
 process-wide)."""
 
+import os
 import subprocess
 import sys
 
@@ -28,8 +29,10 @@ print(before - resident())
 
 
 def returned_bytes(mode: str) -> int:
+    # glibc's defaults: none of its variables (a vLLM engine started in this process sets them)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     out = subprocess.run(
-        [sys.executable, "-c", FREE_A_BLOCK, mode], capture_output=True, text=True, check=True
+        [sys.executable, "-c", FREE_A_BLOCK, mode], capture_output=True, text=True, check=True, env=env
     )
     return int(out.stdout)
 
