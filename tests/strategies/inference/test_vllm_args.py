@@ -11,6 +11,7 @@ import re
 import pytest
 
 import roll_device as rd
+from roll_device.compat.host_malloc import KEEP_FREED_HOST_MEMORY
 from roll_device.errors import ConfigError
 from roll_device.platforms.cpu import CpuPlatform
 from strategies.inference.vllm_args import WORKER_EXTENSION, build_engine_spec
@@ -47,7 +48,7 @@ GOLDEN = [
         {},
         False,
         common(enforce_eager=True, kv_cache_memory_bytes=256 << 20),
-        {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
+        {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", **KEEP_FREED_HOST_MEMORY},
         None,
     ),
     (
@@ -55,7 +56,7 @@ GOLDEN = [
         {"enforce_eager": False, "kv_cache_bytes": 1048576},
         True,
         common(enforce_eager=False, kv_cache_memory_bytes=1 << 20),
-        {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
+        {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", **KEEP_FREED_HOST_MEMORY},
         None,
     ),
     (
