@@ -31,36 +31,3 @@ def test_routing_replay_runs_with_the_hf_engines_routes(tmp_path, shared_cluster
     assert [r["step"] for r in records] == [1, 2, 3]
     for record in records:
         assert record["rollout_vs_train_logprob_gap"] < 1e-4
-
-
-@pytest.mark.slow
-def test_megatron_expert_parallel_runs_on_two_simulated_npus(tmp_path):
-    """SIMULATED: Megatron with expert_parallel=2 on the sim cluster's NPU node (each rank holds 4
-    of the 8 experts; the all-to-all over the simulated hccl backend), the HF engine on the CPU head;
-    two steps, each rank sending its own experts to the engine."""
-    seen = {"records": []}
-
-    def on_step(record, roles):
-        seen["records"].append(record)
-        seen["infos"] = roles.groups["actor_train"].infos
-
-    overrides = [
-        "experiment=moe",
-        "cluster=sim",
-        "trainer=megatron",
-        "trainer.expert_parallel=2",
-        "rollout=hf",
-        "roles.actor_train.device=npu",
-        "roles.actor_train.num_devices=2",
-        "roles.actor_infer.device=cpu",
-        "algorithm.kl_coef=0",
-        "max_steps=2",
-        "save_every=0",
-    ]
-    run_checked(run_config(*overrides), tmp_path / "run", on_step=on_step)
-    assert [(i["platform"], i["device"]) for i in seen["infos"]] == [("npu (simulated)", "npu:0")] * 2
-    records = seen["records"]
-    assert [(r["step"], r["weights_version"], r["sync_senders"]) for r in records] == [(1, 1, 2), (2, 2, 2)]
-    for record in records:
-        assert 1.0 <= record["expert_imbalance"] <= 4.0 and record["sync_bytes"] > 0
-        assert record["rollout_vs_train_logprob_gap"] < 0.05, "the engine follows the trainer"
