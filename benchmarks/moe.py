@@ -13,7 +13,8 @@
 
 Results go to results/moe.json, the moe section of docs/benchmarks.md and docs/moe_benchmark.png.
 
-    .venv/bin/python benchmarks/moe.py [--steps 4] [--layers 1] [--repeats 3] [--parts jobs sync]
+    .venv/bin/python benchmarks/moe.py [--steps 4] [--parts jobs]   # then
+    .venv/bin/python benchmarks/moe.py [--layers 1] [--repeats 3] --parts sync
 """
 
 from __future__ import annotations
@@ -21,12 +22,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import multiprocessing
 import os
 import platform as host
 import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,6 +69,23 @@ def job(overrides: list[str], steps_run: int, run_dir: Path) -> dict:
     records = steps(run_dir)
     samples = config.data.prompts_per_step * config.algorithm.samples_per_prompt
     return {**step_means(records, samples), "steps": len(records), "overrides": overrides}
+
+
+def job_alone(overrides: list[str], steps_run: int, run_dir: Path) -> dict:
+    """`job` in a fresh process: a run's Ray cluster is process-wide (the simulated cluster started
+    after a local one in the same process lost its trainer's worker)."""
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return pool.submit(job, overrides, steps_run, run_dir).result()
+
+
+def jobs(steps_run: int) -> dict:
+    """The step breakdown of each of JOBS."""
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="roll-device-moe-jobs-") as directory:
+        for index, (label, overrides) in enumerate(JOBS.items()):
+            say(f"job: {label}")
+            out[label] = job_alone(overrides, steps_run, Path(directory) / str(index))
+    return out
 
 
 def sync_once(trainer, engine, dtype) -> tuple[float, int]:
@@ -230,17 +250,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--parts", nargs="+", choices=("jobs", "sync"), default=["jobs", "sync"])
     args = parser.parse_args()
+    # each part may run alone (`--parts`), in a process of its own: the sync's 30B-shaped model
+    # leaves this process's memory large for the simulated cluster's workers beside it
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    results = {"stamp": stamp, "steps": args.steps, "repeats": args.repeats}
+    results.update({"stamp": stamp, "steps": args.steps, "repeats": args.repeats})
     load = os.getloadavg()[0]
+    if "jobs" in args.parts:
+        results["jobs"] = jobs(args.steps)
     if "sync" in args.parts:
         results["sync"] = syncs(args.layers, args.repeats)
-    if "jobs" in args.parts:
-        with tempfile.TemporaryDirectory(prefix="roll-device-moe-jobs-") as directory:
-            results["jobs"] = {}
-            for index, (label, overrides) in enumerate(JOBS.items()):
-                say(f"job: {label}")
-                results["jobs"][label] = job(overrides, args.steps, Path(directory) / str(index))
     results["load"] = (load, os.getloadavg()[0])
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(results, indent=1))
