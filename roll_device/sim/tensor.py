@@ -146,6 +146,31 @@ def _refuse_in_capture(tensor: SimNpuTensor, error, what: str) -> None:
         raise error(what)
 
 
+def _histc_of_integers(input, bins=100, min=0, max=0):
+    """`histc` of an integer tensor, which device kernels count (transformers' grouped MoE experts
+    count their tokens so off the CPU) and the CPU's refuses: counted in float64, returned in the
+    input's dtype; a floating-point input as the CPU counts it."""
+    if input.is_floating_point():
+        return aten.histc.default(input, bins, min, max)
+    return aten.histc.default(input.double(), bins, min, max).to(input.dtype)
+
+
+class _DeviceKernel:
+    """An op computed as a device computes it where the CPU's kernel lacks that: called in the op's
+    place, and recorded in its place by a graph capture (with the op's schema)."""
+
+    def __init__(self, op, compute) -> None:
+        self._schema = op._schema
+        self.compute = compute
+
+    def __call__(self, *args, **kwargs):
+        return self.compute(*args, **kwargs)
+
+
+# ops whose CPU kernel lacks what a device's has, and how the simulation computes them instead
+_DEVICE_KERNELS = {aten.histc.default: _DeviceKernel(aten.histc.default, _histc_of_integers)}
+
+
 def run_on_cpu(func, args, kwargs):
     """Run `func` on the CPU data of its arguments and give results the device the op asked for.
 
@@ -162,9 +187,10 @@ def run_on_cpu(func, args, kwargs):
         id(x.elem if isinstance(x, SimNpuTensor) else x): x for x in flat if isinstance(x, torch.Tensor)
     }
     cpu_args, cpu_kwargs = tree_unflatten([_unwrap(x) for x in flat], spec)
-    out = _call_as_passed(func, cpu_args, cpu_kwargs, passed.values())
+    kernel = _DEVICE_KERNELS.get(func, func)
+    out = _call_as_passed(kernel, cpu_args, cpu_kwargs, passed.values())
     if capture is not None:
-        capture.record(func, cpu_args, cpu_kwargs, out)
+        capture.record(kernel, cpu_args, cpu_kwargs, out)
     if func in _RETURNS_CPU or _to_host(kwargs):
         return out
     if func in _SETS_STORAGE:  # a view of memory set from a data pointer (a weak reference)

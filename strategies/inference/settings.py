@@ -100,6 +100,10 @@ class VllmSettings(RolloutSettings):
 
     max_num_seqs: Annotated[Count, Field(description="concurrent sequences; capture sizes never exceed it")]
     tensor_parallel_size: TensorParallelSize
+    expert_parallel: StrictBool = Field(
+        description="spread a mixture of experts' experts over the engine's tensor_parallel_size ranks "
+        "(vLLM's enable_expert_parallel) where the kind's vLLM offers it"
+    )
     enforce_eager: StrictBool | None = Field(
         description="null: per kind (eager on the CPU, graphs elsewhere)"
     )
@@ -112,6 +116,15 @@ class VllmSettings(RolloutSettings):
     sleep_level: SleepLevel
     seed: StrictInt
     env: dict[str, str | int | float | bool] = Field(description="variables of the engine process")
+
+    @model_validator(mode="after")
+    def _experts_over_ranks(self) -> VllmSettings:
+        if self.expert_parallel and self.tensor_parallel_size == 1:
+            raise ConfigError(
+                "rollout.expert_parallel=true spreads an engine's experts over its ranks, but "
+                "rollout.tensor_parallel_size=1: set rollout.tensor_parallel_size to 2 or more"
+            )
+        return self
 
     @model_validator(mode="after")
     def _capture_sizes_fit(self) -> VllmSettings:

@@ -281,6 +281,8 @@ def _engine_kwargs(
         "worker_extension_cls": WORKER_EXTENSION,
         "enable_sleep_mode": sleep_level is not None,
     }
+    if settings.expert_parallel:  # vLLM's default otherwise: each rank holds its slice of every expert
+        kwargs["enable_expert_parallel"] = True
     if settings.tensor_parallel_size > 1:
         # an engine's ranks are processes of the worker's own, inside its Ray bundle (inside a Ray
         # actor vLLM would otherwise start Ray workers of its own); one rank stays in the worker

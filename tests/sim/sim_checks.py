@@ -192,6 +192,10 @@ def metadata_after_ops() -> dict:
         str(csr.layout),
         (csr @ torch.ones(3, device=dev)).cpu().tolist(),
     ]
+    # what a device counts and the CPU refuses (transformers' grouped MoE experts, off the CPU)
+    ids = torch.tensor([3, 0, 3, 1, 7], dtype=torch.int32, device=dev)
+    counted = torch.histc(ids, bins=8, min=0, max=7)
+    out["histc_int"] = [str(counted.dtype), counted.cpu().tolist()]
     return out
 
 

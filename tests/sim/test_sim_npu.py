@@ -62,6 +62,7 @@ def test_metadata_follows_the_data_after_every_op(shared):
     assert r["conj"] is True and r["hfft_grad"] == [8]
     assert r["to_cpu"] == "cpu"
     assert r["sparse"] == ["torch.sparse_coo", "npu:0", "torch.sparse_csr", [1.0, 1.0, 1.0]]
+    assert r["histc_int"] == ["torch.int32", [1, 1, 0, 2, 0, 0, 0, 1]], "integers counted as a device counts"
 
 
 def test_device_limits_are_refused_in_torch_npus_words():
