@@ -114,30 +114,32 @@ def _check_adapters(config: RunConfig, kind: str) -> None:
         )
 
 
-def _check_route_records(config: RunConfig, kind: str) -> None:
-    """Routing replay needs an engine that records each token's routed experts on the rollout's kind."""
-    if not config.trainer.routing_replay:
+def _check_engine_offers(
+    config: RunConfig, kind: str, asked: str | None, member: str, lacking: str, fix: str
+):
+    """The rollout engine on `kind` offers what `asked` (the key=value that asks it; None: not
+    asked) needs: its `member(kind)` says why not, else None."""
+    if asked is None:
         return
     name = config.roles.actor_infer.strategy
-    lacks = strategy_class(INFERENCE, name, kind).lacks_route_records(kind)
+    lacks = getattr(strategy_class(INFERENCE, name, kind), member)(kind)
     if lacks:
-        raise ConfigError(
-            f"trainer.routing_replay=true: the {name} rollout engine cannot record routed experts on {kind} "
-            f"({lacks}): use rollout=hf, or trainer.routing_replay=false"
-        )
+        raise ConfigError(f"{asked}: the {name} rollout engine {lacking} on {kind} ({lacks}): {fix}")
+
+
+def _check_route_records(config: RunConfig, kind: str) -> None:
+    """Routing replay needs an engine that records each token's routed experts on the rollout's kind."""
+    asked = "trainer.routing_replay=true" if config.trainer.routing_replay else None
+    fix = "use rollout=hf, or trainer.routing_replay=false"
+    _check_engine_offers(config, kind, asked, "lacks_route_records", "cannot record routed experts", fix)
 
 
 def _check_expert_parallel(config: RunConfig, kind: str) -> None:
     """Expert-parallel engines need an engine that offers them on the rollout's kind."""
-    if not getattr(config.rollout, "expert_parallel", False):  # a key of the engines that have it
-        return
-    name = config.roles.actor_infer.strategy
-    lacks = strategy_class(INFERENCE, name, kind).lacks_expert_parallel(kind)
-    if lacks:
-        raise ConfigError(
-            f"rollout.expert_parallel=true: the {name} rollout engine has no expert parallelism on {kind} "
-            f"({lacks}): set rollout.expert_parallel=false (each engine then holds every expert)"
-        )
+    on = getattr(config.rollout, "expert_parallel", False)  # a key of the engines that have it
+    fix = "set rollout.expert_parallel=false (each engine then holds every expert)"
+    asked = "rollout.expert_parallel=true" if on else None
+    _check_engine_offers(config, kind, asked, "lacks_expert_parallel", "has no expert parallelism", fix)
 
 
 def plan_here(config: RunConfig) -> RunPlan | None:
