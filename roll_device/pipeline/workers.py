@@ -258,21 +258,24 @@ class RolloutWorker(PipelineWorker):
     def generate(self, prompt_token_ids: list[list[int]], sampling: SamplingConfig) -> Generated:
         started = time.time()
         completions = self.strategy.generate(prompt_token_ids, sampling)
-        idle = None if self.last_finished is None else started - self.last_finished - self.syncing_s
-        self.last_finished, self.syncing_s = time.time(), 0.0
+        idle = self._idle_until(started)
+        self._work_ended()
         return Generated(completions, self.weights_version() or 0, started, self.last_finished, idle)
+
+    def _idle_until(self, now: float) -> float | None:
+        """How long the engine stood idle before `now` since its last work ended, weight syncs left
+        out (None before its first work)."""
+        return None if self.last_finished is None else now - self.last_finished - self.syncing_s
+
+    def _work_ended(self) -> None:
+        self.last_finished, self.syncing_s = time.time(), 0.0
 
     @phase("rollout")
     def submit_requests(self, requests: list[Request]) -> float | None:
         """Queue `requests` on the engine beside those in flight; returns at once: how long the
         engine stood idle before them when nothing was in flight (less weight syncs; None for its
         first work or while it was busy)."""
-        now = time.time()
-        idle = (
-            None
-            if self.in_flight or self.last_finished is None
-            else now - self.last_finished - self.syncing_s
-        )
+        idle = None if self.in_flight else self._idle_until(time.time())
         self.strategy.submit(requests)
         self.in_flight += len(requests)
         return idle
@@ -285,7 +288,7 @@ class RolloutWorker(PipelineWorker):
         served = self.strategy.finished(wait_s)
         self.in_flight -= len(served)
         if served and not self.in_flight:
-            self.last_finished, self.syncing_s = time.time(), 0.0
+            self._work_ended()
         return [replace(s, version=s.version or 0) for s in served]
 
     @phase("turns")
