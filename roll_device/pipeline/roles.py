@@ -257,14 +257,29 @@ class RoleGroups:
         too: one that failed ends the next wait, once this one's calls are done (they run on
         other workers; the step they finish is then kept)."""
         self.raise_background_failure()
+        return self._await(refs_by_role, on_ready, main_thread=True)
+
+    def wait_alone(self, role: str, refs: list) -> list:
+        """The results of `role`'s calls `refs` (one per worker, in rank order), a lost or failed
+        worker raised as in `wait`; unlike `wait` it reads none of the watch state (`watch`,
+        `background_failure`, `bound_s`, which belong to the main thread), so another thread may
+        call it."""
+        return self._await({role: refs}, None, main_thread=False)[role]
+
+    def _await(
+        self, refs_by_role: dict[str, list], on_ready: Callable[[str], None] | None, main_thread: bool
+    ) -> dict[str, list]:
+        """The wait loop of `wait` and `wait_alone`; the main thread's also watches the background
+        calls and keeps to the set-up's bound."""
         role_of = {ref: role for role, refs in refs_by_role.items() for ref in refs}
         rank_of = ranks(refs_by_role.values())
         pending = set(role_of)
-        deadline = None if self.bound_s is None else time.monotonic() + self.bound_s
+        bound_s = self.bound_s if main_thread else None
+        deadline = None if bound_s is None else time.monotonic() + bound_s
         while pending:
             if deadline is not None and time.monotonic() > deadline:
-                raise SetupTimeoutError(sorted({role_of[ref] for ref in pending}), bound_s=self.bound_s)
-            watched = [ref for ref in self.watched if ref not in role_of]
+                raise SetupTimeoutError(sorted({role_of[ref] for ref in pending}), bound_s=bound_s)
+            watched = [ref for ref in self.watched if ref not in role_of] if main_thread else []
             ready, _ = ray.wait([*pending, *watched], num_returns=1, timeout=WAIT_SLICE_S)
             for ref in ready:
                 if ref not in pending:
@@ -305,19 +320,6 @@ class RoleGroups:
         roll_device/pipeline/rollout_thread.py): the main thread's next wait raises it."""
         with self.failure_lock:
             self.background_failure = self.background_failure or failed
-
-    def wait_alone(self, role: str, refs: list) -> list:
-        """The results of `role`'s calls `refs` (one per worker, in rank order), a lost or failed
-        worker raised as in `wait`; unlike `wait` it reads none of the watch state (`watch`,
-        `background_failure`, which belong to the main thread), so another thread may call it."""
-        pending = set(refs)
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_SLICE_S)
-            for ref in ready:
-                pending.discard(ref)
-                with watching(role, refs.index(ref)):
-                    ray.get(ref)
-        return ray.get(refs)
 
     def sync_weights(self, version: int) -> dict:
         """Trainer rank 0 (or, sharded, every trainer rank) -> every rollout worker; returns the
