@@ -163,7 +163,7 @@ class TurnDriver:
         returns the turn's text and the text of the stop token that ended it ("" when cut off)."""
         room = self.agentic.max_total_tokens - len(trajectory.tokens)
         ids = completion.token_ids[:room]
-        trajectory.add_model(ids, completion.logprobs[:room], version)
+        trajectory.add_model(ids, completion.logprobs[:room], version, completion.routed_experts)
         if len(completion.token_ids) > room:
             trajectory.turn_rewards.append(0.0)
             trajectory.end(TOTAL_TOKENS)
@@ -213,6 +213,7 @@ def completion(trajectory: Trajectory, pad: int) -> TrajectoryCompletion:
         [0.0] * len(prompt) + trajectory.logprobs,
         trajectory.ended or DONE,
         mask=[0.0] * len(prompt) + trajectory.mask,
+        routed_experts=trajectory.routes,
         reward=trajectory.reward,
         turn_rewards=[
             (len(prompt) + end, r) for end, r in zip(trajectory.turn_ends, trajectory.turn_rewards)
