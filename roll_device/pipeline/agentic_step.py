@@ -14,7 +14,9 @@ an environment's fault (or the run ends: `agentic.on_env_fault=run`).
 Each trajectory trains as one row: its whole context, the mask 1 on the model's tokens only
 (`Completion.mask`), the reward the sum of its turns' rewards for the sequence-level estimators
 (grpo, rloo, ...), and for the token-level ones (gae, reinforce_pp) each turn's reward on its
-last model token (`placed_rewards`). The rest of the step is GRPO's.
+last model token (`placed_rewards`). With routing replay its routes go with it: each position's
+as the turn that first fed it to the engine routed it (roll_device/agentic/trajectory.py). The
+rest of the step is GRPO's.
 """
 
 from __future__ import annotations
