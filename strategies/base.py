@@ -60,7 +60,8 @@ class Completion:
     tokens and 0.0 on the others (None: every token is the model's). `routed_experts`, from an
     engine asked to `record_routes` on a mixture of experts: the experts each token the engine fed
     its model was routed to, prompt tokens first, then every response token but the last (which
-    no forward took), as an integer (tokens, layers, top-k) tensor (strategies/routes.py)."""
+    no forward took), as an integer (tokens, layers, top-k) tensor (strategies/routes.py); a
+    trajectory's: each of its row's tokens as the turn that first fed it routed it."""
 
     prompt_index: int
     sample_index: int

@@ -3,12 +3,21 @@ environment's rendering made it, with a mask that is 1 on the model's own tokens
 losses score exactly those: `TrainBatch.response_mask`), the engine's logprobs of them, and the
 reward of each turn. `ended` says why it stopped: the environment said done, a budget (`BUDGETS`)
 ran out, or the environment faulted.
+
+With an engine that records routes (routing replay), `routes` holds the experts each position of
+the context was routed to by the request that first fed it to the model: a turn's request
+prefills the whole context again, but only the positions new to it (the environment's tokens,
+the last turn's final token) are taken from its prefill, then its own decoded tokens. Each
+model token's logprob is so computed from the routes the engine sampled it with, even when a
+weight sync between turns (or the prefill's numerics) would route the re-read context otherwise.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+import torch
 
 DONE, FAULT = "done", "env_fault"
 MAX_TURNS, TOTAL_TOKENS = "max_turns", "max_total_tokens"
@@ -31,6 +40,7 @@ class Trajectory:
     tool_failures: int = 0
     env_seconds: list[float] = field(default_factory=list)
     turn_versions: list[int] = field(default_factory=list)  # the weights version of each model turn
+    routes: torch.Tensor | None = None  # (positions, layers, k): see the module docstring
 
     @property
     def context(self) -> list[int]:
@@ -51,14 +61,27 @@ class Trajectory:
         """The trajectory's reward: the sum of its turns' rewards."""
         return float(sum(self.turn_rewards))
 
-    def add_model(self, token_ids: list[int], logprobs: list[float], version: int) -> None:
+    def add_model(
+        self, token_ids: list[int], logprobs: list[float], version: int, routes: torch.Tensor | None = None
+    ) -> None:
         """A model turn made with weights `version` (its reward, in `turn_rewards`, sits on its
-        last token)."""
+        last token), and the routes its request recorded (`Completion.routed_experts`: the
+        context's positions, then the turn's tokens but the last; None: none recorded)."""
         self.turn_versions.append(version)
         self.tokens += token_ids
         self.mask += [1.0] * len(token_ids)
         self.logprobs += logprobs
         self.turn_ends.append(len(self.tokens) - 1)
+        self.keep_new_routes(routes)
+
+    def keep_new_routes(self, recorded: torch.Tensor | None) -> None:
+        """The routes of the positions `recorded` is the first record of (those beyond `routes`,
+        within the context: a turn cut at the budget keeps its kept tokens' only)."""
+        if recorded is None:
+            return
+        known = 0 if self.routes is None else len(self.routes)
+        fresh = recorded[known : len(self.context)]
+        self.routes = fresh if self.routes is None else torch.cat([self.routes, fresh])
 
     def add_environment(self, token_ids: list[int]) -> None:
         self.tokens += token_ids

@@ -14,7 +14,9 @@ an environment's fault (or the run ends: `agentic.on_env_fault=run`).
 Each trajectory trains as one row: its whole context, the mask 1 on the model's tokens only
 (`Completion.mask`), the reward the sum of its turns' rewards for the sequence-level estimators
 (grpo, rloo, ...), and for the token-level ones (gae, reinforce_pp) each turn's reward on its
-last model token (`placed_rewards`). The rest of the step is GRPO's.
+last model token (`placed_rewards`). With routing replay its routes go with it: each position's
+as the turn that first fed it to the engine routed it (roll_device/agentic/trajectory.py). The
+rest of the step is GRPO's.
 """
 
 from __future__ import annotations
@@ -163,7 +165,7 @@ class TurnDriver:
         returns the turn's text and the text of the stop token that ended it ("" when cut off)."""
         room = self.agentic.max_total_tokens - len(trajectory.tokens)
         ids = completion.token_ids[:room]
-        trajectory.add_model(ids, completion.logprobs[:room], version)
+        trajectory.add_model(ids, completion.logprobs[:room], version, completion.routed_experts)
         if len(completion.token_ids) > room:
             trajectory.turn_rewards.append(0.0)
             trajectory.end(TOTAL_TOKENS)
@@ -213,6 +215,7 @@ def completion(trajectory: Trajectory, pad: int) -> TrajectoryCompletion:
         [0.0] * len(prompt) + trajectory.logprobs,
         trajectory.ended or DONE,
         mask=[0.0] * len(prompt) + trajectory.mask,
+        routed_experts=trajectory.routes,
         reward=trajectory.reward,
         turn_rewards=[
             (len(prompt) + end, r) for end, r in zip(trajectory.turn_ends, trajectory.turn_rewards)

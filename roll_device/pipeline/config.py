@@ -352,7 +352,6 @@ class RunConfig(Section):
         single_turn = {
             "algorithm.dynamic_sampling": self.algorithm.dynamic_sampling,
             "eval.every_n_steps": self.eval.every_n_steps,
-            "trainer.routing_replay": self.trainer.routing_replay,  # a trajectory's turns carry no routes
         }
         for key, value in single_turn.items():
             if value:

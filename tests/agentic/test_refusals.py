@@ -1,7 +1,8 @@
 """Agentic input refused in one line before Ray, through the commands' gate: unknown environment
 or tool names, a tool without a schema, a turn budget larger than the context, an environment
 without env workers (and env workers without one), and a chat template without tool support when
-tools are asked for (once the model is on disk: `check_model`)."""
+tools are asked for (once the model is on disk: `check_model`); routing replay only where a
+single-turn run refuses it."""
 
 from __future__ import annotations
 
@@ -44,7 +45,6 @@ TOOLS = "experiment=agentic_tools"
         (["agentic.tools=[calculator]"], "agentic.tools=['calculator'] but agentic.environment is null"),
         ([TOOLS, "roles.env.strategy=docker"], "roles.env.strategy='docker' is unknown: choose python"),
         ([TOOLS, "eval.every_n_steps=5"], "eval.every_n_steps=5 is single-turn only"),
-        ([TOOLS, "trainer.routing_replay=true"], "trainer.routing_replay=True is single-turn only"),
     ],
 )
 def test_bad_agentic_input_is_refused_in_one_line(overrides, refusal):
@@ -65,3 +65,17 @@ def test_a_chat_template_without_tool_support_is_refused_once_the_model_is_known
     refusal = one_line_refusal(lambda: check_model(config, str(model), None))
     assert "agentic.tools is set but the tokenizer's chat template has no tool support" in refusal
     check_model(load_config([TOOLS]), tiny_model_path, None)  # the tiny template serves tools
+
+
+def test_routing_replay_of_trajectories_passes_the_gate_and_keeps_the_single_turn_refusals(tiny_model_path):
+    """Trajectories carry their turns' routes: replay is refused only where a single-turn run's is
+    (the engine, the dense model; tests/strategies/test_routes.py replays a trajectory's routes)."""
+    replay = ["experiment=agentic_game", "trainer.routing_replay=true"]
+    config = load_config([*replay, "rollout=hf"])
+    assert config.trainer.routing_replay and plan_here(config) is not None
+    refusal = one_line_refusal(lambda: plan_here(load_config([*replay, "rollout=vllm"])))
+    assert refusal.startswith(
+        "trainer.routing_replay=true: the vllm rollout engine cannot record routed experts"
+    )
+    refusal = one_line_refusal(lambda: check_model(config, tiny_model_path, None))
+    assert f"model.path={tiny_model_path} is a dense model, without experts or routes to replay" in refusal

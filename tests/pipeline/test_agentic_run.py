@@ -54,3 +54,18 @@ def test_with_max_staleness_1_the_next_rollout_plays_while_a_step_trains(tmp_pat
     for before, after in itertools.pairwise(steps):
         assert after["timeline"]["rollout"][0] < before["timeline"]["train"][1]
     assert all(r["importance_ratio_mean"] > 0 for r in steps[1:])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_routing_replay_trains_the_moes_trajectories_on_their_turns_routes(tmp_path, monkeypatch):
+    """The game on the tiny Qwen3-MoE: the HF engine records each turn's routes, the trajectories
+    carry them to the FSDP2 trainer, which replays them: in fp32 on both sides the trainer's
+    logprobs of the model's tokens are the sampler's."""
+    monkeypatch.setenv("ROLL_DEVICE_HOME", str(tmp_path / "home"))
+    moe = [f"model.tiny_dir={tmp_path / 'home' / 'tiny-qwen3-moe'}", "model.tiny_architecture=qwen3_moe"]
+    replay = ["rollout=hf", "trainer.routing_replay=true", "max_steps=2", "save_every=0"]
+    steps = records(run_checked(run_config("experiment=agentic_game", *moe, *replay), tmp_path / "run"))
+    assert [r["step"] for r in steps] == [1, 2]
+    assert all(r["turns_mean"] > 1 for r in steps), "a game takes several turns"
+    assert all(r["rollout_vs_train_logprob_gap"] < 1e-4 for r in steps)

@@ -1,6 +1,7 @@
 """Routing replay on the tiny Qwen3-MoE, in one spawned rank (the FSDP trainer needs a process
 group): the HF engine's recorded routes against a plain transformers forward, and the FSDP
-trainer's logprobs with replay against transformers routed by a router forced the same way."""
+trainer's logprobs with replay against transformers routed by a router forced the same way; the
+same engine and trainer on multi-turn trajectories (tests/pipeline/agentic_routes_checks.py)."""
 
 from __future__ import annotations
 
@@ -13,19 +14,22 @@ from strategies.inference.hf import HfStrategy
 from strategies.training.fsdp import token_logprobs
 from strategies.training.losses import nll_loss
 from tests.configs import rollout_settings
+from tests.pipeline.agentic_routes_checks import agentic_replay_checks, recorded_rollout
 from tests.strategies.training.fsdp_checks import new_trainer
 
 PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12]]
 
 
-def recorded_completions(model_path: str) -> list:
-    """Two samples per prompt from the HF engine asked to record routes."""
+def recorded_rollouts(model_path: str) -> tuple[list, tuple[list, list]]:
+    """From the HF engine asked to record routes: two samples per prompt, and 2-turn trajectories
+    with the requests they made (`recorded_rollout`)."""
     engine = HfStrategy(rd.get_platform("cpu"))
     engine.record_routes()
     engine.initialize(model_path, rollout_settings("hf", max_batch_size=4, dtype="float32"))
     completions = engine.generate(PROMPTS, SamplingConfig(n=2, max_tokens=6, temperature=1.0, seed=7))
+    multi_turn = recorded_rollout(engine, model_path)
     engine.shutdown()
-    return completions
+    return completions, multi_turn
 
 
 def transformers_routes(model, tokens: list[int]) -> torch.Tensor:
@@ -73,7 +77,7 @@ def routed_logprobs(model, batch, routes: torch.Tensor | None = None) -> torch.T
 def replay_checks(rank: int, model_path: str) -> dict:
     from transformers import AutoModelForCausalLM
 
-    completions = recorded_completions(model_path)
+    completions, multi_turn = recorded_rollouts(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
     fed = [PROMPTS[c.prompt_index] + c.token_ids[:-1] for c in completions]
     out = {
@@ -84,6 +88,7 @@ def replay_checks(rank: int, model_path: str) -> dict:
     other = other_routes(batch, model.config.num_hidden_layers, model.config.num_experts)
     trainer = new_trainer(model_path, routing_replay=True)
     replayed, free = trainer.forward_logprobs(batch), routed_logprobs(model, batch)
+    out["agentic"] = agentic_replay_checks(trainer, *multi_turn)
     batch.routed_experts = other
     forced_logprobs = trainer.forward_logprobs(batch)
     mask = batch.response_mask.bool()

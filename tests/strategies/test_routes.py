@@ -45,6 +45,19 @@ def test_a_train_step_replays_in_the_backwards_recomputation_and_in_packed_rows(
         assert grad_norm == pytest.approx(replay["step"]["grad_norm"], rel=1e-5)
 
 
+def test_each_position_of_a_trajectory_carries_the_routes_of_the_turn_that_first_fed_it(replay):
+    multi_turn = replay["agentic"]
+    assert multi_turn["turns"] == [2] * 4
+    for row in multi_turn["routes"]:
+        assert row["turns"] == 2, "each turn's request found in the row"
+        assert row["each_turn_as_recorded"] and row["covered"]
+        assert row["after_the_last_fed"] == [NO_ROUTE], "the last token and the padding route themselves"
+
+
+def test_the_trainer_replaying_a_trajectorys_routes_computes_the_engines_logprobs(replay):
+    assert replay["agentic"]["replayed_vs_engine"] < 1e-5
+
+
 class Router(torch.nn.Module):
     norm_topk_prob = True
 
