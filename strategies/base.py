@@ -61,7 +61,9 @@ class Completion:
     engine asked to `record_routes` on a mixture of experts: the experts each token the engine fed
     its model was routed to, prompt tokens first, then every response token but the last (which
     no forward took), as an integer (tokens, layers, top-k) tensor (strategies/routes.py); a
-    trajectory's: each of its row's tokens as the turn that first fed it routed it."""
+    trajectory's: each of its row's tokens as the turn that first fed it routed it. `turn_rewards`,
+    a multi-turn trajectory's: each turn's reward at its position in `token_ids` (the turn's last
+    model token), for the token-level estimators."""
 
     prompt_index: int
     sample_index: int
@@ -70,6 +72,7 @@ class Completion:
     finish_reason: str
     mask: list[float] | None = None
     routed_experts: torch.Tensor | None = None
+    turn_rewards: list[tuple[int, float]] | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,9 @@ class TrainBatch:
     # (B, T, layers, top-k) integer: the experts the rollout routed each token to, -1 where it
     # recorded none; with trainer.routing_replay the trainer routes the same way (strategies/routes.py)
     routed_experts: torch.Tensor | None = None
+    # (B, T) float: rewards placed on tokens (a multi-turn trajectory's turns' rewards, each on its
+    # turn's last model token); None: each row's score sits on its last response token
+    token_rewards: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])

@@ -14,9 +14,9 @@ an environment's fault (or the run ends: `agentic.on_env_fault=run`).
 Each trajectory trains as one row: its whole context, the mask 1 on the model's tokens only
 (`Completion.mask`), the reward the sum of its turns' rewards for the sequence-level estimators
 (grpo, rloo, ...), and for the token-level ones (gae, reinforce_pp) each turn's reward on its
-last model token (`placed_rewards`). With routing replay its routes go with it: each position's
-as the turn that first fed it to the engine routed it (roll_device/agentic/trajectory.py). The
-rest of the step is GRPO's.
+last model token (`Completion.turn_rewards`, placed on the batch's tokens by `build_batch`). With
+routing replay its routes go with it: each position's as the turn that first fed it to the engine
+routed it (roll_device/agentic/trajectory.py). The rest of the step is GRPO's.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
-
-import torch
 
 from roll_device.agentic.chat import ChatRenderer
 from roll_device.agentic.environment import EnvironmentFaultError, Task
@@ -49,18 +47,17 @@ from roll_device.pipeline.record import StepRecord
 from roll_device.pipeline.request_pool import RequestPool
 from roll_device.pipeline.rollout_thread import InFlight, RolloutThread
 from roll_device.pipeline.state import PipelineState
-from strategies.base import Completion, Request, SamplingConfig, Served, TrainBatch
+from strategies.base import Completion, Request, SamplingConfig, Served
 
 TASK_SEEDS = 1_000_003  # a task's seed: the run's seed times this, plus the task's data position
 
 
 @dataclass
 class TrajectoryCompletion(Completion):
-    """A trajectory as one completion: its whole row (first prompt included), its reward, and
-    each turn's reward at its position in the row (the turn's last model token)."""
+    """A trajectory as one completion: its whole row (first prompt included) and its reward (the
+    sum of its turns')."""
 
     reward: float = 0.0
-    turn_rewards: list[tuple[int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -263,19 +260,9 @@ class AgenticStep(GrpoStep):
         return [c.reward for c in completions]
 
     def train(self, state: PipelineState, rollout: Rollout, got: CollectedTrajectories) -> StepRecord:
-        self.turn_rewards = [c.turn_rewards for c in got.completions]  # every row is kept: no filter
         record = super().train(state, rollout, got)
         record.update(trajectory_metrics(got.trajectories))
         return record
-
-    def placed_rewards(self, batch: TrainBatch) -> torch.Tensor:
-        """Each turn's reward on its last model token (for the token-level estimators: gae,
-        reinforce_pp); the sequence-level ones take the trajectory's sum."""
-        placed = torch.zeros_like(batch.response_mask)
-        for row, turns in enumerate(self.turn_rewards):
-            for position, reward in turns:
-                placed[row, position] += reward
-        return placed
 
     def roll_out(
         self, samples, step: int, position: int, version: int, halt: threading.Event | None = None

@@ -34,7 +34,23 @@ def build_batch(
         input_ids, attention, response, advantages=None if advantages is None else advantages.float()
     )
     batch.routed_experts = routes_of(completions, size)
+    batch.token_rewards = turn_rewards_of(prompts, completions, size)
     return batch, sampler_logprobs
+
+
+def turn_rewards_of(
+    prompts: list[list[int]], completions: list[Completion], size: tuple[int, int]
+) -> torch.Tensor | None:
+    """The completions' turn rewards on their rows' tokens (B, T); None when no completion has
+    any (single-turn rows: the score goes on the last response token)."""
+    if all(c.turn_rewards is None for c in completions):
+        return None
+    placed = torch.zeros(size, dtype=torch.float32)
+    for row, c in enumerate(completions):
+        start = len(prompts[c.prompt_index])
+        for position, reward in c.turn_rewards or ():
+            placed[row, start + position] += reward
+    return placed
 
 
 def routes_of(completions: list[Completion], size: tuple[int, int]) -> torch.Tensor | None:

@@ -270,16 +270,11 @@ class GrpoStep:
             batch.old_logprobs,
             batch.ref_logprobs,
             batch.values,
-            self.placed_rewards(batch),
+            batch.token_rewards,
         )
         spec = algo.advantage_spec(kl_coef)
         self.critic.add_returns(batch, inputs, spec)
         return advantages(inputs, spec)
-
-    def placed_rewards(self, batch: TrainBatch) -> torch.Tensor | None:
-        """Rewards placed on `batch`'s tokens for the token-level estimators; None: each row's
-        score on its last response token (a single-turn step)."""
-        return None
 
     def add_logprobs(self, batch: TrainBatch) -> None:
         """The trainer's logprobs of `batch` before the update, the reference's when KL is on, and

@@ -181,6 +181,9 @@ def test_the_row_and_mask_equal_a_hand_built_tool_trajectory(tokenizer):
     assert row.turn_rewards == [(ends[0], 0.0), (ends[1], 1.0)]
     batch, _ = build_batch([[]], [row], pad_id=0)
     assert batch.response_mask[0].tolist() == row.mask  # what the losses score
+    placed = [0.0] * len(row.token_ids)
+    placed[ends[1]] = 1.0  # the token-level estimators' rewards: each turn's on its last model token
+    assert batch.token_rewards[0].tolist() == placed
 
 
 def test_budgets_end_trajectories_and_are_counted(tokenizer):

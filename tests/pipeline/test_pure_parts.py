@@ -66,6 +66,18 @@ def test_build_batch_lays_the_recorded_routes_beside_their_tokens():
     assert build_batch(prompts, [Completion(0, 0, [8], [-0.1], "stop")], pad_id=0)[0].routed_experts is None
 
 
+def test_build_batch_places_turn_rewards_after_each_rows_prompt_and_keeps_them_through_select():
+    prompts = [[5, 6], [7]]
+    completions = [
+        Completion(0, 0, [8, 9, 10], [-0.1] * 3, "stop", turn_rewards=[(0, 0.5), (2, 1.0)]),
+        Completion(1, 0, [11], [-0.3], "stop", turn_rewards=[(0, -1.0)]),
+    ]
+    batch, _ = build_batch(prompts, completions, pad_id=0)
+    assert batch.token_rewards.tolist() == [[0, 0, 0.5, 0, 1.0], [0, -1.0, 0, 0, 0]]
+    assert batch.select(slice(1, 2)).token_rewards.tolist() == [[0, -1.0, 0, 0, 0]]
+    assert build_batch(prompts, [Completion(0, 0, [8], [-0.1], "stop")], pad_id=0)[0].token_rewards is None
+
+
 def test_metrics_log_and_plot(tmp_path):
     log = MetricsLog(tmp_path)
     for step in (1, 2, 3):
