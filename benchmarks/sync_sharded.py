@@ -118,14 +118,25 @@ def _gather(value) -> list:
     return values
 
 
-def _engine_receiver(model_path: str, endpoints: list, timeout_s: float):
+def _engine_model(model_path: str):
+    """The engine's model as the HF engine holds it: each tensor in memory of its own, at a 64-byte
+    boundary (not at its offset in the safetensors file's mapping)."""
     import torch
     from transformers import AutoModelForCausalLM
+
+    from roll_device.comm.buffers import own_aligned_memory
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    own_aligned_memory(model)
+    return model
+
+
+def _engine_receiver(model_path: str, endpoints: list, timeout_s: float):
 
     import roll_device as rd
     from roll_device.comm.sharded import ShardedReceiver
 
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    model = _engine_model(model_path)
     state = dict(model.state_dict())
     receiver = ShardedReceiver(endpoints, 1, rd.get_platform("cpu"), timeout_s, targets=state)
     return receiver, state
@@ -203,16 +214,14 @@ MODES = ("memcpy_two_copy", "two_copy", "memcpy_one_copy", "one_copy")  # a roun
 def transport(rank: int, model_path: str, rounds: int) -> list[dict]:
     """Rank 0 sends, rank 1 (the engine) copies into its weights; per round, in the engine: a
     memcpy of the bytes and a two-copy sync, a memcpy and a one-copy sync. The engine's rounds."""
-    import torch
     import torch.distributed as dist
-    from transformers import AutoModelForCausalLM
 
     import roll_device as rd
     from roll_device.comm import WeightReceiver, WeightSender, plan_sync
     from roll_device.comm.segments import keep_in_shared_memory
     from strategies.tied_weights import state_once
 
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    model = _engine_model(model_path)
     state = {name: t.detach() for name, t in state_once(model).items()}
     plan = plan_sync("cpu", "cpu", colocated=False, same_node=True, forced="bridge")
     if rank == 0:
