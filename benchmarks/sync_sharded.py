@@ -355,8 +355,8 @@ each sync's against its own memcpy (the machine's load moves both); the table gi
 median seconds. Where the one-copy sync's time goes (profiled in both processes): the engine's
 `copy_` of each tensor out of the trainer's segments is 93-96% of it (the headers, maps and
 reports the rest), and the same copies replayed outside a sync take as long; one `copy_` per tensor
-is one OpenMP parallel region, and on these 2 shared cores, whose other work the spinning OpenMP
-threads crowd, those regions lose to the single region of the flat memcpy (on a quiet machine,
+is one OpenMP parallel region, and on these 2 shared cores those regions lose to the single
+region of the flat memcpy when other work runs (on a quiet machine,
 and under load with `OMP_WAIT_POLICY=PASSIVE`, the one-copy sync measured 0.92-1.02 of memcpy in
 the same rounds: docs/benchmarks.md's Measurements log).
 
