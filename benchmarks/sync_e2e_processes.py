@@ -82,12 +82,14 @@ def counted(count: bool, work):
         return work(), counter
 
 
-def trainer_main(conn, name: str, model_path: str, kind: str) -> None:
-    """The trainer `name` on `kind` with `model_path` loaded; first sends its export's bytes."""
+def trainer_main(conn, name: str, model_path: str, kind: str, as_run: bool = False) -> None:
+    """The trainer `name` on `kind` with `model_path` loaded; first sends its export's bytes.
+    `as_run`: its senders set up as a run's (`share_for_one_copy`), else its tensors stay where
+    the strategy made them (shared-memory paths then pack: two copies)."""
     import torch
 
     torch.set_num_threads(1)
-    side = TrainerSide(name, model_path, kind)
+    side = TrainerSide(name, model_path, kind, as_run)
     conn.send(side.nbytes)
     serve(conn, side)
     side.trainer.shutdown()
@@ -97,13 +99,13 @@ class TrainerSide:
     """The trainer's commands: a sender per path label (`open`, `connect`, `sync`, `close`), the
     memcpy baseline (`memcpy`, `free`), a step without the sync (`step`), its weights' hash."""
 
-    def __init__(self, name: str, model_path: str, kind: str) -> None:
+    def __init__(self, name: str, model_path: str, kind: str, as_run: bool = False) -> None:
         import roll_device as rd
         from roll_device.comm import WeightSyncOptions
         from roll_device.commands.gate import load_config
         from strategies.registry import strategy_class
 
-        self.kind, self.platform = kind, rd.get_platform(kind)
+        self.kind, self.platform, self.as_run = kind, rd.get_platform(kind), as_run
         self.trainer = strategy_class("train", name, self.platform.kind)(self.platform)
         config = load_config([f"trainer={name}", f"trainer.micro_batch_size={STEP_ROWS}"])
         self.trainer.initialize(model_path, config.trainer)
@@ -122,6 +124,10 @@ class TrainerSide:
         from roll_device.comm import WeightSender, plan_sync
 
         plan = plan_sync(self.kind, self.kind, **PLACEMENTS[label])
+        if self.as_run:
+            from roll_device.pipeline.workers import share_for_one_copy
+
+            share_for_one_copy(self.trainer, plan)
         self.senders[label] = WeightSender(plan, self.platform, 1, self.options)
         return self.senders[label].endpoint, plan.describe(), plan.transport
 

@@ -118,14 +118,25 @@ def _gather(value) -> list:
     return values
 
 
-def _engine_receiver(model_path: str, endpoints: list, timeout_s: float):
+def _engine_model(model_path: str):
+    """The engine's model as the HF engine holds it: each tensor in memory of its own, at a 64-byte
+    boundary (not at its offset in the safetensors file's mapping)."""
     import torch
     from transformers import AutoModelForCausalLM
+
+    from roll_device.comm.buffers import own_aligned_memory
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    own_aligned_memory(model)
+    return model
+
+
+def _engine_receiver(model_path: str, endpoints: list, timeout_s: float):
 
     import roll_device as rd
     from roll_device.comm.sharded import ShardedReceiver
 
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    model = _engine_model(model_path)
     state = dict(model.state_dict())
     receiver = ShardedReceiver(endpoints, 1, rd.get_platform("cpu"), timeout_s, targets=state)
     return receiver, state
@@ -205,14 +216,13 @@ def transport(rank: int, model_path: str, rounds: int) -> list[dict]:
     memcpy of the bytes and a two-copy sync, a memcpy and a one-copy sync. The engine's rounds."""
     import torch
     import torch.distributed as dist
-    from transformers import AutoModelForCausalLM
 
     import roll_device as rd
     from roll_device.comm import WeightReceiver, WeightSender, plan_sync
     from roll_device.comm.segments import keep_in_shared_memory
     from strategies.tied_weights import state_once
 
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    model = _engine_model(model_path)
     state = {name: t.detach() for name, t in state_once(model).items()}
     plan = plan_sync("cpu", "cpu", colocated=False, same_node=True, forced="bridge")
     if rank == 0:
@@ -226,7 +236,7 @@ def transport(rank: int, model_path: str, rounds: int) -> list[dict]:
     (sender if rank == 0 else receiver).connect()
     measured = []
     for version in range(1, rounds + 2):  # the first maps the segments and makes slots: not measured
-        row = {}
+        row = {"threads": torch.get_num_threads()}
         for mode in MODES:  # each alone: the other end waits
             dist.barrier()
             memcpy = mode.startswith("memcpy")
@@ -324,7 +334,9 @@ Run {stamp} on `cpu` ({os.cpu_count()} CPU cores, load average {results["load"][
 it); median over {results["rounds"]} rounds after one unmeasured (the first
 maps the trainer's segments and makes the slots a large tensor needs); buckets of {BUCKET_BYTES >> 20} MiB. Each world is N FSDP2
 trainer ranks (gloo) and one engine process that copies what it receives into its own weights, all
-on this host; every process runs one torch thread.
+on this host; every process computes with torch's default of {results.get("threads", "?")} intra-op threads (run_ranks'
+OMP_NUM_THREADS comes after torch has started). The engine's weights are in memory of their own at
+64-byte boundaries, as the HF engine now holds them (not at the safetensors file's offsets).
 
 **Sync time, {most} trainer ranks vs 1** (goal <= {GOALS["scaling"]}): {_verdict(s["scaling"][most], GOALS["scaling"], True)}.
 Each rank sends its own slices over a link of its own, its tensors kept in shared memory; the engine
@@ -340,7 +352,13 @@ packed into the slots, the engine copies out of them) and a one-copy sync (the s
 shared memory: the engine's copy into its weights is the only one), each right after a memcpy of
 the same bytes in the engine process (the other end idle); the ratio is the median over rounds of
 each sync's against its own memcpy (the machine's load moves both); the table gives each column's
-median seconds.
+median seconds. Where the one-copy sync's time goes (profiled in both processes): the engine's
+`copy_` of each tensor out of the trainer's segments is 93-96% of it (the headers, maps and
+reports the rest), and the same copies replayed outside a sync take as long; one `copy_` per tensor
+is one OpenMP parallel region, and on these 2 shared cores those regions lose to the single
+region of the flat memcpy when other work runs (on a quiet machine,
+and under load with `OMP_WAIT_POLICY=PASSIVE`, the one-copy sync measured 0.92-1.02 of memcpy in
+the same rounds: docs/benchmarks.md's Measurements log).
 
 **Bridge links** (goal >= {GOALS["links"]} of N x one link's bandwidth): {links or "not measured"}.
 The bridge's between-host transport (one gloo broadcast per link from its trainer rank to the
@@ -412,6 +430,7 @@ def main() -> None:
     load.append(os.getloadavg()[0])
     results.update(layers=args.layers, rounds=args.rounds, load=load)
     results["bytes"] = results["ranks"][min(args.ranks)][-1]["rounds"][0]["nbytes"]  # the engine's
+    results["threads"] = results["transport"][0]["threads"]
     s = summarize(results)
     say(
         f"scaling={s['scaling']} memory={s['memory']} one_copy={s['one_copy']:.2f} two_copy={s['two_copy']:.2f}"

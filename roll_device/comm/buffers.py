@@ -11,16 +11,23 @@
   handed to a consumer is reused only once the consumer let go of all of them.
 - `HostPool`: host receive buffers of any size, reused when free, new ones made
   while a consumer holds the others. (Device buffers are never handed out: receivers copy out.)
+- `own_aligned_memory(module)`: the tensors a sync lands in, each at a 64-byte boundary. A model
+  that transformers loads on the host from safetensors keeps its tensors where they lie in a
+  private mapping of the file, at the file's offsets (the embedding of a 0.5B-shaped model 40
+  bytes past a boundary), and a bulk copy into memory off its source's alignment runs at about
+  two thirds of memcpy here.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import uuid
 from pathlib import Path
 
 import torch
 
+from roll_device.comm.buckets import ALIGN
 from roll_device.errors import WeightSyncError
 from roll_device.platforms import Platform
 
@@ -37,6 +44,17 @@ def host_buffer(nbytes: int, platform: Platform) -> torch.Tensor:
 def storage_users(tensor: torch.Tensor) -> int:
     """The number of tensors (views included) that share `tensor`'s memory, plus a constant."""
     return torch._C._storage_Use_Count(tensor.untyped_storage()._cdata)
+
+
+def own_aligned_memory(module: torch.nn.Module) -> int:
+    """Give each parameter and buffer of `module` that starts off a 64-byte boundary memory of its
+    own (a copy, once; shared parameters stay shared); returns the bytes moved."""
+    moved = 0
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        if tensor.numel() and tensor.data_ptr() % ALIGN:
+            tensor.data = tensor.data.clone()
+            moved += tensor.numel() * tensor.element_size()
+    return moved
 
 
 def _touch(tensor: torch.Tensor, write: bool) -> None:

@@ -43,9 +43,9 @@ class Endpoint:
 class Control:
     """A connection to the control store; `serve` makes the sender's, `connect` a receiver's.
 
-    `post` puts without waiting, in order, through a connection and a thread of its own, so that
-    a busy process (packing or loading the next bucket) does not wait for the store; `flush`
-    waits for what was posted and raises what failed."""
+    `post` puts (and `discard` deletes) without waiting, in order, through a connection and a
+    thread of its own, so that a busy process (packing or loading the next bucket) does not wait
+    for the store; `flush` waits for what was posted and raises what failed."""
 
     def __init__(self, store: dist.TCPStore, endpoint: Endpoint, timeout_s: float) -> None:
         self.store = store
@@ -66,6 +66,23 @@ class Control:
         return cls(_client(endpoint, timeout_s), endpoint, timeout_s)
 
     def post(self, key: str, value: Any) -> None:
+        self._submit(self._set_posted, key, pickle.dumps(value))
+
+    def discard(self, keys: list[str]) -> None:
+        """Delete `keys` as `post` puts: in the background, after what was posted before (a sync's
+        keys, once both ends are done with them: nobody waits for their deletion)."""
+        self._submit(self._delete_posted, keys)
+
+    def _set_posted(self, key: str, raw: bytes) -> None:
+        self._post_store.set(key, raw)
+
+    def _delete_posted(self, keys: list[str]) -> None:
+        for key in keys:
+            self._post_store.delete_key(key)
+
+    def _submit(self, work, *args) -> None:
+        """Run `work(*args)` on the posting thread (made on first use), after what came before;
+        raises what an earlier one failed with."""
         if self._poster is None:
             self._post_store = _client(self.endpoint, self.timeout_s)
             self._poster = ThreadPoolExecutor(1, thread_name_prefix="weight-sync-control")
@@ -75,7 +92,7 @@ class Control:
                 future.result()  # raises what failed
             else:
                 pending.append(future)
-        self._posted = pending + [self._poster.submit(self._post_store.set, key, pickle.dumps(value))]
+        self._posted = pending + [self._poster.submit(work, *args)]
 
     def flush(self) -> None:
         posted, self._posted = self._posted, []
@@ -132,10 +149,6 @@ class Control:
                 f"weight sync timed out after {self.timeout_s:g}s waiting for {waiting_for} "
                 f"(weight_sync.timeout_s); is the other side alive and syncing?"
             ) from exc
-
-    def delete(self, keys: list[str]) -> None:
-        for key in keys:
-            self.store.delete_key(key)
 
 
 def abort_sync(endpoint: Endpoint, reason: str, timeout_s: float = 5.0) -> None:

@@ -179,7 +179,7 @@ class WeightSender:
         statuses = dict(zip(ranks, self.control.get_many(keys, "every rollout worker to apply the weights")))
         self.transport.finish(seq, {r: status["released"] for r, status in statuses.items()})
         used = [bucket_key(seq, i) for i in range(buckets)] + keys + self.transport.used_keys(seq, buckets)
-        self.control.delete(used)
+        self.control.discard(used)  # in the background: the sync is done on both ends
         return [
             f"worker {r}: {status['error']}" for r, status in statuses.items() if status["error"] is not None
         ]

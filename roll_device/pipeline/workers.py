@@ -43,6 +43,14 @@ from strategies.training.losses import LossSpec, policy_loss
 from strategies.training.settings import LoraSettings, TrainSettings
 
 
+def share_for_one_copy(strategy, plan: SyncPlan) -> None:
+    """A sender's set-up on a shared-memory path: the trainer's own tensors moved into shared
+    memory, where the engines read them (the one-copy path, roll_device/comm/segments.py); not for
+    a trainer that exports no shards or syncs LoRA adapters (temporaries: packed)."""
+    if plan.transport == "shm" and strategy.exports_shards and not strategy.lora:
+        keep_in_shared_memory(local for _, local, _ in strategy.export_shards())
+
+
 def freed_by(platform, release) -> int:
     """The device bytes `release()` gives back to the device on `platform`: the device's free memory
     after it over before, as `mem_get_info` reports it, so memory a release leaves in the caching
@@ -141,9 +149,7 @@ class TrainWorker(PipelineWorker):
         self.base_sent = False  # a new connection: the engines hold the model's own weights
         self.sharded = self.world_size > 1 and self.strategy.exports_shards and not self.strategy.lora
         host = ray.util.get_node_ip_address()
-        if plan.transport == "shm" and self.strategy.exports_shards and not self.strategy.lora:
-            # the one-copy path: the engines read the trainer's own tensors (roll_device/comm/segments.py)
-            keep_in_shared_memory(local for _, local, _ in self.strategy.export_shards())
+        share_for_one_copy(self.strategy, plan)
         if self.sharded:
             layouts: list = [None] * self.world_size
             dist.all_gather_object(

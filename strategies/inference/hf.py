@@ -39,6 +39,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from roll_device.comm import SyncStats
+from roll_device.comm.buffers import own_aligned_memory
 from roll_device.errors import ConfigError
 from roll_device.graph import DecodeGraphRunner, fit_capture_sizes, graphs_per_size
 from roll_device.platforms import get_platform
@@ -147,6 +148,7 @@ class HfStrategy(InferenceStrategy):
             self._budgeted_prefill(model.config.num_hidden_layers) if settings.prefill_graphs else None
         )
         self.model = model.to(self.platform.device()).eval()
+        own_aligned_memory(self.model)  # on the host: out of the file's mapping, where syncs copy fast
         self.vocab_size = int(self.model.config.vocab_size)
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = set() if eos is None else ({eos} if isinstance(eos, int) else set(eos))

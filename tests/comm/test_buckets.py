@@ -8,7 +8,7 @@ import torch
 import roll_device as rd
 from roll_device.comm import weights_hash
 from roll_device.comm.buckets import ALIGN, BucketWriter, bucket_size, checksum, entry_bytes, pack, unpack
-from roll_device.comm.buffers import HostPool
+from roll_device.comm.buffers import HostPool, own_aligned_memory
 from roll_device.errors import WeightSyncError
 
 
@@ -125,6 +125,20 @@ def test_host_pool_reuses_a_buffer_only_when_nothing_holds_it():
     assert pool.acquire(2048).numel() == 2048 and len(pool) == 3
     del held
     assert pool.acquire(1024) is first and len(pool) == 3
+
+
+def test_own_aligned_memory_moves_only_tensors_off_a_boundary_and_keeps_ties():
+    lying = torch.arange(17.0)  # a tensor 4 bytes into its storage, as in a safetensors file's mapping
+    model = torch.nn.Sequential(torch.nn.Embedding(4, 4), torch.nn.Linear(4, 4, bias=False))
+    with torch.no_grad():
+        model[0].weight.data = lying[1:].view(4, 4)
+    model[1].weight = model[0].weight  # tied: one parameter
+    assert model[0].weight.data_ptr() % ALIGN
+    assert own_aligned_memory(model) == 64  # the tied weight once
+    assert model[0].weight.data_ptr() % ALIGN == 0 and model[1].weight is model[0].weight
+    assert model[0].weight.flatten().tolist() == lying[1:].tolist()
+    before = model[0].weight.data_ptr()
+    assert own_aligned_memory(model) == 0 and model[0].weight.data_ptr() == before
 
 
 def test_weights_hash_is_name_sorted_and_sees_every_value():

@@ -1,7 +1,7 @@
 """What makes a sync fast, checked as behaviour (in-process, a receiver thread, on the CPU): the
 bucket plan travels once per connection (later headers carry no entries) and a changed layout is
 sent in full again; the slots made at connect are all a streaming consumer needs, sync after
-sync; a consumer gets views of the slot (no copy out of it); a receiver that never got a plan
+sync, and its control keys are deleted after it; a consumer gets views of the slot (no copy out of it); a receiver that never got a plan
 refuses a header that relies on one; packing copies every tensor, non-contiguous ones included."""
 
 from __future__ import annotations
@@ -118,8 +118,12 @@ def test_the_slots_of_the_connection_serve_every_sync_and_lend_views(pair):
             got[name] = got.get(name, torch.empty_like(tensor)).copy_(tensor)
 
     weights = state()
+    keys = []
     for version in (1, 2, 3):
         pair.sync(weights, version, apply)
+        pair.sender.control.flush()  # the sync's keys are deleted in the background
+        keys.append(pair.sender.control.store.num_keys())
+    assert keys[0] == keys[-1], "each sync's headers, acknowledgements and statuses are deleted"
     assert len(pair.sender.transport.slots) == SLOTS, "no slot made beyond those of the connection"
     mapped = {slot.tensor.untyped_storage().data_ptr() for slot in pair.receiver.transport.slots}
     assert set(slot_memory) <= mapped, "the consumer reads views of the slots, not copies"

@@ -14,6 +14,7 @@ import torch
 
 import roll_device as rd
 from roll_device.comm import WeightReceiver, WeightSender, plan_sync, weights_hash
+from roll_device.comm.buckets import ALIGN
 from roll_device.comm.segments import keep_in_shared_memory, segment_of
 from roll_device.errors import WeightSyncError
 from strategies.tied_weights import state_once
@@ -98,6 +99,7 @@ def test_an_hf_engine_loads_versions_from_the_trainers_shared_memory(trainer_and
         in_place = (tensors + 1) // 2 if version == 2 else tensors  # the even ones; the others unmapped
         assert lent == (0, in_place)  # read in place, and none of them held after the load
         assert sent.nbytes == got.nbytes == sum(p.numel() * 4 for p in state_once(trainer).values())
+    assert all(p.data_ptr() % ALIGN == 0 for p in engine.model.parameters())  # not at the file's offsets
     engines = {p.untyped_storage().data_ptr() for p in engine.model.parameters()}
     assert not engines & {p.untyped_storage().data_ptr() for p in trainer.parameters()}  # copies
 
