@@ -1,7 +1,8 @@
 """The sharded weight sync: the plan of slices (refusals included) in-process; real trainers of two
-ranks (FSDP2, and Megatron with its experts spread over the ranks) sending their slices over two
-links (shared memory on one host, gloo between hosts) into an engine in this process whose weights
-then hash as the trainer's whole model; and a trainer rank lost mid-sync, named in seconds."""
+ranks (FSDP2, and Megatron with its experts spread over the ranks) sending their slices over their
+links (shared memory to the engine ranks on their node, gloo to those of another node; nodes
+simulated on this host) into engines in this process whose weights then hash as the trainer's
+whole model; and a trainer rank lost mid-sync, named in seconds."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import collections
 import functools
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import pytest
@@ -19,7 +21,7 @@ from roll_device.comm.sharded import ShardedReceiver
 from roll_device.comm.shards import Box, Shard, plan_shards
 from roll_device.errors import WeightSyncError
 from strategies.training.local_ranks import free_port
-from tests.comm.shard_checks import TIMEOUT_S, HfEngine, ModelEngine
+from tests.comm.shard_checks import TIMEOUT_S, TRAINER_NODE, HfEngine, ModelEngine
 from tests.comm.workers import RemoteError, Worker, close_all, together
 
 CHECKS = "tests.comm.shard_checks"
@@ -132,20 +134,45 @@ def _result(worker: Worker):
         return exc
 
 
-def _open(trainers: list[Worker], same_node: bool, verify: bool = True) -> list:
-    return together(_on(trainers, "open_sender", same_node, 1, 64 << 10, verify))
+HERE, AWAY = [TRAINER_NODE], ["node-1"]  # one engine rank on the trainers' node, or on another
+
+
+def _open(trainers: list[Worker], engines: list[str], verify: bool = True) -> list:
+    """The trainer ranks' senders to engine ranks on `engines` (their nodes); their endpoints."""
+    return together(_on(trainers, "open_sender", engines, 64 << 10, verify))
+
+
+class _Engines:
+    """Several engine ranks in this process, each call run on all of them at once (a thread each:
+    their links meet the trainer ranks' together); the calls return the engines' results."""
+
+    def __init__(self, engines: list) -> None:
+        self.engines = engines
+
+    def _each(self, method: str) -> list:
+        with ThreadPoolExecutor(len(self.engines)) as pool:
+            return [f.result() for f in [pool.submit(getattr(e, method)) for e in self.engines]]
+
+    def connect(self) -> list:
+        return self._each("connect")
+
+    def receive(self) -> list:
+        return self._each("receive")
+
+    def close(self) -> list:
+        return self._each("close")
 
 
 def _sync(
-    trainers: list[Worker], engine_of, same_node: bool, versions: tuple[int, ...], one_copy: bool = False
+    trainers: list[Worker], engine_of, engines: list[str], versions: tuple[int, ...], one_copy: bool = False
 ):
-    """Open the trainer ranks' senders and the engine (`engine_of(endpoints)`, in this process),
-    sync `versions`; returns each sync's (trainer results, engine result) and the whole model's
-    hash. `one_copy`: the trainers' tensors in shared memory first, the syncs not verified
-    (verified syncs assemble in buffers of their own)."""
+    """Open the trainer ranks' senders to engine ranks on `engines` and the engine
+    (`engine_of(endpoints)`, in this process), sync `versions`; returns each sync's (trainer
+    results, engine result) and the whole model's hash. `one_copy`: the trainers' tensors in shared
+    memory first, the syncs not verified (verified syncs assemble in buffers of their own)."""
     if one_copy:
         _check(together(_on(trainers, "keep_in_shm")))
-    engine = engine_of(_open(trainers, same_node, verify=not one_copy))
+    engine = engine_of(_open(trainers, engines, verify=not one_copy))
     results = []
     try:
         _check(_alongside(_on(trainers, "connect"), engine.connect)[0])
@@ -191,9 +218,9 @@ def fsdp_pair(trainers):
     return trainers
 
 
-@pytest.mark.parametrize("same_node", [True, False], ids=["shm", "gloo"])
-def test_fsdp_ranks_send_their_own_slices_and_the_engine_gets_the_whole_model(fsdp_pair, same_node):
-    results, full = _sync(fsdp_pair, functools.partial(ModelEngine, rank=1, seed=100), same_node, (1, 2))
+@pytest.mark.parametrize("engines", [HERE, AWAY], ids=["shm", "gloo"])
+def test_fsdp_ranks_send_their_own_slices_and_the_engine_gets_the_whole_model(fsdp_pair, engines):
+    results, full = _sync(fsdp_pair, functools.partial(ModelEngine, rank=1, seed=100), engines, (1, 2))
     _check_whole_model_once(results, full)
     for sent_by, engine in results:
         total = sum(t["shard_bytes"] for t in sent_by)
@@ -203,9 +230,29 @@ def test_fsdp_ranks_send_their_own_slices_and_the_engine_gets_the_whole_model(fs
             assert t["peak_extra"] < total  # and never held the whole model's bytes at once
 
 
+def test_each_trainer_rank_links_shared_memory_to_its_node_and_gloo_to_another(fsdp_pair):
+    """Engine rank 1 on the trainer ranks' node, engine rank 2 on another (simulated) node: each
+    trainer rank opens two links at once, shared memory to rank 1 and gloo to rank 2 (the kinds as
+    the receivers' links report them), its slices once over each; both engines get the whole
+    model, bit-identical, in every sync."""
+
+    def engines(endpoints: list) -> _Engines:
+        return _Engines([ModelEngine(endpoints, rank=rank, seed=100 + rank) for rank in (1, 2)])
+
+    results, full = _sync(fsdp_pair, engines, HERE + AWAY, versions=(1, 2))
+    for version, (sent_by, received) in enumerate(results, 1):
+        assert [engine["hash"] for engine in received] == [full, full]
+        assert [engine["links"] for engine in received] == [["shm", "shm"], ["broadcast", "broadcast"]]
+        shards = sum(t["shard_bytes"] for t in sent_by)
+        assert [(e["stats"].version, e["stats"].nbytes) for e in received] == [(version, shards)] * 2
+        for t in sent_by:
+            assert t["stats"].transport == "shm+broadcast"
+            assert t["stats"].nbytes == 2 * t["shard_bytes"]  # its slices once over each link
+
+
 def test_one_copy_each_piece_goes_from_the_trainers_shared_memory_into_the_engines_weight(fsdp_pair):
     engine_of = functools.partial(ModelEngine, rank=1, seed=100, in_place=True)
-    results, full = _sync(fsdp_pair, engine_of, True, versions=(1, 2), one_copy=True)
+    results, full = _sync(fsdp_pair, engine_of, HERE, versions=(1, 2), one_copy=True)
     for sent_by, engine in results:
         assert engine["hash"] == full
         assert engine["assembled"] > 0 and engine["assembled_in_place"] == engine["assembled"]
@@ -227,7 +274,7 @@ def _megatron_into_hf(trainers: list[Worker], model_path: str, layout: dict) -> 
     syncs."""
     started = _start(trainers, "start_megatron", model_path, layout)
     engine = functools.partial(HfEngine, rank=1, model_path=model_path)
-    results, full = _sync(trainers, engine, True, versions=(1, 2))
+    results, full = _sync(trainers, engine, HERE, versions=(1, 2))
     _check_whole_model_once(results, full)
     for _, engine in results:
         assert engine["stats"].nbytes == started[0]["whole_bytes"]  # replicated tensors sent once
@@ -270,18 +317,18 @@ def _raised(action: Callable[[], object]) -> BaseException | None:
 
 
 @pytest.mark.parametrize(
-    "same_node",
-    [True, pytest.param(False, marks=pytest.mark.slow)],  # gloo links end the same way (slow: 9 s)
+    "engines",
+    [HERE, pytest.param(AWAY, marks=pytest.mark.slow)],  # gloo links end the same way (slow: 9 s)
     ids=["shm", "gloo"],
 )
-def test_a_lost_trainer_rank_ends_the_sync_in_seconds_naming_it(same_node):
+def test_a_lost_trainer_rank_ends_the_sync_in_seconds_naming_it(engines):
     """Trainer rank 1 dies mid-sync (killed after two of its tensors): the engine and trainer
     rank 0 end with a WeightSyncError that names trainer rank 1, in seconds, not after the
     timeout; the engine's close does not hang on the lost link either."""
     workers = _trainers()
     try:
         _start(workers, "start_replica", 7, 8)
-        receiver = ShardedReceiver(_open(workers, same_node), 1, rd.get_platform("cpu"), timeout_s=TIMEOUT_S)
+        receiver = ShardedReceiver(_open(workers, engines), 1, rd.get_platform("cpu"), timeout_s=TIMEOUT_S)
         _check(_alongside(_on(workers, "connect"), receiver.connect)[0])
         started = time.monotonic()
         sends = _on(workers[:1], "send", 1) + _on(workers[1:], "send", 1, 2)
@@ -295,7 +342,7 @@ def test_a_lost_trainer_rank_ends_the_sync_in_seconds_naming_it(same_node):
     assert isinstance(kept, RemoteError) and kept.type_name == "WeightSyncError"
     assert "the engine failed to load the sync: trainer rank 1 was lost mid-sync" in kept.message
     assert seconds < TIMEOUT_S / 5
-    if same_node:  # the link's shared memory is unmapped alone
+    if engines == HERE:  # the link's shared memory is unmapped alone
         assert closed is None
     else:  # the link's group cannot say goodbye to the lost rank: named, the other link closed
         assert str(closed).startswith("trainer rank 1: "), closed
