@@ -20,13 +20,14 @@ from roll_device.comm.planner import SyncPlan, plan_sync
 from roll_device.comm.rdt_transport import sync_actor_options
 from roll_device.comm.receiver import WeightReceiver
 from roll_device.comm.sender import WeightSender
-from roll_device.comm.sharded import ShardedReceiver, ShardedSender, open_receiver
+from roll_device.comm.sharded import ShardedReceiver, ShardedSender, SyncNodes, open_receiver
 
 __all__ = [
     "PATHS",
     "Endpoint",
     "ShardedReceiver",
     "ShardedSender",
+    "SyncNodes",
     "SyncPlan",
     "SyncStats",
     "WeightReceiver",
