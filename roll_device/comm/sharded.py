@@ -228,6 +228,8 @@ def _fan_out(
     """`pieces` over every link at once, each link the pieces its engine ranks need; each link's
     stats. An export that fails is told to every link (each aborts its sync for its receivers) and
     raised; a link that fails is raised once every link has ended."""
+    if len(links) == 1:  # every piece is its: the export feeds it straight, no thread or queue
+        return [_sent(links[0], pieces, version)]
     feeds = [queue.Queue(maxsize=FEED) for _ in links]
     results: list = [None] * len(links)
     threads = [
@@ -266,6 +268,16 @@ def _feed(feed: queue.Queue, thread: threading.Thread, item: object) -> None:
             continue
 
 
+def _sent(link: _NodeLink, pieces: Iterable[tuple[str, torch.Tensor]], version: int) -> SyncStats:
+    """`pieces` over `link`; its failure names its engine ranks where the link numbers them anew."""
+    try:
+        return link.sender.send(pieces, version)
+    except WeightSyncError as exc:  # its workers named by their rank on the link: say which they are
+        if link.ranks == list(range(1, len(link.ranks) + 1)):
+            raise
+        raise WeightSyncError(f"on the link to engine ranks {link.ranks}: {exc}") from exc
+
+
 def _send_link(link: _NodeLink, feed: queue.Queue, version: int, results: list, index: int) -> None:
     def fed() -> Iterator[tuple[str, torch.Tensor]]:
         while (item := feed.get()) is not _END:
@@ -274,12 +286,7 @@ def _send_link(link: _NodeLink, feed: queue.Queue, version: int, results: list, 
             yield item
 
     try:
-        results[index] = link.sender.send(fed(), version)
-    except WeightSyncError as exc:  # its workers named by their rank on the link: say which they are
-        renumbered = link.ranks != list(range(1, len(link.ranks) + 1))
-        results[index] = (
-            WeightSyncError(f"on the link to engine ranks {link.ranks}: {exc}") if renumbered else exc
-        )
+        results[index] = _sent(link, fed(), version)
     except BaseException as exc:  # noqa: BLE001  (raised by the exporting thread)
         results[index] = exc
 
