@@ -375,7 +375,8 @@ median seconds.
 
 **Bridge links** (goal >= {GOALS["links"]} of N x one link's bandwidth): {links or "not measured"}.
 The bridge's between-host transport (one gloo broadcast per link from its trainer rank to the
-engine), the nodes simulated on this host (planned as across nodes), CPU on both ends: the
+engine, on a simulated node of its own: the placement's node ids differ), all on this host, CPU on
+both ends: the
 cross-kind part of the bridge (staging to and from a device) is not in it. All N links and the
 engine share this machine's {os.cpu_count()} cores and loopback, so N links cannot add bandwidth here
 beyond what the cores give; separate hosts each bring their own.
