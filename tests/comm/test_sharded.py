@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import collections
 import functools
+import re
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -17,14 +19,17 @@ import pytest
 import torch
 
 import roll_device as rd
-from roll_device.comm.sharded import ShardedReceiver
+from roll_device.comm import WeightSyncOptions, abort_sync, plan_sync
+from roll_device.comm.sharded import ShardedReceiver, ShardedSender
 from roll_device.comm.shards import Box, Shard, plan_shards
 from roll_device.errors import WeightSyncError
+from roll_device.settings import read_section
 from strategies.training.local_ranks import free_port
 from tests.comm.shard_checks import TIMEOUT_S, TRAINER_NODE, HfEngine, ModelEngine
 from tests.comm.workers import RemoteError, Worker, close_all, together
 
 CHECKS = "tests.comm.shard_checks"
+HERE, AWAY = [TRAINER_NODE], ["node-1"]  # one engine rank on the trainers' node, or on another
 T = TypeVar("T")
 
 
@@ -92,6 +97,27 @@ def test_ranks_disagreeing_on_a_dtype_are_refused():
         plan_shards(layouts, [None])
 
 
+def test_an_abort_at_a_trainer_ranks_endpoint_ends_the_waits_of_its_links():
+    """A trainer rank's links are namespaces of its one store: the driver's abort, posted at the
+    rank's endpoint (a worker was lost), ends a link's wait long before `timeout_s`."""
+    layouts = [{"w": shard("w", (4, 4), Box.whole((4, 4)))}]
+    plan = plan_sync("cpu", "cpu", colocated=False, same_node=False, forced="bridge")
+    values = {"path": "bridge", "bucket_bytes": 4096, "verify": False, "timeout_s": 600}
+    options = read_section(WeightSyncOptions, values, "weight_sync")
+    cpu = rd.get_platform("cpu")
+    sender = ShardedSender(plan, cpu, 0, layouts, HERE + AWAY, options, node=TRAINER_NODE)
+    assert [link.sender.plan.transport for link in sender.node_links] == ["shm", "broadcast"]
+    reason = "a worker of role 'actor_infer' (rank 1) died"
+    threading.Timer(0.2, abort_sync, (sender.endpoint, reason)).start()
+    started = time.monotonic()
+    with pytest.raises(
+        WeightSyncError, match=f"aborted while waiting for every rollout worker .*: {re.escape(reason)}"
+    ):
+        sender.connect()  # its first link waits for the engine rank that never comes
+    assert time.monotonic() - started < 5
+    sender.close()
+
+
 def _trainers() -> list[Worker]:
     """Two trainer ranks in one gloo world."""
     workers = [Worker() for _ in range(2)]
@@ -132,9 +158,6 @@ def _result(worker: Worker):
         return worker.result()
     except (RemoteError, EOFError) as exc:  # EOFError: the rank's process is gone
         return exc
-
-
-HERE, AWAY = [TRAINER_NODE], ["node-1"]  # one engine rank on the trainers' node, or on another
 
 
 def _open(trainers: list[Worker], engines: list[str], verify: bool = True) -> list:
