@@ -15,13 +15,14 @@ tensors the same way on both ends. See docs/weight-sync.md.
 from roll_device.comm.control import Endpoint, abort_sync
 from roll_device.comm.hashing import weights_hash
 from roll_device.comm.messages import SyncStats
+from roll_device.comm.node_links import SyncNodes
 from roll_device.comm.options import WeightSyncOptions
 from roll_device.comm.paths import PATHS
 from roll_device.comm.planner import SyncPlan, plan_sync
 from roll_device.comm.rdt_transport import sync_actor_options
 from roll_device.comm.receiver import WeightReceiver
 from roll_device.comm.sender import WeightSender
-from roll_device.comm.sharded import ShardedReceiver, ShardedSender, SyncNodes, open_receiver
+from roll_device.comm.sharded import ShardedReceiver, ShardedSender, open_receiver
 
 __all__ = [
     "PATHS",

@@ -14,8 +14,9 @@ receiver.connect()
 stats = receiver.receive(strategy.update_weights)
 ```
 
-A trainer rank opens one link per engine node, each a `WeightSender` / `WeightReceiver` pair with
-everything they keep (buckets, versions, verification, aborts). On the bridge a link's kind is its
+A trainer rank opens one link per engine node (node_links.py), each a `WeightSender` /
+`WeightReceiver` pair with everything they keep (buckets, versions, verification, aborts). On the
+bridge a link's kind is its
 node's (`planner.link_plan`): shared-memory slots to the engine ranks on the trainer rank's own
 node, a gloo broadcast (TCP) to those of each other node; nodes are the placement's, so simulated
 nodes on one host are nodes of their own. Other paths have one link to every engine rank, by the
@@ -47,18 +48,16 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from roll_device.comm.control import Control, Endpoint
 from roll_device.comm.messages import SyncStats
+from roll_device.comm.node_links import fan_out, open_links
 from roll_device.comm.options import WeightSyncOptions
-from roll_device.comm.paths import BRIDGE
-from roll_device.comm.planner import SyncPlan, link_plan
+from roll_device.comm.planner import SyncPlan
 from roll_device.comm.receiver import Apply, WeightReceiver
-from roll_device.comm.sender import WeightSender
 from roll_device.comm.shards import Box, Layout, ShardPlan, local_view, plan_shards
 from roll_device.comm.timing import Stopwatch
 from roll_device.comm.transport import SETUP_KEY
@@ -67,16 +66,6 @@ from roll_device.platforms import Platform
 
 LAYOUTS_KEY = "shards/layouts"
 LINKS_KEY = "shards/links"  # per engine rank: the namespace of the link that serves it, its rank there
-FEED = 4  # pieces a link may have queued ahead of its sends (a slow link holds the export back)
-
-
-@dataclass(frozen=True)
-class SyncNodes:
-    """Where the ends of a sync run (node ids of the placement): `trainer[r]` trainer rank r's,
-    `engines[e - 1]` engine rank e's."""
-
-    trainer: tuple[str, ...]
-    engines: tuple[str, ...]
 
 
 def _need_key(rank: int) -> str:
@@ -103,25 +92,6 @@ def merge_stats(stats: list[SyncStats], tensors: int, seconds: float, load_s: fl
     )
 
 
-def _by_node(plan: SyncPlan, engines: Sequence[str]) -> dict[str | None, list[int]]:
-    """The engine ranks each link serves, by node on the bridge (one link for all otherwise)."""
-    if plan.path != BRIDGE:
-        return {None: list(range(1, len(engines) + 1))}
-    ranks: dict[str | None, list[int]] = {}
-    for rank, node in enumerate(engines, 1):
-        ranks.setdefault(node, []).append(rank)
-    return ranks
-
-
-class _NodeLink:
-    """A trainer rank's link to the engine ranks `ranks` (of one node): its sender, and the keys
-    of the pieces those ranks need (known once planned)."""
-
-    def __init__(self, sender: WeightSender, ranks: list[int]) -> None:
-        self.sender, self.ranks = sender, ranks
-        self.keys: set[str] = set()
-
-
 class ShardedSender:
     """Trainer rank `link`'s end: its slices, over one link per engine node."""
 
@@ -146,15 +116,7 @@ class ShardedSender:
         self.link, self.layouts = link, layouts
         self.control = Control.serve(host, options.timeout_s)
         self.control.put(LAYOUTS_KEY, layouts)
-        self.node_links: list[_NodeLink] = []
-        served: list[tuple[str, int]] = [("", 0)] * len(engines)
-        for index, (where, ranks) in enumerate(_by_node(plan, engines).items()):
-            namespace = f"link{index}"
-            within = self.control.within(namespace)
-            sender = WeightSender(link_plan(plan, where == node), platform, len(ranks), options, host, within)
-            self.node_links.append(_NodeLink(sender, ranks))
-            for local, rank in enumerate(ranks, 1):
-                served[rank - 1] = (namespace, local)
+        self.node_links, served = open_links(self.control, plan, platform, engines, node, options, host)
         self.control.put(LINKS_KEY, served)
         self.shards: ShardPlan | None = None
 
@@ -181,7 +143,7 @@ class ShardedSender:
         """Send this rank's slices of trainer step `version`: `local` yields (name, this rank's
         local tensor) for every tensor of its layout."""
         start = time.perf_counter()
-        stats = _fan_out(self.node_links, self._pieces(local), version)
+        stats = fan_out(self.node_links, self._pieces(local), version)
         return merge_stats(stats, len(self.shards.sends[self.link]), time.perf_counter() - start)
 
     def _pieces(self, local: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
@@ -217,78 +179,6 @@ class ShardedSender:
         self.control.close()
         if failed:
             raise failed[0]
-
-
-_END = object()  # the end of a link's feed
-
-
-def _fan_out(
-    links: list[_NodeLink], pieces: Iterator[tuple[str, torch.Tensor]], version: int
-) -> list[SyncStats]:
-    """`pieces` over every link at once, each link the pieces its engine ranks need; each link's
-    stats. An export that fails is told to every link (each aborts its sync for its receivers) and
-    raised; a link that fails is raised once every link has ended."""
-    if len(links) == 1:  # every piece is its: the export feeds it straight, no thread or queue
-        return [_sent(links[0], pieces, version)]
-    feeds = [queue.Queue(maxsize=FEED) for _ in links]
-    results: list = [None] * len(links)
-    threads = [
-        threading.Thread(target=_send_link, args=(link, feed, version, results, i), daemon=True)
-        for i, (link, feed) in enumerate(zip(links, feeds, strict=True))
-    ]
-    for thread in threads:
-        thread.start()
-    ending: object = _END
-    try:
-        for key, tensor in pieces:
-            for link, feed, thread in zip(links, feeds, threads, strict=True):
-                if key in link.keys:
-                    _feed(feed, thread, (key, tensor))
-    except BaseException as exc:
-        ending = exc
-        raise
-    finally:
-        for feed, thread in zip(feeds, threads, strict=True):
-            _feed(feed, thread, ending)
-        for thread in threads:
-            thread.join()
-    failed = [r for r in results if isinstance(r, BaseException)]
-    if failed:
-        raise failed[0]
-    return results
-
-
-def _feed(feed: queue.Queue, thread: threading.Thread, item: object) -> None:
-    """`item` into a link's feed, unless the link has ended (failed): nobody would take it."""
-    while thread.is_alive():
-        try:
-            feed.put(item, timeout=0.1)
-            return
-        except queue.Full:
-            continue
-
-
-def _sent(link: _NodeLink, pieces: Iterable[tuple[str, torch.Tensor]], version: int) -> SyncStats:
-    """`pieces` over `link`; its failure names its engine ranks where the link numbers them anew."""
-    try:
-        return link.sender.send(pieces, version)
-    except WeightSyncError as exc:  # its workers named by their rank on the link: say which they are
-        if link.ranks == list(range(1, len(link.ranks) + 1)):
-            raise
-        raise WeightSyncError(f"on the link to engine ranks {link.ranks}: {exc}") from exc
-
-
-def _send_link(link: _NodeLink, feed: queue.Queue, version: int, results: list, index: int) -> None:
-    def fed() -> Iterator[tuple[str, torch.Tensor]]:
-        while (item := feed.get()) is not _END:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-
-    try:
-        results[index] = _sent(link, fed(), version)
-    except BaseException as exc:  # noqa: BLE001  (raised by the exporting thread)
-        results[index] = exc
 
 
 def _landing(shards: ShardPlan, rank: int) -> dict[str, list[tuple[int, str, Box]]]:
