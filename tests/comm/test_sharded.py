@@ -273,6 +273,46 @@ def test_each_trainer_rank_links_shared_memory_to_its_node_and_gloo_to_another(f
             assert t["stats"].nbytes == 2 * t["shard_bytes"]  # its slices once over each link
 
 
+class _Refusing:
+    """An engine rank whose load fails once it has taken every tensor."""
+
+    def __init__(self, endpoints: list, rank: int) -> None:
+        self.receiver = ShardedReceiver(endpoints, rank, rd.get_platform("cpu"), timeout_s=TIMEOUT_S)
+
+    def connect(self) -> None:
+        self.receiver.connect()
+
+    def receive(self) -> BaseException | None:
+        def apply(named) -> None:
+            _drain(named)
+            raise RuntimeError("the engine ran out of memory")
+
+        return _raised(lambda: self.receiver.receive(apply))
+
+    def close(self) -> None:
+        self.receiver.close()
+
+
+def test_an_engine_ranks_failure_is_named_by_its_rank_on_its_node_link(fsdp_pair):
+    """Engine rank 2 (the only one on its node: rank 1 of that link) fails to load: each trainer
+    rank's sync fails naming engine rank 2, while engine rank 1 on the other link loads the whole
+    model."""
+    endpoints = _open(fsdp_pair, HERE + AWAY)
+    engines = _Engines([ModelEngine(endpoints, rank=1, seed=101), _Refusing(endpoints, rank=2)])
+    try:
+        _check(_alongside(_on(fsdp_pair, "connect"), engines.connect)[0])
+        sent, (loaded, refused) = _alongside(_on(fsdp_pair, "send", 1), engines.receive)
+        full = together(_on(fsdp_pair, "full_hash"))[0]
+    finally:
+        _alongside(_on(fsdp_pair, "close"), engines.close)
+    assert loaded["hash"] == full
+    assert "the engine ran out of memory" in str(refused)
+    for failed in sent:
+        assert isinstance(failed, RemoteError) and failed.type_name == "WeightSyncError", failed
+        assert failed.message.startswith("on the link to engine ranks [2]: weight sync of version 1 failed")
+        assert "the engine ran out of memory" in failed.message
+
+
 def test_one_copy_each_piece_goes_from_the_trainers_shared_memory_into_the_engines_weight(fsdp_pair):
     engine_of = functools.partial(ModelEngine, rank=1, seed=100, in_place=True)
     results, full = _sync(fsdp_pair, engine_of, HERE, versions=(1, 2), one_copy=True)
