@@ -52,7 +52,12 @@ class Control:
     waits for what was posted and raises what failed."""
 
     def __init__(
-        self, store: dist.Store, endpoint: Endpoint, timeout_s: float, namespace: str = "", root=None
+        self,
+        store: dist.Store,
+        endpoint: Endpoint,
+        timeout_s: float,
+        namespace: str = "",
+        root: dist.Store | None = None,
     ) -> None:
         self.store = store
         self.endpoint = endpoint

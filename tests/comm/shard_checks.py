@@ -136,6 +136,12 @@ def send(version: int, die_after: int | None = None) -> dict:
     }
 
 
+def send_stray(version: int) -> None:
+    """A sync whose export, after this rank's slices, yields a tensor its layout does not hold."""
+    stray = [("model.stray.weight", torch.zeros(2))]
+    _state["sender"].send([(name, tensor) for name, tensor, _ in _local()] + stray, version=version)
+
+
 def full_hash() -> str:
     """The hash of the whole model (every rank calls it: it may gather)."""
     return weights_hash(_state["whole"]())

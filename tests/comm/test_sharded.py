@@ -313,6 +313,25 @@ def test_an_engine_ranks_failure_is_named_by_its_rank_on_its_node_link(fsdp_pair
         assert "the engine ran out of memory" in failed.message
 
 
+def test_an_export_that_fails_is_told_over_every_node_link(fsdp_pair):
+    """Each trainer rank's export fails after its slices (a tensor its layout does not hold): the
+    error reaches both engine ranks, over shared memory and over gloo, and each trainer rank
+    raises its own export's error."""
+    endpoints = _open(fsdp_pair, HERE + AWAY)
+    engines = _Engines([_Refusing(endpoints, rank=rank) for rank in (1, 2)])
+    try:
+        _check(_alongside(_on(fsdp_pair, "connect"), engines.connect)[0])
+        sent, received = _alongside(_on(fsdp_pair, "send_stray", 1), engines.receive)
+    finally:
+        _alongside(_on(fsdp_pair, "close"), engines.close)
+    for rank, failed in enumerate(sent):
+        assert failed.message.startswith(f"trainer rank {rank} exported 'model.stray.weight' [2]"), failed
+    for failed in received:
+        assert "the trainer aborted the weight sync of version 1 (WeightSyncError: trainer rank" in str(
+            failed
+        )
+
+
 def test_one_copy_each_piece_goes_from_the_trainers_shared_memory_into_the_engines_weight(fsdp_pair):
     engine_of = functools.partial(ModelEngine, rank=1, seed=100, in_place=True)
     results, full = _sync(fsdp_pair, engine_of, HERE, versions=(1, 2), one_copy=True)
