@@ -9,11 +9,14 @@
    each into its weights, two-copy (packed into the slots, then copied out) and one-copy (the
    sender's tensors in shared memory, read in place), against one memcpy of the same bytes in the
    engine process, in the same rounds (goal: one-copy at least 0.8).
-3. Links: the bridge's between-host links (gloo; the nodes simulated on this host by planning the
-   bridge as if across nodes, CPU on both ends) of 1, 2 and 4 trainer ranks: the aggregate
-   bandwidth against N x one link's (goal: at least 0.8 for N = 2, 4).
+3. Links: the bridge's between-host links (gloo; the engine on a node of its own, simulated on
+   this host: the placement's node ids differ, CPU on both ends) of 1, 2 and 4 trainer ranks: the
+   aggregate bandwidth against N x one link's (goal: at least 0.8 for N = 2, 4).
+4. Node links: N trainer ranks into two engine ranks, each on a simulated node of its own (neither
+   the trainers'): every trainer rank opens one gloo link per engine node, 2N links at once; the
+   bandwidth delivered (both engines' bytes) against 2N x one link's.
 
-Each world is N trainer ranks plus one engine rank (the last), spawned processes in one gloo world
+Each world is N trainer ranks plus its engine ranks (the last), spawned processes in one gloo world
 (strategies/training/local_ranks.py); FSDP2 shards over the trainer ranks' group alone. The model:
 Qwen2.5-0.5B's shapes with `--layers` decoder layers, fp32. Results go to results/sync_sharded.json,
 the sync_sharded section of docs/benchmarks.md and docs/sync_sharded_benchmark.png.
@@ -43,6 +46,12 @@ PLOT = ROOT / "docs" / "sync_sharded_benchmark.png"
 RESULTS = ROOT / "results" / "sync_sharded.json"
 BUCKET_BYTES = 64 << 20
 GOALS = {"scaling": 1.3, "one_copy": 0.8, "links": 0.8}
+TRAINER_NODE = "node-0"  # every trainer rank's simulated node
+CASES = {  # the engine ranks' nodes of each case of worlds by trainer rank count
+    "ranks": ("node-0",),  # the trainers' own: shared memory, the one-copy path
+    "links": ("node-1",),  # another: a gloo link per trainer rank
+    "node_links": ("node-1", "node-2"),  # two others: a gloo link per trainer rank and node
+}
 
 
 def say(message: str) -> None:
@@ -61,9 +70,11 @@ def vs_memcpy(pairs: list[tuple[float, float]]) -> float:
     return statistics.median(memcpy / sync for memcpy, sync in pairs)
 
 
-def link_efficiency(nbytes: int, seconds: dict[int, list[float]]) -> dict[int, float]:
-    """Aggregate bandwidth of N links over N x one link's (the median sync of each)."""
-    one = nbytes / statistics.median(seconds[1])
+def link_efficiency(nbytes: int, seconds: dict[int, list[float]], one_link: list[float]) -> dict[int, float]:
+    """Aggregate bandwidth of N trainer ranks' links over N x one link's (`one_link`: one rank's
+    syncs over one link; the median sync of each). With M engine nodes each engine gets the whole
+    `nbytes` over N links of its own: M x the bytes over M x N links, the same ratio."""
+    one = nbytes / statistics.median(one_link)
     return {n: nbytes / statistics.median(s) / (n * one) for n, s in sorted(seconds.items())}
 
 
@@ -131,14 +142,13 @@ def _engine_model(model_path: str):
     return model
 
 
-def _engine_receiver(model_path: str, endpoints: list, timeout_s: float):
-
+def _engine_receiver(model_path: str, endpoints: list, rank: int, timeout_s: float):
     import roll_device as rd
     from roll_device.comm.sharded import ShardedReceiver
 
     model = _engine_model(model_path)
     state = dict(model.state_dict())
-    receiver = ShardedReceiver(endpoints, 1, rd.get_platform("cpu"), timeout_s, targets=state)
+    receiver = ShardedReceiver(endpoints, rank, rd.get_platform("cpu"), timeout_s, targets=state)
     return receiver, state
 
 
@@ -150,8 +160,9 @@ def _load(state: dict):
     return apply
 
 
-def world(rank: int, trainers: int, model_path: str, same_node: bool, rounds: int) -> list[dict]:
-    """Rank `rank` of N trainers + one engine: `rounds` syncs; every rank's rounds, in rank order."""
+def world(rank: int, trainers: int, model_path: str, engines: tuple[str, ...], rounds: int) -> list[dict]:
+    """Rank `rank` of N trainers + an engine rank per entry of `engines` (its node): `rounds`
+    syncs; every rank's rounds, in rank order."""
     import torch.distributed as dist
 
     import roll_device as rd
@@ -159,14 +170,16 @@ def world(rank: int, trainers: int, model_path: str, same_node: bool, rounds: in
     from roll_device.comm.sharded import ShardedSender
 
     group = dist.new_group(list(range(trainers)))  # every rank takes part in making it
-    engine = rank == trainers
+    engine = rank >= trainers
+    same_node = set(engines) == {TRAINER_NODE}
     local = None if engine else _trainer(model_path, trainers, group, one_copy=same_node)[1]
     layouts = _gather(None if engine else {name: s for name, _, s in local})[:trainers]
     plan = plan_sync("cpu", "cpu", colocated=False, same_node=same_node, forced="bridge")
     options = _options()
-    sender = None if engine else ShardedSender(plan, rd.get_platform("cpu"), rank, layouts, 1, options)
+    platform = rd.get_platform("cpu")
+    sender = None if engine else ShardedSender(plan, platform, rank, layouts, engines, options, TRAINER_NODE)
     endpoints = _gather(None if engine else sender.endpoint)[:trainers]
-    side = _engine_receiver(model_path, endpoints, 300) if engine else None
+    side = _engine_receiver(model_path, endpoints, rank - trainers + 1, 300) if engine else None
     (side[0] if engine else sender).connect()
     measured = []
     for version in range(1, rounds + 2):  # the first maps the segments and makes slots: not measured
@@ -252,9 +265,9 @@ def transport(rank: int, model_path: str, rounds: int) -> list[dict]:
 
 # ---- the run, its summary, section and plot --------------------------------------------------------
 def engine_seconds(ranks: list[dict]) -> list[float]:
-    """The engine's sync seconds, per round, from one world's ranks."""
-    (engine,) = [r for r in ranks if r["engine"]]
-    return [row["seconds"] for row in engine["rounds"]]
+    """The sync seconds per round, from one world's ranks: its slowest engine's."""
+    engines = [r["rounds"] for r in ranks if r["engine"]]
+    return [max(row["seconds"] for row in rows) for rows in zip(*engines, strict=True)]
 
 
 def worst_rank(ranks: list[dict]) -> dict:
@@ -266,6 +279,7 @@ def worst_rank(ranks: list[dict]) -> dict:
 def summarize(results: dict) -> dict:
     ranks = {int(n): engine_seconds(w) for n, w in results["ranks"].items()}
     links = {int(n): engine_seconds(w) for n, w in results["links"].items()}
+    node_links = {int(n): engine_seconds(w) for n, w in results["node_links"].items()}
     rows = results["transport"]
     worst = {int(n): worst_rank(w) for n, w in results["ranks"].items()}
     return {
@@ -279,7 +293,9 @@ def summarize(results: dict) -> dict:
         "two_copy": vs_memcpy([(r["memcpy_two_copy"], r["two_copy"]) for r in rows]),
         "transport_s": {m: statistics.median(r[m] for r in rows) for m in MODES},
         "link_seconds": {n: statistics.median(s) for n, s in links.items()},
-        "links": link_efficiency(results["bytes"], links) if 1 in links else {},
+        "links": link_efficiency(results["bytes"], links, links[1]) if 1 in links else {},
+        "node_link_seconds": {n: statistics.median(s) for n, s in node_links.items()},
+        "node_links": link_efficiency(results["bytes"], node_links, links[1]) if 1 in links else {},
     }
 
 
@@ -319,6 +335,19 @@ def tables(results: dict, s: dict) -> str:
         ]
         for n, seconds in s["link_seconds"].items():
             lines.append(f"| {n} | {seconds:.3f} | {gb / seconds:.2f} | {s['links'][n]:.2f} |")
+    if s["node_links"]:
+        engines = len(CASES["node_links"])
+        lines += [
+            "",
+            f"| node links (gloo, simulated nodes on one host): trainer ranks x {engines} engine nodes "
+            + "| links | sync s | GB/s delivered | vs links x one link |",
+            "|---|---|---|---|---|",
+        ]
+        for n, seconds in s["node_link_seconds"].items():
+            lines.append(
+                f"| {n} x {engines} | {n * engines} | {seconds:.3f} | {engines * gb / seconds:.2f} | "
+                f"{s['node_links'][n]:.2f} |"
+            )
     return "\n".join(lines)
 
 
@@ -326,6 +355,7 @@ def report(results: dict, s: dict) -> None:
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     most = max(s["scaling"])
     links = ", ".join(f"N={n} {_verdict(v, GOALS['links'])}" for n, v in s["links"].items() if n > 1)
+    node_links = ", ".join(f"{n} x 2 {_verdict(v, GOALS['links'])}" for n, v in s["node_links"].items())
     body = f"""## The sharded sync and the one-copy path (`benchmarks/sync_sharded.py`)
 
 Run {stamp} on `cpu` ({os.cpu_count()} CPU cores, load average {results["load"][0]:.1f} at the start,
@@ -362,10 +392,19 @@ the same rounds: docs/benchmarks.md's Measurements log).
 
 **Bridge links** (goal >= {GOALS["links"]} of N x one link's bandwidth): {links or "not measured"}.
 The bridge's between-host transport (one gloo broadcast per link from its trainer rank to the
-engine), the nodes simulated on this host (planned as across nodes), CPU on both ends: the
+engine, on a simulated node of its own: the placement's node ids differ), all on this host, CPU on
+both ends: the
 cross-kind part of the bridge (staging to and from a device) is not in it. All N links and the
 engine share this machine's {os.cpu_count()} cores and loopback, so N links cannot add bandwidth here
 beyond what the cores give; separate hosts each bring their own.
+
+**Node links, simulated nodes on one host** (goal >= {GOALS["links"]} of the links' count x one
+link's bandwidth): {node_links or "not measured"}. N trainer ranks into two engine processes, each
+on a simulated node of its own (neither the trainers'): every trainer rank opens one gloo link per
+engine node, 2N links sending at once, each engine getting the whole model; the bandwidth delivered
+(both engines' bytes over the sync, the slower engine's seconds) against 2N x the one link of the
+row above. The same {os.cpu_count()} cores carry all 2N links, the N trainers and both engines:
+here the links share the cores, they do not add bandwidth (load average above).
 
 {tables(results, s)}
 
@@ -390,10 +429,16 @@ def plot(results: dict, s: dict) -> None:
     axes[1].bar(["two-copy", "one-copy"], [s[m] for m in modes], color=["grey", "tab:green"])
     axes[1].axhline(GOALS["one_copy"], color="red", ls="--")
     axes[1].set(title="same-host transport vs memcpy", ylabel="memcpy s / sync s", ylim=(0, 1.1))
-    links = list(s["links"])
-    axes[2].bar([str(n) for n in links], [s["links"][n] for n in links], color="tab:orange")
+    bars = [(f"{n}", s["links"][n], "tab:orange") for n in s["links"]]
+    bars += [(f"{n}x2", s["node_links"][n], "tab:purple") for n in s["node_links"]]
+    axes[2].bar([b[0] for b in bars], [b[1] for b in bars], color=[b[2] for b in bars])
     axes[2].axhline(GOALS["links"], color="red", ls="--")
-    axes[2].set(title="N bridge links vs N x one", xlabel="links", ylabel="ratio", ylim=(0, 1.1))
+    axes[2].set(
+        title="gloo links vs links x one\n(simulated nodes on one host)",
+        xlabel="trainer ranks (x engine nodes)",
+        ylabel="ratio",
+        ylim=(0, 1.1),
+    )
     fig.tight_layout()
     fig.savefig(PLOT, dpi=110)
 
@@ -401,12 +446,12 @@ def plot(results: dict, s: dict) -> None:
 def run(model: str, ranks: list[int], rounds: int) -> dict:
     from strategies.training.local_ranks import run_ranks
 
-    results: dict = {"ranks": {}, "links": {}}
-    for key, same_node in (("ranks", True), ("links", False)):
+    results: dict = {key: {} for key in CASES}
+    for key, engines in CASES.items():
         for n in ranks:
-            say(f"{key}: {n} trainer rank(s) + 1 engine ({'shared memory' if same_node else 'gloo links'})")
+            say(f"{key}: {n} trainer rank(s) on {TRAINER_NODE} + engines on {list(engines)}")
             results[key][n] = run_ranks(
-                "benchmarks.sync_sharded:world", n + 1, n, model, same_node, rounds, timeout=1800
+                "benchmarks.sync_sharded:world", n + len(engines), n, model, engines, rounds, timeout=1800
             )[0]
             say(f"  engine s per sync: {[round(x, 3) for x in engine_seconds(results[key][n])]}")
     say("same-host transport: two-copy, one-copy, memcpy")
@@ -435,7 +480,7 @@ def main() -> None:
     say(
         f"scaling={s['scaling']} memory={s['memory']} one_copy={s['one_copy']:.2f} two_copy={s['two_copy']:.2f}"
     )
-    say(f"links={s['links']}")
+    say(f"links={s['links']} node_links={s['node_links']}")
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps({"results": results, "summary": s}, indent=1, default=str))
     report(results, s)

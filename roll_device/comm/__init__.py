@@ -5,15 +5,17 @@ IPC handles or shared memory; collective: a broadcast over the kind's backend; b
 staging across kinds; rdt, only when asked for: Ray Direct Transport between Ray actors started
 with `sync_actor_options(path)`). `WeightSender` (trainer rank 0) and `WeightReceiver` (each rollout worker)
 move bucketed, versioned, optionally verified weights along it; with a sharded trainer,
-`ShardedSender` (every trainer rank, its own slices over a link of its own) and `ShardedReceiver`
-(each rollout worker, one link per trainer rank; `open_receiver` picks) do, by the plan of
-slices in shards.py. `weights_hash` hashes named
+`ShardedSender` (every trainer rank, its own slices over one link per engine node: shared memory
+on its own node, gloo to the others; `SyncNodes` says where each end runs) and `ShardedReceiver`
+(each rollout worker, the link of every trainer rank that serves its node; `open_receiver` picks)
+do, by the plan of slices in shards.py. `weights_hash` hashes named
 tensors the same way on both ends. See docs/weight-sync.md.
 """
 
 from roll_device.comm.control import Endpoint, abort_sync
 from roll_device.comm.hashing import weights_hash
 from roll_device.comm.messages import SyncStats
+from roll_device.comm.node_links import SyncNodes
 from roll_device.comm.options import WeightSyncOptions
 from roll_device.comm.paths import PATHS
 from roll_device.comm.planner import SyncPlan, plan_sync
@@ -27,6 +29,7 @@ __all__ = [
     "Endpoint",
     "ShardedReceiver",
     "ShardedSender",
+    "SyncNodes",
     "SyncPlan",
     "SyncStats",
     "WeightReceiver",

@@ -10,6 +10,10 @@ time raises a WeightSyncError that says what it waited for.
 Waits look every `POLL_S` for an abort (`abort_sync(endpoint, reason)`, posted by the driver when a
 worker on the other side is lost), so that a sync with a dead peer ends in about a second instead
 of after `weight_sync.timeout_s`.
+
+One store may serve several syncs side by side (a sharded sender's links, one per engine node):
+each is a namespace of it (`Control.within`), with its own keys and its own group rendezvous; an
+abort posted at the store's endpoint ends the waits of all of them.
 """
 
 from __future__ import annotations
@@ -47,10 +51,19 @@ class Control:
     thread of its own, so that a busy process (packing or loading the next bucket) does not wait
     for the store; `flush` waits for what was posted and raises what failed."""
 
-    def __init__(self, store: dist.TCPStore, endpoint: Endpoint, timeout_s: float) -> None:
+    def __init__(
+        self,
+        store: dist.Store,
+        endpoint: Endpoint,
+        timeout_s: float,
+        namespace: str = "",
+        root: dist.Store | None = None,
+    ) -> None:
         self.store = store
         self.endpoint = endpoint
         self.timeout_s = timeout_s
+        self.namespace = namespace
+        self.root: dist.Store = store if root is None else root  # where aborts are posted
         self._poster: ThreadPoolExecutor | None = None
         self._posted: list[Future] = []
 
@@ -64,6 +77,12 @@ class Control:
     @classmethod
     def connect(cls, endpoint: Endpoint, timeout_s: float) -> Control:
         return cls(_client(endpoint, timeout_s), endpoint, timeout_s)
+
+    def within(self, namespace: str) -> Control:
+        """The sync named `namespace` in this store: keys of its own, this store's aborts."""
+        return Control(
+            dist.PrefixStore(namespace, self.store), self.endpoint, self.timeout_s, namespace, self.root
+        )
 
     def post(self, key: str, value: Any) -> None:
         self._submit(self._set_posted, key, pickle.dumps(value))
@@ -84,7 +103,8 @@ class Control:
         """Run `work(*args)` on the posting thread (made on first use), after what came before;
         raises what an earlier one failed with."""
         if self._poster is None:
-            self._post_store = _client(self.endpoint, self.timeout_s)
+            client = _client(self.endpoint, self.timeout_s)
+            self._post_store = dist.PrefixStore(self.namespace, client) if self.namespace else client
             self._poster = ThreadPoolExecutor(1, thread_name_prefix="weight-sync-control")
         pending = []
         for future in self._posted:
@@ -132,8 +152,8 @@ class Control:
                     self.store.wait(keys, timedelta(seconds=max(min(POLL_S, remaining), 0.001)))
                 return
             except WeightSyncError:
-                if self.store.check([ABORT_KEY]):
-                    reason = pickle.loads(self.store.get(ABORT_KEY))
+                if self.root.check([ABORT_KEY]):
+                    reason = pickle.loads(self.root.get(ABORT_KEY))
                     raise WeightSyncError(
                         f"weight sync aborted while waiting for {waiting_for}: {reason}"
                     ) from None

@@ -26,7 +26,7 @@ def new_group(
 
     A first broadcast on `device` connects the group, so failures surface here, not mid-sync.
     """
-    label = f"roll_device_weight_sync_{control.endpoint.port}"
+    label = f"roll_device_weight_sync_{control.endpoint.port}{control.namespace}"
     group = new_process_group(control.store, backend, rank, world_size, control.timeout_s, label)
     handshake(group, device)
     return group

@@ -8,7 +8,8 @@ Paths:
   rollout worker in a process group of their own, over the kind's backend (`dist_backend`).
 - `bridge`: any two kinds. Buckets are staged in host memory (pinned where possible), cross
   through shared memory when both ends share a node or a gloo broadcast between nodes, and are
-  loaded on the target device.
+  loaded on the target device. A sharded sync decides this per link (`link_plan`): each trainer
+  rank's link to the engine ranks of one node.
 - `rdt`: separate Ray actors of one kind. Each bucket is a device tensor returned by a Ray actor
   call with a Ray Direct Transport (`rdt_transport.py`) over a collective group of the kind's
   backend, handed to every rollout actor without the object store.
@@ -27,7 +28,7 @@ one kind; `rdt` is there for who asks for it (`weight_sync.path=rdt`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from roll_device.comm.paths import AUTO, BRIDGE, COLLECTIVE, COLOCATED, DIRECT, check_path
 from roll_device.errors import ConfigError
@@ -112,9 +113,18 @@ def plan_sync(
             )
         transport = "broadcast" if path == COLLECTIVE else "rdt"
         return SyncPlan(path, transport, src_p.dist_backend, "device", **ends)
+    return link_plan(SyncPlan(path, "shm", None, "host", **ends), same_node)
+
+
+def link_plan(plan: SyncPlan, same_node: bool) -> SyncPlan:
+    """The plan of one link of a sync between ends on one node (`same_node`) or two: a bridge's
+    link is shared memory on one host and a gloo broadcast between hosts; other paths move bytes
+    one way wherever their ends are."""
+    if plan.path != BRIDGE:
+        return plan
     if same_node:
-        return SyncPlan(path, "shm", None, "host", **ends)
-    return SyncPlan(path, "broadcast", get_platform(HOST_KIND).dist_backend, "host", **ends)
+        return replace(plan, transport="shm", backend=None)
+    return replace(plan, transport="broadcast", backend=get_platform(HOST_KIND).dist_backend)
 
 
 def _auto_path(src: Platform, same_kind: bool, colocated: bool, same_node: bool) -> str:

@@ -67,10 +67,13 @@ class WeightReceiver:
         timeout_s: float = 600.0,
         device: torch.device | None = None,
         reads_in_place: bool = False,
+        namespace: str = "",
     ) -> None:
         """`reads_in_place`: the consumer copies every tensor before it returns and keeps none, so
-        it may be given views of the sender's own shared memory (the one-copy path)."""
+        it may be given views of the sender's own shared memory (the one-copy path); `namespace`:
+        the sync's namespace in the sender's store (one of a sharded sender's links)."""
         self.endpoint, self.rank, self.platform = endpoint, rank, platform
+        self.namespace = namespace
         self.reads_in_place = reads_in_place
         self.timeout_s = timeout_s
         self.device = device if device is not None else platform.device()
@@ -86,6 +89,8 @@ class WeightReceiver:
         receiver serves, checked against the sender's plan before any group is joined (a refusal
         is told to the sender through the control store)."""
         self.control = Control.connect(self.endpoint, self.timeout_s)
+        if self.namespace:
+            self.control = self.control.within(self.namespace)
         setup: Setup = self.control.get(SETUP_KEY, "the sender's setup")
         if path is not None and setup.plan.path != path:
             reason = (

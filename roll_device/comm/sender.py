@@ -51,9 +51,12 @@ class WeightSender:
         receivers: int,
         options: WeightSyncOptions,
         host: str = "127.0.0.1",
+        control: Control | None = None,
     ) -> None:
         """`options`: the `weight_sync` section (no defaults: the run's config holds them); `host`:
-        the address receivers reach this process at (its node's IP across nodes)."""
+        the address receivers reach this process at (its node's IP across nodes); `control`: a
+        namespace of a store served already (one of a sharded sender's links), else a store of
+        its own is served."""
         if isinstance(receivers, bool) or not isinstance(receivers, int) or receivers < 1:
             raise WeightSyncError(f"a weight sender needs at least one receiver, got receivers={receivers!r}")
         if platform.kind != plan.src_kind:
@@ -62,7 +65,7 @@ class WeightSender:
             )
         self.plan, self.platform = plan, platform
         self.options = options
-        self.control = Control.serve(host, self.options.timeout_s)
+        self.control = control if control is not None else Control.serve(host, self.options.timeout_s)
         self.setup = Setup(plan, receivers, self.options.bucket_bytes, verify=self.options.verify)
         self.control.put(SETUP_KEY, self.setup)
         self.transport: SenderTransport = SENDERS[plan.transport](self.control, self.setup, platform)

@@ -1,9 +1,9 @@
-"""The sharded sync: every trainer rank sends its own slices over a link of its own; no rank holds
-the whole model.
+"""The sharded sync: every trainer rank sends its own slices, one link per engine node; no rank
+holds the whole model.
 
 ```python
-# trainer rank r (every rank; `layouts`: every rank's `Layout`, gathered once)
-sender = ShardedSender(plan, platform, link=r, layouts=layouts, receivers=E, options=options)
+# trainer rank r (every rank; `layouts`: every rank's `Layout`, gathered once; `nodes`: `SyncNodes`)
+sender = ShardedSender(plan, platform, r, layouts, nodes.engines, options, node=nodes.trainer[r])
 endpoint = sender.endpoint            # every engine rank gets every trainer rank's endpoint
 sender.connect()                      # together with the receivers' connect()
 stats = sender.send(local_tensors, version=step)   # (name, this rank's local slice), any order
@@ -14,23 +14,32 @@ receiver.connect()
 stats = receiver.receive(strategy.update_weights)
 ```
 
-A link is a `WeightSender` / `WeightReceiver` pair with everything they keep (buckets, versions,
-verification, aborts): shared-memory slots when the engine ranks share the trainer rank's host,
-a gloo broadcast from the trainer rank to the engine ranks otherwise, so N trainer ranks move
-their slices over N links at once. The plan (`shards.py`) is made once per connection: the
-senders publish the trainer's layouts, each receiver its needs, both ends compute the same plan,
-and a layout that does not fit is refused at connect, before any byte moves.
+A trainer rank opens one link per engine node (node_links.py), each a `WeightSender` /
+`WeightReceiver` pair with everything they keep (buckets, versions, verification, aborts). On the
+bridge a link's kind is its
+node's (`planner.link_plan`): shared-memory slots to the engine ranks on the trainer rank's own
+node, a gloo broadcast (TCP) to those of each other node; nodes are the placement's, so simulated
+nodes on one host are nodes of their own. Other paths have one link to every engine rank, by the
+plan's transport. A link carries the pieces its node's engine ranks need and no other, and the
+links of a rank send at once (one thread each, fed by the rank's export through a short queue), so
+N trainer ranks and M engine nodes move their slices over N x M links. The links of a trainer rank
+are namespaces of one control store (`Control.within`): the rank has one endpoint, where every
+engine rank reads which link serves it, and an abort posted there ends every link's waits.
 
-A receiver runs one thread per link. A tensor that arrives as one piece covering all it needs
-goes to `apply` as the received view (no copy); pieces of a tensor cut across ranks are copied
-into an assembly buffer of the tensor's size, which goes to `apply` once complete. The assembly
-buffer is the engine's own tensor where the engine names its `targets` (the HF engine: its
+The plan (`shards.py`) is made once per connection: the senders publish the trainer's layouts,
+each receiver its needs, both ends compute the same plan, and a layout that does not fit is refused
+at connect, before any byte moves.
+
+A receiver runs one thread per trainer rank's link. A tensor that arrives as one piece covering all
+it needs goes to `apply` as the received view (no copy); pieces of a tensor cut across ranks are
+copied into an assembly buffer of the tensor's size, which goes to `apply` once complete. The
+assembly buffer is the engine's own tensor where the engine names its `targets` (the HF engine: its
 parameters) and the sync is not verified: each piece is then copied once, from where it arrived
 (on one host, the trainer's shared memory: segments.py) straight into the engine's weight, and
 `apply` gets the engine's tensor itself back (a copy onto itself, which torch skips). Otherwise
-the buffer is made once per connection and is valid until the next sync. Each link reports to its sender only after `apply`
-has returned, with `apply`'s error if it failed, so the trainer learns of an engine's failure
-exactly as on one link.
+the buffer is made once per connection and is valid until the next sync. Each link reports to its
+sender only after `apply` has returned, with `apply`'s error if it failed, so the trainer learns of
+an engine's failure exactly as on one link.
 """
 
 from __future__ import annotations
@@ -38,17 +47,17 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
 
-from roll_device.comm.control import Endpoint
+from roll_device.comm.control import Control, Endpoint
 from roll_device.comm.messages import SyncStats
+from roll_device.comm.node_links import fan_out, open_links
 from roll_device.comm.options import WeightSyncOptions
 from roll_device.comm.planner import SyncPlan
 from roll_device.comm.receiver import Apply, WeightReceiver
-from roll_device.comm.sender import WeightSender
 from roll_device.comm.shards import Box, Layout, ShardPlan, local_view, plan_shards
 from roll_device.comm.timing import Stopwatch
 from roll_device.comm.transport import SETUP_KEY
@@ -56,6 +65,7 @@ from roll_device.errors import WeightSyncError
 from roll_device.platforms import Platform
 
 LAYOUTS_KEY = "shards/layouts"
+LINKS_KEY = "shards/links"  # per engine rank: the namespace of the link that serves it, its rank there
 
 
 def _need_key(rank: int) -> str:
@@ -63,7 +73,8 @@ def _need_key(rank: int) -> str:
 
 
 def merge_stats(stats: list[SyncStats], tensors: int, seconds: float, load_s: float = 0.0) -> SyncStats:
-    """One sync's stats from its links' (one version, bytes and buckets added up)."""
+    """One sync's stats from its links' (one version; bytes and buckets added up; the links'
+    transports, each once, joined by '+')."""
     versions = {s.version for s in stats}
     if len(versions) != 1:
         raise WeightSyncError(f"the links of one sharded sync carried different versions {sorted(versions)}")
@@ -71,7 +82,7 @@ def merge_stats(stats: list[SyncStats], tensors: int, seconds: float, load_s: fl
     return SyncStats(
         first.version,
         first.path,
-        first.transport,
+        "+".join(dict.fromkeys(s.transport for s in stats)),
         sum(s.buckets for s in stats),
         tensors,
         sum(s.nbytes for s in stats),
@@ -82,7 +93,7 @@ def merge_stats(stats: list[SyncStats], tensors: int, seconds: float, load_s: fl
 
 
 class ShardedSender:
-    """Trainer rank `link`'s end: its slices, over a link of its own."""
+    """Trainer rank `link`'s end: its slices, over one link per engine node."""
 
     def __init__(
         self,
@@ -90,36 +101,50 @@ class ShardedSender:
         platform: Platform,
         link: int,
         layouts: list[Layout],
-        receivers: int,
+        engines: Sequence[str],
         options: WeightSyncOptions,
+        node: str,
         host: str = "127.0.0.1",
     ) -> None:
+        """`engines`: each engine rank's node, in rank order; `node`: this trainer rank's."""
         if not 0 <= link < len(layouts):
             raise WeightSyncError(f"trainer rank {link} has no layout: {len(layouts)} layouts were given")
+        if not engines:
+            raise WeightSyncError(
+                "a sharded sender needs at least one engine rank: `engines` (their nodes) is empty"
+            )
         self.link, self.layouts = link, layouts
-        self.sender = WeightSender(plan, platform, receivers, options, host=host)
-        self.sender.control.put(LAYOUTS_KEY, layouts)
+        self.control = Control.serve(host, options.timeout_s)
+        self.control.put(LAYOUTS_KEY, layouts)
+        self.node_links, served = open_links(self.control, plan, platform, engines, node, options, host)
+        self.control.put(LINKS_KEY, served)
         self.shards: ShardPlan | None = None
 
     @property
     def endpoint(self) -> Endpoint:
-        return self.sender.endpoint
+        return self.control.endpoint
 
     @property
     def version(self) -> int | None:
-        return self.sender.version
+        return self.node_links[0].sender.version
 
     def connect(self) -> None:
-        """Meet every engine rank, learn what each needs, and plan."""
-        self.sender.connect()
-        ranks = range(1, self.sender.setup.receivers + 1)
-        needs = self.sender.control.get_many([_need_key(r) for r in ranks], "every engine rank's needs")
+        """Meet every engine rank, link by link (each engine rank joins one link of every trainer
+        rank, in trainer rank order: no link waits on another), learn what each needs, and plan."""
+        for node_link in self.node_links:
+            node_link.sender.connect()
+        ranks = range(1, sum(len(n.ranks) for n in self.node_links) + 1)
+        needs = self.control.get_many([_need_key(r) for r in ranks], "every engine rank's needs")
         self.shards = plan_shards(self.layouts, needs)
+        for node_link in self.node_links:
+            node_link.keys = {key for r in node_link.ranks for key in self.shards.lands[r - 1][self.link]}
 
     def send(self, local: Iterable[tuple[str, torch.Tensor]], version: int) -> SyncStats:
         """Send this rank's slices of trainer step `version`: `local` yields (name, this rank's
         local tensor) for every tensor of its layout."""
-        return self.sender.send(self._pieces(local), version)
+        start = time.perf_counter()
+        stats = fan_out(self.node_links, self._pieces(local), version)
+        return merge_stats(stats, len(self.shards.sends[self.link]), time.perf_counter() - start)
 
     def _pieces(self, local: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
         layout = self.layouts[self.link]
@@ -143,7 +168,17 @@ class ShardedSender:
             raise WeightSyncError(f"trainer rank {self.link}'s export left out {missing} of its layout")
 
     def close(self) -> None:
-        self.sender.close()
+        """Close every link (together with its receivers); one that fails to close (an engine rank
+        lost) does not keep the others open, and is raised once all were tried."""
+        failed = []
+        for node_link in self.node_links:
+            try:
+                node_link.sender.close()
+            except RuntimeError as exc:  # a WeightSyncError, or the lost peer's group
+                failed.append(exc)
+        self.control.close()
+        if failed:
+            raise failed[0]
 
 
 def _landing(shards: ShardPlan, rank: int) -> dict[str, list[tuple[int, str, Box]]]:
@@ -213,7 +248,8 @@ class _Assembly:
 
 
 class ShardedReceiver:
-    """An engine rank's end: one link per trainer rank, its tensors assembled from their pieces."""
+    """An engine rank's end: the link of every trainer rank that serves its node, its tensors
+    assembled from their pieces."""
 
     def __init__(
         self,
@@ -230,41 +266,64 @@ class ShardedReceiver:
         them copies what it is given, so its links read the trainer's memory in place."""
         if not endpoints:
             raise WeightSyncError("a sharded receiver needs the endpoint of every trainer rank, got none")
-        self.rank, self.platform, self.needs = rank, platform, needs
+        self.endpoints, self.rank, self.platform, self.needs = endpoints, rank, platform, needs
+        self.timeout_s, self.device = timeout_s, device
         self.targets = targets or {}
-        self.links = [
-            WeightReceiver(endpoint, rank, platform, timeout_s, device, reads_in_place=targets is not None)
-            for endpoint in endpoints
-        ]
+        self.reads_in_place = targets is not None
+        self.links: list[WeightReceiver] = []  # one per trainer rank, once connected
         self.shards: ShardPlan | None = None
         self.buffers: dict[str, torch.Tensor] = {}
 
     @property
     def version(self) -> int | None:
-        return self.links[0].version
+        return self.links[0].version if self.links else None
 
     def connect(self, path: str | None = None) -> None:
-        """Join every trainer rank's link (in rank order, as every engine rank does), say what this
-        rank needs, and plan from the trainer's layouts and every engine rank's needs."""
-        for link in self.links:
-            link.connect(path)
-            link.control.put(_need_key(self.rank), self.needs)
-        control = self.links[0].control
-        layouts = control.get(LAYOUTS_KEY, "the trainer's layouts")
+        """Join the link that serves this rank of every trainer rank (in rank order, as every
+        engine rank does), say what this rank needs, and plan from the trainer's layouts and every
+        engine rank's needs."""
+        directories = [Control.connect(endpoint, self.timeout_s) for endpoint in self.endpoints]
+        engines = 0
+        for directory in directories:
+            directory.put(_need_key(self.rank), self.needs)
+            engines = self._join(directory, path)
+        layouts = directories[0].get(LAYOUTS_KEY, "the trainer's layouts")
         if len(layouts) != len(self.links):
             raise WeightSyncError(
                 f"the trainer has {len(layouts)} ranks but engine rank {self.rank} was given "
                 f"{len(self.links)} endpoints: pass every trainer rank's endpoint, in rank order"
             )
-        ranks = range(1, control.get(SETUP_KEY, "the sender's setup").receivers + 1)
-        needs = control.get_many([_need_key(r) for r in ranks], "every engine rank's needs")
+        ranks = range(1, engines + 1)
+        needs = directories[0].get_many([_need_key(r) for r in ranks], "every engine rank's needs")
         self.shards = plan_shards(layouts, needs)
-        verified = control.get(SETUP_KEY, "the sender's setup").verify
+        verified = self.links[0].control.get(SETUP_KEY, "the sender's setup").verify
         wanted = self.shards.needs[self.rank - 1]
         self.buffers = {
             name: self._buffer(wanted[name], in_place=not verified)
             for name in _assembled(self.shards, self.rank)
         }
+
+    def _join(self, directory: Control, path: str | None) -> int:
+        """Join the trainer rank's link that serves this rank; returns how many engine ranks the
+        trainer rank serves."""
+        served = directory.get(LINKS_KEY, "the trainer rank's links")
+        if not 1 <= self.rank <= len(served):
+            raise WeightSyncError(
+                f"receiver rank {self.rank} is out of range: the sender expects ranks 1..{len(served)}"
+            )
+        namespace, rank = served[self.rank - 1]
+        link = WeightReceiver(
+            directory.endpoint,
+            rank,
+            self.platform,
+            self.timeout_s,
+            self.device,
+            self.reads_in_place,
+            namespace,
+        )
+        self.links.append(link)
+        link.connect(path)
+        return len(served)
 
     def _buffer(self, need, in_place: bool) -> torch.Tensor:
         """Where a tensor cut across ranks is assembled: the engine's own tensor when it may be

@@ -475,7 +475,7 @@ def _connect_sync(config: RunConfig, plan: RunPlan, roles: RoleGroups) -> None:
             "actor_train": groups["actor_train"].async_call_all(
                 TrainWorker.open_sender,
                 plan.sync,
-                groups["actor_infer"].world_size * engine_size,
+                plan.sync_nodes(engine_size),
                 options,
                 None if config.rollout.dtype == "auto" else config.rollout.dtype,
             )

@@ -23,7 +23,7 @@ from functools import cached_property
 
 from roll_device.cluster import Inventory, Plan, RoleSettings, build_plan
 from roll_device.cluster.plan import compute_kind
-from roll_device.comm import SyncPlan, plan_sync
+from roll_device.comm import SyncNodes, SyncPlan, plan_sync
 from roll_device.comm.paths import COLOCATED
 from roll_device.doctor.checks import RoleRequest
 from roll_device.errors import ConfigError, PlanError
@@ -65,6 +65,19 @@ class RunPlan:
         if (reference.kind, reference.slots) != (train.kind, train.slots):
             return {}
         return {"reference": "actor_train"} if self.strategy("reference").hosts_reference else {}
+
+    def sync_nodes(self, engine_size: int) -> SyncNodes:
+        """Where the weight sync's ends run: each trainer rank's node, and each engine process's
+        (every process of an engine of `engine_size` receives, on its worker's node)."""
+        train, infer = self.placement.roles[SYNC_SENDER], self.placement.roles[SYNC_RECEIVER]
+        return SyncNodes(
+            tuple(train.worker_slots(rank)[0].node_id for rank in range(train.world_size)),
+            tuple(
+                infer.worker_slots(rank)[0].node_id
+                for rank in range(infer.world_size)
+                for _ in range(engine_size)
+            ),
+        )
 
     def format(self) -> str:
         """The device map (`Plan.format`)."""

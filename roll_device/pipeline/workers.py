@@ -29,7 +29,15 @@ import ray
 import torch
 import torch.distributed as dist
 
-from roll_device.comm import Endpoint, ShardedSender, SyncPlan, WeightSender, WeightSyncOptions, weights_hash
+from roll_device.comm import (
+    Endpoint,
+    ShardedSender,
+    SyncNodes,
+    SyncPlan,
+    WeightSender,
+    WeightSyncOptions,
+    weights_hash,
+)
 from roll_device.comm.segments import keep_in_shared_memory
 from roll_device.comm.shards import Shard
 from roll_device.comm.timing import Stopwatch
@@ -138,13 +146,14 @@ class TrainWorker(PipelineWorker):
 
     # ---- weight sync: every rank sends its slices (a sharded trainer), or rank 0 the whole model --
     def open_sender(
-        self, plan: SyncPlan, receivers: int, options: WeightSyncOptions, engine_dtype: str | None
+        self, plan: SyncPlan, nodes: SyncNodes, options: WeightSyncOptions, engine_dtype: str | None
     ) -> Endpoint | None:
-        """Open this rank's sender, if it sends; returns its endpoint. A trainer of several ranks
-        that exports shards (not LoRA: its adapters travel alone) syncs sharded: every rank sends
-        its own slices over a link of its own (roll_device/comm/sharded.py); any other sends from
-        rank 0 (every rank exports: the export gathers). Weights leave the trainer cast to the
-        engine's `engine_dtype` (None: as trained; the engine casts)."""
+        """Open this rank's sender, if it sends, to the engine ranks on `nodes.engines`; returns
+        its endpoint. A trainer of several ranks that exports shards (not LoRA: its adapters travel
+        alone) syncs sharded: every rank sends its own slices, one link per engine node
+        (roll_device/comm/sharded.py); any other sends from rank 0 (every rank exports: the export
+        gathers). Weights leave the trainer cast to the engine's `engine_dtype` (None: as trained;
+        the engine casts)."""
         self.export_dtype = None if engine_dtype is None else getattr(torch, engine_dtype)
         self.base_sent = False  # a new connection: the engines hold the model's own weights
         self.sharded = self.world_size > 1 and self.strategy.exports_shards and not self.strategy.lora
@@ -156,12 +165,19 @@ class TrainWorker(PipelineWorker):
                 layouts, {name: self._cast_shard(s) for name, _, s in self.strategy.export_shards()}
             )
             self.sender = ShardedSender(
-                plan, self.platform, self.rank, layouts, receivers, options, host=host
+                plan,
+                self.platform,
+                self.rank,
+                layouts,
+                nodes.engines,
+                options,
+                nodes.trainer[self.rank],
+                host,
             )
             return self.sender.endpoint
         if self.rank != self.sender_rank:
             return None
-        self.sender = WeightSender(plan, self.platform, receivers, options, host=host)
+        self.sender = WeightSender(plan, self.platform, len(nodes.engines), options, host=host)
         return self.sender.endpoint
 
     def _cast_shard(self, shard: Shard) -> Shard:

@@ -1,5 +1,5 @@
 """benchmarks/sync_sharded.py's ratios and summary on small made-up measurements: scaling by rank
-count, the transport against memcpy, N links against N x one, a rank's peak memory against its
+count, the transport against memcpy, N links (and N x 2 node links) against as many times one, a rank's peak memory against its
 shard plus two buckets, and the worst rank picked from a world's rounds."""
 
 import pytest
@@ -27,8 +27,15 @@ def test_vs_memcpy_is_the_median_of_each_rounds_ratio():
 
 def test_link_efficiency_compares_n_links_with_n_times_one():
     # 8 GB: one link in 4 s (2 GB/s); two in 2.5 s (3.2 GB/s, 0.8 of 4); four in 2 s (0.5 of 8)
-    eff = link_efficiency(8_000_000_000, {1: [4.0], 2: [2.5, 2.5], 4: [2.0]})
+    eff = link_efficiency(8_000_000_000, {1: [4.0], 2: [2.5, 2.5], 4: [2.0]}, one_link=[4.0])
     assert eff == pytest.approx({1: 1.0, 2: 0.8, 4: 0.5})
+
+
+def test_node_links_compare_with_as_many_times_one_link():
+    # two engine nodes, 8 GB each: 1 rank's 2 links in 5 s deliver 3.2 GB/s, 0.8 of 2 x 2 GB/s
+    assert link_efficiency(8_000_000_000, {1: [5.0], 2: [8.0]}, one_link=[4.0]) == pytest.approx(
+        {1: 0.8, 2: 0.25}
+    )
 
 
 def test_memory_bound_counts_the_shard_and_two_buckets():
@@ -47,3 +54,5 @@ def test_a_worlds_engine_and_its_worst_rank_are_read_from_its_rounds():
     ]
     assert engine_seconds(world) == [0.5, 0.7]
     assert worst_rank(world) == rank(BUCKET_BYTES, 1000)
+    second = {"rank": 3, "engine": True, "rounds": [{"seconds": 0.9}, {"seconds": 0.2}]}
+    assert engine_seconds(world + [second]) == [0.9, 0.7]  # each round, the slower engine

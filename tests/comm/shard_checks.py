@@ -32,6 +32,7 @@ from tests.configs import weight_sync
 
 _state: dict = {}
 TIMEOUT_S = 30
+TRAINER_NODE = "node-0"  # every trainer rank's (simulated) node
 
 
 def join(rank: int, world: int, port: int) -> None:
@@ -88,14 +89,17 @@ def _local() -> list[tuple[str, torch.Tensor, object]]:
     return list(_state["slices"]())
 
 
-def open_sender(same_node: bool, receivers: int, bucket_bytes: int, verify: bool):
+def open_sender(engines: list[str], bucket_bytes: int, verify: bool):
+    """This rank's sender on node `TRAINER_NODE`, to engine ranks on `engines` (their nodes: the
+    bridge's links are shared memory to the trainer's node, gloo to any other)."""
     layout = {name: shard for name, _, shard in _local()}
     layouts: list = [None] * dist.get_world_size()
     dist.all_gather_object(layouts, layout)
+    same_node = set(engines) == {TRAINER_NODE}
     plan = plan_sync("cpu", "cpu", colocated=False, same_node=same_node, forced="bridge")
     options = weight_sync(path="bridge", bucket_bytes=bucket_bytes, verify=verify, timeout_s=TIMEOUT_S)
     _state["sender"] = ShardedSender(
-        plan, rd.get_platform("cpu"), dist.get_rank(), layouts, receivers, options
+        plan, rd.get_platform("cpu"), dist.get_rank(), layouts, engines, options, node=TRAINER_NODE
     )
     return _state["sender"].endpoint
 
@@ -132,6 +136,12 @@ def send(version: int, die_after: int | None = None) -> dict:
     }
 
 
+def send_stray(version: int) -> None:
+    """A sync whose export, after this rank's slices, yields a tensor its layout does not hold."""
+    stray = [("model.stray.weight", torch.zeros(2))]
+    _state["sender"].send([(name, tensor) for name, tensor, _ in _local()] + stray, version=version)
+
+
 def full_hash() -> str:
     """The hash of the whole model (every rank calls it: it may gather)."""
     return weights_hash(_state["whole"]())
@@ -166,6 +176,7 @@ class ModelEngine:
             "assembled": len(receiver.buffers),
             "assembled_in_place": sum(b.data_ptr() in self.addresses for b in receiver.buffers.values()),
             "segments": sum(len(getattr(link.transport, "segments", ())) for link in receiver.links),
+            "links": [link.plan.transport for link in receiver.links],  # one per trainer rank
         }
 
     def close(self) -> None:

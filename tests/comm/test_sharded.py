@@ -1,28 +1,35 @@
 """The sharded weight sync: the plan of slices (refusals included) in-process; real trainers of two
-ranks (FSDP2, and Megatron with its experts spread over the ranks) sending their slices over two
-links (shared memory on one host, gloo between hosts) into an engine in this process whose weights
-then hash as the trainer's whole model; and a trainer rank lost mid-sync, named in seconds."""
+ranks (FSDP2, and Megatron with its experts spread over the ranks) sending their slices over their
+links (shared memory to the engine ranks on their node, gloo to those of another node; nodes
+simulated on this host) into engines in this process whose weights then hash as the trainer's
+whole model; and a trainer rank lost mid-sync, named in seconds."""
 
 from __future__ import annotations
 
 import collections
 import functools
+import re
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 import pytest
 import torch
 
 import roll_device as rd
-from roll_device.comm.sharded import ShardedReceiver
+from roll_device.comm import WeightSyncOptions, abort_sync, plan_sync
+from roll_device.comm.sharded import ShardedReceiver, ShardedSender
 from roll_device.comm.shards import Box, Shard, plan_shards
 from roll_device.errors import WeightSyncError
+from roll_device.settings import read_section
 from strategies.training.local_ranks import free_port
-from tests.comm.shard_checks import TIMEOUT_S, HfEngine, ModelEngine
+from tests.comm.shard_checks import TIMEOUT_S, TRAINER_NODE, HfEngine, ModelEngine
 from tests.comm.workers import RemoteError, Worker, close_all, together
 
 CHECKS = "tests.comm.shard_checks"
+HERE, AWAY = [TRAINER_NODE], ["node-1"]  # one engine rank on the trainers' node, or on another
 T = TypeVar("T")
 
 
@@ -90,6 +97,27 @@ def test_ranks_disagreeing_on_a_dtype_are_refused():
         plan_shards(layouts, [None])
 
 
+def test_an_abort_at_a_trainer_ranks_endpoint_ends_the_waits_of_its_links():
+    """A trainer rank's links are namespaces of its one store: the driver's abort, posted at the
+    rank's endpoint (a worker was lost), ends a link's wait long before `timeout_s`."""
+    layouts = [{"w": shard("w", (4, 4), Box.whole((4, 4)))}]
+    plan = plan_sync("cpu", "cpu", colocated=False, same_node=False, forced="bridge")
+    values = {"path": "bridge", "bucket_bytes": 4096, "verify": False, "timeout_s": 600}
+    options = read_section(WeightSyncOptions, values, "weight_sync")
+    cpu = rd.get_platform("cpu")
+    sender = ShardedSender(plan, cpu, 0, layouts, HERE + AWAY, options, node=TRAINER_NODE)
+    assert [link.sender.plan.transport for link in sender.node_links] == ["shm", "broadcast"]
+    reason = "a worker of role 'actor_infer' (rank 1) died"
+    threading.Timer(0.2, abort_sync, (sender.endpoint, reason)).start()
+    started = time.monotonic()
+    with pytest.raises(
+        WeightSyncError, match=f"aborted while waiting for every rollout worker .*: {re.escape(reason)}"
+    ):
+        sender.connect()  # its first link waits for the engine rank that never comes
+    assert time.monotonic() - started < 5
+    sender.close()
+
+
 def _trainers() -> list[Worker]:
     """Two trainer ranks in one gloo world."""
     workers = [Worker() for _ in range(2)]
@@ -132,20 +160,42 @@ def _result(worker: Worker):
         return exc
 
 
-def _open(trainers: list[Worker], same_node: bool, verify: bool = True) -> list:
-    return together(_on(trainers, "open_sender", same_node, 1, 64 << 10, verify))
+def _open(trainers: list[Worker], engines: list[str], verify: bool = True) -> list:
+    """The trainer ranks' senders to engine ranks on `engines` (their nodes); their endpoints."""
+    return together(_on(trainers, "open_sender", engines, 64 << 10, verify))
+
+
+class _Engines:
+    """Several engine ranks in this process, each call run on all of them at once (a thread each:
+    their links meet the trainer ranks' together); the calls return the engines' results."""
+
+    def __init__(self, engines: list) -> None:
+        self.engines = engines
+
+    def _each(self, method: str) -> list:
+        with ThreadPoolExecutor(len(self.engines)) as pool:
+            return [f.result() for f in [pool.submit(getattr(e, method)) for e in self.engines]]
+
+    def connect(self) -> list:
+        return self._each("connect")
+
+    def receive(self) -> list:
+        return self._each("receive")
+
+    def close(self) -> list:
+        return self._each("close")
 
 
 def _sync(
-    trainers: list[Worker], engine_of, same_node: bool, versions: tuple[int, ...], one_copy: bool = False
+    trainers: list[Worker], engine_of, engines: list[str], versions: tuple[int, ...], one_copy: bool = False
 ):
-    """Open the trainer ranks' senders and the engine (`engine_of(endpoints)`, in this process),
-    sync `versions`; returns each sync's (trainer results, engine result) and the whole model's
-    hash. `one_copy`: the trainers' tensors in shared memory first, the syncs not verified
-    (verified syncs assemble in buffers of their own)."""
+    """Open the trainer ranks' senders to engine ranks on `engines` and the engine
+    (`engine_of(endpoints)`, in this process), sync `versions`; returns each sync's (trainer
+    results, engine result) and the whole model's hash. `one_copy`: the trainers' tensors in shared
+    memory first, the syncs not verified (verified syncs assemble in buffers of their own)."""
     if one_copy:
         _check(together(_on(trainers, "keep_in_shm")))
-    engine = engine_of(_open(trainers, same_node, verify=not one_copy))
+    engine = engine_of(_open(trainers, engines, verify=not one_copy))
     results = []
     try:
         _check(_alongside(_on(trainers, "connect"), engine.connect)[0])
@@ -191,9 +241,9 @@ def fsdp_pair(trainers):
     return trainers
 
 
-@pytest.mark.parametrize("same_node", [True, False], ids=["shm", "gloo"])
-def test_fsdp_ranks_send_their_own_slices_and_the_engine_gets_the_whole_model(fsdp_pair, same_node):
-    results, full = _sync(fsdp_pair, functools.partial(ModelEngine, rank=1, seed=100), same_node, (1, 2))
+@pytest.mark.parametrize("engines", [HERE, AWAY], ids=["shm", "gloo"])
+def test_fsdp_ranks_send_their_own_slices_and_the_engine_gets_the_whole_model(fsdp_pair, engines):
+    results, full = _sync(fsdp_pair, functools.partial(ModelEngine, rank=1, seed=100), engines, (1, 2))
     _check_whole_model_once(results, full)
     for sent_by, engine in results:
         total = sum(t["shard_bytes"] for t in sent_by)
@@ -203,9 +253,88 @@ def test_fsdp_ranks_send_their_own_slices_and_the_engine_gets_the_whole_model(fs
             assert t["peak_extra"] < total  # and never held the whole model's bytes at once
 
 
+def test_each_trainer_rank_links_shared_memory_to_its_node_and_gloo_to_another(fsdp_pair):
+    """Engine rank 1 on the trainer ranks' node, engine rank 2 on another (simulated) node: each
+    trainer rank opens two links at once, shared memory to rank 1 and gloo to rank 2 (the kinds as
+    the receivers' links report them), its slices once over each; both engines get the whole
+    model, bit-identical, in every sync."""
+
+    def engines(endpoints: list) -> _Engines:
+        return _Engines([ModelEngine(endpoints, rank=rank, seed=100 + rank) for rank in (1, 2)])
+
+    results, full = _sync(fsdp_pair, engines, HERE + AWAY, versions=(1, 2))
+    for version, (sent_by, received) in enumerate(results, 1):
+        assert [engine["hash"] for engine in received] == [full, full]
+        assert [engine["links"] for engine in received] == [["shm", "shm"], ["broadcast", "broadcast"]]
+        shards = sum(t["shard_bytes"] for t in sent_by)
+        assert [(e["stats"].version, e["stats"].nbytes) for e in received] == [(version, shards)] * 2
+        for t in sent_by:
+            assert t["stats"].transport == "shm+broadcast"
+            assert t["stats"].nbytes == 2 * t["shard_bytes"]  # its slices once over each link
+
+
+class _Refusing:
+    """An engine rank whose load fails once it has taken every tensor."""
+
+    def __init__(self, endpoints: list, rank: int) -> None:
+        self.receiver = ShardedReceiver(endpoints, rank, rd.get_platform("cpu"), timeout_s=TIMEOUT_S)
+
+    def connect(self) -> None:
+        self.receiver.connect()
+
+    def receive(self) -> BaseException | None:
+        def apply(named) -> None:
+            _drain(named)
+            raise RuntimeError("the engine ran out of memory")
+
+        return _raised(lambda: self.receiver.receive(apply))
+
+    def close(self) -> None:
+        self.receiver.close()
+
+
+def test_an_engine_ranks_failure_is_named_by_its_rank_on_its_node_link(fsdp_pair):
+    """Engine rank 2 (the only one on its node: rank 1 of that link) fails to load: each trainer
+    rank's sync fails naming engine rank 2, while engine rank 1 on the other link loads the whole
+    model."""
+    endpoints = _open(fsdp_pair, HERE + AWAY)
+    engines = _Engines([ModelEngine(endpoints, rank=1, seed=101), _Refusing(endpoints, rank=2)])
+    try:
+        _check(_alongside(_on(fsdp_pair, "connect"), engines.connect)[0])
+        sent, (loaded, refused) = _alongside(_on(fsdp_pair, "send", 1), engines.receive)
+        full = together(_on(fsdp_pair, "full_hash"))[0]
+    finally:
+        _alongside(_on(fsdp_pair, "close"), engines.close)
+    assert loaded["hash"] == full
+    assert "the engine ran out of memory" in str(refused)
+    for failed in sent:
+        assert isinstance(failed, RemoteError) and failed.type_name == "WeightSyncError", failed
+        assert failed.message.startswith("on the link to engine ranks [2]: weight sync of version 1 failed")
+        assert "the engine ran out of memory" in failed.message
+
+
+def test_an_export_that_fails_is_told_over_every_node_link(fsdp_pair):
+    """Each trainer rank's export fails after its slices (a tensor its layout does not hold): the
+    error reaches both engine ranks, over shared memory and over gloo, and each trainer rank
+    raises its own export's error."""
+    endpoints = _open(fsdp_pair, HERE + AWAY)
+    engines = _Engines([_Refusing(endpoints, rank=rank) for rank in (1, 2)])
+    try:
+        _check(_alongside(_on(fsdp_pair, "connect"), engines.connect)[0])
+        sent, received = _alongside(_on(fsdp_pair, "send_stray", 1), engines.receive)
+    finally:
+        _alongside(_on(fsdp_pair, "close"), engines.close)
+    for rank, failed in enumerate(sent):
+        assert failed.message.startswith(f"trainer rank {rank} exported 'model.stray.weight' [2]"), failed
+    for failed in received:
+        assert "the trainer aborted the weight sync of version 1 (WeightSyncError: trainer rank" in str(
+            failed
+        )
+
+
 def test_one_copy_each_piece_goes_from_the_trainers_shared_memory_into_the_engines_weight(fsdp_pair):
     engine_of = functools.partial(ModelEngine, rank=1, seed=100, in_place=True)
-    results, full = _sync(fsdp_pair, engine_of, True, versions=(1, 2), one_copy=True)
+    results, full = _sync(fsdp_pair, engine_of, HERE, versions=(1, 2), one_copy=True)
     for sent_by, engine in results:
         assert engine["hash"] == full
         assert engine["assembled"] > 0 and engine["assembled_in_place"] == engine["assembled"]
@@ -227,7 +356,7 @@ def _megatron_into_hf(trainers: list[Worker], model_path: str, layout: dict) -> 
     syncs."""
     started = _start(trainers, "start_megatron", model_path, layout)
     engine = functools.partial(HfEngine, rank=1, model_path=model_path)
-    results, full = _sync(trainers, engine, True, versions=(1, 2))
+    results, full = _sync(trainers, engine, HERE, versions=(1, 2))
     _check_whole_model_once(results, full)
     for _, engine in results:
         assert engine["stats"].nbytes == started[0]["whole_bytes"]  # replicated tensors sent once
@@ -270,18 +399,18 @@ def _raised(action: Callable[[], object]) -> BaseException | None:
 
 
 @pytest.mark.parametrize(
-    "same_node",
-    [True, pytest.param(False, marks=pytest.mark.slow)],  # gloo links end the same way (slow: 9 s)
+    "engines",
+    [HERE, pytest.param(AWAY, marks=pytest.mark.slow)],  # gloo links end the same way (slow: 9 s)
     ids=["shm", "gloo"],
 )
-def test_a_lost_trainer_rank_ends_the_sync_in_seconds_naming_it(same_node):
+def test_a_lost_trainer_rank_ends_the_sync_in_seconds_naming_it(engines):
     """Trainer rank 1 dies mid-sync (killed after two of its tensors): the engine and trainer
     rank 0 end with a WeightSyncError that names trainer rank 1, in seconds, not after the
     timeout; the engine's close does not hang on the lost link either."""
     workers = _trainers()
     try:
         _start(workers, "start_replica", 7, 8)
-        receiver = ShardedReceiver(_open(workers, same_node), 1, rd.get_platform("cpu"), timeout_s=TIMEOUT_S)
+        receiver = ShardedReceiver(_open(workers, engines), 1, rd.get_platform("cpu"), timeout_s=TIMEOUT_S)
         _check(_alongside(_on(workers, "connect"), receiver.connect)[0])
         started = time.monotonic()
         sends = _on(workers[:1], "send", 1) + _on(workers[1:], "send", 1, 2)
@@ -295,7 +424,7 @@ def test_a_lost_trainer_rank_ends_the_sync_in_seconds_naming_it(same_node):
     assert isinstance(kept, RemoteError) and kept.type_name == "WeightSyncError"
     assert "the engine failed to load the sync: trainer rank 1 was lost mid-sync" in kept.message
     assert seconds < TIMEOUT_S / 5
-    if same_node:  # the link's shared memory is unmapped alone
+    if engines == HERE:  # the link's shared memory is unmapped alone
         assert closed is None
     else:  # the link's group cannot say goodbye to the lost rank: named, the other link closed
         assert str(closed).startswith("trainer rank 1: "), closed

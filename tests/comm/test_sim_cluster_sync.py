@@ -67,7 +67,7 @@ def test_simulated_npu_trainer_to_vllm_on_a_simulated_gpu_node(tiny_model_path, 
                 )
             )
             before = infer.call_all(RolloutWorker.generate, PROMPTS, GREEDY)[0].completions[0].token_ids
-            endpoint = train.call_rank0(TrainWorker.open_sender, sync, 1, options, None)
+            endpoint = train.call_rank0(TrainWorker.open_sender, sync, run_plan.sync_nodes(1), options, None)
             ray.get(
                 train.async_call_all(TrainWorker.connect_sender)
                 + infer.async_call_all(RolloutWorker.connect_receiver, endpoint, options.timeout_s)

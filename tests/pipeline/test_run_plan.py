@@ -52,6 +52,23 @@ def test_two_kinds_sync_by_the_bridge_and_take_no_turns():
     assert plan.summary().startswith("actor_infer on cuda, actor_train on npu")
 
 
+def test_the_sync_knows_the_node_of_every_trainer_rank_and_every_engine_process():
+    """The sharded sync opens one link per trainer rank and engine node: the plan names each end's
+    node (every process of a tensor-parallel engine receives, on its worker's node)."""
+    config = run_config(
+        "roles.actor_train.device=npu",
+        "roles.actor_train.num_devices=2",
+        "roles.actor_infer.device=cuda",
+        "roles.actor_infer.num_devices=2",
+        "roles.actor_infer.colocate_with=null",
+        "rollout=hf",
+    )
+    nodes = build_run_plan(config, MIXED).sync_nodes(engine_size=3)
+    head, gpus = (node.node_id for node in MIXED.nodes)
+    assert nodes.trainer == (head, head)
+    assert nodes.engines == (gpus,) * 6
+
+
 def test_an_engine_that_cannot_take_the_sync_path_is_refused_when_planned():
     config = run_config(
         "weight_sync.path=rdt",
