@@ -4,10 +4,11 @@ parallel through `parallel_state` over the platform's backend, Megatron's DDP an
 Adam optimizer, HF weights converted in on load and out on export.
 
 Megatron is imported lazily, after `roll_device.compat.megatron.prepare` has readied it for the
-platform: MindSpeed on NPU, CUDA-call redirects on the CPU (opened around every call of this
-trainer), nothing on GPUs. Ranks of one model replica (its tensor- and pipeline-parallel ranks)
-must pass the same rows; data-parallel ranks pass their own. All ranks must call every method
-(collectives), and every rank gets the whole answer (logprobs, metrics, weights).
+platform: MindSpeed on NPU, CUDA-call redirects on the CPU and on the simulated NPU (opened around
+every call of this trainer), nothing on GPUs. Ranks of one model replica (its tensor- and
+pipeline-parallel ranks) must pass the same rows; data-parallel ranks pass their own. All ranks
+must call every method (collectives), and every rank gets the whole answer (logprobs, metrics,
+weights).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch.distributed as dist
 from roll_device.comm.shards import Shard
 from roll_device.compat import megatron as megatron_compat
 from roll_device.errors import ConfigError
-from roll_device.platforms import Platform
+from roll_device.platforms import Platform, get_platform
 from strategies.base import LossFn, Requirements, TrainBatch, TrainStrategy
 from strategies.host_turns import HostTurn
 from strategies.training import megatron_model, megatron_weights
@@ -78,7 +79,8 @@ class MegatronTrainStrategy(TrainStrategy):
 
     @classmethod
     def requirements(cls, kind: str) -> Requirements:
-        return Requirements(packages=megatron_compat.packages(kind))
+        """megatron-core, and MindSpeed on a real NPU (not on its simulation: compat/megatron.py)."""
+        return Requirements(packages=megatron_compat.packages(get_platform(kind).kernels_kind))
 
     @classmethod
     def check_model(cls, platform: Platform | None, settings: MegatronSettings, model_path: str) -> None:

@@ -32,6 +32,7 @@ def standin_caps(
         kind=kind,
         platform=kind,
         compute_kind=kind,
+        compute_platform=kind,
         accelerator=kind != "cpu",
         available=available,
         unavailable_reason="" if available else f"no usable {kind} device here",
