@@ -66,6 +66,18 @@ def _in_scope(method):
     return wrapper
 
 
+def _to_device(model: torch.nn.Module, device: torch.device) -> None:
+    """`model` on `device` with the marks megatron sets on its parameters (`allreduce=False` on
+    experts, which DDP then reduces over the expert-data-parallel group, `tensor_model_parallel`).
+    `Module.to` keeps each parameter object where the device's tensors can take a CPU tensor's
+    place (`param.data = moved`) and makes a new, unmarked one where they cannot (the simulated
+    NPU's wrapper tensors): there each rank's expert gradients were summed with another rank's."""
+    marks = {name: dict(vars(param)) for name, param in model.named_parameters()}
+    model.to(device)
+    for name, param in model.named_parameters():
+        param.__dict__.update(marks[name])
+
+
 class MegatronTrainStrategy(TrainStrategy):
     """Megatron-core GPT training, tensor x pipeline x data parallel, expert parallel for MoE layers."""
 
@@ -158,7 +170,7 @@ class MegatronTrainStrategy(TrainStrategy):
         self.replay = ReplayedRouters(model) if moe and s.routing_replay else None
         if compute == "bf16":  # bf16 compute weights; the optimizer keeps fp32 master copies
             model = Float16Module(config, model)
-        model.to(self.device)
+        _to_device(model, self.device)
         self._wrap(model, config, bf16=compute == "bf16")
 
     def _join_groups(self) -> None:
