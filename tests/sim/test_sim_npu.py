@@ -18,6 +18,7 @@ shared = checks_in_one_process(
         "data_swap",
         "device_scalars_to_host",
         "backward_on_a_later_device",
+        "parameter_marks_on_the_device",
     ],
 )
 
@@ -77,6 +78,11 @@ def test_a_list_of_device_scalars_becomes_a_host_tensor(shared):
 def test_backward_runs_on_a_device_after_the_first(shared):
     r = shared("backward_on_a_later_device")
     assert r["grad_device"] == "npu:1" and r["grad_diff"] <= 1e-6
+
+
+def test_the_megatron_trainers_move_keeps_parameter_marks_module_to_drops_here(shared):
+    r = shared("parameter_marks_on_the_device")
+    assert r == {"Module.to": ["npu:0", "lost"], "trainer": ["npu:0", False]}
 
 
 def test_metadata_follows_the_data_after_every_op(shared):
