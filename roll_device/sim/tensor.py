@@ -65,6 +65,8 @@ class SimNpuTensor(torch.Tensor):
         `other`'s metadata while it would go on computing with, and counting, its old CPU data."""
         _TENSOR_DATA.__set__(self, new)
         if isinstance(new, SimNpuTensor) and new.elem is not self.elem:
+            # a deep copy's `_counted` is a copy of its original's release, registered nowhere and
+            # inert: its old storage is then counted until it dies
             released = getattr(self, "_counted", None)
             self.elem = new.elem
             _track(self, new.elem, self.device.index)
