@@ -1,8 +1,12 @@
 """What megatron-core needs on each device kind before and while it runs.
 
 `prepare(platform, options)` runs once before the trainer imports megatron and returns the scope
-the trainer opens around each of its calls:
-- cpu: no preparation; the scope redirects megatron's hard-coded CUDA calls (megatron_cuda);
+the trainer opens around each of its calls. The adapter is that of the platform's kernels' kind
+(`Platform.kernels_kind`):
+- cpu: no preparation; the scope redirects megatron's hard-coded CUDA calls (megatron_cuda) to the
+  platform. A simulation computes with the host's kernels and takes this adapter too: on the
+  simulated NPU megatron-core runs through the redirects, to the simulated NPU's device, streams
+  and generator, and MindSpeed (which patches a real NPU's kernels) is neither applied nor asked for;
 - npu: MindSpeed is applied (import, then `repatch(options)`); no scope;
 - cuda, rocm: megatron runs as written; no scope.
 A plugin kind that megatron-core runs on fills the one hook, `register(kind, adapter, packages)`.
@@ -90,13 +94,13 @@ def kinds() -> tuple[str, ...]:
 
 
 def packages(kind: str) -> tuple[Package, ...]:
-    """The packages the Megatron trainer imports on `kind`."""
+    """The packages the Megatron trainer imports on kernels of `kind` (`Platform.kernels_kind`)."""
     return PACKAGES.get(kind, (MEGATRON_CORE,))
 
 
 def prepare(platform: Platform, options: dict[str, Any]) -> Callable[[], Any]:
     """Get megatron ready for `platform`; returns a factory of the per-call scope."""
-    adapter = ADAPTERS.get(platform.kind)
+    adapter = ADAPTERS.get(platform.kernels_kind)
     if adapter is None:
         raise ConfigError(
             f"the Megatron trainer has no adapter for device kind '{platform.kind}' "

@@ -23,6 +23,9 @@ class Capabilities:
     kind: str
     platform: str
     compute_kind: str  # the kind the workers compute as: the CPU on a simulated GPU node
+    # its `ROLL_DEVICE` value (npu-sim on a simulated NPU node): what strategies are asked about,
+    # so that a simulation answers as itself (megatron needs no MindSpeed there)
+    compute_platform: str
     accelerator: bool
     available: bool
     unavailable_reason: str = ""
@@ -52,6 +55,7 @@ def capabilities_of(kind: str, simulated: bool) -> Capabilities:
         "kind": kind,
         "platform": platform.name,
         "compute_kind": platform.kind,
+        "compute_platform": compute_kind(kind, simulated),
         "accelerator": identity.ray_resource is not None,
         "ipc": platform.supports_ipc,
         "backend": platform.dist_backend,

@@ -140,11 +140,11 @@ def _problem(request: RoleRequest, message: str, fix: str = "") -> Problem:
 
 
 def _strategy_problems(request: RoleRequest, caps: Capabilities, facts: StackFacts) -> list[Problem]:
-    kind = caps.compute_kind
+    kind, computes_as = caps.compute_kind, caps.compute_platform
     try:
-        cls = strategy_class(request.strategy_type, request.strategy, kind)
-        needs = cls.requirements(kind)
-        wants = cls.settings_need(kind, request.settings, request.colocated)
+        cls = strategy_class(request.strategy_type, request.strategy, computes_as)
+        needs = cls.requirements(computes_as)
+        wants = cls.settings_need(computes_as, request.settings, request.colocated)
     except ConfigError as exc:
         return [_problem(request, str(exc))]
     label = f"the {request.strategy} strategy on {kind}"

@@ -46,7 +46,9 @@ def _strategy_rows(caps: list[Capabilities], requests: list[RoleRequest]) -> lis
         modes, levels = [], []
         for c in caps:
             try:
-                needs = strategy_class(strategy_type, name, c.compute_kind).requirements(c.compute_kind)
+                needs = strategy_class(strategy_type, name, c.compute_platform).requirements(
+                    c.compute_platform
+                )
             except ConfigError:
                 modes.append("-")
                 levels.append("-")

@@ -331,6 +331,16 @@ class Platform:
     simulated_kind: ClassVar[str | None] = None
     simulated_count_env: ClassVar[str | None] = None
 
+    @property
+    def kernels_kind(self) -> str:
+        """The kind whose kernels compute this platform's ops: its own, or the host's on a simulation
+        (roll_device/sim runs every op on CPU kernels). Backends ready themselves for it: what
+        patches a device's own kernels (MindSpeed on the NPU) has nothing to patch on a simulation,
+        which runs as the host does (megatron-core through the CUDA redirects, compat/megatron.py)."""
+        from roll_device.platforms.cpu import HOST_KIND  # cpu.py subclasses this module's class
+
+        return HOST_KIND if self.simulated else self.kind
+
     def simulated_devices_env(self, count: int) -> dict[str, str]:
         """Environment that makes this kind's simulation show `count` devices."""
         if self.simulated_count_env is None:

@@ -1,7 +1,7 @@
 """Simulated Ascend NPU for machines without one (`ROLL_DEVICE=npu-sim`).
 
-`install()` renames PrivateUse1 to `npu` with a Python backend, registers a `torch.npu`-like
-module, routes every op on `npu` tensors to the CPU (a simulated tensor's storage is the storage of
+`install()` renames PrivateUse1 to `npu` with a Python backend, gives it a device guard that
+reports the simulated machine's devices (`device_guard.py`), registers a `torch.npu`-like module, routes every op on `npu` tensors to the CPU (a simulated tensor's storage is the storage of
 the CPU data it wraps, so FSDP2 frees and regrows real memory), and registers an `hccl`
 process-group backend that runs gloo underneath. The NPU platform class then runs on it
 unmodified: the simulation stands in for torch_npu, never for the platform code.
@@ -60,12 +60,14 @@ def install() -> None:
             raise RuntimeError(
                 "cannot simulate the NPU: torch_npu is loaded in this process; use ROLL_DEVICE=npu"
             )
-        from roll_device.sim import backend, device_module
+        from roll_device.sim import backend, device_guard, device_module
+        from roll_device.sim.devices import device_count
         from roll_device.sim.tensor import follow_storage_resizes
 
         torch.utils.backend_registration._setup_privateuseone_for_python_backend(
             rename="npu", backend_module=device_module
         )
+        device_guard.register(device_count())
         backend.register_kernels()
         backend.register_hccl()
         follow_storage_resizes()

@@ -1,8 +1,11 @@
 """Kernels and the collective backend of the simulated NPU.
 
 Factories on `npu` (no tensor argument to carry the device) reach the PrivateUse1 boxed
-fallback, which builds the result on the CPU and wraps it. `aten::_copy_from` is registered
-explicitly: `torch.tensor(data, device="npu")` trips an internal assert through the fallback.
+fallback, which builds the result on the CPU and wraps it. Ops torch calls on a simulated tensor
+with the Python key excluded (so past the wrapper's dispatch) trip an internal assert through the
+fallback and are registered explicitly: `aten::_copy_from` (`torch.tensor(data, device="npu")`)
+and `aten::_local_scalar_dense` (`torch.tensor` of a list of device scalars reads each with
+`item()`, as megatron's grad-norm fallback does; a device gives a host tensor of their values).
 A few composite `out=` ops take a path for tensor subclasses that writes a new tensor instead of
 `out` (`linalg.matrix_rank(out=)` leaves `out` unwritten): on a real device, whose tensors are plain,
 they do not, so they get a PrivateUse1 kernel and reach the CPU whole (`_WHOLE_ON_CPU`).
@@ -32,6 +35,11 @@ def _copy_from(self, dst, non_blocking=False):
     return run_on_cpu(torch.ops.aten.copy_.default, (dst, self, non_blocking), {})
 
 
+def _local_scalar_dense(self):
+    # Through the same path as every op: refused while a graph captures, as a device refuses it.
+    return run_on_cpu(torch.ops.aten._local_scalar_dense.default, (self,), {})
+
+
 # Composite out= overloads whose subclass path skips `out` (torch 2.13's matrix_rank_impl assigns
 # `result = at::sum(...)` when isTensorSubclassLike(input)): found by tests/sim/opinfo_checks.py.
 _WHOLE_ON_CPU = (
@@ -53,6 +61,7 @@ def register_kernels() -> None:
     fallback.fallback(_fallback, dispatch_key="PrivateUse1", with_keyset=False)
     aten = torch.library.Library("aten", "IMPL")
     aten.impl("_copy_from", _copy_from, "PrivateUse1")
+    aten.impl("_local_scalar_dense", _local_scalar_dense, "PrivateUse1")
     for name in _WHOLE_ON_CPU:
         aten.impl(name, _whole_on_cpu(name), "PrivateUse1")
     _libraries.extend([fallback, aten])

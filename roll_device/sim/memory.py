@@ -113,8 +113,9 @@ class MemoryLedger:
             pools = sum(p.peak for p in self._pools.values() if p.index == index)
             return self._outside.get(index, 0) + self._cached.get(index, 0) + pools
 
-    def track(self, wrapper, key: tuple[int, int], nbytes: int, pool: Pool | None) -> None:
-        """Count the storage `key` while `wrapper` (or another tracked tensor on it) lives.
+    def track(self, wrapper, key: tuple[int, int], nbytes: int, pool: Pool | None) -> weakref.finalize:
+        """Count the storage `key` while `wrapper` (or another tracked tensor on it) lives; returns
+        the release, which `wrapper` calls itself when it lets go of the storage before it dies.
         Raises `torch.OutOfMemoryError` when a new storage does not fit the device."""
         index = key[0]
         with self._lock:
@@ -124,7 +125,7 @@ class MemoryLedger:
                 entry = self._live[key] = [nbytes, 0, pool]
                 self._record("alloc", key, nbytes, pool)
             entry[1] += 1
-        weakref.finalize(wrapper, self._release, key)
+        return weakref.finalize(wrapper, self._release, key)
 
     def _take(self, index: int, nbytes: int, pool: Pool | None) -> None:
         cached = self._cached.get(index, 0) if pool is None else 0

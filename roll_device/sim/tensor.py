@@ -53,6 +53,26 @@ class SimNpuTensor(torch.Tensor):
             _track(wrapper, elem, index)
         return wrapper
 
+    @property
+    def data(self) -> torch.Tensor:
+        """A detached alias, as torch gives it."""
+        return _TENSOR_DATA.__get__(self)
+
+    @data.setter
+    def data(self, new: torch.Tensor) -> None:
+        """`t.data = other` makes `t` a tensor on `other`'s memory, as on a device (megatron's DDP
+        maps every parameter into its contiguous buffer so): the swap alone gives the wrapper
+        `other`'s metadata while it would go on computing with, and counting, its old CPU data."""
+        _TENSOR_DATA.__set__(self, new)
+        if isinstance(new, SimNpuTensor) and new.elem is not self.elem:
+            # a deep copy's `_counted` is a copy of its original's release, registered nowhere and
+            # inert: its old storage is then counted until it dies
+            released = getattr(self, "_counted", None)
+            self.elem = new.elem
+            _track(self, new.elem, self.device.index)
+            if released is not None:
+                released()
+
     def untyped_storage(self) -> torch.UntypedStorage:
         """The wrapped CPU data's storage: the wrapper's own is a placeholder without a data
         pointer, and code that compares or resizes storages (FSDP2) must see the real one."""
@@ -91,7 +111,7 @@ def _track(wrapper: SimNpuTensor, elem: torch.Tensor, index: int) -> None:
         storage = elem.untyped_storage()
         nbytes, key = storage.nbytes(), _storage_key(storage, index)
     capture = graphs.capture_for(index)
-    LEDGER.track(wrapper, key, nbytes, capture.pool if capture else None)
+    wrapper._counted = LEDGER.track(wrapper, key, nbytes, capture.pool if capture else None)
 
 
 def _storage_key(storage: torch.UntypedStorage, index: int) -> tuple[int, int]:
@@ -265,6 +285,7 @@ def _rebuild(elem: torch.Tensor, index: int) -> SimNpuTensor:
     return SimNpuTensor(elem, index)
 
 
+_TENSOR_DATA = torch._C.TensorBase.__dict__["data"]  # torch's own `Tensor.data` (get and set)
 _OWN_LAYOUTS = (torch.strided, torch.sparse_coo)
 _RETURNS_CPU = {aten._local_scalar_dense.default}
 _SETS_STORAGE = {aten.set_.source_Storage, aten.set_.source_Storage_storage_offset}

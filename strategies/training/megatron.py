@@ -4,10 +4,11 @@ parallel through `parallel_state` over the platform's backend, Megatron's DDP an
 Adam optimizer, HF weights converted in on load and out on export.
 
 Megatron is imported lazily, after `roll_device.compat.megatron.prepare` has readied it for the
-platform: MindSpeed on NPU, CUDA-call redirects on the CPU (opened around every call of this
-trainer), nothing on GPUs. Ranks of one model replica (its tensor- and pipeline-parallel ranks)
-must pass the same rows; data-parallel ranks pass their own. All ranks must call every method
-(collectives), and every rank gets the whole answer (logprobs, metrics, weights).
+platform: MindSpeed on NPU, CUDA-call redirects on the CPU and on the simulated NPU (opened around
+every call of this trainer), nothing on GPUs. Ranks of one model replica (its tensor- and
+pipeline-parallel ranks) must pass the same rows; data-parallel ranks pass their own. All ranks
+must call every method (collectives), and every rank gets the whole answer (logprobs, metrics,
+weights).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch.distributed as dist
 from roll_device.comm.shards import Shard
 from roll_device.compat import megatron as megatron_compat
 from roll_device.errors import ConfigError
-from roll_device.platforms import Platform
+from roll_device.platforms import Platform, get_platform
 from strategies.base import LossFn, Requirements, TrainBatch, TrainStrategy
 from strategies.host_turns import HostTurn
 from strategies.training import megatron_model, megatron_weights
@@ -65,6 +66,18 @@ def _in_scope(method):
     return wrapper
 
 
+def _to_device(model: torch.nn.Module, device: torch.device) -> None:
+    """`model` on `device` with the marks megatron sets on its parameters (`allreduce=False` on
+    experts, which DDP then reduces over the expert-data-parallel group, `tensor_model_parallel`).
+    `Module.to` keeps each parameter object where the device's tensors can take a CPU tensor's
+    place (`param.data = moved`) and makes a new, unmarked one where they cannot (the simulated
+    NPU's wrapper tensors): there each rank's expert gradients were summed with another rank's."""
+    marks = {name: dict(vars(param)) for name, param in model.named_parameters()}
+    model.to(device)
+    for name, param in model.named_parameters():
+        param.__dict__.update(marks[name])
+
+
 class MegatronTrainStrategy(TrainStrategy):
     """Megatron-core GPT training, tensor x pipeline x data parallel, expert parallel for MoE layers."""
 
@@ -78,7 +91,8 @@ class MegatronTrainStrategy(TrainStrategy):
 
     @classmethod
     def requirements(cls, kind: str) -> Requirements:
-        return Requirements(packages=megatron_compat.packages(kind))
+        """megatron-core, and MindSpeed on a real NPU (not on its simulation: compat/megatron.py)."""
+        return Requirements(packages=megatron_compat.packages(get_platform(kind).kernels_kind))
 
     @classmethod
     def check_model(cls, platform: Platform | None, settings: MegatronSettings, model_path: str) -> None:
@@ -156,7 +170,7 @@ class MegatronTrainStrategy(TrainStrategy):
         self.replay = ReplayedRouters(model) if moe and s.routing_replay else None
         if compute == "bf16":  # bf16 compute weights; the optimizer keeps fp32 master copies
             model = Float16Module(config, model)
-        model.to(self.device)
+        _to_device(model, self.device)
         self._wrap(model, config, bf16=compute == "bf16")
 
     def _join_groups(self) -> None:

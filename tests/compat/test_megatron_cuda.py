@@ -78,6 +78,22 @@ def test_adapters_by_kind():
         megatron_compat.prepare(Other(), {})
 
 
+def test_a_simulated_npu_runs_megatron_core_through_the_redirects():
+    """A simulation computes with the host's kernels: the CPU's adapter, to the simulated platform
+    (MindSpeed is not installed here: applying it would fail)."""
+
+    class SimulatedNpu(type(CPU)):
+        kind = "npu"
+
+    platform = SimulatedNpu(simulated=True)
+    assert (platform.kernels_kind, SimulatedNpu().kernels_kind) == ("cpu", "npu")
+    with megatron_compat.prepare(platform, {})():
+        assert is_active()
+    assert not is_active()
+    assert MegatronTrainStrategy.requirements("npu-sim").packages == (megatron_compat.MEGATRON_CORE,)
+    assert "mindspeed" in {p.module for p in MegatronTrainStrategy.requirements("npu").packages}
+
+
 def test_a_plugin_kind_registers_its_adapter(monkeypatch):
     monkeypatch.setattr(megatron_compat, "ADAPTERS", dict(megatron_compat.ADAPTERS))
     monkeypatch.setattr(megatron_compat, "PACKAGES", dict(megatron_compat.PACKAGES))

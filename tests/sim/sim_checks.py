@@ -235,3 +235,71 @@ def sparse_mm_reduce_backward() -> dict:
         (cpu_a, cpu_b, _), (npu_a, npu_b, device) = grads
         out[reduce] = [torch.equal(cpu_a, npu_a) and torch.equal(cpu_b, npu_b), device]
     return out
+
+
+def data_swap() -> dict:
+    """`t.data = other` on `npu:0`, as megatron's DDP maps each parameter into its buffer: `t` then
+    computes with `other`'s values, writes land in `other`'s memory, and `t`'s old storage is freed."""
+    p = simulated_npu()
+    dev = p.device()
+    base = p.memory_allocated()
+    param = torch.nn.Parameter(torch.zeros(4, device=dev))
+    buffer = torch.arange(6.0, device=dev)
+    param.data = buffer[2:]
+    out = {"allocated_after_swap": p.memory_allocated() - base}  # the buffer's 24 bytes alone
+    out["computes_with"] = (param * 1).cpu().tolist()
+    (param * 2).sum().backward()
+    out["grad"] = param.grad.cpu().tolist()
+    with torch.no_grad():
+        param.add_(1)
+    out["buffer_after_update"] = buffer.cpu().tolist()
+    out["data_type"] = type(param.data).__name__
+    return out
+
+
+def device_scalars_to_host() -> dict:
+    """`torch.tensor` of a list of device scalars (megatron's grad-norm fallback without apex):
+    read with `item()` below the wrapper's dispatch, a host tensor of their values, as on a device."""
+    p = simulated_npu()
+    norms = [torch.tensor(3.0, device=p.device()), torch.tensor(4.0, device=p.device())]
+    made = torch.tensor([norms])
+    return {"device": str(made.device), "values": made.tolist(), "norm": torch.norm(made).item()}
+
+
+def backward_on_a_later_device() -> dict:
+    """A forward and backward with `npu:1` current (a second rank's device), against the CPU: the
+    autograd engine sizes its device queues by the device guard's count at its first backward."""
+    p = simulated_npu()
+    torch.manual_seed(0)
+    cpu_layer = torch.nn.Linear(4, 3)
+    x = torch.randn(2, 4)
+    p.set_device(1)
+    try:
+        layer = copy.deepcopy(cpu_layer).to(p.device())
+        layer(x.to(p.device())).square().sum().backward()
+    finally:
+        p.set_device(0)
+    cpu_layer(x).square().sum().backward()
+    return {
+        "grad_device": str(layer.weight.grad.device),
+        "grad_diff": (layer.weight.grad.cpu() - cpu_layer.weight.grad).abs().max().item(),
+    }
+
+
+def parameter_marks_on_the_device() -> dict:
+    """`Module.to("npu")` makes new parameters here (a CPU tensor cannot take a wrapper's data in
+    place), without the attributes megatron marks its parameters with; the Megatron trainer's move
+    keeps them (each rank's expert gradients were summed with another rank's without)."""
+    from strategies.training.megatron import _to_device
+
+    p = simulated_npu()
+    out = {}
+    for how, move in (
+        ("Module.to", lambda m: m.to(p.device())),
+        ("trainer", lambda m: _to_device(m, p.device())),
+    ):
+        layer = torch.nn.Linear(2, 2)
+        layer.weight.allreduce = False
+        move(layer)
+        out[how] = [str(layer.weight.device), getattr(layer.weight, "allreduce", "lost")]
+    return out

@@ -9,7 +9,17 @@ CHECKS = "tests.sim.sim_checks"
 # The checks with the default environment that leave nothing behind (memory is read as deltas),
 # in one process; the one that once ended its process, and those with an environment, in their own.
 shared = checks_in_one_process(
-    CHECKS, ["allocator_cache", "metadata_after_ops", "qwen_step", "hccl_allreduce"]
+    CHECKS,
+    [
+        "allocator_cache",
+        "metadata_after_ops",
+        "qwen_step",
+        "hccl_allreduce",
+        "data_swap",
+        "device_scalars_to_host",
+        "backward_on_a_later_device",
+        "parameter_marks_on_the_device",
+    ],
 )
 
 
@@ -50,6 +60,29 @@ def test_two_process_hccl_allreduce(shared):
     for rank, (got_rank, backend, device, reduced, gathered) in enumerate(r["ranks"]):
         assert got_rank == rank and backend == "hccl" and device == f"npu:{rank}"
         assert reduced == [3.0] * 4 and gathered == [3.0] * 8
+
+
+def test_swapping_a_tensors_data_moves_it_onto_the_other_memory(shared):
+    r = shared("data_swap")
+    assert r["allocated_after_swap"] == 24, "the parameter's own 16 bytes are freed"
+    assert r["computes_with"] == [2.0, 3.0, 4.0, 5.0] and r["grad"] == [2.0] * 4
+    assert r["buffer_after_update"] == [0.0, 1.0, 3.0, 4.0, 5.0, 6.0], "written into the buffer"
+    assert r["data_type"] == "SimNpuTensor"
+
+
+def test_a_list_of_device_scalars_becomes_a_host_tensor(shared):
+    r = shared("device_scalars_to_host")
+    assert r == {"device": "cpu", "values": [[3.0, 4.0]], "norm": 5.0}
+
+
+def test_backward_runs_on_a_device_after_the_first(shared):
+    r = shared("backward_on_a_later_device")
+    assert r["grad_device"] == "npu:1" and r["grad_diff"] <= 1e-6
+
+
+def test_the_megatron_trainers_move_keeps_parameter_marks_module_to_drops_here(shared):
+    r = shared("parameter_marks_on_the_device")
+    assert r == {"Module.to": ["npu:0", "lost"], "trainer": ["npu:0", False]}
 
 
 def test_metadata_follows_the_data_after_every_op(shared):

@@ -72,15 +72,17 @@ def qwen3_models(rank: int, dense_path: str, moe_path: str) -> dict:
     return out
 
 
-def expert_parallel(rank: int, moe_path: str, checkpoint_dir: str) -> dict:
+def expert_parallel(rank: int, moe_path: str, checkpoint_dir: str, precision: str = "") -> dict:
     """expert_parallel=2 on 2 ranks (2 data-parallel ranks of the dense layers, each its own rows,
     4 of the 8 experts each, tokens exchanged by the all-to-all dispatcher): transformers'
     logprobs, a first step equal to a plain step on both ranks' rows, a second step, the export
     of every expert on every rank, and a checkpoint that a fresh trainer and `roll-device
-    export`'s reader (one process, no group) both read back as the trained weights."""
+    export`'s reader (one process, no group) both read back as the trained weights. `precision`:
+    the trainer's mixed_precision where the platform's default is not fp32 (an accelerator's)."""
     seeds = [100, 101]
     batch = make_batch(seed=seeds[rank])
-    trainer = new_trainer(moe_path, expert_parallel=2)
+    layout = {"expert_parallel": 2, **({"mixed_precision": precision} if precision else {})}
+    trainer = new_trainer(moe_path, **layout)
     out = against_transformers(trainer, moe_path, batch)
     out["local_experts"] = sum(
         1
@@ -96,7 +98,7 @@ def expert_parallel(rank: int, moe_path: str, checkpoint_dir: str) -> dict:
     out["trained_export_diff"] = trained_export_diff(trainer, moe_path, batch)
     trained = dict(trainer.export_weights())
     trainer.save_checkpoint(checkpoint_dir)
-    restored = new_trainer(moe_path, expert_parallel=2)
+    restored = new_trainer(moe_path, **layout)
     restored.load_checkpoint(checkpoint_dir)
     out["reload_diff"] = max_diff(dict(restored.export_weights()), trained)
     out["checkpoint_export_diff"] = max_diff(hf_state_dict(checkpoint_dir, moe_path), trained)

@@ -52,10 +52,25 @@ def test_moe_steps_report_routing_train_and_export_what_the_trainer_computes(qwe
 
 
 @pytest.mark.slow  # two spawned ranks with megatron: about a minute here
-def test_expert_parallel_two_ranks_equal_a_plain_step(tiny_moe_path, tmp_path):
+@pytest.mark.parametrize(
+    "env, precision",
+    [
+        ({}, ""),
+        # A SIMULATION: the ranks on npu:0 and npu:1 of the simulated NPU, megatron-core through the
+        # CUDA redirects, the simulated hccl (gloo); fp32, the CPU's, to compare with the plain step.
+        ({"ROLL_DEVICE": "npu-sim"}, "fp32"),
+    ],
+    ids=["cpu", "simulated-npu"],
+)
+def test_expert_parallel_two_ranks_equal_a_plain_step(tiny_moe_path, tmp_path, env, precision):
     checkpoint = str(tmp_path / "checkpoint")
     ranks = run_ranks(
-        "tests.strategies.training.megatron_moe_checks:expert_parallel", 2, tiny_moe_path, checkpoint
+        "tests.strategies.training.megatron_moe_checks:expert_parallel",
+        2,
+        tiny_moe_path,
+        checkpoint,
+        precision,
+        env=env,
     )
     for rank in ranks:
         assert rank["local_experts"] == 4 and rank["expert_group_size"] == 2
