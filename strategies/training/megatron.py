@@ -4,11 +4,10 @@ parallel through `parallel_state` over the platform's backend, Megatron's DDP an
 Adam optimizer, HF weights converted in on load and out on export.
 
 Megatron is imported lazily, after `roll_device.compat.megatron.prepare` has readied it for the
-platform: MindSpeed on NPU, CUDA-call redirects on the CPU and on the simulated NPU (opened around
-every call of this trainer), nothing on GPUs. Ranks of one model replica (its tensor- and
-pipeline-parallel ranks) must pass the same rows; data-parallel ranks pass their own. All ranks
-must call every method (collectives), and every rank gets the whole answer (logprobs, metrics,
-weights).
+platform: MindSpeed on NPU, CUDA-call redirects on the CPU and the simulated NPU (around every call
+of this trainer), nothing on GPUs. Ranks of one model replica (its tensor- and pipeline-parallel
+ranks) must pass the same rows; data-parallel ranks pass their own. All ranks must call every
+method (collectives), and every rank gets the whole answer (logprobs, metrics, weights).
 """
 
 from __future__ import annotations
@@ -64,18 +63,6 @@ def _in_scope(method):
             return method(self, *args, **kwargs)
 
     return wrapper
-
-
-def _to_device(model: torch.nn.Module, device: torch.device) -> None:
-    """`model` on `device` with the marks megatron sets on its parameters (`allreduce=False` on
-    experts, which DDP then reduces over the expert-data-parallel group, `tensor_model_parallel`).
-    `Module.to` keeps each parameter object where the device's tensors can take a CPU tensor's
-    place (`param.data = moved`) and makes a new, unmarked one where they cannot (the simulated
-    NPU's wrapper tensors): there each rank's expert gradients were summed with another rank's."""
-    marks = {name: dict(vars(param)) for name, param in model.named_parameters()}
-    model.to(device)
-    for name, param in model.named_parameters():
-        param.__dict__.update(marks[name])
 
 
 class MegatronTrainStrategy(TrainStrategy):
@@ -170,7 +157,7 @@ class MegatronTrainStrategy(TrainStrategy):
         self.replay = ReplayedRouters(model) if moe and s.routing_replay else None
         if compute == "bf16":  # bf16 compute weights; the optimizer keeps fp32 master copies
             model = Float16Module(config, model)
-        _to_device(model, self.device)
+        megatron_model.to_device(model, self.device)
         self._wrap(model, config, bf16=compute == "bf16")
 
     def _join_groups(self) -> None:

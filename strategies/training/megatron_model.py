@@ -260,3 +260,15 @@ def build(plan: ModelPlan, config: Any, first_stage: bool = True, last_stage: bo
         rotary_base=int(plan.rope_theta),
         parallel_output=True,
     )
+
+
+def to_device(model: torch.nn.Module, device: torch.device) -> None:
+    """`model` on `device` with the marks megatron sets on its parameters (`allreduce=False` on
+    experts, which DDP then reduces over the expert-data-parallel group, `tensor_model_parallel`).
+    `Module.to` keeps each parameter object where the device's tensors can take a CPU tensor's
+    place (`param.data = moved`) and makes a new, unmarked one where they cannot (the simulated
+    NPU's wrapper tensors): there each rank's expert gradients were summed with another rank's."""
+    marks = {name: dict(vars(param)) for name, param in model.named_parameters()}
+    model.to(device)
+    for name, param in model.named_parameters():
+        param.__dict__.update(marks[name])

@@ -1,5 +1,6 @@
-"""MindSpeed glue checks in fresh processes on the simulated NPU, with the STAND-IN mindspeed
-package of tests/compat/standin (which records calls and patches nothing)."""
+"""MindSpeed glue checks in fresh processes on the simulated NPU, its kernels taken as a real NPU's
+(`_npu_trainer`), with the STAND-IN mindspeed package of tests/compat/standin (which records calls
+and patches nothing)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ def _npu_trainer():
     from strategies.registry import strategy_class
 
     platform = simulated_npu()
+    # STAND-IN for a real NPU's kernels: the simulation's own are the host's (Platform.kernels_kind),
+    # on which megatron runs through the CUDA redirects and MindSpeed is not applied; taken as the
+    # NPU's here (this process only), the trainer takes a real NPU's path, the one under test
+    type(platform).kernels_kind = property(lambda self: self.kind)
     return strategy_class("train", "megatron", platform.kind)(platform)
 
 
