@@ -290,13 +290,13 @@ def parameter_marks_on_the_device() -> dict:
     """`Module.to("npu")` makes new parameters here (a CPU tensor cannot take a wrapper's data in
     place), without the attributes megatron marks its parameters with; the Megatron trainer's move
     keeps them (each rank's expert gradients were summed with another rank's without)."""
-    from strategies.training.megatron import _to_device
+    from strategies.training.megatron_model import to_device
 
     p = simulated_npu()
     out = {}
     for how, move in (
         ("Module.to", lambda m: m.to(p.device())),
-        ("trainer", lambda m: _to_device(m, p.device())),
+        ("trainer", lambda m: to_device(m, p.device())),
     ):
         layer = torch.nn.Linear(2, 2)
         layer.weight.allreduce = False
