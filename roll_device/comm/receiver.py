@@ -67,19 +67,19 @@ class WeightReceiver:
         timeout_s: float = 600.0,
         device: torch.device | None = None,
         reads_in_place: bool = False,
-        namespace: str = "",
+        control: Control | None = None,
     ) -> None:
         """`reads_in_place`: the consumer copies every tensor before it returns and keeps none, so
-        it may be given views of the sender's own shared memory (the one-copy path); `namespace`:
-        the sync's namespace in the sender's store (one of a sharded sender's links)."""
+        it may be given views of the sender's own shared memory (the one-copy path); `control`: the
+        sync's namespace of the sender's store, connected already (one of a sharded sender's links,
+        `Control.within`), else the receiver connects to the endpoint's store at `connect`."""
         self.endpoint, self.rank, self.platform = endpoint, rank, platform
-        self.namespace = namespace
         self.reads_in_place = reads_in_place
         self.timeout_s = timeout_s
         self.device = device if device is not None else platform.device()
         self._host_type = get_platform(HOST_KIND).device_type
         self.version: int | None = None
-        self.control: Control | None = None
+        self.control: Control | None = control
         self.transport: ReceiverTransport | None = None
         self._seq = 0
         self._plan: dict[int, list[Entry]] = {}  # bucket index -> entries, as the sender sent them
@@ -88,9 +88,8 @@ class WeightReceiver:
         """Join the sender (which calls `connect` at the same time); `path`: the sync path this
         receiver serves, checked against the sender's plan before any group is joined (a refusal
         is told to the sender through the control store)."""
-        self.control = Control.connect(self.endpoint, self.timeout_s)
-        if self.namespace:
-            self.control = self.control.within(self.namespace)
+        if self.control is None:
+            self.control = Control.connect(self.endpoint, self.timeout_s)
         setup: Setup = self.control.get(SETUP_KEY, "the sender's setup")
         if path is not None and setup.plan.path != path:
             reason = (

@@ -319,7 +319,7 @@ class ShardedReceiver:
             self.timeout_s,
             self.device,
             self.reads_in_place,
-            namespace,
+            directory.within(namespace),
         )
         self.links.append(link)
         link.connect(path)
