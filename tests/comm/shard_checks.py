@@ -119,16 +119,24 @@ def _dying(local: list[tuple[str, torch.Tensor]], after: int) -> Iterator[tuple[
         yield item
 
 
+def _slots_handed(sender: ShardedSender) -> int:
+    """Buckets this rank's links have packed into slots so far (a slot transport's count)."""
+    return sum(sum(getattr(link.sender.transport, "handed", ())) for link in sender.node_links)
+
+
 def send(version: int, die_after: int | None = None) -> dict:
     """This rank's slices as `version`: the sync's stats, this rank's shard bytes, the pieces it
-    sent (name, box offset, box shape) and the peak of resident memory above its level before the
-    sync. `die_after`: the process dies after that many tensors."""
+    sent (name, box offset, box shape), the buckets it packed into slots and the peak of resident
+    memory above its level before the sync. `die_after`: the process dies after that many
+    tensors."""
     local = [(name, tensor) for name, tensor, _ in _local()]
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
     before = _memory("VmRSS")
     sender = _state["sender"]
+    handed = _slots_handed(sender)
     stats = sender.send(local if die_after is None else _dying(local, die_after), version=version)
     return {
+        "packed_buckets": _slots_handed(sender) - handed,
         "stats": stats,
         "shard_bytes": sum(t.numel() * t.element_size() for _, t in local),
         "pieces": [(p.name, p.box.offset, p.box.shape) for p in sender.shards.sends[sender.link]],
