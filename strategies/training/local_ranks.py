@@ -1,6 +1,7 @@
-"""Run a function on N local ranks: spawned processes in one torch.distributed world on a free
-port of 127.0.0.1, the way a hosting worker group would start trainers (for tests, benchmarks and
-trying a parallel layout on one machine).
+"""Run a function on N local ranks: spawned processes in one torch.distributed world, met through a
+file store in a fresh temporary folder (no port picked ahead and raced for), the way a hosting
+worker group would start trainers (for tests, benchmarks and trying a parallel layout on one
+machine).
 
 `run_ranks("pkg.mod:function", n, *args)` calls `function(rank, *args)` in every rank after
 `torch.distributed` is initialized with the backend of the rank's platform (`ROLL_DEVICE`, default
@@ -14,7 +15,9 @@ from __future__ import annotations
 import importlib
 import os
 import queue as queues
+import shutil
 import socket
+import tempfile
 import time
 import traceback
 
@@ -27,9 +30,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _entry(target, rank, world_size, port, args, env, queue) -> None:
+def _entry(target, rank, world_size, store, args, env, queue) -> None:
     os.environ.update(env)
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     try:
         import torch.distributed as dist
 
@@ -38,7 +40,9 @@ def _entry(target, rank, world_size, port, args, env, queue) -> None:
         platform = rd.current_platform()
         if platform.device_count() > 1:
             platform.set_device(rank % platform.device_count())
-        dist.init_process_group(platform.dist_backend, rank=rank, world_size=world_size)
+        dist.init_process_group(
+            platform.dist_backend, init_method=f"file://{store}", rank=rank, world_size=world_size
+        )
         module, name = target.split(":")
         result = getattr(importlib.import_module(module), name)(rank, *args)
         dist.destroy_process_group()
@@ -68,11 +72,11 @@ def run_ranks(
 ) -> list:
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = free_port()
+    folder = tempfile.mkdtemp(prefix="roll-ranks-")
     threads = str(max(1, (os.cpu_count() or 1) // world_size))  # ranks share the host's cores
     env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", threads), **(env or {})}
     procs = [
-        ctx.Process(target=_entry, args=(target, rank, world_size, port, args, env, queue))
+        ctx.Process(target=_entry, args=(target, rank, world_size, f"{folder}/store", args, env, queue))
         for rank in range(world_size)
     ]
     for p in procs:
@@ -97,4 +101,5 @@ def run_ranks(
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
+        shutil.rmtree(folder, ignore_errors=True)
     return [results[r] for r in range(world_size)]
