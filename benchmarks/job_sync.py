@@ -1,21 +1,26 @@
 """The job's weight sync against the benchmark's same path at the same size, in one run (issue 48).
 
-1. The job: `roll-device run experiment=qwen05b_shapes` (the FSDP2 trainer and the HF engine, fp32,
-   local Ray, all on this host) on Qwen2.5-0.5B's shapes with `--layers` decoder layers (the whole
-   vocabulary; fewer layers than 24 because two fp32 copies of the whole model, the trainer's Adam
-   state and the engine beside it do not fit this shared 23 GB host), one trainer rank so that its
-   rank 0 sends the whole model as the benchmark's trainer does, `--steps` steps. Its step records
-   split each sync (`sync_export_s`, `sync_cast_s`, `sync_transfer_s`, `sync_load_s`,
-   `sync_calls_s`: roll_device/pipeline/sync_split.py); the steps after the first are kept.
-2. The benchmark's same path: benchmarks/sync_end_to_end.py's trainer and engine processes (the
-   same strategies, connected as a run connects them) on the same model, the path the job took
-   (its `sync_path` on one host: `bridge-shm`), `--rounds` syncs after a warm-up.
+Per trainer rank count N of `--ranks` (1 and 2 by default):
+1. The job: `roll-device run experiment=qwen05b_shapes roles.actor_train.num_devices=N` (the FSDP2
+   trainer and the HF engine, fp32, local Ray, all on this host) on Qwen2.5-0.5B's shapes with
+   `--layers` decoder layers (the whole vocabulary; fewer layers than 24 because two fp32 copies of
+   the whole model, the trainer's Adam state and the engine beside it do not fit this shared 23 GB
+   host), `--steps` steps. Its step records split each sync (`sync_export_s`, `sync_cast_s`,
+   `sync_transfer_s`, `sync_load_s`, `sync_calls_s`: roll_device/pipeline/sync_split.py); the
+   steps after the first are kept.
+2. The benchmark's same path on the same model, `--rounds` syncs after a warm-up:
+   - one rank: benchmarks/sync_end_to_end.py's trainer and engine processes (the same strategies,
+     connected as a run connects them) on the path the job took (its `sync_path` on one host:
+     `bridge-shm`), its trainer's sender set up as a run's and as sync_end_to_end.py runs it;
+   - N ranks: benchmarks/sync_sharded.py's world of N FSDP2 ranks and one engine on their node
+     (each rank's own slices over a shared-memory link of its own, one copy), as the job's ranks
+     send.
 
 Goal: the job's median sync (`sync_s`, the Ray calls around it included) within 1.5x of the
-benchmark's. Results go to results/job_sync.json, the job_sync section of docs/benchmarks.md and
-docs/job_sync_benchmark.png.
+benchmark's, at each N. Results go to results/job_sync.json, the job_sync section of
+docs/benchmarks.md and docs/job_sync_benchmark.png.
 
-    .venv/bin/python benchmarks/job_sync.py [--layers 4] [--steps 4] [--rounds 3]
+    .venv/bin/python benchmarks/job_sync.py [--layers 4] [--steps 4] [--rounds 3] [--ranks 1 2]
 """
 
 from __future__ import annotations
@@ -55,15 +60,15 @@ def say(message: str) -> None:
 
 
 # ---- the job ------------------------------------------------------------------------------------
-def job(model: str, steps_run: int, run_dir: str) -> list[dict]:
-    """The step records of `experiment=qwen05b_shapes` on `model`, one trainer rank."""
+def job(model: str, ranks: int, steps_run: int, run_dir: str) -> list[dict]:
+    """The step records of `experiment=qwen05b_shapes` on `model`, `ranks` trainer ranks."""
     from benchmarks.configs import run_config
     from roll_device.commands.run import run_checked
 
     overrides = [
         "experiment=qwen05b_shapes",
         f"model.path={model}",
-        "roles.actor_train.num_devices=1",
+        f"roles.actor_train.num_devices={ranks}",
         f"max_steps={steps_run}",
         "save_every=0",
     ]
@@ -71,10 +76,10 @@ def job(model: str, steps_run: int, run_dir: str) -> list[dict]:
     return steps(run_dir)
 
 
-def job_alone(model: str, steps_run: int, run_dir: str) -> list[dict]:
+def job_alone(model: str, ranks: int, steps_run: int, run_dir: str) -> list[dict]:
     """`job` in a fresh process: the run's Ray cluster and its memory go with it."""
     with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-        return pool.submit(job, model, steps_run, run_dir).result()
+        return pool.submit(job, model, ranks, steps_run, run_dir).result()
 
 
 def job_split(records: list[dict]) -> dict:
@@ -103,11 +108,31 @@ def bench(model: str, label: str, rounds: int, as_run: bool) -> dict:
     return row
 
 
+def sharded_bench(model: str, ranks: int, rounds: int) -> dict:
+    """sync_sharded.py's world of `ranks` FSDP2 ranks and one engine on their node (one copy): the
+    median of its syncs, as its engine saw them."""
+    from benchmarks.sync_sharded import TRAINER_NODE, engine_seconds
+    from strategies.training.local_ranks import run_ranks
+
+    world = run_ranks(
+        "benchmarks.sync_sharded:world", ranks + 1, ranks, model, (TRAINER_NODE,), rounds, timeout=1800
+    )[0]
+    seconds = statistics.median(engine_seconds(world))
+    nbytes = world[-1]["rounds"][0]["nbytes"]
+    return {"seconds": seconds, "gbps": nbytes / seconds / 1e9, "path": "bridge-shm, sharded"}
+
+
+def bench_rows(model: str, ranks: int, label: str, rounds: int) -> dict:
+    """The benchmark's rows for the job of `ranks` trainer ranks whose path was `label`."""
+    if ranks > 1:
+        return {"as_run": sharded_bench(model, ranks, rounds)}
+    return {key: bench(model, label, rounds, key == "as_run") for key in BENCH_ROWS}
+
+
 # ---- the report -----------------------------------------------------------------------------------
-def summarize(results: dict) -> dict:
-    """The job's split, the benchmark's seconds (as a run sets it up; as sync_end_to_end.py runs it)
-    and the job's sync over each."""
-    split, bench_s = results["job"], {key: row["seconds"] for key, row in results["bench"].items()}
+def summarize(case: dict) -> dict:
+    """One rank count's job split, the benchmark's seconds per row and the job's sync over each."""
+    split, bench_s = case["job"], {key: row["seconds"] for key, row in case["bench"].items()}
     return {**split, "bench_s": bench_s, "ratio": {key: split["sync_s"] / s for key, s in bench_s.items()}}
 
 
@@ -115,74 +140,96 @@ BENCH_ROWS = {
     "as_run": "benchmark, the trainer's sender set up as a run's (one copy)",
     "as_is": "benchmark as sync_end_to_end.py runs it (tensors not in shared memory: two copies)",
 }
+SHARDED_ROW = "benchmark, sync_sharded.py's world of {n} ranks and one engine (one copy)"
 
 
-def table(s: dict, rows: dict) -> str:
+def table(cases: dict, summaries: dict) -> str:
     lines = [
-        "| | sync s | export | cast | transfer | load | Ray calls | GB/s | job / this |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-        f"| job (`roll-device run`), median of {s['steps']} steps | {s['sync_s']:.3f} | "
-        + " | ".join(f"{s[p]:.3f}" for p in PARTS)
-        + f" | {s['bytes'] / s['sync_s'] / 1e9:.2f} | |",
+        "| trainer ranks | | sync s | export | cast | transfer | load | Ray calls | GB/s | job / this |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for key, label in BENCH_ROWS.items():
-        row = rows[key]
+    for n, s in summaries.items():
         lines.append(
-            f"| {label}, median | {row['seconds']:.3f} | | | | | | {row['gbps']:.2f} | {s['ratio'][key]:.2f} |"
+            f"| {n} | job (`roll-device run`), median of {s['steps']} steps | {s['sync_s']:.3f} | "
+            + " | ".join(f"{s[p]:.3f}" for p in PARTS)
+            + f" | {s['bytes'] / s['sync_s'] / 1e9:.2f} | |"
         )
+        for key, row in cases[n]["bench"].items():
+            label = BENCH_ROWS[key] if n == 1 else SHARDED_ROW.format(n=n)
+            lines.append(
+                f"| {n} | {label}, median | {row['seconds']:.3f} | | | | | | {row['gbps']:.2f} | "
+                f"{s['ratio'][key]:.2f} |"
+            )
     return "\n".join(lines)
 
 
-def report(results: dict, s: dict) -> None:
+def _verdicts(summaries: dict) -> str:
+    return ", ".join(
+        f"{n} rank{'s' if n > 1 else ''} **{s['ratio']['as_run']:.2f}** "
+        f"({'meets' if s['ratio']['as_run'] <= GOAL else 'misses'} the goal)"
+        for n, s in summaries.items()
+    )
+
+
+def report(results: dict, summaries: dict) -> None:
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    met = "meets" if s["ratio"]["as_run"] <= GOAL else "misses"
+    one = summaries.get(1)
+    two_copy = (
+        f"; one rank against sync_end_to_end.py's two-copy row {one['ratio']['as_is']:.2f}" if one else ""
+    )
+    first = next(iter(summaries.values()))
     body = f"""## The job's sync vs the benchmark's same path (`benchmarks/job_sync.py`)
 
 Run {stamp} on `cpu` ({os.cpu_count()} CPU cores, load average {results["load"][0]:.1f} at the start,
 {results["load"][1]:.1f} at the end; other work shared the machine). Model: Qwen2.5-0.5B's shapes with
-{results["layers"]} of its 24 decoder layers (the whole vocabulary), fp32, {s["bytes"] / 1e9:.2f} GB per
+{results["layers"]} of its 24 decoder layers (the whole vocabulary), fp32, {first["bytes"] / 1e9:.2f} GB per
 sync; fewer layers because the job's trainer (fp32, Adam) and engine beside it at 24 layers do not
-fit this shared host. The job: `roll-device run experiment=qwen05b_shapes
-roles.actor_train.num_devices=1 max_steps={results["steps"]}` (FSDP2 on one rank, the HF engine, local
-Ray): its sync path `{s["path"]}`, the trainer's rank 0 sending the whole model as the benchmark's
-trainer does; the steps after the first. The benchmark: sync_end_to_end.py's trainer and engine
-processes on the same model and path (`{results["bench"]["as_run"]["path"]}`), median of {results["rounds"]}
-syncs after a warm-up, timed as the sender sees a sync (export to every engine having loaded); twice:
-its trainer's sender set up as a run's (`share_for_one_copy`, roll_device/pipeline/workers.py: the
-trainer's tensors in shared memory, the engine's load the only copy), which is the job's path, and
-as sync_end_to_end.py runs it (the trainer's tensors where FSDP2 made them: packed into the slots,
-two copies).
+fit this shared host. The job, per trainer rank count N: `roll-device run experiment=qwen05b_shapes
+roles.actor_train.num_devices=N max_steps={results["steps"]}` (FSDP2 on N CPU ranks, the HF engine,
+local Ray, one host: sync path `{first["path"]}`, each rank's slices over a shared-memory link of its
+own, the trainer's tensors in shared memory: one copy); the steps after the first. The benchmark's
+same path on the same model, median of {results["rounds"]} syncs after a warm-up: for one rank,
+sync_end_to_end.py's trainer and engine processes, timed as the sender sees a sync (export to every
+engine having loaded), twice: its trainer's sender set up as a run's (`share_for_one_copy`,
+roll_device/pipeline/workers.py), which is the job's path, and as sync_end_to_end.py runs it (the
+trainer's tensors where FSDP2 made them: packed into the slots, two copies); for N ranks,
+sync_sharded.py's world of N FSDP2 ranks and one engine process on their node, each rank's slices
+over its own link into the engine's weights (one copy), timed as the engine sees a sync.
 
-**The job's sync vs the benchmark's same path** (goal <= {GOAL}): **{s["ratio"]["as_run"]:.2f}** ({met}
-the goal); against sync_end_to_end.py's two-copy row {s["ratio"]["as_is"]:.2f}. The
-job's split (roll_device/pipeline/sync_split.py, medians of each part, so they need not add up):
-export (the trainer's export, its gathers included), cast (to the engine's dtype, timed apart on a
-sharded export), transfer (the sender's seconds less export and load), load (the engine's
+**The job's sync vs the benchmark's same path** (goal <= {GOAL}): {_verdicts(summaries)}{two_copy}.
+The job's split (roll_device/pipeline/sync_split.py, medians of each part, so they need not add
+up): export (the trainer's export, its gathers included), cast (to the engine's dtype, timed apart
+on a sharded export), transfer (the sender's seconds less export and load), load (the engine's
 `update_weights`), Ray calls (the step's seconds of the sync less the sender's: the remote calls
-to both roles and their results).
+to both roles and their results). With more than one rank the engine assembles each tensor cut
+across ranks in its own weight as the pieces arrive, so that copy falls in transfer, not load.
 
-{table(s, results["bench"])}
+{table(results["cases"], summaries)}
 
 ![job sync](job_sync_benchmark.png)
 """
     replace_section(DOC, "job_sync", body)
 
 
-def plot(s: dict) -> None:
+def plot(summaries: dict) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    left = 0.0
-    for part in PARTS:
-        ax.barh("job", s[part], left=left, label=part.removeprefix("sync_").removesuffix("_s"))
-        left += s[part]
-    ax.barh("benchmark\n(as a run)", s["bench_s"]["as_run"], color="grey")
-    ax.barh("benchmark\n(two copies)", s["bench_s"]["as_is"], color="lightgrey")
-    ax.axvline(s["bench_s"]["as_run"] * GOAL, color="red", ls="--", label=f"{GOAL}x benchmark (as a run)")
-    ax.set(xlabel="seconds per sync", title=f"job's sync vs benchmark's: {s['ratio']['as_run']:.2f}x")
+    fig, ax = plt.subplots(figsize=(6.5, 1.2 + 1.1 * len(summaries)))
+    for n, s in summaries.items():
+        left = 0.0
+        for part in PARTS:
+            label = part.removeprefix("sync_").removesuffix("_s") if n == min(summaries) else None
+            ax.barh(f"job, {n} rank(s)", s[part], left=left, label=label, color=f"C{PARTS.index(part)}")
+            left += s[part]
+        ax.barh(f"benchmark, {n} rank(s)\n(one copy)", s["bench_s"]["as_run"], color="grey")
+        if "as_is" in s["bench_s"]:
+            ax.barh(f"benchmark, {n} rank(s)\n(two copies)", s["bench_s"]["as_is"], color="lightgrey")
+    ratios = ", ".join(f"{n}: {s['ratio']['as_run']:.2f}x" for n, s in summaries.items())
+    ax.set(xlabel="seconds per sync", title=f"job's sync / benchmark's, by ranks: {ratios}")
+    ax.invert_yaxis()
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(PLOT, dpi=110)
@@ -194,27 +241,34 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2])
     args = parser.parse_args()
     from roll_device.models.qwen_shaped import make_qwen_shaped_model
 
-    load = [os.getloadavg()[0]]
+    load, cases = [os.getloadavg()[0]], {}
     with tempfile.TemporaryDirectory(prefix="roll-device-job-sync-") as directory:
         model = str(make_qwen_shaped_model(Path(directory) / "model", num_layers=args.layers, tokenizer=True))
-        say(f"the job: {args.steps} steps")
-        split = job_split(job_alone(model, args.steps, str(Path(directory) / "run")))
-        say(f"  {split}")
-        label = LABELS[split["path"]]
-        say(f"the benchmark: {label}")
-        rows = {key: bench(model, label, args.rounds, key == "as_run") for key in BENCH_ROWS}
+        for n in args.ranks:
+            say(f"the job: {n} trainer rank(s), {args.steps} steps")
+            split = job_split(job_alone(model, n, args.steps, str(Path(directory) / f"run-{n}")))
+            say(f"  {split}")
+            say(f"the benchmark: {LABELS[split['path']]}, {n} rank(s)")
+            cases[n] = {"job": split, "bench": bench_rows(model, n, LABELS[split["path"]], args.rounds)}
     load.append(os.getloadavg()[0])
-    results = {"job": split, "bench": rows, "layers": args.layers, "steps": args.steps, "rounds": args.rounds}
-    results["load"] = load
-    s = summarize(results)
-    say(f"job sync {s['sync_s']:.3f}s vs benchmark {s['bench_s']}: {s['ratio']}")
+    results = {
+        "cases": cases,
+        "layers": args.layers,
+        "steps": args.steps,
+        "rounds": args.rounds,
+        "load": load,
+    }
+    summaries = {n: summarize(case) for n, case in cases.items()}
+    for n, s in summaries.items():
+        say(f"{n} rank(s): job sync {s['sync_s']:.3f}s vs benchmark {s['bench_s']}: {s['ratio']}")
     RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps({"results": results, "summary": s}, indent=1, default=str))
-    report(results, s)
-    plot(s)
+    RESULTS.write_text(json.dumps({"results": results, "summary": summaries}, indent=1, default=str))
+    report(results, summaries)
+    plot(summaries)
 
 
 if __name__ == "__main__":

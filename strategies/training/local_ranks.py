@@ -16,18 +16,11 @@ import importlib
 import os
 import queue as queues
 import shutil
-import socket
 import tempfile
 import time
 import traceback
 
 import torch.multiprocessing as mp
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _entry(target, rank, world_size, store, args, env, queue) -> None:

@@ -35,9 +35,10 @@ TIMEOUT_S = 30
 TRAINER_NODE = "node-0"  # every trainer rank's (simulated) node
 
 
-def join(rank: int, world: int, port: int) -> None:
-    """This trainer rank's gloo world (every start below holds its model in it)."""
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+def join(rank: int, world: int, store: str) -> None:
+    """This trainer rank's gloo world, met through the file store `store` (every start below holds
+    its model in it)."""
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
 
 
 def _hold(slices, whole, trainer=None) -> None:

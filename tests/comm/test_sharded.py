@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -24,7 +25,6 @@ from roll_device.comm.sharded import ShardedReceiver, ShardedSender
 from roll_device.comm.shards import Box, Shard, plan_shards
 from roll_device.errors import WeightSyncError
 from roll_device.settings import read_section
-from strategies.training.local_ranks import free_port
 from tests.comm.shard_checks import TIMEOUT_S, TRAINER_NODE, HfEngine, ModelEngine
 from tests.comm.workers import RemoteError, Worker, close_all, together
 
@@ -118,12 +118,12 @@ def test_an_abort_at_a_trainer_ranks_endpoint_ends_the_waits_of_its_links():
     sender.close()
 
 
-def _trainers() -> list[Worker]:
-    """Two trainer ranks in one gloo world."""
+def _trainers(folder: Path) -> list[Worker]:
+    """Two trainer ranks in one gloo world (met through a file store in `folder`)."""
     workers = [Worker() for _ in range(2)]
     try:
-        port = free_port()
-        _check(together([(w, f"{CHECKS}:join", (rank, 2, port)) for rank, w in enumerate(workers)]))
+        store = str(folder / "store")
+        _check(together([(w, f"{CHECKS}:join", (rank, 2, store)) for rank, w in enumerate(workers)]))
     except BaseException:
         close_all(workers)
         raise
@@ -227,9 +227,9 @@ def _check_whole_model_once(results, full: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def trainers():
+def trainers(tmp_path_factory):
     """Two trainer ranks (one gloo world) that hold one model after another."""
-    workers = _trainers()
+    workers = _trainers(tmp_path_factory.mktemp("trainers"))
     yield workers
     close_all(workers)
 
@@ -403,11 +403,11 @@ def _raised(action: Callable[[], object]) -> BaseException | None:
     [HERE, pytest.param(AWAY, marks=pytest.mark.slow)],  # gloo links end the same way (slow: 9 s)
     ids=["shm", "gloo"],
 )
-def test_a_lost_trainer_rank_ends_the_sync_in_seconds_naming_it(engines):
+def test_a_lost_trainer_rank_ends_the_sync_in_seconds_naming_it(engines, tmp_path):
     """Trainer rank 1 dies mid-sync (killed after two of its tensors): the engine and trainer
     rank 0 end with a WeightSyncError that names trainer rank 1, in seconds, not after the
     timeout; the engine's close does not hang on the lost link either."""
-    workers = _trainers()
+    workers = _trainers(tmp_path)
     try:
         _start(workers, "start_replica", 7, 8)
         receiver = ShardedReceiver(_open(workers, engines), 1, rd.get_platform("cpu"), timeout_s=TIMEOUT_S)
