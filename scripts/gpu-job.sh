@@ -12,6 +12,11 @@
 #
 # GPU_JOBS picks the jobs, in order (default "tiny qwen2.5-0.5b-shaped megatron sync"; sync is
 # benchmarks/sync_end_to_end.py on the GPU at 0.5B shapes; qwen2.5-1.5b-shaped is the larger size).
+# Two kinds in one job, nothing simulated (issue 51): train-gpu (the trainer and reference on the
+# GPU, the HF rollout on CPU cores) and rollout-gpu (the HF rollout on the GPU, the trainer on CPU
+# ranks), weights crossing kinds by the bridge; each runs the tiny default for MIXED_STEPS (30)
+# steps twice, with rollout overlapping training (max_staleness=1, job NAME-s1) and without (NAME-s0,
+# the overlap's baseline); NAME-qwen2.5-0.5b-shaped runs that model for MIXED_SHAPED_STEPS (4).
 # GPU_JOB_TIMEOUT bounds each job (seconds, default 300). Python: as scripts/gpu-check.sh. Runs into
 # the same RESULTS_DIR add to its memory.csv and phases.txt.
 set -uo pipefail
@@ -46,7 +51,7 @@ job() {  # job NAME OVERRIDES...: one run, bounded; its summary line
     shift
     started=$(date +%s.%N)
     echo "$name start $started" >>"$RESULTS/phases.txt"
-    timeout "$LIMIT" "$PY" -m roll_device.cli run "${COLOCATED[@]}" hydra.run.dir="$RESULTS/$name" "$@" \
+    timeout "$LIMIT" "$PY" -m roll_device.cli run hydra.run.dir="$RESULTS/$name" "$@" \
         >"$RESULTS/$name.log" 2>&1
     local status=$?
     echo "$name end $(date +%s.%N)" >>"$RESULTS/phases.txt"
@@ -61,8 +66,27 @@ job() {  # job NAME OVERRIDES...: one run, bounded; its summary line
 
 for name in ${GPU_JOBS:-tiny qwen2.5-0.5b-shaped megatron sync}; do
     case $name in
-    tiny) job tiny max_steps=30 ;;
-    megatron) job megatron trainer=megatron max_steps=5 ;;
+    tiny) job tiny "${COLOCATED[@]}" max_steps=30 ;;
+    megatron) job megatron "${COLOCATED[@]}" trainer=megatron max_steps=5 ;;
+    train-gpu | rollout-gpu | train-gpu-qwen2.5-*-shaped | rollout-gpu-qwen2.5-*-shaped)
+        if [[ $name == train-gpu* ]]; then
+            sides=(roles.actor_train.device=cuda roles.reference.device=cuda roles.actor_infer.device=cpu)
+        else
+            sides=(roles.actor_train.device=cpu roles.reference.device=cpu roles.actor_infer.device=cuda)
+        fi
+        if [[ $name == *-shaped ]]; then
+            shapes=${name#*-gpu-}
+            model="$ROLL_DEVICE_HOME/$shapes"
+            "$PY" -m roll_device.cli make-tiny-model "$model" --shapes "${shapes%-shaped}" >/dev/null || exit 2
+            job "$name" rollout=hf save_every=0 "${sides[@]}" model.path="$model" rollout.dtype=bfloat16 \
+                algorithm.max_new_tokens=32 max_steps="${MIXED_SHAPED_STEPS:-4}"
+        else
+            for staleness in 1 0; do
+                job "$name-s$staleness" rollout=hf save_every=0 "${sides[@]}" \
+                    algorithm.max_staleness=$staleness max_steps="${MIXED_STEPS:-30}"
+            done
+        fi
+        ;;
     sync)  # the weight-sync benchmark on the GPU, its lines beside the jobs' (benchmarks/gpu_job.py)
         timeout "$LIMIT" "$PY" benchmarks/sync_end_to_end.py --device cuda --sizes 0.5b \
             --groups fsdp-hf,megatron-hf --no-write >"$RESULTS/sync.log" 2>&1
@@ -73,10 +97,12 @@ for name in ${GPU_JOBS:-tiny qwen2.5-0.5b-shaped megatron sync}; do
     qwen2.5-*-shaped)  # a randomly initialised model of that Qwen2.5's shapes, made once
         model="$ROLL_DEVICE_HOME/$name"
         "$PY" -m roll_device.cli make-tiny-model "$model" --shapes "${name%-shaped}" >/dev/null || exit 2
-        job "$name" model.path="$model" rollout.dtype=bfloat16 max_steps=10 algorithm.max_new_tokens=32
+        job "$name" "${COLOCATED[@]}" model.path="$model" rollout.dtype=bfloat16 max_steps=10 \
+            algorithm.max_new_tokens=32
         ;;
     *)
-        echo "gpu-job: unknown job $name in GPU_JOBS (tiny, megatron, qwen2.5-0.5b-shaped, qwen2.5-1.5b-shaped, sync)"
+        echo "gpu-job: unknown job $name in GPU_JOBS (tiny, megatron, qwen2.5-0.5b-shaped, qwen2.5-1.5b-shaped," \
+            "sync, train-gpu, rollout-gpu, train-gpu-qwen2.5-0.5b-shaped, rollout-gpu-qwen2.5-0.5b-shaped)"
         exit 2
         ;;
     esac
