@@ -26,7 +26,7 @@ PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)
 LIMIT=${GPU_JOB_TIMEOUT:-300}
 mkdir -p "$RESULTS"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-export ROLL_DEVICE_HOME=${ROLL_DEVICE_HOME:-$PWD/$RESULTS/models}
+export ROLL_DEVICE_HOME=${ROLL_DEVICE_HOME:-$(cd "$RESULTS" && pwd)/models}  # RESULTS relative or absolute
 
 if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
     echo "gpu-job: skipped: no CUDA device visible to $PY"
