@@ -47,6 +47,7 @@ RESULTS = ROOT / "results" / "sync_sharded.json"
 BUCKET_BYTES = 64 << 20
 GOALS = {"scaling": 1.3, "one_copy": 0.8, "links": 0.8}
 TRAINER_NODE = "node-0"  # every trainer rank's simulated node
+THREADS = {"OMP_NUM_THREADS": str(os.cpu_count() or 1)}  # each process as torch starts by default
 CASES = {  # the engine ranks' nodes of each case of worlds by trainer rank count
     "ranks": ("node-0",),  # the trainers' own: shared memory, the one-copy path
     "links": ("node-1",),  # another: a gloo link per trainer rank
@@ -364,8 +365,8 @@ Run {stamp} on `cpu` ({os.cpu_count()} CPU cores, load average {results["load"][
 it); median over {results["rounds"]} rounds after one unmeasured (the first
 maps the trainer's segments and makes the slots a large tensor needs); buckets of {BUCKET_BYTES >> 20} MiB. Each world is N FSDP2
 trainer ranks (gloo) and one engine process that copies what it receives into its own weights, all
-on this host; every process computes with torch's default of {results.get("threads", "?")} intra-op threads (run_ranks'
-OMP_NUM_THREADS comes after torch has started). The engine's weights are in memory of their own at
+on this host; every process computes with {results.get("threads", "?")} intra-op threads, one per core of
+the host (`THREADS`: torch's default, set for every rank). The engine's weights are in memory of their own at
 64-byte boundaries, as the HF engine now holds them (not at the safetensors file's offsets).
 
 **Sync time, {most} trainer ranks vs 1** (goal <= {GOALS["scaling"]}): {_verdict(s["scaling"][most], GOALS["scaling"], True)}.
@@ -451,11 +452,20 @@ def run(model: str, ranks: list[int], rounds: int) -> dict:
         for n in ranks:
             say(f"{key}: {n} trainer rank(s) on {TRAINER_NODE} + engines on {list(engines)}")
             results[key][n] = run_ranks(
-                "benchmarks.sync_sharded:world", n + len(engines), n, model, engines, rounds, timeout=1800
+                "benchmarks.sync_sharded:world",
+                n + len(engines),
+                n,
+                model,
+                engines,
+                rounds,
+                env=THREADS,
+                timeout=1800,
             )[0]
             say(f"  engine s per sync: {[round(x, 3) for x in engine_seconds(results[key][n])]}")
     say("same-host transport: two-copy, one-copy, memcpy")
-    results["transport"] = run_ranks("benchmarks.sync_sharded:transport", 2, model, rounds, timeout=1800)[1]
+    results["transport"] = run_ranks(
+        "benchmarks.sync_sharded:transport", 2, model, rounds, env=THREADS, timeout=1800
+    )[1]
     say(f"  {results['transport']}")
     return results
 

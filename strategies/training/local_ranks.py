@@ -7,7 +7,8 @@ machine).
 `torch.distributed` is initialized with the backend of the rank's platform (`ROLL_DEVICE`, default
 cpu here: gloo) and returns the per-rank results in rank order; a failing rank raises with its
 traceback, a rank that dies without one (killed, crashed, or failed at its start) within a second
-with its exit code, not at the end of `timeout`.
+with its exit code, not at the end of `timeout`. Each rank computes with `OMP_NUM_THREADS` intra-op
+threads: the caller's, or the host's cores shared out among the ranks.
 """
 
 from __future__ import annotations
@@ -20,12 +21,15 @@ import tempfile
 import time
 import traceback
 
+import torch
 import torch.multiprocessing as mp
 
 
 def _entry(target, rank, world_size, store, args, env, queue) -> None:
     os.environ.update(env)
     try:
+        # torch (imported with this module, before `env` was set) read OMP_NUM_THREADS as it started
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
         import torch.distributed as dist
 
         import roll_device as rd

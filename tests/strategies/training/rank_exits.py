@@ -1,10 +1,11 @@
-"""A rank function for tests/strategies/training/test_local_ranks.py, run in spawned ranks."""
+"""Rank functions for tests/strategies/training/test_local_ranks.py, run in spawned ranks."""
 
 from __future__ import annotations
 
 import os
 import time
 
+import torch
 import torch.distributed as dist
 
 
@@ -16,3 +17,8 @@ def exits(rank: int, code: int) -> None:
     if rank == 0:
         os._exit(code)
     time.sleep(600)
+
+
+def threads(rank: int) -> tuple[int, int]:
+    """This rank's world size and the intra-op threads its torch computes with."""
+    return dist.get_world_size(), torch.get_num_threads()
