@@ -451,16 +451,8 @@ def run(model: str, ranks: list[int], rounds: int) -> dict:
     for key, engines in CASES.items():
         for n in ranks:
             say(f"{key}: {n} trainer rank(s) on {TRAINER_NODE} + engines on {list(engines)}")
-            results[key][n] = run_ranks(
-                "benchmarks.sync_sharded:world",
-                n + len(engines),
-                n,
-                model,
-                engines,
-                rounds,
-                env=THREADS,
-                timeout=1800,
-            )[0]
+            world = ("benchmarks.sync_sharded:world", n + len(engines), n, model, engines, rounds)
+            results[key][n] = run_ranks(*world, env=THREADS, timeout=1800)[0]
             say(f"  engine s per sync: {[round(x, 3) for x in engine_seconds(results[key][n])]}")
     say("same-host transport: two-copy, one-copy, memcpy")
     results["transport"] = run_ranks(
