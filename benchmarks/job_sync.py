@@ -111,19 +111,9 @@ def bench(model: str, label: str, rounds: int, as_run: bool) -> dict:
 def sharded_bench(model: str, ranks: int, rounds: int) -> dict:
     """sync_sharded.py's world of `ranks` FSDP2 ranks and one engine on their node (one copy): the
     median of its syncs, as its engine saw them."""
-    from benchmarks.sync_sharded import THREADS, TRAINER_NODE, engine_seconds
-    from strategies.training.local_ranks import run_ranks
+    from benchmarks.sync_sharded import TRAINER_NODE, engine_seconds, run_world
 
-    world = run_ranks(
-        "benchmarks.sync_sharded:world",
-        ranks + 1,
-        ranks,
-        model,
-        (TRAINER_NODE,),
-        rounds,
-        env=THREADS,
-        timeout=1800,
-    )[0]
+    world = run_world(model, ranks, (TRAINER_NODE,), rounds)
     seconds = statistics.median(engine_seconds(world))
     nbytes = world[-1]["rounds"][0]["nbytes"]
     return {"seconds": seconds, "gbps": nbytes / seconds / 1e9, "path": "bridge-shm, sharded"}

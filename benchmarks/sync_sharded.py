@@ -47,7 +47,7 @@ RESULTS = ROOT / "results" / "sync_sharded.json"
 BUCKET_BYTES = 64 << 20
 GOALS = {"scaling": 1.3, "one_copy": 0.8, "links": 0.8}
 TRAINER_NODE = "node-0"  # every trainer rank's simulated node
-THREADS = {"OMP_NUM_THREADS": str(os.cpu_count() or 1)}  # each process as torch starts by default
+THREADS = {"OMP_NUM_THREADS": str(os.cpu_count() or 1)}  # every process: one per logical core
 CASES = {  # the engine ranks' nodes of each case of worlds by trainer rank count
     "ranks": ("node-0",),  # the trainers' own: shared memory, the one-copy path
     "links": ("node-1",),  # another: a gloo link per trainer rank
@@ -365,8 +365,8 @@ Run {stamp} on `cpu` ({os.cpu_count()} CPU cores, load average {results["load"][
 it); median over {results["rounds"]} rounds after one unmeasured (the first
 maps the trainer's segments and makes the slots a large tensor needs); buckets of {BUCKET_BYTES >> 20} MiB. Each world is N FSDP2
 trainer ranks (gloo) and one engine process that copies what it receives into its own weights, all
-on this host; every process computes with {results.get("threads", "?")} intra-op threads, one per core of
-the host (`THREADS`: torch's default, set for every rank). The engine's weights are in memory of their own at
+on this host; every process computes with {results.get("threads", "?")} intra-op threads, one per logical core
+of the host (`THREADS`, set for every rank; torch's default here). The engine's weights are in memory of their own at
 64-byte boundaries, as the HF engine now holds them (not at the safetensors file's offsets).
 
 **Sync time, {most} trainer ranks vs 1** (goal <= {GOALS["scaling"]}): {_verdict(s["scaling"][most], GOALS["scaling"], True)}.
@@ -444,6 +444,14 @@ def plot(results: dict, s: dict) -> None:
     fig.savefig(PLOT, dpi=110)
 
 
+def run_world(model: str, trainers: int, engines: tuple[str, ...], rounds: int) -> list[dict]:
+    """One world of `trainers` ranks and an engine rank per entry of `engines`: every rank's rounds."""
+    from strategies.training.local_ranks import run_ranks
+
+    world = ("benchmarks.sync_sharded:world", trainers + len(engines), trainers, model, engines, rounds)
+    return run_ranks(*world, env=THREADS, timeout=1800)[0]
+
+
 def run(model: str, ranks: list[int], rounds: int) -> dict:
     from strategies.training.local_ranks import run_ranks
 
@@ -451,8 +459,7 @@ def run(model: str, ranks: list[int], rounds: int) -> dict:
     for key, engines in CASES.items():
         for n in ranks:
             say(f"{key}: {n} trainer rank(s) on {TRAINER_NODE} + engines on {list(engines)}")
-            world = ("benchmarks.sync_sharded:world", n + len(engines), n, model, engines, rounds)
-            results[key][n] = run_ranks(*world, env=THREADS, timeout=1800)[0]
+            results[key][n] = run_world(model, n, engines, rounds)
             say(f"  engine s per sync: {[round(x, 3) for x in engine_seconds(results[key][n])]}")
     say("same-host transport: two-copy, one-copy, memcpy")
     results["transport"] = run_ranks(
