@@ -64,6 +64,14 @@ job() {  # job NAME OVERRIDES...: one run, bounded; its summary line
     "$PY" benchmarks/job_summary.py "$name" "$RESULTS/$name"
 }
 
+# shaped_model qwen2.5-NB-shaped: a randomly initialised model of those shapes (made once), and
+# SHAPED, the overrides that run it
+shaped_model() {
+    local model="$ROLL_DEVICE_HOME/$1"
+    "$PY" -m roll_device.cli make-tiny-model "$model" --shapes "${1%-shaped}" >/dev/null || exit 2
+    SHAPED=(model.path="$model" rollout.dtype=bfloat16 algorithm.max_new_tokens=32)
+}
+
 for name in ${GPU_JOBS:-tiny qwen2.5-0.5b-shaped megatron sync}; do
     case $name in
     tiny) job tiny "${COLOCATED[@]}" max_steps=30 ;;
@@ -75,11 +83,8 @@ for name in ${GPU_JOBS:-tiny qwen2.5-0.5b-shaped megatron sync}; do
             sides=(roles.actor_train.device=cpu roles.reference.device=cpu roles.actor_infer.device=cuda)
         fi
         if [[ $name == *-shaped ]]; then
-            shapes=${name#*-gpu-}
-            model="$ROLL_DEVICE_HOME/$shapes"
-            "$PY" -m roll_device.cli make-tiny-model "$model" --shapes "${shapes%-shaped}" >/dev/null || exit 2
-            job "$name" rollout=hf save_every=0 "${sides[@]}" model.path="$model" rollout.dtype=bfloat16 \
-                algorithm.max_new_tokens=32 max_steps="${MIXED_SHAPED_STEPS:-4}"
+            shaped_model "${name#*-gpu-}"
+            job "$name" rollout=hf save_every=0 "${sides[@]}" "${SHAPED[@]}" max_steps="${MIXED_SHAPED_STEPS:-4}"
         else
             for staleness in 1 0; do
                 job "$name-s$staleness" rollout=hf save_every=0 "${sides[@]}" \
@@ -94,11 +99,9 @@ for name in ${GPU_JOBS:-tiny qwen2.5-0.5b-shaped megatron sync}; do
         sed -n 's/^\[sync-e2e [0-9:]*\] \(sync_e2e .*\)/\1/p' "$RESULTS/sync.log" >"$RESULTS/sync_e2e.txt"
         echo "check sync benchmark: $(wc -l <"$RESULTS/sync_e2e.txt") path(s) measured (log: $RESULTS/sync.log)"
         ;;
-    qwen2.5-*-shaped)  # a randomly initialised model of that Qwen2.5's shapes, made once
-        model="$ROLL_DEVICE_HOME/$name"
-        "$PY" -m roll_device.cli make-tiny-model "$model" --shapes "${name%-shaped}" >/dev/null || exit 2
-        job "$name" "${COLOCATED[@]}" model.path="$model" rollout.dtype=bfloat16 max_steps=10 \
-            algorithm.max_new_tokens=32
+    qwen2.5-*-shaped)
+        shaped_model "$name"
+        job "$name" "${COLOCATED[@]}" "${SHAPED[@]}" max_steps=10
         ;;
     *)
         echo "gpu-job: unknown job $name in GPU_JOBS (tiny, megatron, qwen2.5-0.5b-shaped, qwen2.5-1.5b-shaped," \
