@@ -9,9 +9,9 @@
    each into its weights, two-copy (packed into the slots, then copied out) and one-copy (the
    sender's tensors in shared memory, read in place), against one memcpy of the same bytes in the
    engine process, in the same rounds (goal: one-copy at least 0.8).
-3. Links: the bridge's between-host links (gloo; the engine on a node of its own, simulated on
-   this host: the placement's node ids differ, CPU on both ends) of 1, 2 and 4 trainer ranks: the
-   aggregate bandwidth against N x one link's (goal: at least 0.8 for N = 2, 4).
+3. Links: the bridge's between-host links (gloo; the engine on a node of its own, CPU on both ends)
+   of 1, 2 and 4 trainer ranks, all over this host's loopback: the aggregate bandwidth against N x
+   one link's (goal: at least 0.8 for N = 2, 4; link_network.py gives each rank a host's network).
 4. Node links: N trainer ranks into two engine ranks, each on a simulated node of its own (neither
    the trainers'): every trainer rank opens one gloo link per engine node, 2N links at once; the
    bandwidth delivered (both engines' bytes) against 2N x one link's.
@@ -161,9 +161,9 @@ def _load(state: dict):
     return apply
 
 
-def world(rank: int, trainers: int, model_path: str, engines: tuple[str, ...], rounds: int) -> list[dict]:
+def world(rank: int, trainers: int, model_path: str, engines: tuple[str, ...], rounds: int, host="127.0.0.1"):
     """Rank `rank` of N trainers + an engine rank per entry of `engines` (its node): `rounds`
-    syncs; every rank's rounds, in rank order."""
+    syncs; every rank's rounds, in rank order. A trainer rank's store listens at `host`."""
     import torch.distributed as dist
 
     import roll_device as rd
@@ -176,9 +176,8 @@ def world(rank: int, trainers: int, model_path: str, engines: tuple[str, ...], r
     local = None if engine else _trainer(model_path, trainers, group, one_copy=same_node)[1]
     layouts = _gather(None if engine else {name: s for name, _, s in local})[:trainers]
     plan = plan_sync("cpu", "cpu", colocated=False, same_node=same_node, forced="bridge")
-    options = _options()
-    platform = rd.get_platform("cpu")
-    sender = None if engine else ShardedSender(plan, platform, rank, layouts, engines, options, TRAINER_NODE)
+    sending = (plan, rd.get_platform("cpu"), rank, layouts, engines, _options(), TRAINER_NODE, host)
+    sender = None if engine else ShardedSender(*sending)
     endpoints = _gather(None if engine else sender.endpoint)[:trainers]
     side = _engine_receiver(model_path, endpoints, rank - trainers + 1, 300) if engine else None
     (side[0] if engine else sender).connect()
@@ -397,7 +396,8 @@ engine, on a simulated node of its own: the placement's node ids differ), all on
 both ends: the
 cross-kind part of the bridge (staging to and from a device) is not in it. All N links and the
 engine share this machine's {os.cpu_count()} cores and loopback, so N links cannot add bandwidth here
-beyond what the cores give; separate hosts each bring their own.
+beyond what the cores give; separate hosts each bring their own (link_network.py: the same links
+on simulated hosts, each trainer host's NIC at a set rate, add up).
 
 **Node links, simulated nodes on one host** (goal >= {GOALS["links"]} of the links' count x one
 link's bandwidth): {node_links or "not measured"}. N trainer ranks into two engine processes, each
