@@ -4,7 +4,7 @@ Each simulated host is a Linux network namespace joined to a hub (the namespace 
 in, a private one: `private_network`) by a veth pair: the host's NIC `eth0` at 10.90.<i>.2 and the
 hub's end at 10.90.<i>.1, the hub routing between hosts. A host's NIC may send at most `rate`
 (the kernel's token-bucket filter, `tc ... tbf`), as a real host's link does; what a host receives
-is not limited. A process joins host i with `enter(hosts, i)`: its calling thread and the threads
+is not limited. A thread joins host i with `enter(hosts.namespace(i))`: its calling thread and the threads
 that thread starts later (sockets made before stay in the network they were made in).
 
 Needs `unshare`, `nsenter`, `ip` and `tc` (util-linux and iproute2) and a kernel that lets the
@@ -24,23 +24,35 @@ MARK = "ROLL_DEVICE_PRIVATE_NETWORK"  # set in a benchmark re-run in a network n
 CLONE_NEWNET = 0x40000000
 NIC = "eth0"  # every host's one NIC
 TOOLS = ("unshare", "nsenter", "ip", "tc")
+UNSHARE = ["unshare", "--user", "--map-root-user", "--net"]
+
+
+def unavailable() -> str | None:
+    """What keeps simulated hosts from being made here (a tool missing, or the kernel refusing a
+    user and network namespace), or None."""
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    if missing:
+        return f"simulated hosts need {', '.join(missing)} (util-linux, iproute2): install them"
+    probe = subprocess.run([*UNSHARE, "true"], capture_output=True, text=True, check=False)
+    if probe.returncode:
+        return (
+            f"simulated hosts need a user and network namespace, which this kernel refused "
+            f"({probe.stderr.strip()}): run where unprivileged user namespaces are allowed, or as root"
+        )
+    return None
 
 
 def private_network() -> None:
-    """Re-run this script in a user and network namespace of its own (only loopback, which it
-    brings up), unless it runs in one already; exits with the re-run's status. Raises SystemExit with
-    what is missing where the tools or the kernel do not allow it."""
+    """Re-run this process's command in a user and network namespace of its own, unless it runs in
+    one already (there: bring up its loopback and return); exits with the re-run's status, or with
+    what is missing where simulated hosts cannot be made."""
     if os.environ.get(MARK):
         _run(["ip", "link", "set", "lo", "up"])
         return
-    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
-    if missing:
-        raise SystemExit(f"simulated hosts need {', '.join(missing)} (util-linux, iproute2): install them")
-    command = ["unshare", "--user", "--map-root-user", "--net", "--", sys.executable, *sys.orig_argv[1:]]
-    done = subprocess.run(command, env={**os.environ, MARK: "1"}, check=False)
-    if done.returncode and done.returncode != 0:
-        sys.exit(done.returncode)
-    sys.exit(0)
+    if reason := unavailable():
+        raise SystemExit(reason)
+    command = [*UNSHARE, "--", sys.executable, *sys.orig_argv[1:]]
+    sys.exit(subprocess.run(command, env={**os.environ, MARK: "1"}, check=False).returncode)
 
 
 def _run(command: list[str]) -> None:

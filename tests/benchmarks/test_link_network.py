@@ -15,14 +15,7 @@ from benchmarks import host_network
 from benchmarks.link_network import summarize
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _namespaces_allowed() -> bool:
-    command = ["unshare", "--user", "--map-root-user", "--net", "true"]
-    try:
-        return subprocess.run(command, capture_output=True, check=False).returncode == 0
-    except FileNotFoundError:
-        return False
+UNAVAILABLE = host_network.unavailable()  # what keeps simulated hosts from being made here
 
 
 def _ip(namespace: str, *command: str) -> str:
@@ -69,9 +62,7 @@ def probe() -> dict:
     return seen
 
 
-@pytest.mark.skipif(
-    not _namespaces_allowed(), reason="this kernel or sandbox allows no user+network namespace"
-)
+@pytest.mark.skipif(UNAVAILABLE is not None, reason=str(UNAVAILABLE))
 def test_simulated_hosts_reach_each_other_through_the_hub_with_the_nic_rate_they_were_given():
     code = "import json; from tests.benchmarks.test_link_network import probe; print(json.dumps(probe()))"
     done = subprocess.run(
