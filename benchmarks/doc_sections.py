@@ -1,9 +1,11 @@
 """docs/benchmarks.md holds one section per benchmark script between `<!-- name:begin -->` and
 `<!-- name:end -->`; `replace_section` rewrites one script's section and leaves the others. A
-script's first section goes after the others, before the measurements log that ends the file."""
+script's first section goes after the others, before the measurements log that ends the file.
+`save_results` writes a script's measurements and their summary to its results/ file."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 HEADER = "# Benchmarks\n\nMeasured comparisons; each section is written by its script.\n"
@@ -23,3 +25,8 @@ def replace_section(doc: Path, name: str, body: str) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + section + "\n"
     doc.write_text(text)
+
+
+def save_results(path: Path, results: dict, summary: dict) -> None:
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps({"results": results, "summary": summary}, indent=1, default=str))

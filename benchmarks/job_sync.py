@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import multiprocessing
 import os
 import statistics
@@ -40,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.doc_sections import replace_section
+from benchmarks.doc_sections import replace_section, save_results
 from benchmarks.job_summary import steps, timed
 
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -262,8 +261,7 @@ def main() -> None:
     summaries = {n: summarize(case) for n, case in cases.items()}
     for n, s in summaries.items():
         say(f"{n} rank(s): job sync {s['sync_s']:.3f}s vs benchmark {s['bench_s']}: {s['ratio']}")
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps({"results": results, "summary": summaries}, indent=1, default=str))
+    save_results(RESULTS, results, summaries)
     report(results, summaries)
     plot(summaries)
 

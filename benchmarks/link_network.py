@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import statistics
 import sys
@@ -33,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.doc_sections import replace_section
+from benchmarks.doc_sections import replace_section, save_results
 from benchmarks.host_network import Hosts, address, enter, private_network
 from benchmarks.sync_sharded import GOALS, THREADS, engine_seconds, link_efficiency
 
@@ -194,10 +193,9 @@ def main() -> None:
     results.update(layers=args.layers, rounds=args.rounds, rate=int(args.rate), load=load)
     s = summarize(results)
     say(f"cores={s['cores']['ratio']} network={s['network']['ratio']}")
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps({"results": results, "summary": s}, indent=1, default=str))
-    report(results, s)
+    save_results(RESULTS, results, s)
     plot(results, s)
+    report(results, s)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import statistics
 import sys
@@ -39,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.doc_sections import replace_section
+from benchmarks.doc_sections import replace_section, save_results
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "sync_sharded_benchmark.png"
@@ -490,8 +489,7 @@ def main() -> None:
         f"scaling={s['scaling']} memory={s['memory']} one_copy={s['one_copy']:.2f} two_copy={s['two_copy']:.2f}"
     )
     say(f"links={s['links']} node_links={s['node_links']}")
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps({"results": results, "summary": s}, indent=1, default=str))
+    save_results(RESULTS, results, s)
     report(results, s)
     plot(results, s)
 
