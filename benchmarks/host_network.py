@@ -25,6 +25,7 @@ CLONE_NEWNET = 0x40000000
 NIC = "eth0"  # every host's one NIC
 TOOLS = ("unshare", "nsenter", "ip", "tc")
 UNSHARE = ["unshare", "--user", "--map-root-user", "--net"]
+PROBE = "ip link add probe0 type veth peer name probe1 && tc qdisc add dev probe0 root tbf rate 1gbit burst 64kb latency 100ms"
 
 
 def unavailable() -> str | None:
@@ -33,11 +34,12 @@ def unavailable() -> str | None:
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
         return f"simulated hosts need {', '.join(missing)} (util-linux, iproute2): install them"
-    probe = subprocess.run([*UNSHARE, "true"], capture_output=True, text=True, check=False)
+    probe = subprocess.run([*UNSHARE, "sh", "-c", PROBE], capture_output=True, text=True, check=False)
     if probe.returncode:
         return (
-            f"simulated hosts need a user and network namespace, which this kernel refused "
-            f"({probe.stderr.strip()}): run where unprivileged user namespaces are allowed, or as root"
+            f"simulated hosts need a user and network namespace with veth links and tc's tbf, which "
+            f"this kernel refused ({probe.stderr.strip()}): run where unprivileged user namespaces "
+            f"are allowed (or as root) on a kernel with veth and sch_tbf"
         )
     return None
 
