@@ -25,7 +25,10 @@ CLONE_NEWNET = 0x40000000
 NIC = "eth0"  # every host's one NIC
 TOOLS = ("unshare", "nsenter", "ip", "tc")
 UNSHARE = ["unshare", "--user", "--map-root-user", "--net"]
-PROBE = "ip link add probe0 type veth peer name probe1 && tc qdisc add dev probe0 root tbf rate 1gbit burst 64kb latency 100ms"
+PROBE = (  # what a host needs from the kernel: a veth link and a token bucket on it
+    "ip link add probe0 type veth peer name probe1"
+    " && tc qdisc add dev probe0 root tbf rate 1gbit burst 64kb latency 100ms"
+)
 
 
 def unavailable() -> str | None:
