@@ -124,16 +124,17 @@ class Hosts:
         for index in range(len(self.holders)):
             subprocess.run(self._in_hub("link", "del", f"hub{index}"), capture_output=True, check=False)
         for holder in self.holders:
-            holder.kill()
+            holder.stdin.close()  # its input ends: it ends
             holder.wait()
         os.close(self.hub)
 
 
 def _holder() -> subprocess.Popen:
-    """A process that holds a new network namespace, once it is made (it says so, then sleeps)."""
+    """A process that holds a new network namespace, once it is made (it says so), until its input
+    ends: when it is closed, or when this process ends, so a benchmark killed midway leaves none."""
     holder = subprocess.Popen(
-        ["unshare", "--net", "sh", "-c", "echo made; exec sleep infinity"],
-        stdin=subprocess.DEVNULL,
+        ["unshare", "--net", "sh", "-c", "echo made; read _"],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
