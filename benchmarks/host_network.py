@@ -1,8 +1,8 @@
 """Simulated hosts with a network of their own, for measuring links between hosts on one machine.
 
 Each simulated host is a Linux network namespace joined to a hub (the namespace the benchmark runs
-in, a private one: `private_network`) by a veth pair: the host's NIC `eth0` at 10.90.<i>.2 and the
-hub's end at 10.90.<i>.1, the hub routing between hosts. A host's NIC may send at most `rate`
+in, a private one: `private_network`) by a veth pair: the host's NIC `eth0` at 10.90.<i+1>.2 and the
+hub's end at 10.90.<i+1>.1, the hub routing between hosts. A host's NIC may send at most `rate`
 (the kernel's token-bucket filter, `tc ... tbf`), as a real host's link does; what a host receives
 is not limited. A thread joins host i with `enter(hosts.namespace(i))`: its calling thread and the threads
 that thread starts later (sockets made before stay in the network they were made in).
@@ -71,13 +71,18 @@ def address(index: int) -> str:
     return f"10.90.{index + 1}.2"
 
 
+def _gateway(index: int) -> str:
+    """The hub's address on host `index`'s link: the host's route to the others."""
+    return f"10.90.{index + 1}.1"
+
+
 @dataclass
 class Hosts:
     """Simulated hosts, host i's NIC sending at most `rates[i]` bits per second (None: no limit),
     their hub the calling thread's network. Close to take them down (from any thread)."""
 
     rates: list[int | None]
-    holders: list[subprocess.Popen] = field(default_factory=list)
+    holders: list[subprocess.Popen] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         self.hub = os.open("/proc/thread-self/ns/net", os.O_RDONLY)  # kept while a thread enters a host
@@ -97,13 +102,13 @@ class Hosts:
                 "link", "add", hub, "type", "veth", "peer", "name", NIC, "netns", self.namespace(index)
             )
         )
-        _run(self._in_hub("addr", "add", f"10.90.{index + 1}.1/24", "dev", hub))
+        _run(self._in_hub("addr", "add", f"{_gateway(index)}/24", "dev", hub))
         _run(self._in_hub("link", "set", hub, "up"))
         for command in (
             ["ip", "link", "set", "lo", "up"],
             ["ip", "addr", "add", f"{address(index)}/24", "dev", NIC],
             ["ip", "link", "set", NIC, "up"],
-            ["ip", "route", "add", "default", "via", f"10.90.{index + 1}.1"],
+            ["ip", "route", "add", "default", "via", _gateway(index)],
         ):
             _run(inside + command)
         if rate is not None:  # a bucket of 1 ms at the rate (at least 64 KiB): no burst above it

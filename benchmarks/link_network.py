@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.doc_sections import replace_section, save_results
 from benchmarks.host_network import Hosts, address, enter, private_network
-from benchmarks.sync_sharded import GOALS, THREADS, engine_seconds, link_efficiency
+from benchmarks.sync_sharded import GOALS, engine_seconds, link_efficiency, run_world
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "link_network_benchmark.png"
@@ -47,29 +47,27 @@ def say(message: str) -> None:
     print(f"[link_network {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
-def world_on_hosts(rank: int, namespaces: list[str], trainers: int, model: str, rounds: int) -> list[dict]:
+def world_on_hosts(
+    rank: int, trainers: int, model: str, engines: tuple[str, ...], rounds: int, namespaces: list[str]
+) -> list[dict]:
     """sync_sharded.py's world with rank `rank` on simulated host `rank` (the engine: the last)."""
     from benchmarks.sync_sharded import world
 
     enter(namespaces[rank])
-    return world(rank, trainers, model, ENGINE_NODE, rounds, host=address(rank))
+    return world(rank, trainers, model, engines, rounds, host=address(rank))
 
 
 def run_on_hosts(model: str, trainers: int, rate: int | None, rounds: int) -> list[dict]:
     """One world of `trainers` ranks and an engine, each on a host of its own, the trainers' NICs
     at `rate` bit/s (None: unlimited): every rank's rounds."""
-    from strategies.training.local_ranks import run_ranks
-
     hosts = Hosts([rate] * trainers + [None])
     try:
         namespaces = [hosts.namespace(i) for i in range(trainers + 1)]
-        args = (namespaces, trainers, model, rounds)
-        ranks = run_ranks(
-            "benchmarks.link_network:world_on_hosts", trainers + 1, *args, env=THREADS, timeout=1800
+        return run_world(
+            model, trainers, ENGINE_NODE, rounds, namespaces, target="benchmarks.link_network:world_on_hosts"
         )
     finally:
         hosts.close()
-    return ranks[0]
 
 
 def run(model: str, ranks: list[int], rounds: int, rate: int) -> dict:

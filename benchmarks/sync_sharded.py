@@ -46,6 +46,7 @@ RESULTS = ROOT / "results" / "sync_sharded.json"
 BUCKET_BYTES = 64 << 20
 GOALS = {"scaling": 1.3, "one_copy": 0.8, "links": 0.8}
 TRAINER_NODE = "node-0"  # every trainer rank's simulated node
+WORLD = "benchmarks.sync_sharded:world"  # what every rank of a world runs
 THREADS = {"OMP_NUM_THREADS": str(os.cpu_count() or 1)}  # every process: one per logical core
 CASES = {  # the engine ranks' nodes of each case of worlds by trainer rank count
     "ranks": ("node-0",),  # the trainers' own: shared memory, the one-copy path
@@ -443,11 +444,11 @@ def plot(results: dict, s: dict) -> None:
     fig.savefig(PLOT, dpi=110)
 
 
-def run_world(model: str, trainers: int, engines: tuple[str, ...], rounds: int) -> list[dict]:
-    """One world of `trainers` ranks and an engine rank per entry of `engines`: every rank's rounds."""
+def run_world(model: str, trainers: int, engines: tuple[str, ...], rounds: int, *extra, target=WORLD):
+    """Every rank's rounds of one world: `target` (`world`, or one that calls it, taking `extra`)."""
     from strategies.training.local_ranks import run_ranks
 
-    world = ("benchmarks.sync_sharded:world", trainers + len(engines), trainers, model, engines, rounds)
+    world = (target, trainers + len(engines), trainers, model, engines, rounds, *extra)
     return run_ranks(*world, env=THREADS, timeout=1800)[0]
 
 
