@@ -49,13 +49,14 @@ def unavailable() -> str | None:
 
 def private_network() -> None:
     """Re-run this process's command in a user and network namespace of its own, unless it runs in
-    one already (there: bring up its loopback and return); exits with the re-run's status, or with
-    what is missing where simulated hosts cannot be made."""
+    one already (there: bring up its loopback and return); exits with the re-run's status, or with 2
+    and one line saying what is missing where simulated hosts cannot be made."""
     if os.environ.get(MARK):
         _run(["ip", "link", "set", "lo", "up"])
         return
-    if reason := unavailable():
-        raise SystemExit(reason)
+    if reason := unavailable():  # one line, as the project's commands refuse what they cannot run
+        print(reason, file=sys.stderr)
+        sys.exit(2)
     command = [*UNSHARE, "--", sys.executable, *sys.orig_argv[1:]]
     sys.exit(subprocess.run(command, env={**os.environ, MARK: "1"}, check=False).returncode)
 

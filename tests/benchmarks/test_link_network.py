@@ -1,7 +1,8 @@
 """benchmarks/host_network.py's simulated hosts, made for real in a user and network namespace of the
 test's own (a subprocess): a host reaches another only through the hub, from its own address, a
 thread that enters a host stays there, a host's NIC carries the token bucket it was given, and
-closing takes every link down. And link_network.py's ratios on made-up measurements."""
+closing takes every link down; a machine without the tools is refused in one line. And link_network.py's
+ratios on made-up measurements."""
 
 import json
 import os
@@ -90,3 +91,22 @@ def test_each_network_compares_n_links_with_n_times_its_own_one_link():
     assert s["cores"]["ratio"] == pytest.approx({1: 1.0, 2: 0.5})
     assert s["network"]["ratio"] == pytest.approx({1: 1.0, 2: 16 / 8.5 / 2})
     assert s["network"]["seconds"] == pytest.approx({1: 16.0, 2: 8.5})
+
+
+def test_a_machine_without_the_tools_is_refused_in_one_line_with_exit_2(tmp_path):
+    env = {**os.environ, "PATH": str(tmp_path)}  # no unshare, nsenter, ip or tc on it
+    code = "from benchmarks.host_network import private_network; private_network()"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert (
+        done.stderr.strip()
+        == "simulated hosts need unshare, nsenter, ip, tc (util-linux, iproute2): install them"
+    )
