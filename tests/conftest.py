@@ -8,7 +8,8 @@ Every Ray cluster a test starts is a throwaway one on this machine, so the whole
 without Ray's token authentication: Ray fixes a process's mode at its first local `ray.init`
 (token, when RAY_AUTH_MODE is unset), and a simulated cluster (token-less) driven later from the
 same process would then lose its actors. docs/cluster.md says the same for users. Each test
-leaves the root logger as it found it.
+leaves the root logger as it found it, and each test file the process's environment and glibc
+malloc's settings (`process_env_restored`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import sys
 import pytest
 
 from roll_device.cluster.sim_nodes import AUTH_MODE_ENV, SimNodes
+from roll_device.compat.host_malloc import apply_malloc_env
 from roll_device.platforms import registry
 from tests.file_order import FileSeconds, order_longest_first, recorded_seconds
 from tests.isolated import ROOT, isolated_env
@@ -80,6 +82,30 @@ def session_home(tmp_path_factory):
         del os.environ["ROLL_DEVICE_HOME"]
     else:
         os.environ["ROLL_DEVICE_HOME"] = before
+
+
+# glibc malloc's own settings (mallopt(3)), for the variables host_malloc.py applies
+GLIBC_MALLOC_DEFAULTS = {
+    "MALLOC_TRIM_THRESHOLD_": str(128 << 10),
+    "MALLOC_TOP_PAD_": str(128 << 10),
+    "MALLOC_MMAP_MAX_": "65536",
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def process_env_restored():
+    """The process's environment as it was before the test file, and glibc malloc's settings back
+    to its own where the file changed them: an engine started in this process (vLLM on the CPU)
+    writes its variables into `os.environ` and applies malloc's with mallopt, and every later file
+    on the same xdist worker, and every process it starts, would inherit them."""
+    before = dict(os.environ)
+    yield
+    changed_malloc = {k for k in GLIBC_MALLOC_DEFAULTS if os.environ.get(k) != before.get(k)}
+    for name in set(os.environ) - set(before):
+        del os.environ[name]
+    os.environ.update(before)
+    if changed_malloc:
+        apply_malloc_env({k: before.get(k, GLIBC_MALLOC_DEFAULTS[k]) for k in changed_malloc})
 
 
 @pytest.fixture(autouse=True)
