@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.doc_sections import replace_section, save_results
 from benchmarks.host_network import Hosts, address, enter, private_network
 from benchmarks.sync_sharded import GOALS, engine_seconds, link_efficiency, run_world
+from benchmarks.sync_sharded_report import link_verdicts
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "link_network_benchmark.png"
@@ -94,15 +95,6 @@ def summarize(results: dict) -> dict:
     return out
 
 
-def _verdicts(ratios: dict[int, float]) -> str:
-    goal = GOALS["links"]
-    return ", ".join(
-        f"N={n} **{v:.2f}** ({'meets' if v >= goal else 'misses'} the goal >= {goal})"
-        for n, v in ratios.items()
-        if n > 1
-    )
-
-
 def table(results: dict, s: dict) -> str:
     gb = results["bytes"] / 1e9
     rate = results["rate"] / 8e9
@@ -130,13 +122,13 @@ own slices over a gloo link of its own to the engine; the engine's seconds per s
 network is a SIMULATION: the kernel's veth and token-bucket filter on this host, not NICs and
 switches; what it shows is whether N links run at once and add up, not a network's speed.
 
-**NICs unlimited** (goal >= {GOALS["links"]} of N x one link's bandwidth): {_verdicts(s["cores"]["ratio"])}.
+**NICs unlimited** (goal >= {GOALS["links"]} of N x one link's bandwidth): {link_verdicts(s["cores"]["ratio"])}.
 Every link's bytes are copied by this host's {os.cpu_count()} cores, through two veths and the hub:
 N links share those cores, as on loopback (sync_sharded.py's bridge links).
 
 **Each trainer host's NIC at {rate / 1e9:g} Gbit/s** ({rate / 8e9:.3f} GB/s, the kernel's token bucket
 on the host's NIC; the engine host's NIC unlimited) (goal >= {GOALS["links"]}):
-{_verdicts(s["network"]["ratio"])}. Here a link is bound by its host's NIC, as between real hosts, and
+{link_verdicts(s["network"]["ratio"])}. Here a link is bound by its host's NIC, as between real hosts, and
 N links at that rate stay below what the cores move together (the row above): the ratio says
 whether the N links send at once.
 

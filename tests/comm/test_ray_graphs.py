@@ -39,10 +39,10 @@ RESULT_TIMEOUT_S = 120
 @pytest.fixture(scope="module")
 def ray_npus():
     """A local Ray instance with two (simulated) NPUs, shut down with this module; this process is
-    left as found for the tests after it, which start clusters of their own."""
+    left as found for the tests after it, which start clusters of their own (the variables ray.init
+    sets, which `ray start` nodes started later would inherit, go with the file: tests/conftest.py)."""
     import torch
 
-    environ = dict(os.environ)
     # Ray fixes its authentication mode once per process, at the first ray.init: a throwaway
     # cluster without tokens, as the simulated clusters of later tests are (cluster/sim_nodes.py).
     os.environ[AUTH_MODE_ENV] = "disabled"
@@ -54,10 +54,7 @@ def ray_npus():
             yield
         finally:
             ray.shutdown()
-            # ray.init sets variables that `ray start` nodes started later would inherit; compiling
-            # a graph registers Ray's tensor serializer.
-            os.environ.clear()
-            os.environ.update(environ)
+            # compiling a graph registers Ray's tensor serializer
             ray.util.serialization.deregister_serializer(torch.Tensor)
 
 
