@@ -129,7 +129,8 @@ on a simulated node of its own (neither the trainers'): every trainer rank opens
 engine node, 2N links sending at once, each engine getting the whole model; the bandwidth delivered
 (both engines' bytes over the sync, the slower engine's seconds) against 2N x the one link of the
 row above. The same {os.cpu_count()} cores carry all 2N links, the N trainers and both engines:
-here the links share the cores, they do not add bandwidth (load average above).
+here the links share the cores, they do not add bandwidth (load average above); link_network.py
+runs the same two engine nodes on simulated hosts, each trainer host's NIC at a set rate.
 
 {tables(results, s)}
 

@@ -2,7 +2,7 @@
 test's own (a subprocess): a host reaches another only through the hub, from its own address, a
 thread that enters a host stays there, a host's NIC carries the token bucket it was given, and
 closing takes every link down; a machine without the tools is refused in one line. And link_network.py's
-ratios on made-up measurements."""
+ratios on made-up measurements, two engine hosts' against their trainers' NICs."""
 
 import json
 import os
@@ -81,16 +81,23 @@ def test_simulated_hosts_reach_each_other_through_the_hub_with_the_nic_rate_they
     assert "hub" not in seen["hub_links_after"]
 
 
-def test_each_network_compares_n_links_with_n_times_its_own_one_link():
-    # 8 GB: unlimited, one link 4 s, two 4 s (no gain: 0.5); limited, one link 16 s, two 8 s (1.0)
+def test_each_case_compares_its_links_with_n_times_its_baselines_one_link():
+    # 8 GB a sync to each engine: unlimited, one link 4 s, two 4 s (no gain: 0.5); limited, one link
+    # 16 s, two 8 s (1.0); two engines at the limited rate, one trainer 32 s (its NIC carries the
+    # bytes twice: busy, 1.0), two trainers 20 s (2 x 8 GB / 20 s over 2 x 0.5 GB/s: 0.8)
     results = {
         "bytes": 8e9,
-        "seconds": {"cores": {"1": [4.0], "2": [4.0]}, "network": {1: [16.0], 2: [8.0, 9.0]}},
+        "seconds": {
+            "cores": {"1": [4.0], "2": [4.0]},
+            "network": {1: [16.0], 2: [8.0, 9.0]},
+            "node_links": {1: [32.0], 2: [20.0]},
+        },
     }
     s = summarize(results)
     assert s["cores"]["ratio"] == pytest.approx({1: 1.0, 2: 0.5})
     assert s["network"]["ratio"] == pytest.approx({1: 1.0, 2: 16 / 8.5 / 2})
     assert s["network"]["seconds"] == pytest.approx({1: 16.0, 2: 8.5})
+    assert s["node_links"]["ratio"] == pytest.approx({1: 1.0, 2: 0.8})
 
 
 def test_a_machine_without_the_tools_is_refused_in_one_line_with_exit_2(tmp_path):
