@@ -130,6 +130,7 @@ def two_ranks(rank: int, model_path: str, checkpoint_dir: str) -> dict:
     out["checkpoint_weight_diff"] = max_diff(weights_after_save, dict(restored.export_weights()))
     for t in (restored, trainer):
         t.shutdown()
+    out["hosted_reference"] = policy_beside_reference(lambda: new_trainer(model_path), batch)
     return out
 
 
@@ -150,10 +151,6 @@ def policy_beside_reference(make_trainer, batch) -> dict:
     for trainer in (reference, policy):
         trainer.shutdown()
     return out
-
-
-def hosted_reference(rank: int, model_path: str) -> dict:
-    return policy_beside_reference(lambda: new_trainer(model_path), make_batch(seed=100 + rank))
 
 
 def simulated_npu_step(model_path: str) -> dict:
@@ -192,8 +189,8 @@ def simulated_npu_step(model_path: str) -> dict:
     return out
 
 
-def kept_export_after_a_step(rank: int, model_path: str) -> dict:
-    """One rank on the CPU: an export kept across a train step (it must not follow the step)."""
+def kept_export_after_a_step(model_path: str) -> dict:
+    """An export kept across a train step (it must not follow the step)."""
     trainer = new_trainer(model_path)
     kept = dict(trainer.export_weights())
     before = {name: tensor.clone() for name, tensor in kept.items()}
@@ -203,8 +200,8 @@ def kept_export_after_a_step(rank: int, model_path: str) -> dict:
     return {"kept_changed": max_diff(kept, before), "weights_moved": max_diff(after, before)}
 
 
-def seq_mean_over_micro_batches(rank: int, model_path: str) -> dict:
-    """One rank: a seq-mean-token-mean step in micro-batches of 1 row and in one of 4 rows (rows of
+def seq_mean_over_micro_batches(model_path: str) -> dict:
+    """A seq-mean-token-mean step in micro-batches of 1 row and in one of 4 rows (rows of
     different response lengths): the loss and gradient are those of the whole batch either way."""
     batch = make_batch(seed=11, rows=4)
     loss = policy_loss(LossSpec(loss_agg="seq-mean-token-mean"))
@@ -216,8 +213,8 @@ def seq_mean_over_micro_batches(rank: int, model_path: str) -> dict:
     return out
 
 
-def entropy_bonus(rank: int, model_path: str) -> dict:
-    """One rank: with zero advantages the only gradient is the entropy bonus's; steps with
+def entropy_bonus(model_path: str) -> dict:
+    """With zero advantages the only gradient is the entropy bonus's; steps with
     `entropy_coef` > 0 raise the policy's entropy, and without it nothing moves."""
     batch = make_batch(seed=5, rows=4)
     batch.advantages = torch.zeros(4)
@@ -229,3 +226,12 @@ def entropy_bonus(rank: int, model_path: str) -> dict:
         ]
         trainer.shutdown()
     return out
+
+
+def one_rank(rank: int, model_path: str) -> dict:
+    """The checks one CPU rank answers, in one process (each starts trainers of its own)."""
+    return {
+        "kept_export": kept_export_after_a_step(model_path),
+        "seq_mean": seq_mean_over_micro_batches(model_path),
+        "entropy": entropy_bonus(model_path),
+    }

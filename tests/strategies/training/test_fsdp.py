@@ -140,32 +140,36 @@ def test_simulated_npu_offload_frees_device_memory_and_reload_resumes_training(s
     assert (turns["host_allocations"], turns["same_host_buffer"]) == (1, True)
 
 
-def test_a_second_trainer_in_the_process_stays_a_frozen_reference(tiny_model_path):
+def test_a_second_trainer_in_the_process_stays_a_frozen_reference(two_ranks):
     """Two FSDP instances on 2 gloo ranks, as the pipeline hosts a reference beside the policy."""
-    for rank in run_ranks("tests.strategies.training.fsdp_checks:hosted_reference", 2, tiny_model_path):
-        assert rank["start_diff"] < 1e-6
-        assert rank["reference_moved"] == 0.0 and rank["policy_moved"] > 1e-3
+    for rank in two_ranks:
+        reference = rank["hosted_reference"]
+        assert reference["start_diff"] < 1e-6
+        assert reference["reference_moved"] == 0.0 and reference["policy_moved"] > 1e-3
 
 
-def test_export_is_a_snapshot_on_a_one_rank_cpu_mesh(tiny_model_path):
+@pytest.fixture(scope="module")
+def one_rank(tiny_model_path):
+    """The checks one CPU rank answers, run in one spawned rank."""
+    (rank,) = run_ranks("tests.strategies.training.fsdp_checks:one_rank", 1, tiny_model_path)
+    return rank
+
+
+def test_export_is_a_snapshot_on_a_one_rank_cpu_mesh(one_rank):
     """On one CPU rank the gathered tensor is the parameter itself: the export copies it."""
-    (rank,) = run_ranks("tests.strategies.training.fsdp_checks:kept_export_after_a_step", 1, tiny_model_path)
-    assert rank["weights_moved"] > 0 and rank["kept_changed"] == 0
+    kept = one_rank["kept_export"]
+    assert kept["weights_moved"] > 0 and kept["kept_changed"] == 0
 
 
-def test_a_seq_mean_loss_is_the_same_in_any_micro_batch_split(tiny_model_path):
+def test_a_seq_mean_loss_is_the_same_in_any_micro_batch_split(one_rank):
     """The trainer weighs micro-batches by the loss's units (rows for the seq-mean modes)."""
-    (rank,) = run_ranks(
-        "tests.strategies.training.fsdp_checks:seq_mean_over_micro_batches", 1, tiny_model_path
-    )
-    one_row, whole = rank["rows_1"], rank["rows_4"]
+    one_row, whole = one_rank["seq_mean"]["rows_1"], one_rank["seq_mean"]["rows_4"]
     assert one_row["loss"] == pytest.approx(whole["loss"], rel=1e-5)
     assert one_row["grad_norm"] == pytest.approx(whole["grad_norm"], rel=1e-4)
 
 
-def test_an_entropy_bonus_raises_the_policys_entropy(tiny_model_path):
-    (rank,) = run_ranks("tests.strategies.training.fsdp_checks:entropy_bonus", 1, tiny_model_path)
-    with_bonus, without = rank["coef_1.0"], rank["coef_0.0"]
+def test_an_entropy_bonus_raises_the_policys_entropy(one_rank):
+    with_bonus, without = one_rank["entropy"]["coef_1.0"], one_rank["entropy"]["coef_0.0"]
     assert with_bonus[-1]["entropy"] > with_bonus[0]["entropy"] + 1e-3
     assert with_bonus[0]["grad_norm"] > 0 and without[0]["grad_norm"] == 0
     assert without[-1]["entropy"] == pytest.approx(without[0]["entropy"], abs=1e-7)
