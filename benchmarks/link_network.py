@@ -209,6 +209,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1e9, help="each trainer host's NIC, bit/s")
     args = parser.parse_args()
     private_network()
+    # the ranks' stores log a warning each half second a wait lasts, and a link held to the NIC's
+    # rate waits seconds: only errors from torch's C++ side, so the progress stays readable
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     from roll_device.models.qwen_shaped import make_qwen_shaped_model
 
     load = [os.getloadavg()[0]]
@@ -218,7 +221,7 @@ def main() -> None:
     load.append(os.getloadavg()[0])
     results.update(layers=args.layers, rounds=args.rounds, rate=int(args.rate), load=load)
     s = summarize(results)
-    say(f"cores={s['cores']['ratio']} network={s['network']['ratio']}")
+    say(", ".join(f"{name}={s[name]['ratio']}" for name in NETWORKS))
     save_results(RESULTS, results, s)
     plot(results, s)
     report(results, s)
