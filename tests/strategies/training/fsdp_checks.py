@@ -1,4 +1,5 @@
-"""FSDP2 checks run inside spawned ranks (see ranks.py) or a fresh process (the simulated NPU)."""
+"""FSDP2 checks run inside spawned ranks (strategies/training/local_ranks.py) or a fresh process (the
+simulated NPU)."""
 
 from __future__ import annotations
 
