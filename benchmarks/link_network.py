@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.doc_sections import replace_section, save_results
 from benchmarks.host_network import Hosts, address, enter, private_network
 from benchmarks.sync_sharded import CASES, GOALS, engine_seconds, link_efficiency, run_world
-from benchmarks.sync_sharded_report import link_verdicts, verdict
+from benchmarks.sync_sharded_report import link_verdicts
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "link_network_benchmark.png"
@@ -131,7 +131,7 @@ def table(results: dict, s: dict) -> str:
 def report(results: dict, s: dict) -> None:
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     rate, goal = results["rate"], GOALS["links"]
-    node_links = ", ".join(f"N={n} {verdict(v, goal)}" for n, v in s["node_links"]["ratio"].items())
+    node_links = link_verdicts(s["node_links"]["ratio"], first=1)  # its baseline is another case's
     body = f"""## The bridge's links on simulated hosts (`benchmarks/link_network.py`) - SIMULATED NETWORK
 
 Run {stamp} on `cpu` ({os.cpu_count()} CPU cores, load average {results["load"][0]:.1f} at the start,

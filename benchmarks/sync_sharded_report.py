@@ -18,9 +18,10 @@ def verdict(value: float, goal: float, at_most: bool = False) -> str:
     return f"**{value:.2f}** ({'meets' if met else 'misses'} the goal {'<=' if at_most else '>='} {goal})"
 
 
-def link_verdicts(ratios: dict[int, float]) -> str:
-    """Each N > 1 of a links case against its goal."""
-    return ", ".join(f"N={n} {verdict(v, GOALS['links'])}" for n, v in ratios.items() if n > 1)
+def link_verdicts(ratios: dict[int, float], first: int = 2) -> str:
+    """Each N from `first` on of a links case against its goal (N = 1 is the baseline where one
+    link is the measure)."""
+    return ", ".join(f"N={n} {verdict(v, GOALS['links'])}" for n, v in ratios.items() if n >= first)
 
 
 def tables(results: dict, s: dict) -> str:
