@@ -245,6 +245,12 @@ class InferenceStrategy(Strategy, abc.ABC):
         the run is planned, before Ray)."""
 
     @classmethod
+    def lacks_expert_adapters(cls, kind: str) -> str | None:
+        """None when this engine, where it serves adapters, serves them on a mixture-of-experts
+        model on `kind` too, else why it cannot."""
+        return None
+
+    @classmethod
     def lacks_route_records(cls, kind: str) -> str | None:
         """None when this engine records each token's routed experts on `kind` (for the trainer's
         routing replay), else why it cannot."""

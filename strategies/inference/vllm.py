@@ -114,6 +114,12 @@ class VllmStrategy(InferenceStrategy):
         return engine_of(get_platform(kind)).lacks_route_records
 
     @classmethod
+    def lacks_expert_adapters(cls, kind: str) -> str | None:
+        """vLLM's LoRA on a mixture of experts, where the kind's engine serves it (its engine
+        profile)."""
+        return engine_of(get_platform(kind)).lacks_expert_adapters
+
+    @classmethod
     def lacks_expert_parallel(cls, kind: str) -> str | None:
         """vLLM's expert parallelism (`enable_expert_parallel`), where the kind's engine offers it
         (its engine profile)."""

@@ -43,7 +43,8 @@ def saved_name(name: str) -> str:
 
 def linear_layer_names(model: torch.nn.Module) -> list[str]:
     """The leaf names of the model's linear layers that can take adapters (every one but the
-    output layer, as PEFT's all-linear), sorted."""
+    output layer), sorted: a fused mixture-of-experts block's router and expert tensors are not
+    linear layers."""
     head = model.get_output_embeddings()
     return sorted(
         {
@@ -67,15 +68,25 @@ def check_targets(lora: LoraSettings, model: torch.nn.Module) -> None:
         )
 
 
-def peft_config(lora: LoraSettings):
-    """PEFT's LoraConfig of `lora`."""
+def target_modules(lora: LoraSettings, model: torch.nn.Module) -> list[str]:
+    """The leaf names of `model`'s linear layers that take adapters: `lora`'s, or with all-linear
+    every linear layer but the output layer. Named here rather than left to PEFT's all-linear, which
+    on a fused mixture-of-experts (transformers 5's Qwen3-MoE) also wraps the router and the
+    stacked expert tensors as parameter targets: adapters that no engine here merges or serves."""
+    if lora.target_modules == ALL_LINEAR:
+        return linear_layer_names(model)
+    return list(lora.target_modules)
+
+
+def peft_config(lora: LoraSettings, model: torch.nn.Module):
+    """PEFT's LoraConfig of `lora` on `model`."""
     from peft import LoraConfig
 
     return LoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,
         lora_dropout=lora.dropout,
-        target_modules=lora.target_modules,
+        target_modules=target_modules(lora, model),
         task_type="CAUSAL_LM",
     )
 
@@ -86,7 +97,7 @@ def with_adapters(model: torch.nn.Module, lora: LoraSettings) -> torch.nn.Module
     from peft import get_peft_model
 
     check_targets(lora, model)
-    return get_peft_model(model, peft_config(lora))
+    return get_peft_model(model, peft_config(lora, model))
 
 
 def _initial(name: str, shape: torch.Size, generator: torch.Generator) -> torch.Tensor:

@@ -1,5 +1,5 @@
-"""The recipes other than GRPO, run for real (Ray, an HF rollout, the FSDP2 trainer): DAPO's
-2 steps by default (its dynamic sampling samples more rounds until the batch is full and reports
+"""The recipes other than GRPO, run for real (Ray, an HF rollout, the FSDP2 trainer): each names
+itself (its progress bar says DAPO's name); DAPO's 2 steps by default (its dynamic sampling samples more rounds until the batch is full and reports
 the rounds and the dropped groups, its clip-higher loss trains without a reference role); every
 recipe 30 steps with rising reward among the slow tests, PPO's with its critic learning,
 checkpointed and resumed."""
@@ -18,9 +18,15 @@ def _records(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_dapo_runs_two_steps_and_reports_its_dropped_groups(tmp_path, shared_cluster):
+@pytest.mark.parametrize("recipe", ("grpo", *RECIPES, "ppo"))
+def test_a_recipe_names_itself(recipe):
+    assert run_config(f"algorithm={recipe}").algorithm.name == recipe
+
+
+def test_dapo_runs_two_steps_and_reports_its_dropped_groups(tmp_path, shared_cluster, capfd):
     config = run_config(*shared_cluster, "algorithm=dapo", "rollout=hf", "max_steps=2", "save_every=0")
     records = _records(run_checked(config, tmp_path / "run"))
+    assert "dapo: 100%" in capfd.readouterr().err, "the progress bar names the recipe"
     assert [(r["step"], r["weights_version"]) for r in records] == [(1, 1), (2, 2)]
     prompts, rounds = config.data.prompts_per_step, config.algorithm.max_sampling_rounds
     for record in records:

@@ -69,6 +69,33 @@ def test_a_step_changes_the_adapters_and_the_reference_stays_the_base(trainer, p
     assert (trainer.forward_logprobs(batch) - plain_logprobs).abs().max() > 1e-3
 
 
+def test_all_linear_on_a_mixture_of_experts_adapts_its_linear_layers_on_the_checkpoints_base(
+    tiny_moe_path,
+):
+    """transformers 5's fused experts and router are parameters, not linear layers: PEFT's own
+    all-linear wraps them too, and their base tensors' names then miss the checkpoint."""
+    from transformers import AutoModelForCausalLM
+
+    strategy = FsdpTrainStrategy(rd.get_platform(CPU))
+    strategy.initialize(tiny_moe_path, trainer_settings("fsdp", lora=LORA))
+    try:
+        names = [name for name, _ in strategy.model.named_parameters() if is_adapter(name)]
+        assert {name.split(".lora_")[0].rpartition(".")[2] for name in names} == {
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+        }
+        batch = make_batch(0, rows=4)
+        model = AutoModelForCausalLM.from_pretrained(tiny_moe_path, dtype=torch.float32)
+        with torch.no_grad():
+            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        plain = token_logprobs(logits, batch.input_ids, batch.attention_mask)
+        torch.testing.assert_close(strategy.base_logprobs(batch), plain, rtol=0, atol=1e-6)
+    finally:
+        strategy.shutdown()
+
+
 def _connected(trainer, engine):
     platform = rd.get_platform(CPU)
     plan = plan_sync(platform, platform, colocated=False, same_node=True, forced="auto")

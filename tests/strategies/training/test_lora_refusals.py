@@ -1,12 +1,15 @@
-"""What LoRA refuses before Ray starts, in one line, and what a LoRA run plans: no reference
-worker (the reference is the policy's base)."""
+"""What LoRA refuses before Ray starts, in one line (the engine's adapters on a mixture of experts
+once the model is on disk), and what a LoRA run plans: no reference worker (the reference is the
+policy's base)."""
 
 from __future__ import annotations
 
 import pytest
 
 from roll_device.cluster import Inventory, NodeInfo
-from roll_device.pipeline.run_plan import build_run_plan
+from roll_device.compat.vllm import PROFILES
+from roll_device.pipeline.run_plan import build_run_plan, check_expert_adapters
+from roll_device.platforms import get_platform
 from strategies.inference.hf import HfStrategy
 from strategies.training.fsdp import FsdpTrainStrategy
 from tests.configs import run_config, trainer_settings
@@ -78,3 +81,20 @@ def test_an_engine_that_drops_its_weights_at_sleep_is_refused_with_lora():
         "rollout.sleep_level=2 drops the engine's weights at each sleep, but with trainer.lora.rank=8 a "
         "sync sends the adapters only: set rollout.sleep_level to 1 or null"
     )
+
+
+def test_vllm_on_the_cpu_refuses_adapters_on_a_mixture_of_experts_and_the_hf_engine_serves_them(
+    tiny_moe_path, tiny_model_path
+):
+    cpu = get_platform("cpu")
+    message = one_line_refusal(
+        lambda: check_expert_adapters(run_config("trainer.lora.rank=8"), cpu, tiny_moe_path)
+    )
+    assert message == (
+        f"trainer.lora.rank=8 on a mixture of experts (model.path={tiny_moe_path}): the vllm rollout engine "
+        f"cannot serve its adapters on cpu ({PROFILES['cpu'].lacks_expert_adapters}): use rollout=hf, or "
+        "trainer.lora.rank=null"
+    )
+    check_expert_adapters(run_config("trainer.lora.rank=8", "rollout=hf"), cpu, tiny_moe_path)
+    check_expert_adapters(run_config("trainer.lora.rank=8"), cpu, tiny_model_path)  # a dense model
+    check_expert_adapters(run_config("trainer.lora.rank=8"), None, tiny_moe_path)  # kind not known yet
