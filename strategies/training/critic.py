@@ -72,6 +72,9 @@ class FsdpCriticStrategy(FsdpTrainStrategy):
 
     update_name = "critic's value update"
     trains_adapters = False  # the critic trains every weight, beside a LoRA policy too
+    # transformers' token-classification output of a mixture of experts carries no router logits or
+    # load-balancing loss: the critic's routers learn from the value loss alone (as verl's critic)
+    balances_routers = False
 
     def _empty_model(self, model_path: str) -> torch.nn.Module:
         return empty_model(

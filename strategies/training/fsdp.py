@@ -109,6 +109,7 @@ class FsdpTrainStrategy(TrainStrategy):
     update_name = "policy update"  # what a refused update says it was
     settings_cls = FsdpSettings
     trains_adapters = True  # with trainer.lora: PEFT adapters on the frozen base (the critic: no)
+    balances_routers = True  # a mixture of experts' load-balancing loss and routing metrics (routing.py)
 
     @classmethod
     def serves(cls, platform: Platform) -> bool:
@@ -292,7 +293,7 @@ class FsdpTrainStrategy(TrainStrategy):
         micros = self._prepare(batch)
         accounting = StepAccounting(batch, loss_fn, self.device, dp_size=self.data_parallel_size)
         self.model.train()
-        with capture(self.model) if self.experts else nullcontext() as routing:
+        with capture(self.model) if self.experts and self.balances_routers else nullcontext() as routing:
             for micro in micros:
                 with self._routed(micro):
                     self._micro_loss(micro, loss_fn, accounting, forward(micro), routing).backward()

@@ -121,3 +121,22 @@ def test_the_critics_checkpoint_round_trip_gives_the_same_next_step(critic_run):
 
 def test_a_critic_update_that_is_not_finite_is_refused_in_its_own_words(critic_run):
     assert critic_run["refused"].startswith("the critic's value update was not applied: its loss is nan")
+
+
+def test_a_critic_of_a_mixture_of_experts_steps_with_the_policys_routing_settings(tiny_moe_path):
+    """transformers' token-classification output of an MoE carries no load-balancing loss: the
+    critic takes the trainer's section (router_aux_loss_coef set, as experiment=moe sets it) and
+    trains by the value loss alone."""
+    critic = FsdpCriticStrategy(rd.get_platform("cpu"))
+    critic.initialize(tiny_moe_path, trainer_settings("fsdp", lr=1e-3, router_aux_loss_coef=0.001))
+    try:
+        batch = fixed_batch()
+        losses = []
+        for _ in range(3):
+            batch.values = critic.forward_values(batch)
+            metrics = critic.train_values(batch, CLIP)
+            losses.append(metrics["loss"])
+        assert "router_aux_loss" not in metrics
+        assert losses[-1] < losses[0], losses
+    finally:
+        critic.shutdown()
