@@ -11,8 +11,9 @@
 #   bash scripts/gpu-check.sh [RESULTS_DIR]
 #
 # Python: .venv/bin/python when present, else python3 (override with PYTHON=...). Wheels placed in
-# .whl/ (hydra-core, omegaconf, antlr4, megatron-core: see docs/install.md) are installed into
-# .site/ and put on PYTHONPATH when those packages are missing.
+# .whl/ (Ray, hydra-core, omegaconf, antlr4, megatron-core: see docs/install.md) are installed into
+# .site/ and put on PYTHONPATH when those packages are missing, and psutil is taken from Ray's own
+# copy where the machine has none (scripts/gpu-site.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${1:-runs/gpu-check}
@@ -25,10 +26,7 @@ if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
     echo "gpu-check: skipped: no CUDA device visible to $PY (torch $build)" | tee "$RESULTS/summary.txt"
     exit 0
 fi
-if ls .whl/*.whl >/dev/null 2>&1 && ! "$PY" -c 'import ray, hydra, megatron.core' 2>/dev/null; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl || exit 2
-    export PYTHONPATH="$PWD/.site:$PYTHONPATH"
-fi
+source scripts/gpu-site.sh  # carried wheels (.whl/), psutil from Ray's own copy
 "$PY" -c 'import torch; p = torch.cuda.get_device_properties(0); print(f"gpu-check: {p.name}, torch {torch.__version__}")' \
     | tee "$RESULTS/summary.txt"
 

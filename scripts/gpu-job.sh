@@ -32,9 +32,11 @@ if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
     echo "gpu-job: skipped: no CUDA device visible to $PY"
     exit 0
 fi
-if ls .whl/*.whl >/dev/null 2>&1 && ! "$PY" -c 'import ray, hydra, megatron.core' 2>/dev/null; then
-    "$PY" -m pip install -q --no-index --no-deps --no-compile --target .site .whl/*.whl || exit 2
-    export PYTHONPATH="$PWD/.site:$PYTHONPATH"
+source scripts/gpu-site.sh  # carried wheels (.whl/), psutil from Ray's own copy
+if ! "$PY" -c 'import roll_device.commands.run' 2>"$RESULTS/imports.log"; then  # seconds, not a job's bound
+    echo "gpu-job: FAILED: the job's modules do not import ($(tail -1 "$RESULTS/imports.log")): carry that" \
+        "package's wheel in .whl/ (docs/install.md)"
+    exit 2
 fi
 "$PY" -c 'import datetime, ray, torch, transformers
 p = torch.cuda.get_device_properties(0)
