@@ -12,8 +12,7 @@
 #
 # Python: .venv/bin/python when present, else python3 (override with PYTHON=...). Wheels placed in
 # .whl/ (Ray, hydra-core, omegaconf, antlr4, megatron-core: see docs/install.md) are installed into
-# .site/ and put on PYTHONPATH when those packages are missing, and psutil is taken from Ray's own
-# copy where the machine has none (scripts/gpu-site.sh).
+# .site/ and put on PYTHONPATH when those packages are missing (scripts/gpu-site.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 RESULTS=${1:-runs/gpu-check}
@@ -26,7 +25,7 @@ if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
     echo "gpu-check: skipped: no CUDA device visible to $PY (torch $build)" | tee "$RESULTS/summary.txt"
     exit 0
 fi
-source scripts/gpu-site.sh  # carried wheels (.whl/), psutil from Ray's own copy
+source scripts/gpu-site.sh  # the carried wheels (.whl/)
 "$PY" -c 'import torch; p = torch.cuda.get_device_properties(0); print(f"gpu-check: {p.name}, torch {torch.__version__}")' \
     | tee "$RESULTS/summary.txt"
 

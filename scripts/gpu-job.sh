@@ -32,7 +32,7 @@ if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
     echo "gpu-job: skipped: no CUDA device visible to $PY"
     exit 0
 fi
-source scripts/gpu-site.sh  # carried wheels (.whl/), psutil from Ray's own copy
+source scripts/gpu-site.sh  # the carried wheels (.whl/)
 if ! "$PY" -c 'import roll_device.commands.run' 2>"$RESULTS/imports.log"; then  # seconds, not a job's bound
     echo "gpu-job: FAILED: the job's modules do not import ($(tail -1 "$RESULTS/imports.log")): carry that" \
         "package's wheel in .whl/ (docs/install.md)"

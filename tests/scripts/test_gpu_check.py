@@ -1,5 +1,4 @@
-"""scripts/gpu-check.sh on a machine without a GPU (CI), its per-test summary lines, and the
-packages scripts/gpu-site.sh makes importable there."""
+"""scripts/gpu-check.sh on a machine without a GPU (CI), and its per-test summary lines."""
 
 from __future__ import annotations
 
@@ -58,22 +57,3 @@ def test_summary_has_one_line_per_test_case(tmp_path):
 def test_the_gpu_job_without_a_gpu_says_so_and_exits_0(tmp_path):
     proc = run_script("gpu-job.sh", tmp_path)
     assert proc.returncode == 0 and proc.stdout.startswith("gpu-job: skipped: no CUDA device"), proc.stderr
-
-
-def test_a_machine_without_psutil_takes_rays_own_copy(tmp_path):
-    """The GPU machine has no psutil, which roll_device/cluster/ imports before Ray puts its own copy
-    on sys.path: scripts/gpu-site.sh puts that copy on PYTHONPATH (here psutil is hidden by a module
-    that fails to import)."""
-    (tmp_path / "psutil.py").write_text("raise ImportError('no psutil on this machine')\n")
-    where = "import psutil; print(psutil.__file__)"
-    proc = subprocess.run(
-        ["bash", "-c", f'source scripts/gpu-site.sh && "$PY" -c "{where}"'],
-        cwd=ROOT,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"PATH": "/usr/bin:/bin", "PY": sys.executable, "PYTHONPATH": str(tmp_path)},
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert Path(proc.stdout.strip()).parent.parent.name == "thirdparty_files", proc.stdout
