@@ -340,7 +340,8 @@ def _drive(run: Run, plan: RunPlan, start: ResumePoint | None, on_step: Callable
         raise run.ended(WeightSyncError, str(failed)) from failed
     except KeyboardInterrupt as stop:
         raise run.ended(*how_stopped(stop)) from None
-    title = f"{run.config.experiment.name}: {run.config.algorithm.name}, {data_summary(run.config)} ({plan.summary()})"
+    named = f"{run.config.experiment.name}: {run.config.algorithm.name}"
+    title = f"{named}, {data_summary(run.config)} ({plan.summary()})"
     png = run.metrics.plot(title, with_kl="reference" in plan.roles)
     plot_memory(
         run.metrics.steps(),

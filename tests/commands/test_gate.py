@@ -76,7 +76,10 @@ BAD_VALUES = [
         ["algorithm.samples_per_prompt=1"],
         "(the group estimators compare samples of one prompt, use 2 or more)",
     ),
-    (["+algorithm.discount=1"], "unknown key algorithm.discount: the keys here are samples_per_prompt,"),
+    (
+        ["+algorithm.discount=1"],
+        "unknown key algorithm.discount: the keys here are name, samples_per_prompt,",
+    ),
     (
         ["weight_sync.path=bogus"],
         "weight_sync.path='bogus' is not a path: choose one of auto, colocated, collective, bridge",
