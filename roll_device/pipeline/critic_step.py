@@ -18,6 +18,7 @@ import time
 import torch
 
 from roll_device.pipeline.algorithm_settings import AlgorithmSettings
+from roll_device.pipeline.metrics import CRITIC_EXPLAINED, CRITIC_LOSS
 from roll_device.pipeline.record import StepRecord
 from roll_device.pipeline.roles import RoleGroups
 from roll_device.pipeline.workers import CriticWorker
@@ -55,9 +56,9 @@ class CriticStep:
             update = self.roles.data_parallel(ROLE, CriticWorker.train_values, batch, self.algo.value_clip)[0]
         self.metrics = {
             "critic_s": self.seconds + time.perf_counter() - start,
-            "critic_value_loss": update["loss"],
+            CRITIC_LOSS: update["loss"],
             "critic_vf_clipfrac": update["value_clipfrac"],
-            "critic_vf_explained_var": explained_variance(batch.values, batch.returns, batch.response_mask),
+            CRITIC_EXPLAINED: explained_variance(batch.values, batch.returns, batch.response_mask),
             "critic_grad_norm": update["grad_norm"],
             "critic_lr": update["lr"],
         }

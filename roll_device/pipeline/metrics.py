@@ -1,6 +1,6 @@
 """Per-step metrics of a run: appended to `metrics.jsonl` and drawn as `metrics.png` (reward and
-evaluation pass@1, KL to the reference when one runs, step time and its parts; steps ticked as
-whole numbers) in the run directory.
+evaluation pass@1, KL to the reference when one runs, the critic's value loss when one trains, step
+time and its parts; steps ticked as whole numbers) in the run directory.
 
 Training steps and evaluations are lines of their own: an evaluation line has `eval_pass@1` and
 no `reward_mean` (see `roll_device.pipeline.evaluation`)."""
@@ -12,6 +12,7 @@ from pathlib import Path
 
 PLOTTED_TIMES = ("rollout_s", "train_s", "sync_s")
 PASS_KEY = "eval_pass@1"
+CRITIC_LOSS, CRITIC_EXPLAINED = "critic_value_loss", "critic_vf_explained_var"  # critic_step.py's keys
 
 
 class MetricsLog:
@@ -63,8 +64,9 @@ class MetricsLog:
         return self.png
 
     def figure(self, title: str, with_kl: bool):
-        """Reward (and eval pass@1), KL to the reference where one runs (`with_kl`; without one its
-        KL is no measurement, so the panel is left out), seconds per step; whole-number step ticks."""
+        """Reward (and eval pass@1); KL to the reference where one runs (`with_kl`; without one its
+        KL is no measurement, so the panel is left out); the critic's value loss and explained
+        variance where a critic trained; seconds per step; whole-number step ticks."""
         import matplotlib
 
         matplotlib.use("Agg")
@@ -72,26 +74,53 @@ class MetricsLog:
         from matplotlib.ticker import MaxNLocator
 
         records, evals = self.steps(), self.evaluations()
-        steps = [r["step"] for r in records]
-        fig, axes = plt.subplots(1, 3 if with_kl else 2, figsize=(14 if with_kl else 10, 4))
-        reward, seconds = axes[0], axes[-1]
-        reward.plot(steps, [r["reward_mean"] for r in records], marker="o", label="mean reward")
-        if evals:
-            reward.plot(
-                [r["step"] for r in evals], [r[PASS_KEY] for r in evals], marker="s", label="eval pass@1"
-            )
-            reward.legend()
-        reward.set(title="reward" + (" and eval pass@1" if evals else ""), xlabel="step")
+        panels = [lambda ax: _reward_panel(ax, records, evals)]
         if with_kl:
-            axes[1].plot(steps, [r.get("kl", 0.0) for r in records], marker="o", color="tab:purple")
-            axes[1].set(title="KL to reference", xlabel="step")
-        seconds.plot(steps, [r["step_s"] for r in records], marker="o", color="black", label="step")
-        for key in PLOTTED_TIMES:
-            seconds.plot(steps, [r.get(key, 0.0) for r in records], label=key.removesuffix("_s"))
-        seconds.set(title="seconds per step", xlabel="step")
-        seconds.legend()
-        for ax in axes:
+            panels.append(lambda ax: _kl_panel(ax, records))
+        if any(CRITIC_LOSS in r for r in records):
+            panels.append(lambda ax: _critic_panel(ax, records))
+        panels.append(lambda ax: _seconds_panel(ax, records))
+        fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels) + 2, 4))
+        for ax, draw in zip(axes, panels, strict=True):
+            draw(ax)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         fig.suptitle(title)
         fig.tight_layout()
         return fig
+
+
+def _steps(records: list[dict]) -> list[int]:
+    return [r["step"] for r in records]
+
+
+def _reward_panel(ax, records: list[dict], evals: list[dict]) -> None:
+    ax.plot(_steps(records), [r["reward_mean"] for r in records], marker="o", label="mean reward")
+    if evals:
+        ax.plot(_steps(evals), [r[PASS_KEY] for r in evals], marker="s", label="eval pass@1")
+        ax.legend()
+    ax.set(title="reward" + (" and eval pass@1" if evals else ""), xlabel="step")
+
+
+def _kl_panel(ax, records: list[dict]) -> None:
+    ax.plot(_steps(records), [r.get("kl", 0.0) for r in records], marker="o", color="tab:purple")
+    ax.set(title="KL to reference", xlabel="step")
+
+
+def _critic_panel(ax, records: list[dict]) -> None:
+    """The critic's value loss, and on a second axis how much of the returns' variance its values
+    explained (1: all)."""
+    trained = [r for r in records if CRITIC_LOSS in r]
+    ax.plot(_steps(trained), [r[CRITIC_LOSS] for r in trained], marker="o", color="tab:red")
+    ax.set(title="critic", xlabel="step")
+    ax.set_ylabel("value loss", color="tab:red")
+    explained = ax.twinx()
+    explained.plot(_steps(trained), [r.get(CRITIC_EXPLAINED, 0.0) for r in trained], color="tab:green")
+    explained.set_ylabel("explained variance", color="tab:green")
+
+
+def _seconds_panel(ax, records: list[dict]) -> None:
+    ax.plot(_steps(records), [r["step_s"] for r in records], marker="o", color="black", label="step")
+    for key in PLOTTED_TIMES:
+        ax.plot(_steps(records), [r.get(key, 0.0) for r in records], label=key.removesuffix("_s"))
+    ax.set(title="seconds per step", xlabel="step")
+    ax.legend()

@@ -89,16 +89,29 @@ def test_metrics_log_and_plot(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "with_kl, titles",
-    [(True, ["reward", "KL to reference", "seconds per step"]), (False, ["reward", "seconds per step"])],
+    "with_kl, critic, titles",
+    [
+        (True, False, ["reward", "KL to reference", "seconds per step"]),
+        (False, False, ["reward", "seconds per step"]),
+        (False, True, ["reward", "critic", "seconds per step"]),
+    ],
 )
-def test_the_plot_shows_kl_only_with_a_reference_and_whole_steps(tmp_path, with_kl, titles):
+def test_the_plot_shows_kl_only_with_a_reference_the_critic_with_one_and_whole_steps(
+    tmp_path, with_kl, critic, titles
+):
     # Before: a flat KL panel without a reference (kl_coef=0, reference=null), and ticks at 1.25, 1.5...
     log = MetricsLog(tmp_path)
     for step in (1, 2, 3):
-        log.append({"step": step, "reward_mean": step / 10, "kl": 0.0, "step_s": 1.0})
+        critics = {"critic_value_loss": 1 / step, "critic_vf_explained_var": step / 4} if critic else {}
+        log.append({"step": step, "reward_mean": step / 10, "kl": 0.0, "step_s": 1.0, **critics})
     fig = log.figure("test run", with_kl=with_kl)
-    assert [ax.get_title() for ax in fig.axes] == titles
+    panels = [ax for ax in fig.axes if ax.get_title()]  # the critic's second y axis has no title
+    assert [ax.get_title() for ax in panels] == titles
+    if critic:
+        loss, explained = (
+            ax.lines[0].get_ydata().tolist() for ax in fig.axes if ax.get_title() in ("critic", "")
+        )
+        assert loss == [1, 1 / 2, 1 / 3] and explained == [1 / 4, 2 / 4, 3 / 4]
     for ax in fig.axes:
         fig.canvas.draw()
         assert all(float(tick).is_integer() for tick in ax.get_xticks()), ax.get_xticks()
