@@ -19,7 +19,8 @@ class AlgorithmSettings(Section):
     sampling, the KL to the reference, and DAPO's data side (dynamic sampling, overlong penalty)."""
 
     name: Annotated[
-        str, Field(description="the recipe's name (configs/algorithm/), shown in the progress bar")
+        str,
+        Field(min_length=1, description="the recipe's name (configs/algorithm/), shown in the progress bar"),
     ]
     samples_per_prompt: Annotated[
         StrictInt,

@@ -69,6 +69,7 @@ BAD_VALUES = [
     (["data.prompt_length=abc"], "data.prompt_length='abc': input should be a valid integer"),
     (["algorithm.temperature=-1"], "algorithm.temperature=-1: input should be greater than or equal to 0"),
     (["algorithm.clip_ratio=0"], "algorithm.clip_ratio=0: input should be greater than 0"),
+    (["algorithm.name="], "algorithm.name='': string should have at least 1 character"),
     (["algorithm.kl_coef=-0.1"], "algorithm.kl_coef=-0.1: input should be greater than or equal to 0"),
     (["algorithm.ppo_epochs=0"], "algorithm.ppo_epochs=0: input should be greater than or equal to 1"),
     (["algorithm.max_new_tokens=many"], "algorithm.max_new_tokens='many': input should be a valid integer"),
