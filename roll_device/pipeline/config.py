@@ -349,13 +349,16 @@ class RunConfig(Section):
             agentic.max_prompt_tokens + agentic.max_total_tokens,
             "agentic.max_prompt_tokens + agentic.max_total_tokens",
         )
-        single_turn = {
-            "algorithm.dynamic_sampling": self.algorithm.dynamic_sampling,
-            "eval.every_n_steps": self.eval.every_n_steps,
+        single_turn = {  # key: (value, the value that turns it off)
+            "algorithm.dynamic_sampling": (self.algorithm.dynamic_sampling, "false"),
+            "eval.every_n_steps": (self.eval.every_n_steps, 0),
         }
-        for key, value in single_turn.items():
+        for key, (value, off) in single_turn.items():
             if value:
-                raise ConfigError(f"{key}={value} is single-turn only: set it off with agentic.environment")
+                raise ConfigError(
+                    f"{key}={str(value).lower()} is single-turn only: with agentic.environment="
+                    f"{agentic.environment} set {key}={off}"
+                )
 
     def _check_overlap(self) -> None:
         staleness = self.algorithm.max_staleness

@@ -44,7 +44,20 @@ TOOLS = "experiment=agentic_tools"
         ([TOOLS, "roles.env=null"], "agentic.environment=arithmetic_tools but roles.env is null"),
         (["agentic.tools=[calculator]"], "agentic.tools=['calculator'] but agentic.environment is null"),
         ([TOOLS, "roles.env.strategy=docker"], "roles.env.strategy='docker' is unknown: choose python"),
-        ([TOOLS, "eval.every_n_steps=5"], "eval.every_n_steps=5 is single-turn only"),
+        (
+            [TOOLS, "eval.every_n_steps=5"],
+            (
+                "eval.every_n_steps=5 is single-turn only: with agentic.environment=arithmetic_tools set "
+                "eval.every_n_steps=0"
+            ),
+        ),
+        (
+            [TOOLS, "algorithm=dapo"],
+            (
+                "algorithm.dynamic_sampling=true is single-turn only: with "
+                "agentic.environment=arithmetic_tools set algorithm.dynamic_sampling=false"
+            ),
+        ),
     ],
 )
 def test_bad_agentic_input_is_refused_in_one_line(overrides, refusal):
