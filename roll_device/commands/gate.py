@@ -155,9 +155,10 @@ def check_checkpointed_roles(config: RunConfig, checkpoint: Path) -> None:
 
 
 def check_same_trainer(config: RunConfig, run_dir: Path) -> None:
-    """The trainer of a resumed run reads the checkpoints its predecessor wrote: the same trainer
-    and model-parallel layout as in the run directory's saved `config.yaml` (a folder without
-    one, or with a section this version cannot read, is left to the trainer's own check)."""
+    """The trainer of a resumed run reads the checkpoints its predecessor wrote: the same trainer,
+    model-parallel layout and LoRA adapters (or none) as in the run directory's saved `config.yaml`
+    (a folder without one, or with a section this version cannot read, is left to the trainer's
+    own check)."""
     try:
         saved = yaml.safe_load((run_dir / RUN_CONFIG_FILE).read_text())["trainer"]
         written = (
@@ -173,11 +174,13 @@ def check_same_trainer(config: RunConfig, run_dir: Path) -> None:
             f"resume={config.resume}: {run_dir}'s checkpoints were written by trainer={saved['name']}, "
             f"which trainer={config.trainer.name} cannot read: {again} (trainer={saved['name']})"
         )
-    if written.model_parallel_layout() != config.trainer.model_parallel_layout():
-        raise ConfigError(
-            f"resume={config.resume}: {run_dir}'s checkpoints were written with "
-            f"{written.model_parallel_layout()}, this run has {config.trainer.model_parallel_layout()}: {again}"
-        )
+    for facet in ("model_parallel_layout", "adapters_checkpointed"):
+        was, now = getattr(written, facet)(), getattr(config.trainer, facet)()
+        if was != now:
+            raise ConfigError(
+                f"resume={config.resume}: {run_dir}'s checkpoints were written with {was}, this run has "
+                f"{now}: {again}"
+            )
 
 
 def check_model(config: RunConfig, model_path: str, plan: RunPlan | None) -> None:

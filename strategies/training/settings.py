@@ -132,6 +132,13 @@ class TrainSettings(Section):
         """How `model_parallel_size` comes about, in the config's keys."""
         return "1 (one worker per model replica)"
 
+    def adapters_checkpointed(self) -> str:
+        """The LoRA settings that decide the adapter tensors a checkpoint holds, in the config's keys."""
+        lora = self.lora
+        if not lora.on:
+            return "trainer.lora.rank=null"
+        return f"trainer.lora.rank={lora.rank} and trainer.lora.target_modules={lora.target_modules}"
+
     def param_dtype_name(self, platform: Platform) -> str:
         """The compute dtype: the configured one, else bf16 on accelerators and fp32 on the host."""
         if self.mixed_precision is not None:

@@ -477,6 +477,22 @@ def _resumable(tmp_path, *overrides: str):
                 "trainer.tensor_parallel x trainer.pipeline_parallel = 2 x 1"
             ),
         ),
+        (
+            ["trainer.lora.rank=8"],
+            [],
+            (
+                "written with trainer.lora.rank=8 and trainer.lora.target_modules=all-linear, this run has "
+                "trainer.lora.rank=null"
+            ),
+        ),
+        (
+            ["trainer.lora.rank=8"],
+            ["trainer.lora.rank=16"],
+            (
+                "written with trainer.lora.rank=8 and trainer.lora.target_modules=all-linear, this run has "
+                "trainer.lora.rank=16 and"
+            ),
+        ),
     ],
 )
 def test_a_resumed_run_keeps_the_trainer_that_wrote_its_checkpoints(tmp_path, saved, now, message):
