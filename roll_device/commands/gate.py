@@ -11,8 +11,10 @@ rules across sections), and check what can be checked before Ray or any worker s
   checkpoint a resumed run continues from, or for a new run that its folder holds no checkpoints
   unless `overwrite=true`, the roles on a cluster of this machine alone), then the run's folder is
   made; returns where a resumed run continues (None: afresh). A resumed run is checked against the
-  configuration that wrote its checkpoints (the run directory's `config.yaml`): the same trainer and
-  model-parallel layout.
+  configuration that wrote its checkpoints (the run directory's `config.yaml`): the same trainer,
+  model-parallel layout and LoRA adapters.
+- `check_same_model(config, model_path, run_dir)`: once the model is on disk, a resumed run's model
+  has the shapes of the one its checkpoints were written from.
 - `check_model(config, model_path, plan)`: once the model is on disk, what it allows with each
   role's settings, as each strategy checks it (`Strategy.check_model`), and an environment's chat template.
 - `check_roles_here(config, plan)` (part of the above): on a cluster of this machine alone, the preflight's checks of
@@ -38,7 +40,7 @@ from roll_device.doctor.preflight import check_here
 from roll_device.errors import ConfigError
 from roll_device.files import make_folder
 from roll_device.inputs.loading import check_files
-from roll_device.models.hf_dir import check_model_dir
+from roll_device.models.hf_dir import SHAPE_KEYS, check_model_dir, model_shape
 from roll_device.pipeline.config import ROLE_TYPES, RunConfig
 from roll_device.pipeline.run_plan import SYNC_RECEIVER, RunPlan, check_expert_adapters
 from roll_device.pipeline.state import CHECKPOINTED, RUN_CONFIG_FILE, Checkpoints, ResumePoint
@@ -181,6 +183,28 @@ def check_same_trainer(config: RunConfig, run_dir: Path) -> None:
                 f"resume={config.resume}: {run_dir}'s checkpoints were written with {was}, this run has "
                 f"{now}: {again}"
             )
+
+
+def check_same_model(config: RunConfig, model_path: str, run_dir: Path) -> None:
+    """A resumed run's model at `model_path` has the shapes of the one its checkpoints were written
+    from (the model of the run directory's saved `config.yaml`, where both are on disk: a model
+    moved elsewhere resumes)."""
+    try:
+        saved = yaml.safe_load((run_dir / RUN_CONFIG_FILE).read_text())["model"]
+        saved_path = saved["path"] or saved["tiny_dir"]
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        return
+    was, now = model_shape(saved_path), model_shape(model_path)
+    if was is None or now is None or was == now:
+        return
+    differ = ", ".join(
+        f"{key} {was.get(key)} -> {now.get(key)}" for key in SHAPE_KEYS if was.get(key) != now.get(key)
+    )
+    raise ConfigError(
+        f"resume={config.resume}: {run_dir}'s checkpoints are of the model at {saved_path}; this run's, at "
+        f"{model_path}, differs ({differ}): resume with the overrides that chose that model (experiment=..., "
+        "model.path=...), or start afresh in another directory (hydra.run.dir=...)"
+    )
 
 
 def check_model(config: RunConfig, model_path: str, plan: RunPlan | None) -> None:

@@ -25,7 +25,13 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from roll_device.commands.compose import CONFIG_NAME, compose, config_dir, explain
-from roll_device.commands.gate import check_before_start, check_model, check_simulation, read_config
+from roll_device.commands.gate import (
+    check_before_start,
+    check_model,
+    check_same_model,
+    check_simulation,
+    read_config,
+)
 from roll_device.errors import ConfigError, RollDeviceError
 from roll_device.pipeline.config import RunConfig
 from roll_device.pipeline.experiment import model_path, run_experiment
@@ -51,6 +57,8 @@ def run_checked(
     if config.roles_to_run() != config.roles:
         print("reference: not started (algorithm.kl_coef=0 needs no reference logprobs)")
     model = model_path(config.model)
+    if start is not None:
+        check_same_model(config, model, run_dir)
     check_model(config, model, plan)
     return run_experiment(config, run_dir, model, start, on_step)
 

@@ -1,6 +1,7 @@
 """Checks of a local Hugging Face model directory before any worker loads it: it exists, holds a
 `config.json` of a causal-LM family the strategies run (Qwen2 / Qwen2.5, Qwen3, Qwen3-MoE, Llama), and a
-tokenizer; and what its config says of experts (`num_experts`)."""
+tokenizer; what its config says of experts (`num_experts`), and of its tensors' names and shapes
+(`model_shape`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,18 @@ from roll_device.errors import ConfigError
 
 SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "qwen3_moe", "llama")  # Qwen2.5 checkpoints say "qwen2"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
+SHAPE_KEYS = (  # the config.json keys that decide a model's tensors' names and shapes
+    "model_type",
+    "num_hidden_layers",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "vocab_size",
+    "num_experts",
+    "num_local_experts",
+    "moe_intermediate_size",
+)
 
 
 def check_model_dir(
@@ -42,3 +55,12 @@ def num_experts(config) -> int:
     """Routed experts per MoE layer of a transformers config (0: a dense model; Mixtral's configs
     say `num_local_experts`)."""
     return int(getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None) or 0)
+
+
+def model_shape(path: str | Path) -> dict | None:
+    """The `SHAPE_KEYS` a model directory's config.json sets (None: the directory has none)."""
+    file = Path(path).expanduser() / "config.json"
+    if not file.is_file():
+        return None
+    config = json.loads(file.read_text())
+    return {key: config[key] for key in SHAPE_KEYS if key in config}

@@ -4,6 +4,7 @@ Ray in these tests)."""
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import ray
@@ -14,6 +15,7 @@ from roll_device.commands.gate import (
     check_checkpointed_roles,
     check_model,
     check_model_files,
+    check_same_model,
     check_same_trainer,
     check_simulation,
     load_config,
@@ -501,6 +503,28 @@ def test_a_resumed_run_keeps_the_trainer_that_wrote_its_checkpoints(tmp_path, sa
         check_same_trainer(load_config(["resume=true", *now]), run_dir)
     assert message in str(refused.value) and "hydra.run.dir" in str(refused.value)
     check_same_trainer(load_config(["resume=true", *saved]), run_dir)  # the same trainer resumes
+
+
+def test_a_resumed_run_keeps_the_model_its_checkpoints_were_written_from(
+    tmp_path, tiny_model_path, tiny_moe_path
+):
+    """The mistake: resuming an experiment=moe run without experiment=moe (the default tiny model)."""
+    run_dir = _resumable(tmp_path, "experiment=moe")
+    with pytest.raises(ConfigError) as refused:
+        check_same_model(load_config(["resume=true"]), tiny_model_path, run_dir)
+    message = str(refused.value)
+    assert message.startswith(
+        f"resume=True: {run_dir}'s checkpoints are of the model at {tiny_moe_path}; this run's, at "
+        f"{tiny_model_path}, differs (model_type qwen3_moe -> qwen2, "
+    )
+    assert (
+        message.endswith("or start afresh in another directory (hydra.run.dir=...)") and "\n" not in message
+    )
+    check_same_model(load_config(["resume=true", "experiment=moe"]), tiny_moe_path, run_dir)
+    moved = tmp_path / "moved"  # the same model elsewhere resumes
+    moved.mkdir()
+    (moved / "config.json").write_text((Path(tiny_moe_path) / "config.json").read_text())
+    check_same_model(load_config(["resume=true", f"model.path={moved}"]), str(moved), run_dir)
 
 
 def test_a_ppo_run_does_not_resume_from_a_checkpoint_without_its_critic(tmp_path):
