@@ -156,19 +156,31 @@ def check_checkpointed_roles(config: RunConfig, checkpoint: Path) -> None:
             )
 
 
+def _saved_section(run_dir: Path, name: str) -> dict | None:
+    """Section `name` of the configuration the run in `run_dir` saved (`config.yaml`, as the run
+    that wrote its checkpoints had it); None where there is none to read."""
+    try:
+        section = yaml.safe_load((run_dir / RUN_CONFIG_FILE).read_text())[name]
+    except (OSError, KeyError, TypeError, yaml.YAMLError):
+        return None
+    return section if isinstance(section, dict) else None
+
+
 def check_same_trainer(config: RunConfig, run_dir: Path) -> None:
     """The trainer of a resumed run reads the checkpoints its predecessor wrote: the same trainer,
     model-parallel layout and LoRA adapters (or none) as in the run directory's saved `config.yaml`
     (a folder without one, or with a section this version cannot read, is left to the trainer's
     own check)."""
+    saved = _saved_section(run_dir, "trainer")
+    if saved is None or "name" not in saved:
+        return
     try:
-        saved = yaml.safe_load((run_dir / RUN_CONFIG_FILE).read_text())["trainer"]
         written = (
             read_section(type(config.trainer), saved, "trainer")
             if saved["name"] == config.trainer.name
             else None
         )
-    except (OSError, KeyError, TypeError, yaml.YAMLError, ConfigError):
+    except ConfigError:
         return
     again = "resume with the checkpoints' trainer, or start afresh in another directory (hydra.run.dir=...)"
     if written is None:
@@ -176,8 +188,11 @@ def check_same_trainer(config: RunConfig, run_dir: Path) -> None:
             f"resume={config.resume}: {run_dir}'s checkpoints were written by trainer={saved['name']}, "
             f"which trainer={config.trainer.name} cannot read: {again} (trainer={saved['name']})"
         )
-    for facet in ("model_parallel_layout", "adapters_checkpointed"):
-        was, now = getattr(written, facet)(), getattr(config.trainer, facet)()
+    facets = (
+        (written.model_parallel_layout(), config.trainer.model_parallel_layout()),
+        (written.adapters_checkpointed(), config.trainer.adapters_checkpointed()),
+    )
+    for was, now in facets:
         if was != now:
             raise ConfigError(
                 f"resume={config.resume}: {run_dir}'s checkpoints were written with {was}, this run has "
@@ -189,10 +204,9 @@ def check_same_model(config: RunConfig, model_path: str, run_dir: Path) -> None:
     """A resumed run's model at `model_path` has the shapes of the one its checkpoints were written
     from (the model of the run directory's saved `config.yaml`, where both are on disk: a model
     moved elsewhere resumes)."""
-    try:
-        saved = yaml.safe_load((run_dir / RUN_CONFIG_FILE).read_text())["model"]
-        saved_path = saved["path"] or saved["tiny_dir"]
-    except (OSError, KeyError, TypeError, yaml.YAMLError):
+    saved = _saved_section(run_dir, "model")
+    saved_path = saved and (saved.get("path") or saved.get("tiny_dir"))
+    if not saved_path:
         return
     was, now = model_shape(saved_path), model_shape(model_path)
     if was is None or now is None or was == now:
