@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -96,9 +97,11 @@ class SimNodes:
         if sys.platform.startswith("linux"):  # the node ends when the process that started it dies
             command = [sys.executable, "-c", EXEC_WITH_PARENT_DEATH_SIGNAL, *command]
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        # A throwaway cluster on this machine: no token authentication, whatever ~/.ray holds
-        # (a head finding ~/.ray/auth_token would demand a token its worker nodes never send).
-        env[AUTH_MODE_ENV] = "disabled"
+        # A throwaway cluster on this machine: no token authentication, whatever ~/.ray holds (a head
+        # finding ~/.ray/auth_token would demand a token its worker nodes never send), unless this
+        # process asks for it (RAY_AUTH_MODE=token: every node then reads the token it reads).
+        if env.get(AUTH_MODE_ENV) != "token":
+            env[AUTH_MODE_ENV] = "disabled"
         # Jobs on this cluster run `python`: make it this interpreter.
         env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
         with open(self.temp_dir / f"{name}.log", "w") as log:
@@ -156,6 +159,8 @@ class SimNodes:
         try:
             with urllib.request.urlopen(f"{self.dashboard_url}/api/version", timeout=2) as reply:
                 return reply.status == 200
+        except urllib.error.HTTPError as refusal:  # it answers, but wants a token (RAY_AUTH_MODE=token)
+            return refusal.code == 401
         except OSError:
             return False
 

@@ -9,8 +9,8 @@ rules across sections), and check what can be checked before Ray or any worker s
 - `check_before_start(config, run_dir, plan)`: what only the machine that runs the job can check (the
   data files and the reward's module, the model directory, the trackers' packages (`logger`), the
   checkpoint a resumed run continues from, or for a new run that its folder holds no checkpoints
-  unless `overwrite=true`, the roles on a cluster of this machine alone), then the run's folder is
-  made; returns where a resumed run continues (None: afresh). A resumed run is checked against the
+  unless `overwrite=true`, the roles on a cluster of this machine alone, a submitted job's folder
+  outside Ray's copy of the checkout), then the run's folder is made; returns where a resumed run continues (None: afresh). A resumed run is checked against the
   configuration that wrote its checkpoints (the run directory's `config.yaml`): the same trainer,
   model-parallel layout and LoRA adapters.
 - `check_same_model(config, model_path, run_dir)`: once the model is on disk, a resumed run's model
@@ -34,6 +34,7 @@ from typing import Any
 import yaml
 from omegaconf import DictConfig, OmegaConf
 
+from roll_device.cluster.submit import SUBMITTED_TO_ENV
 from roll_device.commands.compose import compose
 from roll_device.commands.models import QWEN_SHAPES
 from roll_device.doctor.preflight import check_here
@@ -141,8 +142,20 @@ def check_before_start(config: RunConfig, run_dir: Path, plan: RunPlan | None) -
         if not config.overwrite:
             checkpoints.refuse_overwrite(run_dir)
     check_roles_here(config, plan)
+    check_submitted_run_dir(run_dir)
     make_folder(run_dir, "hydra.run.dir")  # the last check: the run's folder, empty, can be made
     return start
+
+
+def check_submitted_run_dir(run_dir: Path) -> None:
+    """A submitted job runs in Ray's temporary copy of the checkout: a relative run directory
+    would put its checkpoints there, lost with the copy."""
+    if os.environ.get(SUBMITTED_TO_ENV) and not run_dir.is_absolute():
+        raise ConfigError(
+            f"hydra.run.dir={run_dir} is relative, and a submitted job's working directory is Ray's "
+            "temporary copy of the checkout, where the run's checkpoints would be lost: give an "
+            f"absolute path on the head, or leave it out (~/roll-device/outputs/<date>/<time> there)"
+        )
 
 
 def check_checkpointed_roles(config: RunConfig, checkpoint: Path) -> None:

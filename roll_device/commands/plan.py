@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from roll_device.cluster import read_inventory, start_cluster
 from roll_device.commands.gate import check_simulation, load_config
+from roll_device.pipeline.output import quiet_driver
 from roll_device.pipeline.run_plan import build_run_plan, plan_here
 
 
@@ -14,6 +15,7 @@ def plan_command(overrides: list[str]) -> int:
     config = load_config(overrides)  # a bad override fails here, before a cluster starts
     check_simulation(config, "plan")
     plan_here(config)  # what can be refused from the nodes known before Ray is refused now
+    quiet_driver()  # Ray's start-up notices, as for a run
     with start_cluster(config.cluster) as handle:
         inventory = read_inventory()
         print(f"cluster '{handle.name}' at {handle.address}:")

@@ -10,6 +10,7 @@ import os
 from roll_device.cluster.submit import entrypoint, runtime_env, submit_job
 from roll_device.commands.gate import load_config
 from roll_device.errors import ConfigError
+from roll_device.pipeline.output import quiet_driver
 
 
 def submit_command(
@@ -26,7 +27,8 @@ def submit_command(
             "submit needs the cluster's dashboard address: --address http://<head>:8265, "
             "cluster.dashboard_address=..., or RAY_API_SERVER_ADDRESS"
         )
-    job_env = runtime_env(cluster_env)
+    job_env = runtime_env(address, cluster_env)
+    quiet_driver()  # Ray's notice that it turned token authentication on for this client
     return submit_job(address, entrypoint(command, overrides), job_env, no_wait=no_wait)
 
 

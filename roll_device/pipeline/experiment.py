@@ -25,6 +25,7 @@ every N steps and after the last.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,7 @@ from roll_device.agentic.chat import ChatRenderer
 from roll_device.agentic.environment import EnvironmentFaultError
 from roll_device.cluster import read_inventory, start_cluster
 from roll_device.cluster.placement import release
+from roll_device.cluster.submit import SUBMITTED_TO_ENV
 from roll_device.doctor.preflight import preflight
 from roll_device.errors import RollDeviceError, WeightSyncError
 from roll_device.files import make_folder
@@ -373,7 +375,9 @@ def resume_advice(run_dir: Path) -> str:
         where, again = "no checkpoint was written yet", ""
     else:
         where, again = f"the last checkpoint is step {latest[1].step} in {latest[0]}", "resume=true "
-    return f"{where}; continue with: roll-device run {again}hydra.run.dir={run_dir} (and the same overrides)"
+    address = os.environ.get(SUBMITTED_TO_ENV)  # a submitted job is continued by another
+    command = f"roll-device submit --address {address}" if address else "roll-device run"
+    return f"{where}; continue with: {command} {again}hydra.run.dir={run_dir} (and the same overrides)"
 
 
 def final_error(error: WorkerLostError, advice: str, log_dir: Path) -> WorkerLostError:

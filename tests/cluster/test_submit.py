@@ -10,41 +10,61 @@ from pathlib import Path
 import pytest
 
 from roll_device.cli import main
-from roll_device.cluster import start_cluster
-from roll_device.cluster.submit import status_detail
-from tests.configs import cluster_settings
+from roll_device.cluster.submit import JOB_OUTPUTS, OUTPUTS_ENV, SUBMITTED_TO_ENV, runtime_env, status_detail
+from tests.isolated import isolated_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+TOKEN = "0123456789abcdef0123456789abcdef"  # the head's Ray token (any hex string of 32)
+
+
 @pytest.fixture(scope="module")
 def head():
+    """A head with the Jobs API and token authentication (Ray's default for clusters it starts), in
+    a process of its own (tests/ray_head.py): the token mode is set per process and cached."""
     head_only = [
         "cluster=sim",
         "cluster.include_dashboard=true",
         "cluster.head.num_cpus=2",
         "cluster.nodes=[]",
     ]
-    handle = start_cluster(cluster_settings(*head_only))
-    yield handle
-    handle.shutdown()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.ray_head", *head_only],
+        cwd=ROOT,
+        env=isolated_env({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN}),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    process.stdout.readline()  # the GCS address
+    dashboard_url = process.stdout.readline().strip()
+    assert dashboard_url.startswith("http://"), "the head did not start: its output is above"
+    yield dashboard_url
+    process.stdin.close()
+    process.wait(timeout=120)
 
 
 def start(*args: str, env: dict | None = None) -> subprocess.Popen:
+    """`args` with this machine's environment less its Ray settings, plus `env`."""
+    clean = {
+        k: v for k, v in os.environ.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_ADDRESS")
+    }
     return subprocess.Popen(
         args,
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env={**os.environ, **(env or {})},
+        env={**clean, **(env or {})},
     )
 
 
-def _submit(head, *overrides: str) -> subprocess.Popen:
-    """`roll-device submit --command plan` of `overrides` to `head`, started."""
-    address = ["--address", head.dashboard_url]
-    return start(sys.executable, "-m", "roll_device.cli", "submit", *address, "--command", "plan", *overrides)
+def _submit(head, *args: str, token: str = TOKEN) -> subprocess.Popen:
+    """`roll-device submit` of `args` to `head`, started with `token` in RAY_AUTH_TOKEN and
+    RAY_AUTH_MODE unset (so the submission turns token mode on, as ray.init does)."""
+    submit = [sys.executable, "-m", "roll_device.cli", "submit", "--address", head]
+    return start(*submit, *args, env={"RAY_AUTH_TOKEN": token})
 
 
 def _finished(running: dict[str, subprocess.Popen]) -> dict[str, tuple[int, str, str]]:
@@ -57,8 +77,10 @@ def jobs(head):
     """Two submissions at once (each job takes a while to set up): exit status, stdout, stderr."""
     return _finished(
         {
-            "fits": _submit(head, "roles.reward.num_devices=2"),
-            "no_npu": _submit(head, "roles.actor_train.device=npu"),
+            "fits": _submit(head, "--command", "plan", "roles.reward.num_devices=2"),
+            "no_npu": _submit(head, "--command", "plan", "roles.actor_train.device=npu"),
+            # refused by the gate on the head once it has named the run's directory
+            "resumed": _submit(head, "resume=true"),
         }
     )
 
@@ -67,7 +89,7 @@ def jobs(head):
 def script_job(head):
     """The same job through scripts/submit.sh (the `ray` CLI): exit status, stdout, stderr."""
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # the `ray` CLI
-    env = {"RAY_ADDRESS": head.dashboard_url, "PATH": path}
+    env = {"RAY_ADDRESS": head, "PATH": path, "RAY_AUTH_TOKEN": TOKEN}
     return _finished({"script": start("scripts/submit.sh", "plan", "roles.reward.num_devices=3", env=env)})
 
 
@@ -87,6 +109,36 @@ def test_failed_job_returns_its_exit_status_and_message(jobs):
     assert status == 2, out + err
     assert "role 'actor_train' wants 1 npu device(s), but no node of this cluster has npu devices" in out
     assert "FAILED" in out
+
+
+def test_a_submitted_run_keeps_its_outputs_on_the_head_outside_rays_copy_of_the_checkout(jobs):
+    status, out, err = jobs["resumed"]
+    assert status == 2, out + err
+    outputs = f"{Path.home()}/roll-device/outputs/"  # the head is this machine, with its HOME
+    assert f"resume=True but {outputs}" in out, "the run's folder is named absolute, under ~/roll-device"
+
+
+def test_a_submission_without_the_heads_token_is_refused_in_one_line(head):
+    status, out, err = _finished({"wrong": _submit(head, "--command", "plan", token="f" * 32)})["wrong"]
+    assert status == 2, out + err
+    assert err == (
+        f"roll-device submit: error: the Ray cluster at {head} refused the submission: Authentication "
+        "failed: Forbidden: Invalid authentication token: give this machine the head's token "
+        "(`ray get-auth-token` on the head) in RAY_AUTH_TOKEN or ~/.ray/auth_token\n"
+    )
+
+
+def test_a_jobs_environment_sends_outputs_out_of_the_copy_and_names_the_address():
+    env = runtime_env("http://head:8265", {"env_vars": {"X": "1"}, "pip": ["a"]})
+    assert env["env_vars"] == {
+        "PYTHONUNBUFFERED": "1",
+        OUTPUTS_ENV: JOB_OUTPUTS,
+        SUBMITTED_TO_ENV: "http://head:8265",
+        "X": "1",
+    }
+    assert env["pip"] == ["a"] and env["working_dir"] == str(ROOT)
+    mine = runtime_env("http://head:8265", {"env_vars": {OUTPUTS_ENV: "/shared/runs"}})
+    assert mine["env_vars"][OUTPUTS_ENV] == "/shared/runs", "cluster.runtime_env's own wins"
 
 
 @pytest.mark.slow  # the same job as test_submitted_job_succeeds_and_its_log_streams_back, through the Ray CLI

@@ -10,6 +10,8 @@ import pytest
 import ray
 import yaml
 
+from roll_device.cluster.submit import OUTPUTS_ENV, SUBMITTED_TO_ENV
+from roll_device.commands.compose import compose
 from roll_device.commands.gate import (
     check_before_start,
     check_checkpointed_roles,
@@ -18,6 +20,7 @@ from roll_device.commands.gate import (
     check_same_model,
     check_same_trainer,
     check_simulation,
+    check_submitted_run_dir,
     load_config,
 )
 from roll_device.commands.run import run_checked
@@ -550,3 +553,26 @@ def test_what_the_local_kind_lacks_is_refused_before_ray_and_the_run_folder(tmp_
     ):
         check_before_start(config, tmp_path / "run", plan_here(config))
     assert not (tmp_path / "run").exists() and not ray.is_initialized()
+
+
+def test_a_submitted_run_outside_rays_copy_of_the_checkout_only(tmp_path, monkeypatch):
+    """A submitted job (`ROLL_DEVICE_SUBMITTED_TO`, set by `submit`) runs in Ray's temporary copy of
+    the checkout: a relative run directory, which would lie in it, is refused before anything."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(SUBMITTED_TO_ENV, "http://head:8265")
+    with pytest.raises(ConfigError, match=re.escape("hydra.run.dir=runs/a is relative, and a submitted job")):
+        run_checked(load_config(["max_steps=1"]), Path("runs/a"))
+    assert not (tmp_path / "runs").exists(), "nothing was written"
+    check_submitted_run_dir(tmp_path / "run")  # absolute: the head's own folder
+    monkeypatch.delenv(SUBMITTED_TO_ENV)
+    check_submitted_run_dir(Path("runs/a"))  # a local run: relative to where it starts
+
+
+@pytest.mark.parametrize("outputs, folder", [(None, "outputs"), ("/shared/runs", "/shared/runs")])
+def test_runs_go_under_roll_device_outputs_when_it_is_set(monkeypatch, outputs, folder):
+    if outputs is None:
+        monkeypatch.delenv(OUTPUTS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(OUTPUTS_ENV, outputs)
+    run_dir = Path(compose([], with_hydra=True).hydra.run.dir)
+    assert run_dir.parent.parent == Path(folder), "<outputs>/<date>/<time>"

@@ -5,9 +5,11 @@ import json
 import pytest
 import torch
 
+from roll_device.cluster.submit import SUBMITTED_TO_ENV
 from roll_device.errors import ConfigError
 from roll_device.inputs.tasks import get_task
 from roll_device.pipeline.batching import build_batch
+from roll_device.pipeline.experiment import resume_advice
 from roll_device.pipeline.metrics import MetricsLog
 from roll_device.pipeline.state import Checkpoints, PipelineState, read_state
 from strategies.base import Completion
@@ -141,3 +143,20 @@ def test_a_state_carries_the_adapted_kl_coefficient_and_an_older_one_reads_witho
     older.write_text(json.dumps({"step": 3, "data_position": 0}))
     with pytest.raises(ValueError, match="does not hold a pipeline state"):
         read_state(older.parent)
+
+
+@pytest.mark.parametrize(
+    "address, command",
+    [(None, "roll-device run"), ("http://head:8265", "roll-device submit --address http://head:8265")],
+)
+def test_the_resume_advice_continues_where_the_run_was_started(tmp_path, monkeypatch, address, command):
+    """A submitted job (`ROLL_DEVICE_SUBMITTED_TO`) is continued by another submission to its cluster."""
+    if address is None:
+        monkeypatch.delenv(SUBMITTED_TO_ENV, raising=False)
+    else:
+        monkeypatch.setenv(SUBMITTED_TO_ENV, address)
+    checkpoints = Checkpoints(tmp_path)
+    checkpoints.commit(checkpoints.staging_dir(2), PipelineState(step=2))
+    assert resume_advice(tmp_path).endswith(
+        f"continue with: {command} resume=true hydra.run.dir={tmp_path} (and the same overrides)"
+    )
