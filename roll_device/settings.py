@@ -5,6 +5,8 @@ A section declares its keys as fields: type, range or choices (`Annotated[..., F
 a `description` that is printed as the hint after a refused value. The values a run starts from
 are the YAML files' (configs/): a field has a default only where no YAML file sets its key. Unknown
 keys are refused (`OpenSection` keeps them, for sections that tasks and experiments add keys to).
+Numbers are strict (`StrictInt`, `StrictFloat`, `Count`): `true` is not 1, nor "1" a number; an
+int is a valid float.
 A field validator that refuses a value raises `ValueError` with what is allowed (the key and value
 are prefixed); rules that cross keys of one section are its `model_validator`s and raise a
 `ConfigError` that names the keys; rules that cross sections belong to the section that holds

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, StrictFloat
 
 from roll_device.agentic.host import HostSpec
 from roll_device.agentic.registry import resolve_environment, resolve_tool
 from roll_device.errors import ConfigError
 from roll_device.settings import Count, Section
 
-Seconds = Annotated[float, Field(gt=0)]
+Seconds = Annotated[StrictFloat, Field(gt=0)]
 FAULT_ENDS = ("trajectory", "run")
 
 

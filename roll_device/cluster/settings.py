@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, StrictBool, field_validator, model_validator
+from pydantic import Field, StrictBool, StrictFloat, field_validator, model_validator
 
 from roll_device.cluster.inventory import (
     ACCELERATOR_TYPE_RESOURCE,
@@ -30,9 +30,10 @@ from roll_device.settings import Count, NonNegative, Section, read_section
 
 HEAD_NAME = "head"
 MISSING = "???"  # Hydra's mark of a mandatory value not given
-CpuPerWorker = Annotated[float, Field(gt=0, le=64, description="CPUs each CPU-role worker reserves")]
+CpuPerWorker = Annotated[StrictFloat, Field(gt=0, le=64, description="CPUs each CPU-role worker reserves")]
 SetupTimeout = Annotated[
-    float, Field(gt=0, description="seconds each wait of the workers' set-up may take before the run ends")
+    StrictFloat,
+    Field(gt=0, description="seconds each wait of the workers' set-up may take before the run ends"),
 ]
 ResourceCounts = dict[str, NonNegative]  # Ray declares a node's resources in whole numbers
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictBool, field_validator, model_validator
+from pydantic import Field, StrictBool, StrictFloat, field_validator, model_validator
 
 from roll_device.errors import ConfigError
 from roll_device.inputs.arithmetic import GENERATORS
@@ -34,7 +34,7 @@ class DataSettings(OpenSection):
     answer_key: str
     shuffle: StrictBool
     epochs: Count | None = Field(description="null cycles until max_steps")
-    eval_size: Annotated[float, Field(ge=0, description="0 (none), a fraction < 1, or a count")]
+    eval_size: Annotated[StrictFloat, Field(ge=0, description="0 (none), a fraction < 1, or a count")]
     eval_path: str | None = Field(description="a separate evaluation file (eval_size then caps its rows)")
     generate: str | None = Field(description="a dataset roll-device writes at path / eval_path when absent")
 

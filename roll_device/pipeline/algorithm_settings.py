@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, field_validator, model_validator
 
 from roll_device.errors import ConfigError
 from roll_device.settings import Count, NonNegative, Section
@@ -27,20 +27,22 @@ class AlgorithmSettings(Section):
         Field(ge=2, description="the group estimators compare samples of one prompt, use 2 or more"),
     ]
     max_new_tokens: Count
-    temperature: Annotated[float, Field(ge=0, description="0 samples greedily")]
+    temperature: Annotated[StrictFloat, Field(ge=0, description="0 samples greedily")]
     advantage: str
     norm_std: StrictBool
     std_unbiased: StrictBool
     policy_loss: str
     loss_agg: str
-    clip_ratio: Annotated[float, Field(gt=0)]
-    clip_ratio_high: Annotated[float, Field(gt=0)] | None = Field(description="null: clip_ratio")
-    clip_ratio_c: Annotated[float, Field(gt=1, description="the dual clip, 3.0 is usual; null: off")] | None
-    kl_coef: Annotated[float, Field(ge=0, description="0 runs without the reference role")]
+    clip_ratio: Annotated[StrictFloat, Field(gt=0)]
+    clip_ratio_high: Annotated[StrictFloat, Field(gt=0)] | None = Field(description="null: clip_ratio")
+    clip_ratio_c: (
+        Annotated[StrictFloat, Field(gt=1, description="the dual clip, 3.0 is usual; null: off")] | None
+    )
+    kl_coef: Annotated[StrictFloat, Field(ge=0, description="0 runs without the reference role")]
     kl_estimator: Literal[KL_ESTIMATORS]
     kl_in_reward: StrictBool
-    entropy_coef: Annotated[float, Field(ge=0, description="the entropy bonus's weight (0: off)")]
-    kl_target: Annotated[float, Field(gt=0)] | None = Field(
+    entropy_coef: Annotated[StrictFloat, Field(ge=0, description="the entropy bonus's weight (0: off)")]
+    kl_target: Annotated[StrictFloat, Field(gt=0)] | None = Field(
         description="null: a fixed kl_coef; a KL: kl_coef adapts toward it after each step (Ziegler et al. 2019)"
     )
     kl_horizon: Count
@@ -49,18 +51,19 @@ class AlgorithmSettings(Section):
         Count, Field(description="dynamic sampling's rounds of prompts per step at most (1: no refill)")
     ]
     overlong_buffer: NonNegative
-    overlong_penalty: Annotated[float, Field(ge=0)]
+    overlong_penalty: Annotated[StrictFloat, Field(ge=0)]
     ppo_epochs: Count
     max_staleness: Annotated[
         NonNegative,
         Field(description="0 is synchronous; k lets rollouts come from weights up to k steps old"),
     ]
     importance_ratio_cap: Annotated[
-        float, Field(ge=1, description="truncation of the old-policy/rollout-policy ratio of stale samples")
+        StrictFloat,
+        Field(ge=1, description="truncation of the old-policy/rollout-policy ratio of stale samples"),
     ]
-    gamma: Annotated[float, Field(ge=0, le=1, description="gae's discount; null: 1.0")] | None
-    lam: Annotated[float, Field(ge=0, le=1, description="gae's lambda; null: 1.0")] | None
-    value_clip: Annotated[float, Field(gt=0, description="the critic's clipped value loss")]
+    gamma: Annotated[StrictFloat, Field(ge=0, le=1, description="gae's discount; null: 1.0")] | None
+    lam: Annotated[StrictFloat, Field(ge=0, le=1, description="gae's lambda; null: 1.0")] | None
+    value_clip: Annotated[StrictFloat, Field(gt=0, description="the critic's clipped value loss")]
 
     @field_validator("advantage")
     @classmethod

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictBool, StrictInt, model_validator
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from roll_device.errors import ConfigError
 from roll_device.graph import check_capture_sizes, default_capture_sizes, default_prefill_sizes
@@ -40,7 +40,7 @@ TensorParallelSize = Annotated[
 
 
 SleepLevel = Annotated[
-    Literal[1, 2] | None,
+    Annotated[StrictInt, Field(ge=1, le=2)] | None,
     Field(
         description="how a colocated engine sleeps: 1 keeps its weights in host memory, 2 drops them "
         "and takes them from the next weight sync; null: the kind's first level"
@@ -111,7 +111,7 @@ class VllmSettings(RolloutSettings):
     kv_cache_bytes: Count | None = Field(
         description="null: 256 MiB on the CPU, gpu_memory_utilization elsewhere"
     )
-    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)]
+    gpu_memory_utilization: Annotated[StrictFloat, Field(gt=0, le=1)]
     sleep_when_colocated: StrictBool
     sleep_level: SleepLevel
     seed: StrictInt

@@ -7,13 +7,13 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, StrictBool, StrictInt, field_validator, model_validator
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, field_validator, model_validator
 
 from roll_device.errors import ConfigError
 from roll_device.platforms import Platform
 from roll_device.settings import Count, NonNegative, Section
 
-Positive = Annotated[float, Field(gt=0)]
+Positive = Annotated[StrictFloat, Field(gt=0)]
 ALL_LINEAR = "all-linear"  # PEFT's word for every linear layer but the output layer
 
 
@@ -25,7 +25,9 @@ class LoraSettings(Section):
         description="the adapters' rank, 1 or more; null: no LoRA, every parameter trains"
     )
     alpha: Positive = Field(description="the adapters' scale is alpha / rank")
-    dropout: Annotated[float, Field(ge=0, lt=1, description="dropout on the adapters' input, in [0, 1)")]
+    dropout: Annotated[
+        StrictFloat, Field(ge=0, lt=1, description="dropout on the adapters' input, in [0, 1)")
+    ]
     target_modules: str | list[str] = Field(
         description="all-linear, or the linear layers' names (q_proj, v_proj, ...) that get adapters"
     )
@@ -57,7 +59,9 @@ class TrainSettings(Section):
 
     name: str
     lr: Positive
-    weight_decay: Annotated[float, Field(ge=0, description="applied to weights, not to norms or biases")]
+    weight_decay: Annotated[
+        StrictFloat, Field(ge=0, description="applied to weights, not to norms or biases")
+    ]
     max_grad_norm: Positive
     micro_batch_size: Annotated[Count, Field(description="rows per forward/backward")]
     warmup_steps: Annotated[NonNegative, Field(description="linear warmup over this many optimizer steps")]
@@ -76,7 +80,7 @@ class TrainSettings(Section):
     )
     optimizer_offload: StrictBool = Field(description="optimizer state (and its step) on the CPU")
     router_aux_loss_coef: Annotated[
-        float,
+        StrictFloat,
         Field(
             ge=0,
             description="a mixture of experts: the router's load-balancing loss times this joins the loss",

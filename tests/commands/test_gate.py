@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import ray
 import yaml
+from omegaconf import OmegaConf
 
 from roll_device.cluster.submit import OUTPUTS_ENV, SUBMITTED_TO_ENV
 from roll_device.commands.compose import compose
@@ -22,6 +23,7 @@ from roll_device.commands.gate import (
     check_simulation,
     check_submitted_run_dir,
     load_config,
+    read_config,
 )
 from roll_device.commands.run import run_checked
 from roll_device.doctor.preflight import PreflightError
@@ -576,3 +578,28 @@ def test_runs_go_under_roll_device_outputs_when_it_is_set(monkeypatch, outputs, 
         monkeypatch.setenv(OUTPUTS_ENV, outputs)
     run_dir = Path(compose([], with_hydra=True).hydra.run.dir)
     assert run_dir.parent.parent == Path(folder), "<outputs>/<date>/<time>"
+
+
+def _numbers(values: dict, prefix: str = "") -> list[str]:
+    """The keys under `values` whose value is a number (not a bool)."""
+    found = []
+    for key, value in values.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict):
+            found += _numbers(value, f"{path}.")
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            found.append(path)
+    return found
+
+
+@pytest.mark.parametrize("base", [[], ["algorithm=ppo", "experiment=agentic_tools"], ["algorithm=dapo"]])
+def test_a_number_key_refuses_a_bool(base):
+    """`trainer.lr=true` is a slip, not 1.0: every numeric key of the shipped configs refuses a bool."""
+    values = OmegaConf.to_container(compose(base), resolve=True)
+    numbers = _numbers(values)
+    assert "trainer.lr" in numbers and "algorithm.temperature" in numbers
+    for key in numbers:
+        cfg = OmegaConf.create(values)
+        OmegaConf.update(cfg, key, True)
+        with pytest.raises(ConfigError, match=re.escape(f"{key}=True: input should be a valid")):
+            read_config(cfg)
