@@ -50,7 +50,7 @@ from strategies.training.common import (
     weight_decay_groups,
 )
 from strategies.training.distributed import check_same_rows, ensure_process_group, release_process_group
-from strategies.training.fsdp_loading import empty_model, fill_shards, materialize
+from strategies.training.fsdp_loading import check_attention, empty_model, fill_shards, materialize
 from strategies.training.in_place_collectives import use_in_place_collectives, whole_tensor
 from strategies.training.logprobs import (
     GRAD,
@@ -118,10 +118,11 @@ class FsdpTrainStrategy(TrainStrategy):
 
     @classmethod
     def check_model(cls, platform: Platform | None, settings: FsdpSettings, model_path: str) -> None:
-        """Packing needs an attention kernel that takes packed rows; recomputation a model class
+        """An attention kernel transformers knows; packing needs one that takes packed rows; recomputation a model class
         that supports gradient checkpointing; the router's load-balancing loss and routing replay a
         router."""
         check_routing(settings, model_path)
+        check_attention(settings.attn_implementation)
         if settings.packing and settings.attn_implementation not in PACKED_ATTENTION:
             raise ConfigError(
                 f"trainer.packing=true: trainer.attn_implementation={settings.attn_implementation} cannot "

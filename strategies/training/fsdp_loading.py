@@ -19,6 +19,7 @@ from contextlib import contextmanager
 
 import torch
 
+from roll_device.errors import ConfigError
 from strategies.training.hf_weights import HfWeights
 
 
@@ -40,6 +41,19 @@ def parameters_on_meta() -> Iterator[None]:
         yield
     finally:
         torch.nn.Module.register_parameter = original
+
+
+def check_attention(name: str) -> None:
+    """`name` is an attention kernel transformers knows, or a hub kernel (`org/repo`) that
+    transformers fetches where the model is built; refused in one line otherwise."""
+    from transformers import AttentionInterface
+
+    known = ["eager", *AttentionInterface().valid_keys()]
+    if name not in known and "/" not in name:
+        raise ConfigError(
+            f"trainer.attn_implementation={name} is not an attention kernel transformers knows: choose "
+            f"one of {', '.join(known)}, or a hub kernel (org/repo)"
+        )
 
 
 def empty_model(

@@ -428,8 +428,12 @@ MEGATRON_PP3 = [
             ["rollout.max_model_len=512", "algorithm.max_new_tokens=300"],
             "rollout.max_model_len=512 exceeds the model's max_position_embeddings (256",
         ),
+        (
+            ["trainer.attn_implementation=flash"],  # transformers refused it in the trainer's worker
+            "trainer.attn_implementation=flash is not an attention kernel transformers knows: choose one of eager,",
+        ),
     ],
-    ids=["megatron-layout", "kv-cache", "positions"],
+    ids=["megatron-layout", "kv-cache", "positions", "attention"],
 )
 def test_settings_the_model_cannot_take_are_refused_before_ray(tmp_path, tiny_model_path, overrides, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
