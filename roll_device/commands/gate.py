@@ -7,7 +7,7 @@ rules across sections), and check what can be checked before Ray or any worker s
 - the run's plan on a cluster whose nodes are known before Ray (`plan_here`, pipeline/run_plan.py)
   is made once by the command and handed to the checks below (None elsewhere).
 - `check_before_start(config, run_dir, plan)`: what only the machine that runs the job can check (the
-  data files and the reward's module, the model directory, the trackers' packages (`logger`), the
+  data files and the reward's module, the model directory, the trackers' packages and what they can check of their settings (`logger`), the
   checkpoint a resumed run continues from, or for a new run that its folder holds no checkpoints
   unless `overwrite=true`, the roles on a cluster of this machine alone, a submitted job's folder
   outside Ray's copy of the checkout), then the run's folder is made; returns where a resumed run continues (None: afresh). A resumed run is checked against the
@@ -48,7 +48,7 @@ from roll_device.pipeline.state import CHECKPOINTED, RUN_CONFIG_FILE, Checkpoint
 from roll_device.platforms import Platform, get_platform
 from roll_device.platforms.registry import AUTO, ENV_VAR, simulations
 from roll_device.settings import read_section
-from roll_device.tracking.registry import check_installed
+from roll_device.tracking.registry import check_trackers
 from strategies.registry import strategy_type
 
 
@@ -131,7 +131,7 @@ def check_before_start(config: RunConfig, run_dir: Path, plan: RunPlan | None) -
     check_files(config.data, config.reward)
     check_model_files(config)
     check_critic_files(config)
-    check_installed(config.logger)
+    check_trackers(config.logger, config.tracking)
     checkpoints = Checkpoints(run_dir)
     if config.resume:
         start = checkpoints.resume_point(config.resume)

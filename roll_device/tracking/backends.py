@@ -7,7 +7,8 @@ package is an extra of roll-device, checked before Ray starts).
 - `wandb`: `<run_dir>/wandb`, offline unless `tracking.mode=online`; a resumed run continues the
   same wandb run (its id, `resume="allow"`);
 - `mlflow`: a file store under `<run_dir>/mlruns` unless `tracking.mlflow_tracking_uri` names
-  another; a resumed run continues the same MLflow run (its id);
+  another (a server, refused before Ray starts when nothing answers at its address, where MLflow
+  would retry for minutes); a resumed run continues the same MLflow run (its id);
 - `swanlab`: `<run_dir>/swanlog`, offline unless `tracking.mode=online`; a resumed run starts a new
   SwanLab run (its steps go on from the resumed one).
 """
@@ -15,11 +16,17 @@ package is an extra of roll-device, checked before Ray starts).
 from __future__ import annotations
 
 import os
+import socket
 import time
+from urllib.parse import urlsplit
 
 import yaml
 
+from roll_device.errors import ConfigError
 from roll_device.tracking.registry import Tracker, TrackerContext, flatten, register
+from roll_device.tracking.settings import TrackingSettings
+
+SERVER_TIMEOUT_S = 5.0  # a tracking server's address that does not answer in this time is refused
 
 
 def config_text(context: TrackerContext) -> str:
@@ -102,10 +109,25 @@ class MlflowTracker(Tracker):
         from mlflow.tracking import MlflowClient
 
         uri = context.settings.mlflow_tracking_uri or (context.run_dir / "mlruns").resolve().as_uri()
-        if uri.startswith("file:"):  # MLflow 3 keeps its file store behind this opt-in
+        if urlsplit(uri).scheme in ("", "file"):  # a folder: MLflow 3 keeps its file store behind this opt-in
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.client = MlflowClient(tracking_uri=uri)
         self.run_id = (context.resumed or {}).get("run_id") or self._new_run()
+
+    @classmethod
+    def check(cls, settings: TrackingSettings) -> None:
+        uri = settings.mlflow_tracking_uri or ""
+        address = urlsplit(uri)
+        if address.scheme not in ("http", "https"):
+            return
+        port = address.port or (443 if address.scheme == "https" else 80)
+        try:
+            socket.create_connection((address.hostname, port), timeout=SERVER_TIMEOUT_S).close()
+        except OSError as exc:
+            raise ConfigError(
+                f"tracking.mlflow_tracking_uri={uri}: nothing answers at {address.hostname}:{port} ({exc}): "
+                "start the MLflow server, or set it to null for a file store under the run directory"
+            ) from None
 
     def _new_run(self) -> str:
         project = self.context.settings.project

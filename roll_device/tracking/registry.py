@@ -5,8 +5,10 @@
 the same metrics (`scalars`: the record's numbers, nested keys joined with `/`, under names every
 tracker accepts) at the record's step; `close(ok)` ends them. A resumed run (`context.resumed`)
 continues the tracker runs its predecessor saved in the run directory's `trackers.json`, where the
-tracker can. A backend whose package is not installed is refused by `check_installed` before Ray
-starts, naming the extra that installs it.
+tracker can. `check_trackers` refuses, before Ray starts, a backend whose package is not installed
+(naming the extra that installs it) or whose settings it can tell are wrong (`Tracker.check`: an
+MLflow server where nothing answers); a backend that fails to start anyway ends the run in one
+line, before any worker starts.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ class Tracker:
     def __init__(self, context: TrackerContext) -> None:
         self.context = context
 
+    @classmethod
+    def check(cls, settings: TrackingSettings) -> None:
+        """A ConfigError for `settings` this backend can tell will not work, before Ray starts."""
+
     def log(self, metrics: dict[str, float], step: int) -> None:
         raise NotImplementedError
 
@@ -93,8 +99,9 @@ def check_names(names: list[str]) -> list[str]:
     return names
 
 
-def check_installed(names: list[str]) -> None:
-    """A ConfigError naming the extra of the first tracker in `names` whose package is missing."""
+def check_trackers(names: list[str], settings: TrackingSettings) -> None:
+    """A ConfigError naming the extra of the first tracker in `names` whose package is missing, or
+    what its `check` finds wrong with `settings`."""
     tracker_names()
     for name in names:
         cls = TRACKERS[name]
@@ -103,6 +110,21 @@ def check_installed(names: list[str]) -> None:
                 f"logger={name}: its package '{cls.package}' is not installed: "
                 f"pip install 'roll-device[{cls.extra}]', or leave {name} out of logger"
             )
+        cls.check(settings)
+
+
+def _started(name: str, context: TrackerContext) -> Tracker:
+    """The tracker `name` started, or a one-line ConfigError with its library's reason."""
+    try:
+        return TRACKERS[name](context)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        reason = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise ConfigError(
+            f"logger={name}: the tracker did not start ({type(exc).__name__}: {reason}): check its "
+            f"settings under tracking (docs/observability.md), or leave {name} out of logger"
+        ) from exc
 
 
 def tracker_key(key: str) -> str:
@@ -146,7 +168,7 @@ class Trackers:
         try:
             for name in names:
                 own = None if context.new_run else saved.get(name)  # None: this tracker starts its run
-                opened.trackers.append(TRACKERS[name](replace(context, resumed=own)))
+                opened.trackers.append(_started(name, replace(context, resumed=own)))
         except BaseException:
             opened.close(ok=False)
             raise

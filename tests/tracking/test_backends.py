@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from roll_device.errors import ConfigError
 from roll_device.tracking.registry import STATE_FILE, TrackerContext, Trackers
 from roll_device.tracking.settings import TrackingSettings
 from tests.tracking.wandb_records import read_run
@@ -29,13 +30,13 @@ def record(step: int) -> dict:
     }
 
 
-def drive(name: str, tmp_path, steps, resumed_from: int | None = None) -> None:
+def drive(name: str, tmp_path, steps, resumed_from: int | None = None, mlflow_uri: str | None = None) -> None:
     """One run of tracker `name` logging `steps`; a resumed one when `resumed_from` is a step."""
     context = TrackerContext(
         tmp_path,
         name="tiny_grpo",
         config=CONFIG,
-        settings=TrackingSettings(project="roll-device-test", mode="offline", mlflow_tracking_uri=None),
+        settings=TrackingSettings(project="roll-device-test", mode="offline", mlflow_tracking_uri=mlflow_uri),
         resumed=None if resumed_from is None else {},
         start_step=resumed_from or 0,
     )
@@ -80,6 +81,24 @@ def test_mlflow_file_store_continues_the_same_run_on_resume(tmp_path):
     assert run.data.params["algorithm.advantage"] == "grpo" and run.info.status == "FINISHED"
     experiments = client.search_experiments()
     assert [e.name for e in experiments if e.name != "Default"] == ["roll-device-test"]
+
+
+def test_mlflow_takes_a_folder_as_its_store_and_an_unknown_scheme_is_one_line(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    drive("mlflow", tmp_path, [1], mlflow_uri=str(tmp_path / "store"))  # a path, not a file: URI
+    run_id = json.loads((tmp_path / STATE_FILE).read_text())["mlflow"]["run_id"]
+    assert MlflowClient(tracking_uri=str(tmp_path / "store")).get_run(run_id).info.status == "FINISHED"
+    with pytest.raises(ConfigError) as refused:
+        drive("mlflow", tmp_path, [1], mlflow_uri="nosuch://x")
+    assert "\n" not in str(refused.value)
+    assert str(refused.value).startswith(
+        "logger=mlflow: the tracker did not start (UnsupportedModelRegistryStoreURIException: Model "
+        "registry functionality is unavailable; got unsupported URI 'nosuch://x'"
+    )
+    assert str(refused.value).endswith(
+        "check its settings under tracking (docs/observability.md), or leave mlflow out of logger"
+    )
 
 
 def test_wandb_offline_run_resumes_the_same_run_with_continuous_steps(tmp_path):

@@ -8,12 +8,13 @@ import importlib.util
 
 import pytest
 
+from roll_device.commands.gate import load_config
 from roll_device.errors import ConfigError
 from roll_device.tracking.registry import (
     TRACKERS,
     Tracker,
-    check_installed,
     check_names,
+    check_trackers,
     register,
     scalars,
     tracker_names,
@@ -61,9 +62,10 @@ def test_a_second_tracker_under_a_taken_name_is_refused():
 
 @pytest.mark.skipif(importlib.util.find_spec("swanlab") is not None, reason="swanlab is installed here")
 def test_a_tracker_without_its_package_is_refused_naming_its_extra():
-    check_installed(["console", "tensorboard", "wandb", "mlflow"])
+    settings = load_config([]).tracking
+    check_trackers(["console", "tensorboard", "wandb", "mlflow"], settings)
     with pytest.raises(ConfigError) as refused:
-        check_installed(["console", "swanlab"])
+        check_trackers(["console", "swanlab"], settings)
     assert str(refused.value) == (
         "logger=swanlab: its package 'swanlab' is not installed: pip install 'roll-device[swanlab]', "
         "or leave swanlab out of logger"

@@ -64,3 +64,12 @@ def test_a_missing_tracker_package_is_refused_before_the_run_folder_is_made(tmp_
     with pytest.raises(ConfigError, match=r"pip install 'roll-device\[swanlab\]'"):
         check_before_start(load_config(["logger=[console,swanlab]"]), run_dir, None)
     assert not run_dir.exists()
+
+
+def test_an_mlflow_server_where_nothing_answers_is_refused_before_the_run_folder_is_made(tmp_path):
+    """MLflow itself retries such a server for about four minutes, then traces back."""
+    run_dir = tmp_path / "run"
+    uri = "tracking.mlflow_tracking_uri=http://127.0.0.1:9"
+    with pytest.raises(ConfigError, match=r"=http://127.0.0.1:9: nothing answers at 127.0.0.1:9 \("):
+        check_before_start(load_config(["logger=[mlflow]", uri]), run_dir, None)
+    assert not run_dir.exists()
