@@ -29,6 +29,9 @@ from roll_device.errors import ConfigError, RollDeviceError
 
 Count = Annotated[StrictInt, Field(ge=1)]  # a whole number >= 1 (also sizes in bytes)
 NonNegative = Annotated[StrictInt, Field(ge=0)]
+Seed = Annotated[
+    StrictInt, Field(ge=0, lt=2**32, description="from 0 to 2**32 - 1, the range vLLM and numpy take")
+]
 S = TypeVar("S", bound=BaseModel)
 
 

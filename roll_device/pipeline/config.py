@@ -32,7 +32,7 @@ from roll_device.comm.options import WeightSyncOptions
 from roll_device.errors import ConfigError
 from roll_device.inputs.settings import DataSettings, EvalSettings, RewardSettings
 from roll_device.pipeline.algorithm_settings import AlgorithmSettings
-from roll_device.settings import Count, NonNegative, OpenSection, Section, read_section, takes_new_key
+from roll_device.settings import Count, NonNegative, OpenSection, Section, Seed, read_section, takes_new_key
 from roll_device.tracking.registry import check_names
 from roll_device.tracking.settings import ProfileSettings, TrackingSettings
 from strategies.base import CRITIC, INFERENCE, TRAIN
@@ -133,7 +133,7 @@ def _strategy_section(role_type: str, values: Any) -> Any:
 class RunConfig(Section):
     """The top level: the run's own keys and every section."""
 
-    seed: StrictInt
+    seed: Seed
     max_steps: Annotated[StrictInt, Field(ge=1, description="a run needs at least one step")]
     resume: Literal[RESUME_CHOICES] = Field(
         description="latest_valid: the newest checkpoint that passes its checks"

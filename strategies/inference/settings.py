@@ -11,7 +11,7 @@ from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from roll_device.errors import ConfigError
 from roll_device.graph import check_capture_sizes, default_capture_sizes, default_prefill_sizes
-from roll_device.settings import Count, Section
+from roll_device.settings import Count, Section, Seed
 
 GRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
@@ -114,7 +114,7 @@ class VllmSettings(RolloutSettings):
     gpu_memory_utilization: Annotated[StrictFloat, Field(gt=0, le=1)]
     sleep_when_colocated: StrictBool
     sleep_level: SleepLevel
-    seed: StrictInt
+    seed: Seed
     env: dict[str, str | int | float | bool] = Field(description="variables of the engine process")
 
     @model_validator(mode="after")

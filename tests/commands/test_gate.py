@@ -42,6 +42,9 @@ BAD_VALUES = [
     (["save_every=abc"], "save_every='abc': input should be a valid integer"),
     (["save_every=-1"], "save_every=-1: input should be greater than or equal to 0"),
     (["seed=true"], "seed=True: input should be a valid integer"),
+    # vLLM refused them in the rollout's worker, after the workers started
+    (["seed=-1"], "seed=-1: input should be greater than or equal to 0 (from 0 to 2**32 - 1, the range vLLM"),
+    (["rollout.seed=4294967296"], "rollout.seed=4294967296: input should be less than 4294967296 (from 0"),
     (["resume=maybe"], "resume='maybe': input should be True, False or 'latest_valid'"),
     (["trainer.lr=abc"], "trainer.lr='abc': input should be a valid number"),
     (["trainer.lr=-1"], "trainer.lr=-1: input should be greater than 0"),
