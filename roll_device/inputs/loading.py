@@ -74,7 +74,7 @@ def load_inputs(
 ) -> RunInputs:
     """The inputs of a run: prompts longer than `prompt_budget` tokens dropped, the held-out
     samples an evaluation across `rollout_workers` needs."""
-    source = source.fitting(lambda s: len(encoder.encode(s.prompt)) <= prompt_budget)
+    source = source.fitting(lambda s: len(encoder.encode(s.prompt, s.chat())) <= prompt_budget)
     eval_samples = []
     if evaluation.enabled:
         eval_samples = source.eval_samples(evaluation.size)

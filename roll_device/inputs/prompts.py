@@ -3,7 +3,8 @@
 With `model.chat_template` on (the default) and a tokenizer that has a chat template (instruct
 models), a prompt is sent as one user message rendered by that template with the generation
 prompt appended, as ROLL and verl do; otherwise it is the tokenizer's BOS token (if any) and the
-raw text. Responses stop at the tokenizer's EOS and at every EOS id of the model's
+raw text. A prompt the data gives as chat messages (roll_device/inputs/fields.py) is rendered by
+the template as it is; without a template it is refused. Responses stop at the tokenizer's EOS and at every EOS id of the model's
 `generation_config.json` (chat models end turns with their own token, e.g. `<|im_end|>`).
 
 A tokenizer with an unknown token (the tiny character tokenizer's is `<pad>`; byte-level ones have
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+
+from roll_device.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -50,23 +53,35 @@ class PromptEncoder:
     def __init__(self, tokenizer, use_chat_template: bool = True, model_path: str | None = None) -> None:
         self.tokenizer = tokenizer
         self.tokens = Tokens.from_tokenizer(tokenizer, model_path)
+        self.use_chat_template = use_chat_template
         self.chat = bool(use_chat_template and getattr(tokenizer, "chat_template", None))
         self.unknown = _unknown_token(tokenizer)
         self._named: set[str] = set()  # unknown characters a warning already named
 
-    def render(self, prompt: str) -> str:
-        """The text the engine sees for `prompt` (the chat template's rendering when on)."""
+    def render(self, prompt: str, messages: list[dict[str, str]] | None = None) -> str:
+        """The text the engine sees for `prompt`, or for its chat `messages` when the data gives them
+        (the chat template's rendering when on)."""
+        if messages is not None and not self.chat:
+            why, fix = (
+                ("the model's tokenizer has none", "use a model whose tokenizer has one (model.path)")
+                if self.use_chat_template
+                else ("model.chat_template=false", "set model.chat_template=true")
+            )
+            raise ConfigError(
+                f"the data's prompts are chat messages, which need a chat template, but {why}: {fix}, "
+                "or give the prompts as text"
+            )
         if not self.chat:
             return prompt
-        messages = [{"role": "user", "content": prompt}]
+        messages = messages or [{"role": "user", "content": prompt}]
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def decode(self, responses: list[list[int]]) -> list[str]:
         """Response ids as the reward reads them: text without special tokens."""
         return self.tokenizer.batch_decode(responses, skip_special_tokens=True)
 
-    def encode(self, prompt: str) -> list[int]:
-        text = self.render(prompt)
+    def encode(self, prompt: str, messages: list[dict[str, str]] | None = None) -> list[int]:
+        text = self.render(prompt, messages)
         ids = self.tokenizer(text, add_special_tokens=False).input_ids
         if self.unknown is not None and self.tokenizer.convert_tokens_to_ids(self.unknown) in ids:
             self._warn_unknown(text)

@@ -11,22 +11,16 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol
 
 from roll_device.errors import ConfigError
 from roll_device.inputs.arithmetic import GENERATORS
+from roll_device.inputs.fields import Sample, to_samples
 from roll_device.inputs.records import read_records
 from roll_device.inputs.settings import DataSettings
 from roll_device.inputs.tasks import get_task
 
 TASK_EVAL_SIZE = 64  # evaluation prompts of a toy task when eval.size is null
-
-
-@dataclass(frozen=True)
-class Sample:
-    prompt: str
-    answer: str | None  # the reference answer; None for toy tasks (their rule needs none)
 
 
 class PromptSource(Protocol):
@@ -121,20 +115,6 @@ class DatasetPrompts:
         return DatasetPrompts(train, held_out, self.seed, self.shuffle, self.epochs, self.path)
 
 
-def to_samples(rows: list[dict], settings: DataSettings, where: str) -> list[Sample]:
-    """Rows -> samples; a row without the prompt or answer key is a ConfigError naming it."""
-    samples = []
-    for index, row in enumerate(rows):
-        for key, name in ((settings.prompt_key, "prompt_key"), (settings.answer_key, "answer_key")):
-            if key not in row:
-                raise ConfigError(
-                    f"record {index} of {where} has no key '{key}' (data.{name}): its keys are "
-                    f"{', '.join(sorted(row))}; set data.{name} to one of them"
-                )
-        samples.append(Sample(str(row[settings.prompt_key]), str(row[settings.answer_key])))
-    return samples
-
-
 def _count(size: float, total: int) -> int:
     return round(size * total) if size < 1 else int(size)
 
@@ -152,6 +132,10 @@ def split(samples: list[Sample], settings: DataSettings, seed: int) -> tuple[lis
     return [samples[i] for i in sorted(order[count:])], [samples[i] for i in sorted(order[:count])]
 
 
+def _samples(settings: DataSettings, path: str) -> list[Sample]:
+    return to_samples(read_records(path, settings.format), settings.prompt_key, settings.answer_key, path)
+
+
 def load_source(settings: DataSettings, seed: int) -> PromptSource:
     """The source `settings` name, as the files give it (a missing key or an empty file refused),
     its orders seeded with the run's `seed`; `fitting` then drops the prompts too long for the engine."""
@@ -159,9 +143,9 @@ def load_source(settings: DataSettings, seed: int) -> PromptSource:
         return TaskPrompts(settings, seed)
     if settings.generate is not None:
         GENERATORS[settings.generate](settings.path, settings.eval_path)
-    samples = to_samples(read_records(settings.path, settings.format), settings, settings.path)
+    samples = _samples(settings, settings.path)
     if settings.eval_path is not None:
-        held_out = to_samples(read_records(settings.eval_path, settings.format), settings, settings.eval_path)
+        held_out = _samples(settings, settings.eval_path)
         train = samples
         if settings.eval_size:
             held_out = held_out[: _count(settings.eval_size, len(held_out))]

@@ -22,7 +22,7 @@ def evaluate(step, samples, max_new_tokens: int, at_step: int) -> dict:
     """Greedy pass@1 of `samples` (responses up to `max_new_tokens`) through the `GrpoStep`
     `step`'s roles; the metrics record."""
     start = time.perf_counter()
-    prompt_ids = [step.encoder.encode(s.prompt) for s in samples]
+    prompt_ids = [step.encoder.encode(s.prompt, s.chat()) for s in samples]
     completions = step.generate(prompt_ids, greedy(max_new_tokens, list(step.encoder.tokens.stop)))
     rewards = step.score(samples, completions)
     return {

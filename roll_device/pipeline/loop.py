@@ -135,7 +135,7 @@ class GrpoStep:
     def prompts_at(self, position: int) -> tuple[list[Sample], list[list[int]]]:
         """A step's prompts from data `position` on, and their token ids."""
         samples = self.source.batch(position, self.config.data.prompts_per_step)
-        return samples, [self.encoder.encode(s.prompt) for s in samples]
+        return samples, [self.encoder.encode(s.prompt, s.chat()) for s in samples]
 
     def start_generation(self, samples, prompt_ids: list[list[int]], sampling: SamplingConfig) -> Launched:
         shards = shard(prompt_ids, self.roles.groups["actor_infer"].world_size)

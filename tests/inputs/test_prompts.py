@@ -32,6 +32,19 @@ def test_raw_prompts_get_the_bos_token_and_chat_prompts_the_template():
     assert PromptEncoder(tokenizer, use_chat_template=False).render("1+1") == "1+1", "the switch"
 
 
+def test_chat_messages_are_rendered_as_given_and_refused_without_a_template():
+    tokenizer = build_tokenizer()
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "1+1"}]
+    with pytest.raises(
+        ConfigError, match="chat messages, which need a chat template, but the model's tokenizer has none"
+    ):
+        PromptEncoder(tokenizer).encode("1+1", messages)
+    tokenizer.chat_template = TEMPLATE
+    assert PromptEncoder(tokenizer).render("1+1", messages) == "<bos>s:be brief<eos><bos>u:1+1<eos><bos>a:"
+    with pytest.raises(ConfigError, match="but model.chat_template=false: set model.chat_template=true, or give"):
+        PromptEncoder(tokenizer, use_chat_template=False).encode("1+1", messages)
+
+
 def test_responses_are_decoded_for_the_reward_without_special_tokens():
     tokenizer = build_tokenizer()
     encoder = PromptEncoder(tokenizer)
