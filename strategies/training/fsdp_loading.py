@@ -49,7 +49,7 @@ def check_attention(name: str) -> None:
     from transformers import AttentionInterface
 
     known = ["eager", *AttentionInterface().valid_keys()]
-    if name not in known and "/" not in name:
+    if name.removeprefix("paged|") not in known and name not in known and "/" not in name:  # paged|sdpa: sdpa
         raise ConfigError(
             f"trainer.attn_implementation={name} is not an attention kernel transformers knows: choose "
             f"one of {', '.join(known)}, or a hub kernel (org/repo)"
