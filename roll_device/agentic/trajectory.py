@@ -92,6 +92,13 @@ class Trajectory:
         self.ended = self.ended or reason
 
 
+TURNS, TOOL_CALLS, TOOL_FAILURES = (
+    "turns_mean",
+    "tool_calls",
+    "tool_failures",
+)  # record keys metrics.png plots
+
+
 def trajectory_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     """A step's multi-turn metrics: turns per trajectory, tool calls and their failures, seconds
     per environment step, the trajectories that ended on a budget or an environment's fault."""
@@ -99,9 +106,9 @@ def trajectory_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
     steps = [s for t in trajectories for s in t.env_seconds]
     turn_rewards = [r for t in trajectories for r in t.turn_rewards]
     return {
-        "turns_mean": sum(t.turns for t in trajectories) / count,
-        "tool_calls": sum(t.tool_calls for t in trajectories),
-        "tool_failures": sum(t.tool_failures for t in trajectories),
+        TURNS: sum(t.turns for t in trajectories) / count,
+        TOOL_CALLS: sum(t.tool_calls for t in trajectories),
+        TOOL_FAILURES: sum(t.tool_failures for t in trajectories),
         "env_step_s": sum(steps) / max(len(steps), 1),
         "ended_on_budget": sum(t.ended in BUDGETS for t in trajectories),
         "env_faults": sum(t.ended == FAULT for t in trajectories),

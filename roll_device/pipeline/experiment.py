@@ -401,6 +401,10 @@ def final_error(error: WorkerLostError, advice: str, log_dir: Path) -> WorkerLos
 
 
 def data_summary(config: RunConfig) -> str:
+    """What the run learns from: the environment of a multi-turn run, the data file or the toy task."""
+    if config.agentic.environment:
+        tools = f", tools {', '.join(config.agentic.tools)}" if config.agentic.tools else ""
+        return f"environment '{config.agentic.environment}'{tools}"
     if config.data.path:
         return f"{Path(config.data.path).name}, reward {config.reward.function}"
     return f"task '{config.data.task}'"

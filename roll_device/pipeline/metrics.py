@@ -1,6 +1,7 @@
 """Per-step metrics of a run: appended to `metrics.jsonl` and drawn as `metrics.png` (reward and
-evaluation pass@1, KL to the reference when one runs, the critic's value loss when one trains, step
-time and its parts; steps ticked as whole numbers) in the run directory.
+evaluation pass@1, KL to the reference when one runs, the critic's value loss when one trains, the
+turns and tool calls of multi-turn rollouts, step time and its parts; steps ticked as whole numbers)
+in the run directory.
 
 Training steps and evaluations are lines of their own: an evaluation line has `eval_pass@1` and
 no `reward_mean` (see `roll_device.pipeline.evaluation`)."""
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from roll_device.agentic.trajectory import TOOL_CALLS, TOOL_FAILURES, TURNS
 
 PLOTTED_TIMES = ("rollout_s", "train_s", "sync_s")
 PASS_KEY = "eval_pass@1"
@@ -66,7 +69,7 @@ class MetricsLog:
     def figure(self, title: str, with_kl: bool):
         """Reward (and eval pass@1); KL to the reference where one runs (`with_kl`; without one its
         KL is no measurement, so the panel is left out); the critic's value loss and explained
-        variance where a critic trained; seconds per step; whole-number step ticks."""
+        variance where a critic trained; the turns and tool calls of multi-turn rollouts; seconds per step; whole-number step ticks."""
         import matplotlib
 
         matplotlib.use("Agg")
@@ -79,6 +82,8 @@ class MetricsLog:
             panels.append(lambda ax: _kl_panel(ax, records))
         if any(CRITIC_LOSS in r for r in records):
             panels.append(lambda ax: _critic_panel(ax, records))
+        if any(TURNS in r for r in records):
+            panels.append(lambda ax: _turns_panel(ax, records))
         panels.append(lambda ax: _seconds_panel(ax, records))
         fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels) + 2, 4))
         for ax, draw in zip(axes, panels, strict=True):
@@ -116,6 +121,21 @@ def _critic_panel(ax, records: list[dict]) -> None:
     explained = ax.twinx()
     explained.plot(_steps(trained), [r.get(CRITIC_EXPLAINED, 0.0) for r in trained], color="tab:green")
     explained.set_ylabel("explained variance", color="tab:green")
+
+
+def _turns_panel(ax, records: list[dict]) -> None:
+    """Turns per trajectory of multi-turn rollouts, and on a second axis the step's tool calls and
+    the failed ones where tools were called."""
+    rolled = [r for r in records if TURNS in r]
+    ax.plot(_steps(rolled), [r[TURNS] for r in rolled], marker="o", color="tab:blue")
+    ax.set(title="multi-turn", xlabel="step")
+    ax.set_ylabel("turns per trajectory", color="tab:blue")
+    if any(r.get(TOOL_CALLS) for r in rolled):
+        calls = ax.twinx()
+        calls.plot(_steps(rolled), [r[TOOL_CALLS] for r in rolled], color="tab:orange", label="tool calls")
+        calls.plot(_steps(rolled), [r[TOOL_FAILURES] for r in rolled], color="tab:red", label="failed")
+        calls.set_ylabel("tool calls per step")
+        calls.legend(loc="upper right")
 
 
 def _seconds_panel(ax, records: list[dict]) -> None:

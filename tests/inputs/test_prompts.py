@@ -41,7 +41,9 @@ def test_chat_messages_are_rendered_as_given_and_refused_without_a_template():
         PromptEncoder(tokenizer).encode("1+1", messages)
     tokenizer.chat_template = TEMPLATE
     assert PromptEncoder(tokenizer).render("1+1", messages) == "<bos>s:be brief<eos><bos>u:1+1<eos><bos>a:"
-    with pytest.raises(ConfigError, match="but model.chat_template=false: set model.chat_template=true, or give"):
+    with pytest.raises(
+        ConfigError, match="but model.chat_template=false: set model.chat_template=true, or give"
+    ):
         PromptEncoder(tokenizer, use_chat_template=False).encode("1+1", messages)
 
 

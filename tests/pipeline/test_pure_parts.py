@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from roll_device.cluster.submit import SUBMITTED_TO_ENV
+from roll_device.commands.gate import load_config
 from roll_device.errors import ConfigError
 from roll_device.inputs.tasks import get_task
 from roll_device.pipeline.batching import build_batch
-from roll_device.pipeline.experiment import resume_advice
+from roll_device.pipeline.experiment import data_summary, resume_advice
 from roll_device.pipeline.metrics import MetricsLog
 from roll_device.pipeline.state import Checkpoints, PipelineState, read_state
 from strategies.base import Completion
@@ -117,6 +118,35 @@ def test_the_plot_shows_kl_only_with_a_reference_the_critic_with_one_and_whole_s
     for ax in fig.axes:
         fig.canvas.draw()
         assert all(float(tick).is_integer() for tick in ax.get_xticks()), ax.get_xticks()
+
+
+@pytest.mark.parametrize("calls", [[2, 0, 3], [0, 0, 0]])
+def test_a_multi_turn_run_plots_its_turns_and_its_tool_calls_where_tools_were_called(tmp_path, calls):
+    log = MetricsLog(tmp_path)
+    for step, called in zip((1, 2, 3), calls, strict=True):
+        turns = {"turns_mean": 1 + step / 4, "tool_calls": called, "tool_failures": called // 2}
+        log.append({"step": step, "reward_mean": 0.1, "step_s": 1.0, **turns})
+    fig = log.figure("test run", with_kl=False)
+    assert [ax.get_title() for ax in fig.axes if ax.get_title()] == [
+        "reward",
+        "multi-turn",
+        "seconds per step",
+    ]
+    [turns] = [ax for ax in fig.axes if ax.get_title() == "multi-turn"]
+    assert turns.lines[0].get_ydata().tolist() == [1.25, 1.5, 1.75]
+    tool_axes = [ax for ax in fig.axes if not ax.get_title()]
+    if any(calls):
+        [tools] = tool_axes
+        assert [line.get_ydata().tolist() for line in tools.lines] == [calls, [1, 0, 1]]
+    else:
+        assert not tool_axes, "no tool was called: no tool axis"
+
+
+def test_an_agentic_runs_title_names_its_environment_and_tools():
+    assert data_summary(load_config([])) == "task 'digits'"
+    tools = load_config(["experiment=agentic_tools"])
+    assert data_summary(tools) == "environment 'arithmetic_tools', tools calculator"
+    assert data_summary(load_config(["experiment=agentic_game"])) == "environment 'guess_number'"
 
 
 def test_checkpoints_commit_atomically_and_track_latest(tmp_path):
