@@ -3,7 +3,7 @@ model directory (safetensors weights, config.json, tokenizer) from a checkpoint 
 for transformers, vLLM or any HF tool.
 
 The source is a run directory (its latest checkpoint), a `checkpoints/step_<N>` folder, or that
-folder's `policy/` (the trainer's own files). The model the run started from (its config and
+folder's `policy/` (the trainer's own files); a PPO run's `critic/` is refused as such. The model the run started from (its config and
 tokenizer) is the run's `model` section (the run directory's config.yaml), or `--model`.
 
 The input is checked as `run resume=true` checks it, before torch loads: a committed checkpoint's
@@ -21,7 +21,14 @@ import yaml
 from roll_device.errors import ConfigError
 from roll_device.files import give_ordinary_mode, make_folder
 from roll_device.models.hf_dir import check_model_dir
-from roll_device.pipeline.state import MANIFEST_FILE, POLICY_DIR, RUN_CONFIG_FILE, STATE_FILE, Checkpoints
+from roll_device.pipeline.state import (
+    CHECKPOINTED,
+    MANIFEST_FILE,
+    POLICY_DIR,
+    RUN_CONFIG_FILE,
+    STATE_FILE,
+    Checkpoints,
+)
 
 SOURCES = "a run directory, a checkpoints/step_<N> folder or its policy/ folder"
 
@@ -36,6 +43,11 @@ def checkpoint_and_run(source: Path) -> tuple[Path, Path | None]:
         if latest is None:
             raise ConfigError(f"export: run directory {source} holds no committed checkpoint")
         return latest / POLICY_DIR, source
+    if source.name == CHECKPOINTED["critic"] and (source.parent / POLICY_DIR).is_dir():
+        raise ConfigError(
+            f"export: {source} is PPO's critic, a value model; export writes the policy: pass "
+            f"{source.parent} (or its {POLICY_DIR}/)"
+        )
     if (source / POLICY_DIR).is_dir():
         source = source / POLICY_DIR
     run = source.parent.parent.parent if source.name == POLICY_DIR else None

@@ -203,3 +203,12 @@ def test_arguments_are_refused_before_torch_loads(run_dir, tmp_path):
 
 def test_merge_of_a_checkpoint_without_an_adapter_is_refused(run_dir, tmp_path, capsys):
     assert "holds no LoRA adapter: leave --merge out" in refusal(capsys, run_dir, tmp_path / "out", "--merge")
+
+
+def test_a_ppo_runs_critic_folder_is_named_as_such(tmp_path, capsys):
+    """It was refused as a checkpoint outside a run directory, which it is not."""
+    step = tmp_path / "run" / "checkpoints" / "step_2"
+    for folder in ("policy", "critic"):
+        (step / folder).mkdir(parents=True)
+    said = refusal(capsys, step / "critic", tmp_path / "out")
+    assert f"{step / 'critic'} is PPO's critic, a value model; export writes the policy: pass {step}" in said
