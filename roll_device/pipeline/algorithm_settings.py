@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictBool, StrictFloat, StrictInt, field_validator, model_validator
+from pydantic import Field, StrictBool, StrictFloat, field_validator, model_validator
 
 from roll_device.errors import ConfigError
 from roll_device.settings import Count, NonNegative, Section
-from strategies.training.advantages import ADVANTAGES, AdvantageSpec
+from strategies.training.advantages import ADVANTAGES, GROUP_ESTIMATORS, AdvantageSpec
 from strategies.training.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES, LossSpec
 
 
@@ -23,8 +23,7 @@ class AlgorithmSettings(Section):
         Field(min_length=1, description="the recipe's name (configs/algorithm/), shown in the progress bar"),
     ]
     samples_per_prompt: Annotated[
-        StrictInt,
-        Field(ge=2, description="the group estimators compare samples of one prompt, use 2 or more"),
+        Count, Field(description="samples of each prompt; the group estimators compare them, 2 or more")
     ]
     max_new_tokens: Count
     temperature: Annotated[StrictFloat, Field(ge=0, description="0 samples greedily")]
@@ -123,6 +122,17 @@ class AlgorithmSettings(Section):
 def algorithm_refusals(algo: AlgorithmSettings) -> list[str]:
     """What does not apply to the chosen estimator and loss, each as its one-line refusal."""
     refusals = []
+    if algo.samples_per_prompt < 2 and (algo.advantage in GROUP_ESTIMATORS or algo.dynamic_sampling):
+        compares = (
+            "algorithm.dynamic_sampling=true"
+            if algo.dynamic_sampling
+            else f"algorithm.advantage={algo.advantage}"
+        )
+        takes_one = ", ".join(name for name in ADVANTAGES.names() if name not in GROUP_ESTIMATORS)
+        refusals.append(
+            f"algorithm.samples_per_prompt={algo.samples_per_prompt}: {compares} compares the samples of one "
+            f"prompt: use 2 or more (one sample a prompt suits {takes_one})"
+        )
     if not algo.norm_std and algo.advantage != "grpo":
         refusals.append(
             f"algorithm.norm_std=false applies to algorithm.advantage=grpo only (got {algo.advantage}): "

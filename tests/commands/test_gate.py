@@ -85,7 +85,16 @@ BAD_VALUES = [
     (["algorithm.max_new_tokens=many"], "algorithm.max_new_tokens='many': input should be a valid integer"),
     (
         ["algorithm.samples_per_prompt=1"],
-        "(the group estimators compare samples of one prompt, use 2 or more)",
+        "algorithm.samples_per_prompt=1: algorithm.advantage=grpo compares the samples of one prompt: use 2 "
+        "or more (one sample a prompt suits gae, reinforce_pp)",
+    ),
+    (
+        ["algorithm=dapo", "algorithm.samples_per_prompt=1"],
+        "algorithm.samples_per_prompt=1: algorithm.dynamic_sampling=true compares the samples of one prompt",
+    ),
+    (
+        ["algorithm.samples_per_prompt=0"],
+        "algorithm.samples_per_prompt=0: input should be greater than or equal to 1",
     ),
     (
         ["+algorithm.discount=1"],
@@ -276,8 +285,8 @@ ALGORITHM_REFUSALS = [
     ),
     (["algorithm.kl_target=0"], "algorithm.kl_target=0: input should be greater than 0"),
     (
-        ["algorithm=dapo", "algorithm.samples_per_prompt=1"],
-        "algorithm.samples_per_prompt=1: input should be greater",
+        ["algorithm=rloo", "algorithm.samples_per_prompt=1"],
+        "algorithm.samples_per_prompt=1: algorithm.advantage=rloo compares the samples of one prompt",
     ),
 ]
 
