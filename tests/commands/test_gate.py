@@ -619,3 +619,11 @@ def test_a_number_key_refuses_a_bool(base):
         OmegaConf.update(cfg, key, True)
         with pytest.raises(ConfigError, match=re.escape(f"{key}=True: input should be a valid")):
             read_config(cfg)
+
+
+@pytest.mark.parametrize("recipe", ["ppo", "reinforce_pp"])
+def test_one_sample_a_prompt_is_taken_where_no_estimator_compares_samples(recipe):
+    assert (
+        load_config([f"algorithm={recipe}", "algorithm.samples_per_prompt=1"]).algorithm.samples_per_prompt
+        == 1
+    )
