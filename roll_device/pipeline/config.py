@@ -139,6 +139,7 @@ class RunConfig(Section):
         description="latest_valid: the newest checkpoint that passes its checks"
     )
     save_every: Annotated[NonNegative, Field(description="0 checkpoints only at the end")]
+    keep_checkpoints: Count | None = Field(description="the newest N checkpoints are kept; null: all")
     overwrite: StrictBool = Field(description="a new run replaces the checkpoints in its folder")
     model: ModelSettings
     roles: RolesSettings

@@ -127,7 +127,10 @@ class Run:
         for role, folder in self.checkpointed():
             self.roles.call(role, TrainWorker.save, str(staging / folder))
         self.saved_step = self.state.step
-        return self.checkpoints.commit(staging, self.state)
+        committed = self.checkpoints.commit(staging, self.state)
+        if self.config.keep_checkpoints is not None:
+            self.checkpoints.prune(self.config.keep_checkpoints)
+        return committed
 
     def checkpointed(self) -> list[tuple[str, str]]:
         """The roles of this run a checkpoint holds, each with its folder (`CHECKPOINTED`)."""

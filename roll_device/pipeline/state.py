@@ -91,6 +91,19 @@ class Checkpoints:
         (self.root / "latest.tmp").rename(self.root / "latest")
         return final
 
+    def prune(self, keep: int) -> list[Path]:
+        """Remove the committed checkpoints older than the newest `keep` up to the latest one (those
+        of later steps, left by a run resumed from an earlier checkpoint, are replaced as the run
+        reaches them); returns the removed folders."""
+        latest = self.latest_path()
+        if latest is None:
+            return []
+        newest = int(latest.name[5:])
+        older = [p for p in self.steps() if int(p.name[5:]) <= newest]
+        for path in older[keep:]:
+            shutil.rmtree(path)
+        return older[keep:]
+
     def latest_path(self) -> Path | None:
         """The folder `latest` names (unchecked, maybe missing), or None before the first commit."""
         marker = self.root / "latest"

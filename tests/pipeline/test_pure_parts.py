@@ -163,6 +163,29 @@ def test_checkpoints_commit_atomically_and_track_latest(tmp_path):
     assert not list(tmp_path.glob("checkpoints/.step_*"))
 
 
+def test_pruning_keeps_the_newest_checkpoints_up_to_the_latest(tmp_path):
+    checkpoints = Checkpoints(tmp_path)
+    for step in (1, 2, 3, 4, 5):
+        checkpoints.commit(checkpoints.staging_dir(step), PipelineState(step=step))
+    assert [p.name for p in checkpoints.prune(2)] == ["step_3", "step_2", "step_1"]
+    assert [p.name for p in checkpoints.steps()] == ["step_5", "step_4"]
+    # a run resumed from step 4 commits step 5 again, then 6: only the latest two are kept
+    checkpoints.commit(checkpoints.staging_dir(5), PipelineState(step=5))
+    checkpoints.commit(checkpoints.staging_dir(6), PipelineState(step=6))
+    checkpoints.prune(2)
+    assert [p.name for p in checkpoints.steps()] == ["step_6", "step_5"]
+    assert checkpoints.latest()[1].step == 6
+
+
+def test_pruning_leaves_the_later_steps_of_an_abandoned_run_to_be_replaced(tmp_path):
+    checkpoints = Checkpoints(tmp_path)
+    for step in (1, 2, 3, 4):
+        checkpoints.commit(checkpoints.staging_dir(step), PipelineState(step=step))
+    checkpoints.commit(checkpoints.staging_dir(2), PipelineState(step=2))  # resumed from step 1
+    assert [p.name for p in checkpoints.prune(1)] == ["step_1"]
+    assert [p.name for p in checkpoints.steps()] == ["step_4", "step_3", "step_2"]
+
+
 def test_a_state_carries_the_adapted_kl_coefficient_and_an_older_one_reads_without_it(tmp_path):
     ckpts = Checkpoints(tmp_path)
     ckpts.commit(ckpts.staging_dir(3), PipelineState(step=3, kl_coef=0.0123))
