@@ -3,8 +3,9 @@ model directory (safetensors weights, config.json, tokenizer) from a checkpoint 
 for transformers, vLLM or any HF tool.
 
 The source is a run directory (its latest checkpoint), a `checkpoints/step_<N>` folder, or that
-folder's `policy/` (the trainer's own files); a PPO run's `critic/` is refused as such. The model the run started from (its config and
-tokenizer) is the run's `model` section (the run directory's config.yaml), or `--model`.
+folder's `policy/` (the trainer's own files); a PPO run's `critic/` is refused as such. The model
+the run started from (its config and tokenizer) is the run's `model` section (the run directory's
+config.yaml), or `--model`.
 
 The input is checked as `run resume=true` checks it, before torch loads: a committed checkpoint's
 files against its manifest (sizes and CRC32s; a damaged one is named, with the newest complete

@@ -6,13 +6,14 @@ rules across sections), and check what can be checked before Ray or any worker s
   names the key, the bad value and what to do.
 - the run's plan on a cluster whose nodes are known before Ray (`plan_here`, pipeline/run_plan.py)
   is made once by the command and handed to the checks below (None elsewhere).
-- `check_before_start(config, run_dir, plan)`: what only the machine that runs the job can check (the
-  data files and the reward's module, the model directory, the trackers' packages and what they can check of their settings (`logger`), the
-  checkpoint a resumed run continues from, or for a new run that its folder holds no checkpoints
-  unless `overwrite=true`, the roles on a cluster of this machine alone, a submitted job's folder
-  outside Ray's copy of the checkout), then the run's folder is made; returns where a resumed run continues (None: afresh). A resumed run is checked against the
-  configuration that wrote its checkpoints (the run directory's `config.yaml`): the same trainer,
-  model-parallel layout and LoRA adapters.
+- `check_before_start(config, run_dir, plan)`: what only the machine that runs the job can check
+  (the data files and the reward's module, the model directory, the trackers' packages and what they
+  can check of their settings (`logger`), the checkpoint a resumed run continues from, or for a new
+  run that its folder holds no checkpoints unless `overwrite=true`, the roles on a cluster of this
+  machine alone, a submitted job's folder outside Ray's copy of the checkout), then the run's folder
+  is made; returns where a resumed run continues (None: afresh). A resumed run is checked against
+  the configuration that wrote its checkpoints (the run directory's `config.yaml`): the same
+  trainer, model-parallel layout and LoRA adapters.
 - `check_same_model(config, model_path, run_dir)`: once the model is on disk, a resumed run's model
   has the shapes of the one its checkpoints were written from.
 - `check_model(config, model_path, plan)`: once the model is on disk, what it allows with each
