@@ -1,11 +1,12 @@
 """Prompt text -> token ids for the rollout engines, and the ids that end a response.
 
 With `model.chat_template` on (the default) and a tokenizer that has a chat template (instruct
-models), a prompt is sent as one user message rendered by that template with the generation
-prompt appended, as ROLL and verl do; otherwise it is the tokenizer's BOS token (if any) and the
-raw text. A prompt the data gives as chat messages (roll_device/inputs/fields.py) is rendered by
-the template as it is; without a template it is refused. Responses stop at the tokenizer's EOS and at every EOS id of the model's
-`generation_config.json` (chat models end turns with their own token, e.g. `<|im_end|>`).
+models), a prompt is sent as one user message rendered by that template with the generation prompt
+appended, as ROLL and verl do; otherwise it is the tokenizer's BOS token (if any) and the raw text.
+A prompt the data gives as chat messages (roll_device/inputs/fields.py) is rendered by the template
+as it is; without a template it is refused. Responses stop at the tokenizer's EOS and at every EOS
+id of the model's `generation_config.json` (chat models end turns with their own token, e.g.
+`<|im_end|>`).
 
 A tokenizer with an unknown token (the tiny character tokenizer's is `<pad>`; byte-level ones have
 none) turns characters it does not know into that token, which decodes to nothing: the model never
