@@ -69,7 +69,8 @@ class MetricsLog:
     def figure(self, title: str, with_kl: bool):
         """Reward (and eval pass@1); KL to the reference where one runs (`with_kl`; without one its
         KL is no measurement, so the panel is left out); the critic's value loss and explained
-        variance where a critic trained; the turns and tool calls of multi-turn rollouts; seconds per step; whole-number step ticks."""
+        variance where a critic trained; the turns and tool calls of multi-turn rollouts; seconds
+        per step; whole-number step ticks."""
         import matplotlib
 
         matplotlib.use("Agg")
