@@ -119,20 +119,27 @@ class AlgorithmSettings(Section):
         )
 
 
+def group_refusal(algo: AlgorithmSettings) -> str | None:
+    """One sample a prompt with an estimator, or dynamic sampling, that compares a prompt's samples."""
+    if algo.samples_per_prompt >= 2 or not (algo.advantage in GROUP_ESTIMATORS or algo.dynamic_sampling):
+        return None
+    compares = (
+        "algorithm.dynamic_sampling=true"
+        if algo.dynamic_sampling
+        else f"algorithm.advantage={algo.advantage}"
+    )
+    takes_one = ", ".join(name for name in ADVANTAGES.names() if name not in GROUP_ESTIMATORS)
+    return (
+        f"algorithm.samples_per_prompt={algo.samples_per_prompt}: {compares} compares the samples of one "
+        f"prompt: use 2 or more (one sample a prompt suits {takes_one})"
+    )
+
+
 def algorithm_refusals(algo: AlgorithmSettings) -> list[str]:
     """What does not apply to the chosen estimator and loss, each as its one-line refusal."""
     refusals = []
-    if algo.samples_per_prompt < 2 and (algo.advantage in GROUP_ESTIMATORS or algo.dynamic_sampling):
-        compares = (
-            "algorithm.dynamic_sampling=true"
-            if algo.dynamic_sampling
-            else f"algorithm.advantage={algo.advantage}"
-        )
-        takes_one = ", ".join(name for name in ADVANTAGES.names() if name not in GROUP_ESTIMATORS)
-        refusals.append(
-            f"algorithm.samples_per_prompt={algo.samples_per_prompt}: {compares} compares the samples of one "
-            f"prompt: use 2 or more (one sample a prompt suits {takes_one})"
-        )
+    if (groups := group_refusal(algo)) is not None:
+        refusals.append(groups)
     if not algo.norm_std and algo.advantage != "grpo":
         refusals.append(
             f"algorithm.norm_std=false applies to algorithm.advantage=grpo only (got {algo.advantage}): "
