@@ -85,8 +85,10 @@ BAD_VALUES = [
     (["algorithm.max_new_tokens=many"], "algorithm.max_new_tokens='many': input should be a valid integer"),
     (
         ["algorithm.samples_per_prompt=1"],
-        "algorithm.samples_per_prompt=1: algorithm.advantage=grpo compares the samples of one prompt: use 2 "
-        "or more (one sample a prompt suits gae, reinforce_pp)",
+        (
+            "algorithm.samples_per_prompt=1: algorithm.advantage=grpo compares the samples of one prompt: "
+            "use 2 or more (one sample a prompt suits gae, reinforce_pp)"
+        ),
     ),
     (
         ["algorithm=dapo", "algorithm.samples_per_prompt=1"],
