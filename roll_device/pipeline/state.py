@@ -70,6 +70,11 @@ def read_state(path: Path) -> PipelineState:
 ResumePoint = tuple[Path, PipelineState]
 
 
+def _step_number(path: Path) -> int:
+    """N of a `step_<N>` checkpoint folder."""
+    return int(path.name[5:])
+
+
 class Checkpoints:
     def __init__(self, run_dir: Path) -> None:
         self.root = Path(run_dir) / "checkpoints"
@@ -98,8 +103,7 @@ class Checkpoints:
         latest = self.latest_path()
         if latest is None:
             return []
-        newest = int(latest.name[5:])
-        older = [p for p in self.steps() if int(p.name[5:]) <= newest]
+        older = [p for p in self.steps() if _step_number(p) <= _step_number(latest)]
         for path in older[keep:]:
             shutil.rmtree(path)
         return older[keep:]
@@ -117,7 +121,7 @@ class Checkpoints:
     def steps(self) -> list[Path]:
         """Committed checkpoint folders, newest first."""
         found = [p for p in self.root.glob("step_*") if p.is_dir() and p.name[5:].isdigit()]
-        return sorted(found, key=lambda p: int(p.name[5:]), reverse=True)
+        return sorted(found, key=_step_number, reverse=True)
 
     def problem(self, path: Path) -> str | None:
         """Why checkpoint `path` cannot be resumed from (a missing, truncated or changed file,

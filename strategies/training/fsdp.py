@@ -118,9 +118,9 @@ class FsdpTrainStrategy(TrainStrategy):
 
     @classmethod
     def check_model(cls, platform: Platform | None, settings: FsdpSettings, model_path: str) -> None:
-        """An attention kernel transformers knows; packing needs one that takes packed rows; recomputation a model class
-        that supports gradient checkpointing; the router's load-balancing loss and routing replay a
-        router."""
+        """An attention kernel transformers knows; packing needs one that takes packed rows;
+        recomputation a model class that supports gradient checkpointing; the router's
+        load-balancing loss and routing replay a router."""
         check_routing(settings, model_path)
         check_attention(settings.attn_implementation)
         if settings.packing and settings.attn_implementation not in PACKED_ATTENTION:
