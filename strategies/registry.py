@@ -22,14 +22,7 @@ STRATEGIES: dict[tuple[str, str], str] = {
     (TRAIN, "fsdp"): "strategies.training.fsdp:FsdpTrainStrategy",
     (TRAIN, "megatron"): "strategies.training.megatron:MegatronTrainStrategy",
     (CRITIC, "fsdp"): "strategies.training.critic:FsdpCriticStrategy",
-}
-
-# (role type, name) pairs users ask for that no strategy serves yet: why not
-UNSERVED = {
-    (CRITIC, "megatron"): (
-        "has no critic (the Megatron trainer builds no value-head model, a GPTModel with a scalar "
-        "output layer, yet: run PPO with trainer=fsdp)"
-    ),
+    (CRITIC, "megatron"): "strategies.training.megatron_critic:MegatronCriticStrategy",
 }
 
 

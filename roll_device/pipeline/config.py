@@ -37,7 +37,7 @@ from roll_device.tracking.registry import check_names
 from roll_device.tracking.settings import ProfileSettings, TrackingSettings
 from strategies.base import CRITIC, INFERENCE, TRAIN
 from strategies.inference.settings import RolloutSettings
-from strategies.registry import UNSERVED, names, strategy_type
+from strategies.registry import names, strategy_type
 from strategies.training.settings import CriticSettings, TrainSettings
 
 REWARD = "reward"  # the role type of reward workers (the pipeline's own, no strategy registry)
@@ -241,9 +241,9 @@ class RunConfig(Section):
                 )
             return
         if spec.strategy not in names(role_type):
-            why = UNSERVED.get((role_type, spec.strategy), f"is unknown for {role_type}")
             raise ConfigError(
-                f"roles.{role}.strategy='{spec.strategy}' {why}: choose one of {', '.join(names(role_type))}"
+                f"roles.{role}.strategy='{spec.strategy}' is unknown for {role_type}: choose one of "
+                f"{', '.join(names(role_type))}"
             )
         section = SECTION_OF[role_type]
         configured = getattr(self, section).name

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,7 +32,6 @@ from strategies.training.common import (
     StepAccounting,
     TrainerStateError,
     check_model_path,
-    checkpoint_cause,
     export_tensor,
     plan_micro_batches,
     refuse_non_finite,
@@ -45,13 +43,12 @@ from strategies.training.distributed import (
     release_process_group,
 )
 from strategies.training.hf_weights import HfWeights
+from strategies.training.megatron_checkpoints import MegatronCheckpoints
 from strategies.training.megatron_groups import join_parallel_state, leave_parallel_state
 from strategies.training.megatron_routing import ReplayedRouters, RouterTaps
 from strategies.training.megatron_stages import PipelineStages
 from strategies.training.routing import check_routing
 from strategies.training.settings import MegatronSettings
-
-TRAINER_STATE = "trainer_state.pt"
 
 
 def _in_scope(method):
@@ -65,11 +62,13 @@ def _in_scope(method):
     return wrapper
 
 
-class MegatronTrainStrategy(TrainStrategy):
+class MegatronTrainStrategy(MegatronCheckpoints, TrainStrategy):
     """Megatron-core GPT training, tensor x pipeline x data parallel, expert parallel for MoE layers."""
 
     settings_cls = MegatronSettings
     exports_shards = True
+    update_name = "policy update"  # what a refused update says it was
+    balances_routers = True  # a mixture of experts' load-balancing loss and routing metrics
 
     @classmethod
     def serves(cls, platform: Platform) -> bool:
@@ -106,7 +105,7 @@ class MegatronTrainStrategy(TrainStrategy):
 
         self.settings = settings
         check_model_path(model_path)
-        self.plan = megatron_model.describe(AutoConfig.from_pretrained(model_path), self.settings)
+        self.plan = self._describe(AutoConfig.from_pretrained(model_path))
         hf_weights = HfWeights(model_path)
         self._scope = megatron_compat.prepare(self.platform, self._mindspeed_options())
         self._owns_group = ensure_process_group(self.platform)
@@ -121,6 +120,14 @@ class MegatronTrainStrategy(TrainStrategy):
         self.turn = HostTurn(self.platform)
         with self._scope():
             self._build(hf_weights)
+
+    def _describe(self, hf_config) -> megatron_model.ModelPlan:
+        """The model this trainer builds from `hf_config` (checked against the layout)."""
+        return megatron_model.describe(hf_config, self.settings)
+
+    def _new_model(self, config) -> Any:
+        """This pipeline stage's GPTModel, its weights not yet loaded."""
+        return megatron_model.build(self.plan, config, self.stages.is_first, self.stages.is_last)
 
     def _mindspeed_options(self) -> dict[str, Any]:
         s = self.settings
@@ -141,7 +148,7 @@ class MegatronTrainStrategy(TrainStrategy):
         self._join_groups()
         compute = s.param_dtype_name(self.platform)
         config = megatron_model.transformer_config(self.plan, s, compute, s.recompute_on(self.platform))
-        model = megatron_model.build(self.plan, config, self.stages.is_first, self.stages.is_last)
+        model = self._new_model(config)
         megatron_weights.load_into(
             dict(model.named_parameters()),
             hf_weights,
@@ -153,7 +160,8 @@ class MegatronTrainStrategy(TrainStrategy):
         )
         self.gpt = model
         moe = self.plan.moe
-        self.router_taps = RouterTaps(model, moe.num_experts, moe.top_k) if moe else None
+        balances = moe is not None and self.balances_routers
+        self.router_taps = RouterTaps(model, moe.num_experts, moe.top_k) if balances else None
         self.replay = ReplayedRouters(model) if moe and s.routing_replay else None
         if compute == "bf16":  # bf16 compute weights; the optimizer keeps fp32 master copies
             model = Float16Module(config, model)
@@ -229,10 +237,9 @@ class MegatronTrainStrategy(TrainStrategy):
 
     # ---- forward ------------------------------------------------------------------------
     def _micro_forward(self, model, micro: TrainBatch) -> torch.Tensor:
-        """Per-token logprobs on the last pipeline stage; the hidden states it passes on elsewhere
-        (a stage after the first takes its input from the previous stage, not from `ids`)."""
-        from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
-
+        """Per-token outputs (`_per_token`) on the last pipeline stage; the hidden states it passes
+        on elsewhere (a stage after the first takes its input from the previous stage, not from
+        `ids`)."""
         ids = micro.input_ids.to(self.device)
         positions = torch.arange(ids.shape[1], device=self.device).unsqueeze(0).expand_as(ids)
         # causal (rows are right-padded); the mask is passed, not left to Megatron's default, which
@@ -240,8 +247,12 @@ class MegatronTrainStrategy(TrainStrategy):
         # the CPU redirects (roll_device/compat)
         causal = torch.ones(ids.shape[1], ids.shape[1], dtype=torch.bool, device=self.device).triu(1)
         output = model(ids, positions, attention_mask=causal[None, None])
-        if not self.stages.is_last:
-            return output
+        return self._per_token(output, ids, micro) if self.stages.is_last else output
+
+    def _per_token(self, output: torch.Tensor, ids: torch.Tensor, micro: TrainBatch) -> torch.Tensor:
+        """(B, T) logprobs of `micro`'s tokens from the last stage's vocabulary-parallel logits."""
+        from megatron.core.tensor_parallel import vocab_parallel_cross_entropy
+
         next_token = -vocab_parallel_cross_entropy(output.float(), shifted_labels(ids))
         return align_to_tokens(next_token, micro.attention_mask.to(self.device))
 
@@ -319,7 +330,8 @@ class MegatronTrainStrategy(TrainStrategy):
         apply NaN gradients in bf16 and fp32. The norm is read first with the optimizer's own public
         steps (`prepare_grads` copies the gradients to the main ones, again in `step`: a copy)."""
         self.optimizer.prepare_grads()
-        refuse_non_finite(loss, float(self.optimizer.get_grad_norm()))  # the next step zeroes the grads
+        # the next step zeroes the grads
+        refuse_non_finite(loss, float(self.optimizer.get_grad_norm()), self.update_name)
         _, grad_norm, _ = self.optimizer.step()
         return grad_norm
 
@@ -405,91 +417,6 @@ class MegatronTrainStrategy(TrainStrategy):
 
     def reload(self) -> None:
         self.turn.restore()
-
-    # ---- checkpoints ----------------------------------------------------------------------
-    def _inner_optimizers(self) -> list[torch.optim.Optimizer]:
-        chained = getattr(self.optimizer, "chained_optimizers", [self.optimizer])
-        return [wrapper.optimizer for wrapper in chained]
-
-    def _layout(self) -> dict[str, int]:
-        return {
-            "tensor_parallel": self.settings.tensor_parallel,
-            "pipeline_parallel": self.stages.size,
-            "data_parallel": self.data_parallel_size,
-            "expert_parallel": self.experts.size,  # expert tensor parallel: 1 (refused above)
-        }
-
-    def _model_state(self) -> dict[str, torch.nn.Parameter]:
-        """The model's parameters under checkpoint keys, `model.pp<S>.tp<T>.<name>`; an expert's
-        under its global index and its expert-tensor-parallel rank, so that expert-parallel ranks
-        write distinct keys and the model reads back as one of expert_parallel=1."""
-        state = {}
-        for name, param in self.gpt.named_parameters():
-            expert = megatron_weights.LOCAL_EXPERT.search(name) is not None
-            tp_rank = self.experts.tp_rank if expert else self.tp_rank
-            global_name = megatron_weights.global_expert_name(name, self.plan.shape, self.experts)
-            state[f"model.pp{self.stages.rank}.tp{tp_rank}.{global_name}"] = param
-        return state
-
-    def _optimizer_prefix(self) -> str:
-        return f"optimizer.pp{self.stages.rank}.tp{self.tp_rank}.dp{self.data_parallel_rank}."
-
-    def save_checkpoint(self, directory: str) -> None:
-        """torch.distributed.checkpoint of each (pipeline stage, tensor-parallel rank)'s model
-        shard and each rank's optimizer shard (its master parameters and Adam state), plus the
-        step count. Reloading needs the same tensor-, pipeline- and data-parallel sizes."""
-        import torch.distributed.checkpoint as dcp
-
-        optim_prefix = self._optimizer_prefix()
-        state = self._model_state()
-        for c, inner in enumerate(self._inner_optimizers()):
-            params = [p for group in inner.param_groups for p in group["params"]]
-            for index, entry in inner.state_dict()["state"].items():
-                state[f"{optim_prefix}{c}.{index}.param"] = params[index]
-                state.update({f"{optim_prefix}{c}.{index}.{k}": v for k, v in entry.items()})
-        with checkpoint_cause():
-            dcp.save(state, checkpoint_id=directory)
-        if dist.get_rank() == 0:
-            torch.save({"steps": self.steps, **self._layout()}, Path(directory) / TRAINER_STATE)
-        dist.barrier()
-
-    def load_checkpoint(self, directory: str) -> None:
-        import torch.distributed.checkpoint as dcp
-
-        path = Path(directory) / TRAINER_STATE
-        if not path.is_file():
-            raise ConfigError(
-                f"'{directory}' holds no Megatron trainer checkpoint ({TRAINER_STATE} missing): pass a "
-                "directory written by save_checkpoint"
-            )
-        saved = torch.load(path, weights_only=True)
-        written = {k: saved.get(k, 1) for k in self._layout()}
-        if written != self._layout():
-            raise ConfigError(
-                f"checkpoint '{directory}' was written with the layout {written}; this trainer runs "
-                f"{self._layout()}: reload it with the same layout"
-            )
-        reader = dcp.FileSystemReader(directory)
-        stored = reader.read_metadata().state_dict_metadata
-        optim_prefix = self._optimizer_prefix()
-        state: dict[str, Any] = self._model_state()
-        for key, meta in stored.items():
-            if key.startswith(optim_prefix):
-                state[key] = torch.empty(meta.size, dtype=meta.properties.dtype)
-        with checkpoint_cause():
-            dcp.load(state, storage_reader=reader)
-        for c, inner in enumerate(self._inner_optimizers()):
-            params = [p for group in inner.param_groups for p in group["params"]]
-            entries: dict[int, dict[str, Any]] = {}
-            for key, value in state.items():
-                if key.startswith(f"{optim_prefix}{c}."):
-                    index, name = key[len(f"{optim_prefix}{c}.") :].split(".", 1)
-                    entries.setdefault(int(index), {})[name] = value
-            with torch.no_grad():
-                for index, entry in entries.items():
-                    params[index].copy_(entry.pop("param"))
-            inner.load_state_dict({"state": entries, "param_groups": inner.state_dict()["param_groups"]})
-        self.steps = saved["steps"]
 
     def shutdown(self) -> None:
         if getattr(self, "model", None) is None:

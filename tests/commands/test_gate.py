@@ -218,13 +218,6 @@ ALGORITHM_REFUSALS = [
         ["algorithm.lam=0.95"],
         "algorithm.lam applies to algorithm.advantage=gae only (got grpo): set algorithm.lam=null",
     ),
-    (
-        ["algorithm=ppo", "trainer=megatron"],
-        (
-            "roles.critic.strategy='megatron' has no critic (the Megatron trainer builds no value-head model, "
-            "a GPTModel with a scalar output layer, yet: run PPO with trainer=fsdp): choose one of fsdp"
-        ),
-    ),
     (["algorithm=ppo", "algorithm.value_clip=0"], "algorithm.value_clip=0: input should be greater than 0"),
     (
         ["algorithm.policy_loss=sapo"],

@@ -58,3 +58,24 @@ def test_ppo_raises_the_reward_its_critic_learns_and_both_resume_from_a_checkpoi
     resumed = _records(run_dir)[30:]
     assert [r["step"] for r in resumed] == [31, 32]
     assert all(r["critic_value_loss"] == r["critic_value_loss"] for r in resumed), "a finite critic update"
+
+
+@pytest.mark.slow
+def test_ppo_on_megatron_pipeline_stages_trains_its_critic_and_resumes(tmp_path, shared_cluster):
+    """The policy and its critic on 2 Megatron pipeline stages each: the critic learns the returns
+    and resumes from its own checkpoint."""
+    overrides = (
+        *shared_cluster,
+        "algorithm=ppo",
+        "trainer=megatron",
+        "trainer.pipeline_parallel=2",
+        "roles.actor_train.num_devices=2",
+        "rollout=hf",
+        "save_every=4",
+    )
+    run_dir = run_checked(run_config(*overrides, "max_steps=8"), tmp_path / "run")
+    losses = [r["critic_value_loss"] for r in _records(run_dir)]
+    assert sum(losses[-3:]) < sum(losses[:3]), f"the critic did not learn the returns: {losses}"
+    assert (run_dir / "checkpoints" / "step_8" / "critic").is_dir()
+    run_checked(run_config(*overrides, "max_steps=9", "resume=true"), run_dir)
+    assert [r["step"] for r in _records(run_dir)][-2:] == [8, 9]

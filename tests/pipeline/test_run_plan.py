@@ -119,6 +119,16 @@ def test_ppos_critic_is_a_role_of_the_plan_on_the_trainers_devices():
     )  # else the trainer's
 
 
+def test_a_megatron_policys_critic_is_megatrons_on_as_many_devices_as_the_trainer():
+    config = run_config(
+        "algorithm=ppo", "trainer=megatron", "trainer.pipeline_parallel=2", "roles.actor_train.num_devices=2"
+    )
+    plan = build_run_plan(config, HOST)
+    assert plan.strategy("critic").__name__ == "MegatronCriticStrategy"
+    assert config.roles.critic.num_devices == 2, "the critic follows roles.actor_train.num_devices"
+    assert plan.placement.colocated("critic", "actor_train")
+
+
 def test_on_the_simulated_cluster_the_critic_runs_on_the_cpu_beside_an_npu_trainer():
     config = run_config(
         "cluster=sim",

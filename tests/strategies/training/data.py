@@ -33,3 +33,15 @@ def concat(batches: list[TrainBatch]) -> TrainBatch:
     for name, value in vars(batches[0]).items():
         fields[name] = torch.cat([getattr(b, name) for b in batches]) if value is not None else None
     return TrainBatch(**fields)
+
+
+def fixed_batch() -> TrainBatch:
+    """4 rows of a 3-token prompt and responses of different lengths (one padded), a target of 1
+    on every response token."""
+    ids = torch.randint(3, 20, (4, 10), generator=torch.Generator().manual_seed(2))
+    attention = torch.ones(4, 10, dtype=torch.long)
+    attention[1, 7:] = 0
+    response = torch.zeros(4, 10)
+    response[:, 3:] = 1
+    response *= attention
+    return TrainBatch(ids, attention, response, returns=response.clone())

@@ -13,6 +13,7 @@ from strategies.registry import strategy_class
 from strategies.training.critic import FsdpCriticStrategy, explained_variance, value_loss
 from strategies.training.hf_weights import HfWeights
 from tests.configs import trainer_settings
+from tests.strategies.training.data import fixed_batch
 
 CLIP = 0.2
 
@@ -50,18 +51,6 @@ def test_explained_variance_is_one_minus_the_residuals_share():
 def test_registered_for_every_kind():
     for kind in ("cuda", "rocm", "npu", "cpu"):
         assert strategy_class("critic", "fsdp", kind) is FsdpCriticStrategy
-
-
-def fixed_batch() -> TrainBatch:
-    """4 rows of a 3-token prompt and responses of different lengths (one padded), a target of 1
-    on every response token."""
-    ids = torch.randint(3, 20, (4, 10), generator=torch.Generator().manual_seed(2))
-    attention = torch.ones(4, 10, dtype=torch.long)
-    attention[1, 7:] = 0
-    response = torch.zeros(4, 10)
-    response[:, 3:] = 1
-    response *= attention
-    return TrainBatch(ids, attention, response, returns=response.clone())
 
 
 @pytest.fixture(scope="module")
