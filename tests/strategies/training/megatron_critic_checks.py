@@ -111,3 +111,8 @@ def two_ranks(rank: int, critic_path: str, tensor_parallel: int, pipeline_parall
     out["world"] = dist.get_world_size()
     critic.shutdown()
     return out
+
+
+def on_the_device(critic_path: str) -> dict:
+    """`against_fsdp` on this process's platform (a GPU's), fp32 compute."""
+    return {"platform": rd.current_platform().name, **against_fsdp(critic_path, mixed_precision="fp32")}

@@ -1,17 +1,22 @@
 """PPO's critic on megatron-core (strategies/training/megatron_critic.py) on the CPU: in one
 process against the FSDP critic (dense and a mixture of experts), from a causal LM and from a
 critic's checkpoint, through a checkpoint round trip; on two gloo ranks of one model replica
-against transformers' critic model."""
+against transformers' critic model; on a GPU (gpu-marked), against the FSDP critic there."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
+import torch
 
 from strategies.registry import strategy_class
 from strategies.training.local_ranks import run_ranks
 from strategies.training.megatron_critic import MegatronCriticStrategy
 from tests.isolated import run_isolated
 from tests.strategies.training.megatron_critic_checks import make_critic_checkpoint
+
+CHECKS = "tests.strategies.training.megatron_critic_checks"
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +28,7 @@ def critic_path(tiny_model_path, tmp_path_factory):
 def single_process(tiny_model_path, critic_path, tiny_moe_path, tmp_path_factory):
     checkpoint = str(tmp_path_factory.mktemp("megatron-critic-checkpoint"))
     return run_isolated(
-        "tests.strategies.training.megatron_critic_checks:single_process",
+        f"{CHECKS}:single_process",
         tiny_model_path,
         critic_path,
         tiny_moe_path,
@@ -71,9 +76,20 @@ def test_one_replica_over_two_ranks_values_as_transformers_and_steps_as_one_rank
 ):
     """Tensor parallel: the head whole on both ranks; pipeline parallel: on the last stage only.
     Their steps' losses are the one-rank FSDP critic's on the same rows."""
-    ranks = run_ranks("tests.strategies.training.megatron_critic_checks:two_ranks", 2, critic_path, *layout)
+    ranks = run_ranks(f"{CHECKS}:two_ranks", 2, critic_path, *layout)
     one_rank = [step["loss"] for step in single_process["dense"]["fsdp_steps"]]
     for rank in ranks:
         assert rank["world"] == 2
         assert rank["values_diff"] < 1e-5
         assert rank["losses"] == pytest.approx(one_rank, rel=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU")
+@pytest.mark.skipif(importlib.util.find_spec("megatron") is None, reason="megatron-core is not installed")
+def test_on_a_gpu_the_megatron_critic_equals_the_fsdp_critic(critic_path):
+    out = run_isolated(f"{CHECKS}:on_the_device", critic_path)
+    assert out["platform"] in ("cuda", "rocm")
+    assert out["first_values_diff"] < 1e-4 and out["values_diff_after"] < 1e-4
+    for fsdp, megatron in zip(out["fsdp_steps"], out["megatron_steps"], strict=True):
+        assert megatron["loss"] == pytest.approx(fsdp["loss"], rel=1e-4)
