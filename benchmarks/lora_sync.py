@@ -5,8 +5,8 @@ Both trainers are the FSDP2 strategy on one rank (full: every parameter; LoRA: `
 rank `--rank` on every linear layer); the engine is the HF rollout strategy (bfloat16, as the
 pipeline's export casts), fed by a real `WeightSender` / `WeightReceiver` pair over host shared
 memory (the same-host bridge) in this process, with verification on. A full sync sends every
-tensor; a LoRA run's first sync sends the base and the adapters, every later one the adapters
-alone, which the engine merges into its weights. Rounds alternate full and LoRA syncs, so both see
+tensor; a LoRA run's every sync the adapters alone (the engine loaded the frozen base from the
+checkpoint), which the engine merges into its weights. Rounds alternate full and LoRA syncs, so both see
 the same machine load; medians are reported, with each side's bytes and the LoRA/full ratios.
 Then each trainer's step time (alternating rounds again) and what training holds beyond the
 model: trainable parameters and Adam's state.
@@ -65,11 +65,11 @@ class Pair:
         _together(self.sender.connect, self.receiver.connect)
         self.version = 0
 
-    def sync(self, adapters_only: bool) -> dict:
-        """One sync (the adapters alone when `adapters_only`): its bytes and seconds."""
+    def sync(self) -> dict:
+        """One sync (a LoRA trainer's: the adapters alone): its bytes and seconds."""
         self.version += 1
         self.merge_s = 0.0
-        export = self.trainer.export_adapters if adapters_only else self.trainer.export_weights
+        export = self.trainer.export_adapters if self.trainer.lora else self.trainer.export_weights
         named = export(dtype=ENGINE_DTYPE, snapshot=False, to_rank=0)
         start = time.perf_counter()
         stats = _together(
@@ -129,11 +129,10 @@ def measure(model: str, rank: int, rounds: int, step_rounds: int) -> dict:
     pairs = {"full": Pair(model, None), "lora": Pair(model, lora)}
     try:
         pairs["lora"].time_merges()
-        first = pairs["lora"].sync(adapters_only=False)
         runs = {side: [] for side in pairs}
         for _ in range(rounds):
             for side, pair in pairs.items():
-                runs[side].append(pair.sync(adapters_only=side == "lora"))
+                runs[side].append(pair.sync())
         steps = {side: [] for side in pairs}
         for _ in range(step_rounds):
             for side, pair in pairs.items():
@@ -154,18 +153,16 @@ def measure(model: str, rank: int, rounds: int, step_rounds: int) -> dict:
         "rank": rank,
         "rounds": rounds,
         "step_rounds": step_rounds,
-        "lora_first": first,
         **result,
         "merge_share": share,
     }
 
 
 def section(result: dict, layers: int) -> str:
-    full, lora, first = result["full"], result["lora"], result["lora_first"]
+    full, lora = result["full"], result["lora"]
     rows = [
         ("full parameters, every sync", full),
-        ("LoRA, first sync (base + adapters)", first),
-        (f"LoRA rank {result['rank']}, every later sync (adapters)", lora),
+        (f"LoRA rank {result['rank']}, every sync (adapters)", lora),
     ]
     table = "\n".join(f"| {name} | {r['bytes'] / 2**20:,.2f} | {r['seconds']:.3f} |" for name, r in rows)
     return f"""## LoRA weight sync (`benchmarks/lora_sync.py`) - CPU only

@@ -7,6 +7,8 @@
   chat template (roll_device/inputs/prompts.py), and the text of the last one stands for the
   prompt where a string is needed (a reward function's `prompt`, an environment's task).
 - An answer is a string or a number (written as text).
+- A record's `data_source` and `extra_info` (verl's fields, where a record has them) go with its
+  sample to a reward function in verl's form (roll_device/inputs/rewards.py).
 
 Anything else (an empty prompt, a message without a role or text, a null or nested answer) is
 refused with the record, the key and what was found, before Ray starts.
@@ -18,8 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from roll_device.errors import ConfigError
+from roll_device.inputs.rewards import Scoring
 
 Messages = tuple[tuple[str, str], ...]  # (role, content) pairs
+VERL_FIELDS = ("data_source", "extra_info")  # a record's fields verl's reward functions take, if any
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,12 @@ class Sample:
     prompt: str  # the prompt's text (with chat messages: the last message's)
     answer: str | None  # the reference answer; None for toy tasks (their rule needs none)
     messages: Messages | None = None  # the prompt's chat messages, when the record gives a list
+    source: str | None = None  # the record's `data_source` (verl's), for its reward functions
+    extra: Any = None  # the record's `extra_info` (verl's), for its reward functions
+
+    def scoring(self, response: str) -> Scoring:
+        """What a reward function is given for `response` to this sample."""
+        return Scoring(self.prompt, response, self.answer, self.source, self.extra)
 
     def chat(self) -> list[dict[str, str]] | None:
         """The messages as a chat template takes them (None: a plain prompt)."""
@@ -44,7 +54,8 @@ def to_samples(rows: list[dict], prompt_key: str, answer_key: str, where: str) -
         prompt = record.field(prompt_key, "prompt_key")
         answer = record.field(answer_key, "answer_key")
         text, messages = record.prompt(prompt, prompt_key)
-        samples.append(Sample(text, record.answer(answer, answer_key), messages))
+        source, extra = row.get(VERL_FIELDS[0]), row.get(VERL_FIELDS[1])
+        samples.append(Sample(text, record.answer(answer, answer_key), messages, source, extra))
     return samples
 
 

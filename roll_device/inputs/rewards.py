@@ -4,24 +4,34 @@
 - `math`: the final answer (in `\\boxed{}`, or after `####` as GSM8K writes it, else the whole
   response) equals the reference by the `math-verify` library's parsing and comparison;
 - `exact`: the final answers are the same string, spaces collapsed;
-- a dotted path `package.module.function` (or `package.module:function`) to a user function
-  `function(prompt: str, response: str, answer: str | None) -> float`, importable on the reward
-  workers. A user function that raises, or returns NaN, an infinity or a number beyond float32's
-  range (rewards are float32 tensors), ends the run with a `RewardFunctionError` that shows the
-  offending sample, before the step trains on it.
+- a dotted path `package.module.function` (or `package.module:function`) to a user function,
+  importable on the reward workers, in either of two forms (`caller` tells them apart by the
+  function's parameters, once, before Ray starts):
+  - this project's `function(prompt: str, response: str, answer: str | None) -> float`;
+  - verl's `compute_score(data_source, solution_str, ground_truth, extra_info=None)`, called by
+    keyword as verl calls it, with the record's `data_source` and `extra_info` fields (verl's
+    prepared datasets carry both; None where a record has none). It returns a number, or verl's
+    dict whose `score` is the reward (its other entries are not recorded).
+  A user function that raises, or returns NaN, an infinity or a number beyond float32's range
+  (rewards are float32 tensors), ends the run with a `RewardFunctionError` that shows the offending
+  sample, before the step trains on it.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from roll_device.errors import ConfigError, RollDeviceError
 from roll_device.inputs.tasks import get_task
 from roll_device.naming import resolve_named
 
 RewardFunction = Callable[[str, str, "str | None"], float]
+VERL_PARAMETERS = ("data_source", "solution_str", "ground_truth")  # verl's compute_score takes these
 GSM8K_MARK = "####"
 SHOWN_CHARS = 200  # of each field of a failing sample
 FLOAT32_MAX = 3.4028234663852886e38  # a larger reward becomes inf in the step's float32 tensor
@@ -71,7 +81,48 @@ def resolve_reward(function: str | None, task: str) -> RewardFunction:
     found = resolve_named(function, BUILT_IN, "reward.function", "reward workers")
     if not callable(found):
         raise ConfigError(f"reward.function='{function}' names {type(found).__name__}, not a function")
+    caller(found, function)  # a function of neither form is refused here
     return found
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """What a reward function is given for one response: the prompt's text, the response, the
+    reference answer, and the record's `data_source` and `extra_info` (verl's; None without)."""
+
+    prompt: str
+    response: str
+    answer: str | None
+    source: str | None = None
+    extra: Any = None
+
+
+def caller(reward: Callable, name: str) -> Callable[[Scoring], Any]:
+    """How `reward` (`reward.function`'s `name`) is called on a `Scoring`: verl's
+    `compute_score` by keyword (`extra_info` where it takes it), any other with (prompt, response,
+    answer); a function that takes neither is a ConfigError."""
+    try:
+        signature = inspect.signature(reward)
+    except (TypeError, ValueError):  # a builtin without a signature: called as ours
+        return lambda s: reward(s.prompt, s.response, s.answer)
+    if all(p in signature.parameters for p in VERL_PARAMETERS):
+        with_extra = "extra_info" in signature.parameters or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()
+        )
+        return lambda s: reward(
+            data_source=s.source,
+            solution_str=s.response,
+            ground_truth=s.answer,
+            **({"extra_info": s.extra} if with_extra else {}),
+        )
+    try:
+        signature.bind("prompt", "response", "answer")
+    except TypeError:
+        raise ConfigError(
+            f"reward.function='{name}' takes {signature}: a reward function takes (prompt, response, "
+            "answer), or verl's (data_source, solution_str, ground_truth, extra_info=None)"
+        ) from None
+    return lambda s: reward(s.prompt, s.response, s.answer)
 
 
 def _shown(text: str | None) -> str:
@@ -79,11 +130,21 @@ def _shown(text: str | None) -> str:
     return repr(text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "...")
 
 
-def score_sample(name: str, reward: RewardFunction, prompt: str, response: str, answer: str | None) -> float:
-    """`reward` on one sample as a finite float; a failure names the function and shows the sample."""
-    sample = f"the sample prompt={_shown(prompt)} response={_shown(response)} answer={_shown(answer)}"
+def _number(value: Any) -> float:
+    """A reward function's result as a float: a number, or verl's dict's `score`."""
+    if isinstance(value, dict):
+        if "score" not in value:
+            raise KeyError(f"its dict has no 'score' (keys: {', '.join(map(str, value))})")
+        value = value["score"]
+    return float(value)
+
+
+def score_sample(name: str, call: Callable[[Scoring], Any], item: Scoring) -> float:
+    """`call` (a `caller`) on one sample as a finite float; a failure names the function and shows
+    the sample."""
+    sample = f"the sample prompt={_shown(item.prompt)} response={_shown(item.response)} answer={_shown(item.answer)}"
     try:
-        value = float(reward(prompt, response, answer))
+        value = _number(call(item))
     except Exception as exc:  # noqa: BLE001 (a user function may raise anything: shown with its sample)
         raise RewardFunctionError(
             f"reward.function='{name}' failed with {type(exc).__name__}: {exc} on {sample}"

@@ -180,10 +180,7 @@ class GrpoStep:
     def score(self, samples: list[Sample], completions: list[Completion]) -> list[float]:
         """One reward per completion from the `reward` workers (sent as text, decoded here)."""
         responses = self.encoder.decode([c.token_ids for c in completions])
-        items = [
-            (samples[c.prompt_index].prompt, text, samples[c.prompt_index].answer)
-            for c, text in zip(completions, responses)
-        ]
+        items = [samples[c.prompt_index].scoring(text) for c, text in zip(completions, responses)]
         scored = self.roles.scatter(
             "reward", RewardWorker.score, shard(items, self.roles.groups["reward"].world_size)
         )

@@ -6,20 +6,17 @@ process imports little beyond torch (through the platform) and starts in about a
 
 from __future__ import annotations
 
-from roll_device.inputs.rewards import resolve_reward, score_sample
+from roll_device.inputs.rewards import Scoring, caller, resolve_reward, score_sample
 from roll_device.pipeline.worker_base import PipelineWorker
 from roll_device.tracking.phases import phase
 
 
 class RewardWorker(PipelineWorker):
-    """Rewards on the CPU: each (prompt, response text, answer) scored against its answer."""
+    """Rewards on the CPU: each response scored against its answer."""
 
     def setup(self, function: str | None, task: str, name: str) -> None:
-        self.reward, self.name = resolve_reward(function, task), name
+        self.call, self.name = caller(resolve_reward(function, task), name), name
 
     @phase("reward")
-    def score(self, items: list[tuple[str, str, str | None]]) -> list[float]:
-        return [
-            score_sample(self.name, self.reward, prompt, response, answer)
-            for prompt, response, answer in items
-        ]
+    def score(self, items: list[Scoring]) -> list[float]:
+        return [score_sample(self.name, self.call, item) for item in items]

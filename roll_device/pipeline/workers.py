@@ -155,7 +155,6 @@ class TrainWorker(PipelineWorker):
         gathers). Weights leave the trainer cast to the engine's `engine_dtype` (None: as trained;
         the engine casts)."""
         self.export_dtype = None if engine_dtype is None else getattr(torch, engine_dtype)
-        self.base_sent = False  # a new connection: the engines hold the model's own weights
         self.sharded = self.world_size > 1 and self.strategy.exports_shards and not self.strategy.lora
         host = ray.util.get_node_ip_address()
         share_for_one_copy(self.strategy, plan)
@@ -196,7 +195,8 @@ class TrainWorker(PipelineWorker):
             stats = self.sender.send(self._cast_slices(cast), version=version)
             release_host_heap()
             return {**asdict(stats), "cast_s": cast.seconds, "adapters_only": False}
-        adapters_only = self.strategy.lora and self.base_sent  # a LoRA base travels once
+        # a LoRA policy's frozen base is not sent: the engines loaded it from the same checkpoint
+        adapters_only = self.strategy.lora
         exporter = self.strategy.export_adapters if adapters_only else self.strategy.export_weights
         export = exporter(dtype=self.export_dtype, snapshot=False, to_rank=self.sender_rank)
         if self.sender is None:
@@ -204,7 +204,6 @@ class TrainWorker(PipelineWorker):
             stats = None
         else:
             stats = {**asdict(self.sender.send(export, version=version)), "adapters_only": adapters_only}
-        self.base_sent = True
         del export
         release_host_heap()
         return stats

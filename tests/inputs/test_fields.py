@@ -27,7 +27,8 @@ def test_a_verl_parquet_row_gives_its_messages_and_its_nested_ground_truth(tmp_p
     path = tmp_path / "train.parquet"
     pq.write_table(pa.Table.from_pylist([VERL_ROW]), path)
     [sample] = to_samples(read_records(path), "prompt", "reward_model.ground_truth", str(path))
-    assert sample == Sample("what is 3+4?", "7", (("system", "think step by step"), ("user", "what is 3+4?")))
+    messages = (("system", "think step by step"), ("user", "what is 3+4?"))
+    assert sample == Sample("what is 3+4?", "7", messages, "openai/gsm8k", {"split": "train", "index": 0})
     assert sample.chat() == VERL_ROW["prompt"]
 
 

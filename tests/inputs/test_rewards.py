@@ -1,11 +1,14 @@
 """Rewards: math-verify's comparison of final answers (boxed or after ####), exact match, user
-functions by dotted path, and the report of a user function that raises."""
+functions by dotted path in this project's form and in verl's, and the report of a user function
+that raises."""
 
 import pytest
 
 from roll_device.errors import ConfigError
 from roll_device.inputs.rewards import (
     RewardFunctionError,
+    Scoring,
+    caller,
     exact_reward,
     final_answer,
     math_reward,
@@ -69,10 +72,53 @@ def test_bad_reward_names_are_refused(name, message):
 
 
 def test_a_raising_user_function_is_reported_with_its_sample():
-    failing = resolve_reward("tests.pipeline.user_rewards.failing_reward", "digits")
+    name = "tests.pipeline.user_rewards.failing_reward"
+    failing = caller(resolve_reward(name, "digits"), name)
     with pytest.raises(RewardFunctionError) as err:
-        score_sample("tests.pipeline.user_rewards.failing_reward", failing, "what is 2+2?", "4", "#### 4")
+        score_sample(name, failing, Scoring("what is 2+2?", "4", "#### 4"))
     assert str(err.value) == (
         "reward.function='tests.pipeline.user_rewards.failing_reward' failed with ValueError: "
         "cannot score '4' on the sample prompt='what is 2+2?' response='4' answer='#### 4'"
+    )
+
+
+def _scored(name: str, item: Scoring) -> float:
+    return score_sample(name, caller(resolve_reward(name, "digits"), name), item)
+
+
+def test_a_verl_compute_score_is_called_by_keyword_with_the_records_fields(tmp_path):
+    """verl's prepared row, read from Parquet: its data_source and extra_info reach verl's
+    `compute_score` with the ground truth; its dict's score is the reward."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from roll_device.inputs.fields import to_samples
+    from roll_device.inputs.records import read_records
+    from tests.inputs.test_fields import VERL_ROW
+
+    path = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pylist([VERL_ROW, {**VERL_ROW, "data_source": "other"}]), path)
+    samples = to_samples(read_records(path), "prompt", "reward_model.ground_truth", str(path))
+    name = "tests.pipeline.user_rewards.verl_compute_score"
+    assert [_scored(name, s.scoring("7")) for s in samples] == [1.0, 0.0]
+    without_extra = "tests.pipeline.user_rewards.verl_score_without_extra_info"
+    assert _scored(without_extra, samples[0].scoring("abc")) == 3.0
+
+
+def test_a_verl_dict_without_its_score_is_reported_with_its_keys():
+    name = "tests.pipeline.user_rewards.verl_dict_without_score"
+    with pytest.raises(RewardFunctionError) as err:
+        _scored(name, Scoring("p", "r", "a"))
+    assert str(err.value).startswith(
+        f"reward.function='{name}' failed with KeyError: \"its dict has no 'score' (keys: acc)\" on the sample"
+    )
+
+
+def test_a_function_of_neither_form_is_refused_naming_both():
+    name = "tests.pipeline.user_rewards.two_parameter_reward"
+    with pytest.raises(ConfigError) as err:
+        resolve_reward(name, "digits")
+    assert str(err.value) == (
+        f"reward.function='{name}' takes (prompt, response): a reward function takes (prompt, response, "
+        "answer), or verl's (data_source, solution_str, ground_truth, extra_info=None)"
     )

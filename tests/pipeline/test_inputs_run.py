@@ -32,6 +32,10 @@ def arithmetic(tmp_path):
         ),
         (["reward.function=no_module.score"], "cannot import module 'no_module'"),
         (
+            ["data.path={rows}", "reward.function=tests.pipeline.user_rewards.two_parameter_reward"],
+            "takes (prompt, response): a reward function takes (prompt, response, answer), or verl's",
+        ),
+        (
             ["data.path={rows}", "reward.function=exact", "data.prompt_key=problem"],
             "has no key 'problem' (data.prompt_key)",
         ),
@@ -84,3 +88,27 @@ def test_a_raising_user_reward_ends_the_run_with_the_finished_step_saved(tmp_pat
     assert f"resume=true hydra.run.dir={run_dir}" in message and "\n" not in message
     assert (run_dir / "checkpoints" / "step_1" / "pipeline.json").exists()
     assert not ray.is_initialized(), "the run shut its cluster down"
+
+
+@pytest.mark.slow
+def test_verl_prepared_data_with_verls_compute_score(tmp_path, shared_cluster):
+    """verl's prepared rows (the answer at reward_model.ground_truth; the prompt as text: the tiny
+    model has no chat template) scored by a reward function in verl's form: their data_source and
+    extra_info reach the reward workers."""
+    from tests.inputs.test_fields import VERL_ROW
+
+    path = tmp_path / "train.jsonl"
+    row = {**VERL_ROW, "prompt": "what is 3+4?"}
+    path.write_text("".join(json.dumps(row) + "\n" for _ in range(32)))
+    overrides = [
+        *shared_cluster,
+        f"data.path={path}",
+        "data.prompt_key=prompt",
+        "data.answer_key=reward_model.ground_truth",
+        "reward.function=tests.pipeline.user_rewards.verl_compute_score",
+        "max_steps=2",
+        "save_every=0",
+    ]
+    run_dir = run_checked(run_config(*overrides), tmp_path / "run")
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["reward_mean"] for r in records] == [1.0, 1.0]

@@ -30,3 +30,21 @@ def huge_after_64_calls(prompt: str, response: str, answer: str | None) -> float
     (the advantages, hence the loss, become NaN)."""
     CALLS["count"] += 1
     return 3e38 if CALLS["count"] > 64 else float(response[:1].isdigit())
+
+
+def verl_compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    """verl's form, with verl's dict: 1 for a response given with the fields of test_fields.VERL_ROW."""
+    given = (data_source, ground_truth, (extra_info or {}).get("split"))
+    return {"score": float(given == ("openai/gsm8k", "7", "train")), "acc": bool(solution_str)}
+
+
+def verl_score_without_extra_info(data_source, solution_str, ground_truth):
+    return float(len(solution_str))
+
+
+def verl_dict_without_score(data_source, solution_str, ground_truth, extra_info=None):
+    return {"acc": 1.0}
+
+
+def two_parameter_reward(prompt, response):
+    return 1.0
