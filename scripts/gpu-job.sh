@@ -11,7 +11,8 @@
 #   bash scripts/gpu-job.sh [RESULTS_DIR]
 #
 # GPU_JOBS picks the jobs, in order (default "tiny qwen2.5-0.5b-shaped megatron sync"; sync is
-# benchmarks/sync_end_to_end.py on the GPU at 0.5B shapes; qwen2.5-1.5b-shaped is the larger size).
+# benchmarks/sync_end_to_end.py on the GPU at 0.5B shapes; qwen2.5-1.5b-shaped is the larger size;
+# ppo-megatron is PPO with the Megatron policy and critic, colocated).
 # Two kinds in one job, nothing simulated (issue 51): train-gpu (the trainer and reference on the
 # GPU, the HF rollout on CPU cores) and rollout-gpu (the HF rollout on the GPU, the trainer on CPU
 # ranks), weights crossing kinds by the bridge; each runs the tiny default for MIXED_STEPS (30)
@@ -78,6 +79,7 @@ for name in ${GPU_JOBS:-tiny qwen2.5-0.5b-shaped megatron sync}; do
     case $name in
     tiny) job tiny "${COLOCATED[@]}" max_steps=30 ;;
     megatron) job megatron "${COLOCATED[@]}" trainer=megatron max_steps=5 ;;
+    ppo-megatron) job ppo-megatron "${COLOCATED[@]}" trainer=megatron algorithm=ppo max_steps=5 ;;
     train-gpu | rollout-gpu | train-gpu-qwen2.5-*-shaped | rollout-gpu-qwen2.5-*-shaped)
         if [[ $name == train-gpu* ]]; then
             sides=(roles.actor_train.device=cuda roles.reference.device=cuda roles.actor_infer.device=cpu)
@@ -106,7 +108,7 @@ for name in ${GPU_JOBS:-tiny qwen2.5-0.5b-shaped megatron sync}; do
         job "$name" "${COLOCATED[@]}" "${SHAPED[@]}" max_steps=10
         ;;
     *)
-        echo "gpu-job: unknown job $name in GPU_JOBS (tiny, megatron, qwen2.5-0.5b-shaped, qwen2.5-1.5b-shaped," \
+        echo "gpu-job: unknown job $name in GPU_JOBS (tiny, megatron, ppo-megatron, qwen2.5-0.5b-shaped, qwen2.5-1.5b-shaped," \
             "sync, train-gpu, rollout-gpu, train-gpu-qwen2.5-0.5b-shaped, rollout-gpu-qwen2.5-0.5b-shaped)"
         exit 2
         ;;
