@@ -11,7 +11,8 @@
   - verl's `compute_score(data_source, solution_str, ground_truth, extra_info=None)`, called by
     keyword as verl calls it, with the record's `data_source` and `extra_info` fields (verl's
     prepared datasets carry both; None where a record has none). It returns a number, or verl's
-    dict whose `score` is the reward (its other entries are not recorded).
+    dict whose `score` is the reward; the dict's other numeric entries (verl's `acc`, ...) are kept
+    beside the rewards (`Scores.extras`) and recorded as the step's means, `reward_<key>`.
   A user function that raises, or returns NaN, an infinity or a number beyond float32's range
   (rewards are float32 tensors), ends the run with a `RewardFunctionError` that shows the offending
   sample, before the step trains on it.
@@ -130,21 +131,48 @@ def _shown(text: str | None) -> str:
     return repr(text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "...")
 
 
-def _number(value: Any) -> float:
-    """A reward function's result as a float: a number, or verl's dict's `score`."""
-    if isinstance(value, dict):
-        if "score" not in value:
-            raise KeyError(f"its dict has no 'score' (keys: {', '.join(map(str, value))})")
-        value = value["score"]
-    return float(value)
+@dataclass
+class Scores:
+    """Rewards of responses in order, and the numeric entries verl's dicts gave beside their `score`,
+    by key (each key's values over the responses that gave it)."""
+
+    rewards: list[float]
+    extras: dict[str, list[float]]
+
+    @classmethod
+    def joined(cls, parts: list[Scores]) -> Scores:
+        """The parts' responses in order (the reward workers' shards, or sampling rounds)."""
+        extras: dict[str, list[float]] = {}
+        for part in parts:
+            for key, values in part.extras.items():
+                extras.setdefault(key, []).extend(values)
+        return cls([r for part in parts for r in part.rewards], extras)
+
+    def means(self, prefix: str) -> dict[str, float]:
+        """Each extra entry's mean, under `prefix` + its key (`reward_acc`)."""
+        return {f"{prefix}{key}": sum(values) / len(values) for key, values in sorted(self.extras.items())}
 
 
-def score_sample(name: str, call: Callable[[Scoring], Any], item: Scoring) -> float:
-    """`call` (a `caller`) on one sample as a finite float; a failure names the function and shows
-    the sample."""
+def _split(value: Any) -> tuple[float, dict[str, float]]:
+    """A reward function's result as a float and the numeric extras beside it (verl's dict's)."""
+    if not isinstance(value, dict):
+        return float(value), {}
+    if "score" not in value:
+        raise KeyError(f"its dict has no 'score' (keys: {', '.join(map(str, value))})")
+    extras = {
+        str(key): float(extra)
+        for key, extra in value.items()
+        if key != "score" and isinstance(extra, int | float) and math.isfinite(extra)
+    }
+    return float(value["score"]), extras
+
+
+def score_sample(name: str, call: Callable[[Scoring], Any], item: Scoring) -> tuple[float, dict[str, float]]:
+    """`call` (a `caller`) on one sample: a finite float and verl's numeric extras beside it; a
+    failure names the function and shows the sample."""
     sample = f"the sample prompt={_shown(item.prompt)} response={_shown(item.response)} answer={_shown(item.answer)}"
     try:
-        value = _number(call(item))
+        value, extras = _split(call(item))
     except Exception as exc:  # noqa: BLE001 (a user function may raise anything: shown with its sample)
         raise RewardFunctionError(
             f"reward.function='{name}' failed with {type(exc).__name__}: {exc} on {sample}"
@@ -154,4 +182,15 @@ def score_sample(name: str, call: Callable[[Scoring], Any], item: Scoring) -> fl
             f"reward.function='{name}' returned {value!r} on {sample}: a reward must be a finite "
             "number within float32's range; the step was not trained on"
         )
-    return value
+    return value, extras
+
+
+def score_all(name: str, call: Callable[[Scoring], Any], items: list[Scoring]) -> Scores:
+    """`score_sample` of every item, in order."""
+    scores = Scores([], {})
+    for item in items:
+        value, extras = score_sample(name, call, item)
+        scores.rewards.append(value)
+        for key, extra in extras.items():
+            scores.extras.setdefault(key, []).append(extra)
+    return scores

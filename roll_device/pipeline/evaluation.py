@@ -3,7 +3,8 @@ out by the `actor_infer` workers with the current weights and scored by the `rew
 
 pass@1 is the share of prompts whose response earns the full reward (1.0; for the 0/1 `math` and
 `exact` rewards, the mean reward). The records go to `metrics.jsonl` as lines of their own
-(`step`, `eval_pass@1`, `eval_reward_mean`, `eval_size`, `eval_s`), step 0 before training.
+(`step`, `eval_pass@1`, `eval_reward_mean`, `eval_size`, `eval_s`, and `eval_reward_<key>` for the
+numeric entries of a verl-form reward's dicts), step 0 before training.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ def evaluate(step, samples, max_new_tokens: int, at_step: int) -> dict:
     start = time.perf_counter()
     prompt_ids = [step.encoder.encode(s.prompt, s.chat()) for s in samples]
     completions = step.generate(prompt_ids, greedy(max_new_tokens, list(step.encoder.tokens.stop)))
-    rewards = step.score(samples, completions)
+    scores = step.score(samples, completions)
+    rewards = scores.rewards
     return {
         "step": at_step,
         PASS_KEY: sum(r >= 1.0 for r in rewards) / len(rewards),
         "eval_reward_mean": sum(rewards) / len(rewards),
+        **scores.means("eval_reward_"),  # verl's extra entries, where its dicts gave some
         "eval_size": len(rewards),
         "eval_s": time.perf_counter() - start,
     }

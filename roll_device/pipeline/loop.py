@@ -38,6 +38,7 @@ import torch
 from roll_device.cluster import shard
 from roll_device.inputs import Sample
 from roll_device.inputs.loading import RunInputs
+from roll_device.inputs.rewards import Scores
 from roll_device.pipeline.batching import build_batch
 from roll_device.pipeline.config import RunConfig
 from roll_device.pipeline.critic_step import CriticStep
@@ -177,14 +178,14 @@ class GrpoStep:
         """Responses from the `actor_infer` workers, each prompt's index into `prompt_ids`."""
         return self.collect(self.start_generation([], prompt_ids, sampling)).completions
 
-    def score(self, samples: list[Sample], completions: list[Completion]) -> list[float]:
+    def score(self, samples: list[Sample], completions: list[Completion]) -> Scores:
         """One reward per completion from the `reward` workers (sent as text, decoded here)."""
         responses = self.encoder.decode([c.token_ids for c in completions])
         items = [samples[c.prompt_index].scoring(text) for c, text in zip(completions, responses)]
         scored = self.roles.scatter(
             "reward", RewardWorker.score, shard(items, self.roles.groups["reward"].world_size)
         )
-        return [r for part in scored for r in part]
+        return Scores.joined(scored)
 
     def logprobs(self, role: str, batch) -> torch.Tensor:
         return torch.cat(self.roles.logprobs(role, batch))
@@ -194,10 +195,11 @@ class GrpoStep:
         (`state` advanced in place); returns the step's metrics record, its sync still to come."""
         timeline = StepTimeline([got.started, got.finished], got.waited_s, self.turn_log)
         with timeline.part("reward"):
-            rewards = torch.tensor(self.score(got.samples, got.completions))
+            scores = self.score(got.samples, got.completions)
         if self.sampling_filter.refills:  # DAPO: more rounds until the batch is full, engines awake
             with timeline.part("refill"):
-                rollout, got, rewards = self.refill(state.step, rollout, got, rewards)
+                rollout, got, scores = self.refill(state.step, rollout, got, scores)
+        rewards = torch.tensor(scores.rewards)
         self.take_turn(self.turns.for_training)
         staleness = state.step - got.version
         with timeline.part("logprob"):
@@ -217,24 +219,25 @@ class GrpoStep:
             rewards, batch, sampler_logprobs, update, got.version, staleness, got.engine_idle_s
         )
         record = StepRecord.build(state, outcome, timeline)
+        record.update(scores.means("reward_"))  # verl's extra entries, where its dicts gave some
         self.adapt_kl(state, batch, record, kl_coef)
         return self.critic.report(self.sampling_filter.report(record))
 
     def refill(
-        self, step: int, rollout: Rollout, got: Collected, rewards: torch.Tensor
-    ) -> tuple[Rollout, Collected, torch.Tensor]:
+        self, step: int, rollout: Rollout, got: Collected, scores: Scores
+    ) -> tuple[Rollout, Collected, Scores]:
         """DAPO's dynamic sampling: rounds of the next prompts, each scored, until the rollout holds
         `data.prompts_per_step` groups whose rewards differ or `algorithm.max_sampling_rounds`
         rounds ran; the rollout then spans every prompt the rounds took."""
         rounds, first = 1, self.sampling(step)
-        while self.sampling_filter.wants_more(rewards, rounds):
+        while self.sampling_filter.wants_more(torch.tensor(scores.rewards), rounds):
             samples, prompt_ids = self.prompts_at(rollout.position + len(got.samples))
             sampling = replace(first, seed=first.seed + rounds * ROUND_SEEDS)
             more = self.collect(self.start_generation(samples, prompt_ids, sampling))
-            rewards = torch.cat([rewards, torch.tensor(self.score(more.samples, more.completions))])
+            scores = Scores.joined([scores, self.score(more.samples, more.completions)])
             got, rounds = got.joined(more), rounds + 1
         self.sampling_filter.rounds = rounds
-        return replace(rollout, size=len(got.samples)), got, rewards
+        return replace(rollout, size=len(got.samples)), got, scores
 
     def kl_coef(self, state: PipelineState) -> float:
         """The step's KL coefficient: the adapted one carried in `state`, else `algorithm.kl_coef`."""

@@ -6,7 +6,7 @@ process imports little beyond torch (through the platform) and starts in about a
 
 from __future__ import annotations
 
-from roll_device.inputs.rewards import Scoring, caller, resolve_reward, score_sample
+from roll_device.inputs.rewards import Scores, Scoring, caller, resolve_reward, score_all
 from roll_device.pipeline.worker_base import PipelineWorker
 from roll_device.tracking.phases import phase
 
@@ -18,5 +18,5 @@ class RewardWorker(PipelineWorker):
         self.call, self.name = caller(resolve_reward(function, task), name), name
 
     @phase("reward")
-    def score(self, items: list[Scoring]) -> list[float]:
-        return [score_sample(self.name, self.call, item) for item in items]
+    def score(self, items: list[Scoring]) -> Scores:
+        return score_all(self.name, self.call, items)

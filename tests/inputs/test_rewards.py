@@ -7,12 +7,14 @@ import pytest
 from roll_device.errors import ConfigError
 from roll_device.inputs.rewards import (
     RewardFunctionError,
+    Scores,
     Scoring,
     caller,
     exact_reward,
     final_answer,
     math_reward,
     resolve_reward,
+    score_all,
     score_sample,
 )
 
@@ -83,7 +85,8 @@ def test_a_raising_user_function_is_reported_with_its_sample():
 
 
 def _scored(name: str, item: Scoring) -> float:
-    return score_sample(name, caller(resolve_reward(name, "digits"), name), item)
+    value, _extras = score_sample(name, caller(resolve_reward(name, "digits"), name), item)
+    return value
 
 
 def test_a_verl_compute_score_is_called_by_keyword_with_the_records_fields(tmp_path):
@@ -122,3 +125,17 @@ def test_a_function_of_neither_form_is_refused_naming_both():
         f"reward.function='{name}' takes (prompt, response): a reward function takes (prompt, response, "
         "answer), or verl's (data_source, solution_str, ground_truth, extra_info=None)"
     )
+
+
+def test_the_numeric_entries_of_verls_dicts_are_kept_beside_the_rewards():
+    """verl's `acc` (a bool) is kept as a number, its `pred` (text) is not; each key's mean is
+    over the responses that gave it, across the reward workers' shards."""
+    name = "tests.pipeline.user_rewards.verl_compute_score"
+    call = caller(resolve_reward(name, "digits"), name)
+    gsm8k = Scoring("q", "7", "7", "openai/gsm8k", {"split": "train"})
+    first = score_all(name, call, [gsm8k, Scoring("q", "7", "7", "other", {"split": "train"})])
+    assert first == Scores([1.0, 0.0], {"acc": [1.0, 0.0]})
+    length = "tests.pipeline.user_rewards.length_reward"
+    plain = score_all(length, caller(resolve_reward(length, "digits"), length), [gsm8k])
+    joined = Scores.joined([first, plain, first])
+    assert joined.rewards == [1.0, 0.0, 1.0, 1.0, 0.0] and joined.means("reward_") == {"reward_acc": 0.5}

@@ -94,7 +94,7 @@ def test_a_raising_user_reward_ends_the_run_with_the_finished_step_saved(tmp_pat
 def test_verl_prepared_data_with_verls_compute_score(tmp_path, shared_cluster):
     """verl's prepared rows (the answer at reward_model.ground_truth; the prompt as text: the tiny
     model has no chat template) scored by a reward function in verl's form: their data_source and
-    extra_info reach the reward workers."""
+    extra_info reach the reward workers, and its dict's `acc` is recorded."""
     from tests.inputs.test_fields import VERL_ROW
 
     path = tmp_path / "train.jsonl"
@@ -111,4 +111,4 @@ def test_verl_prepared_data_with_verls_compute_score(tmp_path, shared_cluster):
     ]
     run_dir = run_checked(run_config(*overrides), tmp_path / "run")
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert [r["reward_mean"] for r in records] == [1.0, 1.0]
+    assert [(r["reward_mean"], r["reward_acc"]) for r in records] == [(1.0, 1.0), (1.0, 1.0)]

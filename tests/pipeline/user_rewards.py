@@ -33,9 +33,11 @@ def huge_after_64_calls(prompt: str, response: str, answer: str | None) -> float
 
 
 def verl_compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    """verl's form, with verl's dict: 1 for a response given with the fields of test_fields.VERL_ROW."""
+    """verl's form, with verl's dict: 1 for a response given with the fields of test_fields.VERL_ROW,
+    a boolean `acc` and a text `pred` beside it."""
     given = (data_source, ground_truth, (extra_info or {}).get("split"))
-    return {"score": float(given == ("openai/gsm8k", "7", "train")), "acc": bool(solution_str)}
+    score = float(given == ("openai/gsm8k", "7", "train"))
+    return {"score": score, "acc": score > 0, "pred": solution_str}  # as verl's math_dapo answers
 
 
 def verl_score_without_extra_info(data_source, solution_str, ground_truth):

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import roll_device as rd
+from roll_device.inputs.rewards import Scoring
 from roll_device.pipeline.reward_worker import RewardWorker
 from roll_device.pipeline.worker_base import PipelineWorker
 from roll_device.tracking.memory import READINGS, memory_metrics
@@ -76,8 +77,8 @@ def test_phases_outside_a_profile_write_nothing_and_report_memory_once(tmp_path)
 def test_the_reward_workers_scoring_is_its_reward_phase():
     worker = bare(RewardWorker, "reward")
     worker.setup(None, "digits", "digits")
-    scores = worker.score([("1+1", "2", "2"), ("1+1", "3", "2")])
-    assert len(scores) == 2
+    scores = worker.score([Scoring("1+1", "2", "2"), Scoring("1+1", "3", "2")])
+    assert len(scores.rewards) == 2 and scores.extras == {}
     assert list(worker.memory_report()) == ["reward"]
 
 
