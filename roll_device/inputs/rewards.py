@@ -13,6 +13,7 @@
     prepared datasets carry both; None where a record has none). It returns a number, or verl's
     dict whose `score` is the reward; the dict's other numeric entries (verl's `acc`, ...) are kept
     beside the rewards (`Scores.extras`) and recorded as the step's means, `reward_<key>`.
+  `reward.kwargs` are passed to either form as keywords (verl's `reward_kwargs`).
   A user function that raises, or returns NaN, an infinity or a number beyond float32's range
   (rewards are float32 tensors), ends the run with a `RewardFunctionError` that shows the offending
   sample, before the step trains on it.
@@ -74,15 +75,16 @@ def exact_reward(prompt: str, response: str, answer: str | None) -> float:
 BUILT_IN: dict[str, RewardFunction] = {"math": math_reward, "exact": exact_reward}
 
 
-def resolve_reward(function: str | None, task: str) -> RewardFunction:
-    """The reward `reward.function` names (see the module's docstring)."""
+def resolve_reward(function: str | None, task: str, kwargs: dict[str, Any] | None = None) -> RewardFunction:
+    """The reward `reward.function` names (see the module's docstring); it must take `kwargs`
+    (`reward.kwargs`) beside its sample's arguments."""
     if function is None:
         rule = get_task(task).reward
         return lambda prompt, response, answer: rule(prompt, response)
     found = resolve_named(function, BUILT_IN, "reward.function", "reward workers")
     if not callable(found):
         raise ConfigError(f"reward.function='{function}' names {type(found).__name__}, not a function")
-    caller(found, function)  # a function of neither form is refused here
+    caller(found, function, kwargs)  # a function of neither form, or without the kwargs, is refused here
     return found
 
 
@@ -98,32 +100,52 @@ class Scoring:
     extra: Any = None
 
 
-def caller(reward: Callable, name: str) -> Callable[[Scoring], Any]:
-    """How `reward` (`reward.function`'s `name`) is called on a `Scoring`: verl's
-    `compute_score` by keyword (`extra_info` where it takes it), any other with (prompt, response,
-    answer); a function that takes neither is a ConfigError."""
+def caller(reward: Callable, name: str, kwargs: dict[str, Any] | None = None) -> Callable[[Scoring], Any]:
+    """How `reward` (`reward.function`'s `name`) is called on a `Scoring`: verl's `compute_score`
+    by keyword (`extra_info` where it takes it), any other with (prompt, response, answer); either
+    with `kwargs` (`reward.kwargs`, verl's `reward_kwargs`) as keywords beside. A function that
+    cannot take those arguments is a ConfigError."""
+    kwargs = dict(kwargs or {})
     try:
         signature = inspect.signature(reward)
-    except (TypeError, ValueError):  # a builtin without a signature: called as ours
-        return lambda s: reward(s.prompt, s.response, s.answer)
-    if all(p in signature.parameters for p in VERL_PARAMETERS):
-        with_extra = "extra_info" in signature.parameters or any(
-            p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: called as ours, unchecked
+        signature = None
+    params = signature.parameters if signature is not None else {}
+    if all(p in params for p in VERL_PARAMETERS):
+        with_extra = "extra_info" in params or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
         )
-        return lambda s: reward(
-            data_source=s.source,
-            solution_str=s.response,
-            ground_truth=s.answer,
-            **({"extra_info": s.extra} if with_extra else {}),
-        )
-    try:
-        signature.bind("prompt", "response", "answer")
-    except TypeError:
-        raise ConfigError(
-            f"reward.function='{name}' takes {signature}: a reward function takes (prompt, response, "
-            "answer), or verl's (data_source, solution_str, ground_truth, extra_info=None)"
-        ) from None
-    return lambda s: reward(s.prompt, s.response, s.answer)
+
+        def arguments(s: Scoring) -> tuple[tuple, dict[str, Any]]:
+            extra = {"extra_info": s.extra} if with_extra else {}
+            return (), {
+                "data_source": s.source,
+                "solution_str": s.response,
+                "ground_truth": s.answer,
+                **extra,
+                **kwargs,
+            }
+    else:
+
+        def arguments(s: Scoring) -> tuple[tuple, dict[str, Any]]:
+            return (s.prompt, s.response, s.answer), kwargs
+
+    if signature is not None:
+        args, keywords = arguments(Scoring("", "", None))
+        try:
+            signature.bind(*args, **keywords)
+        except TypeError:
+            given = f", and the keywords of reward.kwargs ({', '.join(kwargs)})" if kwargs else ""
+            raise ConfigError(
+                f"reward.function='{name}' takes {signature}: a reward function takes (prompt, response, "
+                f"answer), or verl's (data_source, solution_str, ground_truth, extra_info=None){given}"
+            ) from None
+
+    def call(s: Scoring) -> Any:
+        args, keywords = arguments(s)
+        return reward(*args, **keywords)
+
+    return call
 
 
 def _shown(text: str | None) -> str:

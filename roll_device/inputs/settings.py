@@ -10,7 +10,7 @@ is checked where the run reads them (`loading.check_files`, `rewards.resolve_rew
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, field_validator, model_validator
 
@@ -68,6 +68,18 @@ class DataSettings(OpenSection):
 
 class RewardSettings(Section):
     function: str | None = Field(description="math, exact, a dotted path, or null for the task's rule")
+    kwargs: dict[str, Any] = Field(
+        description="keywords a user function takes beside its sample (verl's reward_kwargs)"
+    )
+
+    @model_validator(mode="after")
+    def _kwargs_for_a_user_function(self):
+        if self.kwargs and (self.function is None or self.function in BUILT_IN):
+            raise ConfigError(
+                f"reward.kwargs={self.kwargs} is for a user function, and reward.function={self.function or 'null'} "
+                "takes none: name your function (reward.function=package.module.function), or drop reward.kwargs"
+            )
+        return self
 
     def name(self, task: str) -> str:
         """How the reward is named in reports: the function, or the task's rule."""

@@ -14,8 +14,10 @@ from roll_device.tracking.phases import phase
 class RewardWorker(PipelineWorker):
     """Rewards on the CPU: each response scored against its answer."""
 
-    def setup(self, function: str | None, task: str, name: str) -> None:
-        self.call, self.name = caller(resolve_reward(function, task), name), name
+    def setup(self, function: str | None, task: str, name: str, kwargs: dict | None = None) -> None:
+        """Score with `function` (`reward.function`; None: `task`'s rule), reported as `name`, given
+        `kwargs` (`reward.kwargs`) beside each sample."""
+        self.call, self.name = caller(resolve_reward(function, task, kwargs), name, kwargs), name
 
     @phase("reward")
     def score(self, items: list[Scoring]) -> Scores:

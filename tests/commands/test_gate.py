@@ -33,6 +33,14 @@ from roll_device.pipeline.run_plan import plan_here
 from roll_device.pipeline.state import POLICY_DIR, Checkpoints, PipelineState
 
 BAD_VALUES = [
+    (
+        ["+reward.kwargs.x=1"],
+        "reward.kwargs={'x': 1} is for a user function, and reward.function=null takes none",
+    ),
+    (
+        ["reward.function=math", "+reward.kwargs.x=1"],
+        "reward.kwargs={'x': 1} is for a user function, and reward.function=math takes none",
+    ),
     (["max_steps=abc"], "max_steps='abc': input should be a valid integer"),
     (
         ["max_steps=0"],

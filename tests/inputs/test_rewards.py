@@ -139,3 +139,13 @@ def test_the_numeric_entries_of_verls_dicts_are_kept_beside_the_rewards():
     plain = score_all(length, caller(resolve_reward(length, "digits"), length), [gsm8k])
     joined = Scores.joined([first, plain, first])
     assert joined.rewards == [1.0, 0.0, 1.0, 1.0, 0.0] and joined.means("reward_") == {"reward_acc": 0.5}
+
+
+def test_reward_kwargs_reach_the_function_as_keywords_or_are_refused_before_ray():
+    name = "tests.pipeline.user_rewards.verl_with_format_score"
+    call = caller(resolve_reward(name, "digits", {"format_score": 0.1}), name, {"format_score": 0.1})
+    assert score_all(name, call, [Scoring("q", "7", "7"), Scoring("q", "8", "7")]).rewards == [1.0, 0.1]
+    length = "tests.pipeline.user_rewards.length_reward"
+    with pytest.raises(ConfigError) as err:
+        resolve_reward(length, "digits", {"format_score": 0.1})
+    assert str(err.value).endswith("and the keywords of reward.kwargs (format_score)")

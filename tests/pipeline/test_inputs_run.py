@@ -94,11 +94,11 @@ def test_a_raising_user_reward_ends_the_run_with_the_finished_step_saved(tmp_pat
 def test_verl_prepared_data_with_verls_compute_score(tmp_path, shared_cluster):
     """verl's prepared rows (the answer at reward_model.ground_truth; the prompt as text: the tiny
     model has no chat template) scored by a reward function in verl's form: their data_source and
-    extra_info reach the reward workers, and its dict's `acc` is recorded."""
+    extra_info and reward.kwargs reach the reward workers, and its dict's `acc` is recorded."""
     from tests.inputs.test_fields import VERL_ROW
 
     path = tmp_path / "train.jsonl"
-    row = {**VERL_ROW, "prompt": "what is 3+4?"}
+    row = {**VERL_ROW, "prompt": "what is 3+4?", "data_source": "mine"}
     path.write_text("".join(json.dumps(row) + "\n" for _ in range(32)))
     overrides = [
         *shared_cluster,
@@ -106,6 +106,7 @@ def test_verl_prepared_data_with_verls_compute_score(tmp_path, shared_cluster):
         "data.prompt_key=prompt",
         "data.answer_key=reward_model.ground_truth",
         "reward.function=tests.pipeline.user_rewards.verl_compute_score",
+        "+reward.kwargs.source=mine",  # the source the function expects (verl's reward_kwargs)
         "max_steps=2",
         "save_every=0",
     ]

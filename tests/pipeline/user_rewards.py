@@ -32,11 +32,12 @@ def huge_after_64_calls(prompt: str, response: str, answer: str | None) -> float
     return 3e38 if CALLS["count"] > 64 else float(response[:1].isdigit())
 
 
-def verl_compute_score(data_source, solution_str, ground_truth, extra_info=None):
-    """verl's form, with verl's dict: 1 for a response given with the fields of test_fields.VERL_ROW,
-    a boolean `acc` and a text `pred` beside it."""
+def verl_compute_score(data_source, solution_str, ground_truth, extra_info=None, source="openai/gsm8k"):
+    """verl's form, with verl's dict: 1 for a response given with the fields of test_fields.VERL_ROW
+    (its data_source `source`: a keyword reward.kwargs may set), a boolean `acc` and a text `pred`
+    beside it."""
     given = (data_source, ground_truth, (extra_info or {}).get("split"))
-    score = float(given == ("openai/gsm8k", "7", "train"))
+    score = float(given == (source, "7", "train"))
     return {"score": score, "acc": score > 0, "pred": solution_str}  # as verl's math_dapo answers
 
 
@@ -50,3 +51,8 @@ def verl_dict_without_score(data_source, solution_str, ground_truth, extra_info=
 
 def two_parameter_reward(prompt, response):
     return 1.0
+
+
+def verl_with_format_score(data_source, solution_str, ground_truth, extra_info=None, format_score=0.0):
+    """verl's form with a keyword of its own (given by reward.kwargs, as verl's reward_kwargs)."""
+    return 1.0 if solution_str == ground_truth else format_score
