@@ -40,6 +40,7 @@ from roll_device.agentic.trajectory import (
     trajectory_metrics,
 )
 from roll_device.errors import ConfigError
+from roll_device.inputs.rewards import Scores
 from roll_device.pipeline.env_worker import EnvWorker
 from roll_device.pipeline.loop import ROUND_SEEDS, Collected, GrpoStep
 from roll_device.pipeline.overlap import Rollout
@@ -256,8 +257,9 @@ class AgenticStep(GrpoStep):
         if self.background is not None:
             self.background.close()
 
-    def score(self, samples, completions: list[Completion]) -> list[float]:
-        return [c.reward for c in completions]
+    def score(self, samples, completions: list[Completion]) -> Scores:
+        """Each trajectory's reward, the sum of its turns' from the environment (no reward workers)."""
+        return Scores([c.reward for c in completions], {})
 
     def train(self, state: PipelineState, rollout: Rollout, got: CollectedTrajectories) -> StepRecord:
         record = super().train(state, rollout, got)

@@ -1,6 +1,7 @@
-"""The shipped agentic experiments end to end (slow: whole runs): trajectories of several turns
-through the env workers, rewards that rise on the guess-the-number game, the calculator tool run
-on the env workers. The turn machinery itself is tested in-process in test_agentic_turns.py."""
+"""The shipped agentic experiments end to end (slow: whole runs; the tools experiment's two steps
+run by default): trajectories of several turns through the env workers, rewards that rise on the
+guess-the-number game, the calculator tool run on the env workers. The turn machinery itself is
+tested in-process in test_agentic_turns.py."""
 
 import itertools
 import json
@@ -28,13 +29,13 @@ def test_the_game_is_played_in_several_turns_and_its_reward_rises(tmp_path, monk
     assert last > first + 0.05, f"mean reward did not rise: first 10 steps {first:.3f}, last 10 {last:.3f}"
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_the_tools_experiment_runs_its_turns_through_the_env_workers(tmp_path, monkeypatch):
+    """By default: the one whole agentic run of the default suite (its step, env workers, tools)."""
     monkeypatch.setenv("ROLL_DEVICE_HOME", str(tmp_path / "home"))
-    cfg = run_config("experiment=agentic_tools", "rollout=hf", "max_steps=4", "save_every=0")
+    cfg = run_config("experiment=agentic_tools", "rollout=hf", "max_steps=2", "save_every=0")
     steps = records(run_checked(cfg, tmp_path / "run"))
-    assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    assert [r["step"] for r in steps] == [1, 2]
     assert all(r["turns_mean"] >= 1 and r["env_faults"] == 0 for r in steps)
     assert all(0 <= r["reward_mean"] <= 1 for r in steps)
 
