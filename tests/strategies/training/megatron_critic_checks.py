@@ -88,7 +88,6 @@ def single_process(model_path: str, critic_path: str, moe_path: str, checkpoint_
     out["after_save"] = value_steps(critic, batch, 1)[0]["loss"]
     restored = new_critic("megatron", model_path)
     restored.load_checkpoint(checkpoint_dir)
-    batch.values = None
     out["after_load"] = value_steps(restored, batch, 1)[0]["loss"]
     batch.returns = torch.full_like(batch.returns, float("nan"))
     out["refused"] = error_of(lambda: restored.train_values(batch, CLIP))
