@@ -37,6 +37,16 @@ def test_dapo_runs_two_steps_and_reports_its_dropped_groups(tmp_path, shared_clu
         assert record["grad_norm"] == record["grad_norm"], "a finite update"
 
 
+def test_ppo_runs_two_steps_with_its_critic(tmp_path, shared_cluster):
+    """By default: the critic role's worker, its values, returns and update in a whole step."""
+    config = run_config(*shared_cluster, "algorithm=ppo", "rollout=hf", "max_steps=2", "save_every=0")
+    records = _records(run_checked(config, tmp_path / "run"))
+    assert [r["step"] for r in records] == [1, 2]
+    for record in records:
+        assert record["critic_value_loss"] > 0 and record["critic_lr"] == config.critic.lr
+        assert record["critic_grad_norm"] == record["critic_grad_norm"], "a finite critic update"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_each_recipe_raises_the_tiny_task_s_reward_in_30_steps(tmp_path, shared_cluster, recipe):
