@@ -1,8 +1,10 @@
-"""A LoRA run end to end (slow-marked): `roll-device run trainer.lora.rank=8` on the tiny model
-through vLLM on the CPU raises the reward, its KL taken against the base, with no reference worker;
-its last checkpoint resumes and exports as an adapter."""
+"""A LoRA run end to end: `roll-device run trainer.lora.rank=8` on the tiny model through vLLM on
+the CPU syncs its adapters alone from the first step (by default); raises the reward, its KL taken
+against the base, with no reference worker, and its last checkpoint resumes and exports as an
+adapter (slow)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,13 @@ from tests.configs import run_config
 
 def _records(run_dir):
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_lora_runs_syncs_carry_its_adapters_alone_from_the_first(tmp_path, shared_cluster, tiny_model_path):
+    config = run_config(*shared_cluster, "trainer.lora.rank=8", "max_steps=2", "save_every=0")
+    synced = [r["sync_bytes"] for r in _records(run_checked(config, tmp_path / "run"))]
+    model_bytes = (Path(tiny_model_path) / "model.safetensors").stat().st_size
+    assert synced[0] == synced[1] < model_bytes / 5, (synced, model_bytes)
 
 
 @pytest.mark.slow
