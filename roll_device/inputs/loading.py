@@ -31,9 +31,8 @@ def check_files(data: DataSettings, reward: RewardSettings) -> None:
         for key, value in (("data.path", data.path), ("data.eval_path", data.eval_path)):
             if value is not None and not Path(value).exists():
                 raise ConfigError(f"{key}={value} does not exist: give a .jsonl, .parquet or datasets folder")
-    resolve_reward(
-        reward.function, data.task, reward.kwargs
-    )  # an unknown name or failing import is refused here
+    # an unknown name, a failing import or a function that cannot take its arguments is refused here
+    resolve_reward(reward.function, data.task, reward.kwargs)
 
 
 def read_data(data: DataSettings, seed: int) -> PromptSource:

@@ -209,10 +209,5 @@ def score_sample(name: str, call: Callable[[Scoring], Any], item: Scoring) -> tu
 
 def score_all(name: str, call: Callable[[Scoring], Any], items: list[Scoring]) -> Scores:
     """`score_sample` of every item, in order."""
-    scores = Scores([], {})
-    for item in items:
-        value, extras = score_sample(name, call, item)
-        scores.rewards.append(value)
-        for key, extra in extras.items():
-            scores.extras.setdefault(key, []).append(extra)
-    return scores
+    scored = (score_sample(name, call, item) for item in items)
+    return Scores.joined([Scores([value], {k: [e] for k, e in extras.items()}) for value, extras in scored])
