@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from roll_device.errors import ConfigError
-from roll_device.inputs.rewards import Scoring
+from roll_device.inputs.rewards import Messages, Scoring
 
-Messages = tuple[tuple[str, str], ...]  # (role, content) pairs
 VERL_FIELDS = ("data_source", "extra_info")  # a record's fields verl's reward functions take, if any
 
 
@@ -36,7 +35,7 @@ class Sample:
 
     def scoring(self, response: str) -> Scoring:
         """What a reward function is given for `response` to this sample."""
-        return Scoring(self.prompt, response, self.answer, self.source, self.extra)
+        return Scoring(self.prompt, response, self.answer, self.source, self.extra, self.messages)
 
     def chat(self) -> list[dict[str, str]] | None:
         """The messages as a chat template takes them (None: a plain prompt)."""

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from roll_device.errors import ConfigError
 from roll_device.inputs.prompts import PromptEncoder
+from roll_device.inputs.reward_model import check_reward_model_dir
 from roll_device.inputs.rewards import resolve_reward
 from roll_device.inputs.settings import DataSettings, EvalSettings, RewardSettings
 from roll_device.inputs.sources import PromptSource, Sample, load_source
@@ -26,11 +27,15 @@ class RunInputs:
 
 
 def check_files(data: DataSettings, reward: RewardSettings) -> None:
-    """The data files exist (or will be generated) and the reward function imports, here."""
+    """The data files exist (or will be generated), and the reward function imports or the reward
+    model's folder holds one, here."""
     if data.generate is None:
         for key, value in (("data.path", data.path), ("data.eval_path", data.eval_path)):
             if value is not None and not Path(value).exists():
                 raise ConfigError(f"{key}={value} does not exist: give a .jsonl, .parquet or datasets folder")
+    if reward.model_path is not None:  # the reward model scores (the config refused a function beside)
+        check_reward_model_dir(reward.model_path)
+        return
     # an unknown name, a failing import or a function that cannot take its arguments is refused here
     resolve_reward(reward.function, data.task, reward.kwargs)
 

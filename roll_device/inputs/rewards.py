@@ -33,6 +33,7 @@ from roll_device.inputs.tasks import get_task
 from roll_device.naming import resolve_named
 
 RewardFunction = Callable[[str, str, "str | None"], float]
+Messages = tuple[tuple[str, str], ...]  # a prompt's chat messages, (role, content) pairs
 VERL_PARAMETERS = ("data_source", "solution_str", "ground_truth")  # verl's compute_score takes these
 GSM8K_MARK = "####"
 SHOWN_CHARS = 200  # of each field of a failing sample
@@ -91,13 +92,15 @@ def resolve_reward(function: str | None, task: str, kwargs: dict[str, Any] | Non
 @dataclass(frozen=True)
 class Scoring:
     """What a reward function is given for one response: the prompt's text, the response, the
-    reference answer, and the record's `data_source` and `extra_info` (verl's; None without)."""
+    reference answer, and the record's `data_source` and `extra_info` (verl's; None without); a
+    reward model the prompt's chat messages ((role, content) pairs; None: a plain prompt)."""
 
     prompt: str
     response: str
     answer: str | None
     source: str | None = None
     extra: Any = None
+    messages: Messages | None = None
 
 
 def caller(reward: Callable, name: str, kwargs: dict[str, Any] | None = None) -> Callable[[Scoring], Any]:
@@ -189,10 +192,15 @@ def _split(value: Any) -> tuple[float, dict[str, float]]:
     return float(value["score"]), extras
 
 
+def shown_sample(item: Scoring) -> str:
+    """The sample as an error shows it (each field cut to `SHOWN_CHARS`)."""
+    return f"the sample prompt={_shown(item.prompt)} response={_shown(item.response)} answer={_shown(item.answer)}"
+
+
 def score_sample(name: str, call: Callable[[Scoring], Any], item: Scoring) -> tuple[float, dict[str, float]]:
     """`call` (a `caller`) on one sample: a finite float and verl's numeric extras beside it; a
     failure names the function and shows the sample."""
-    sample = f"the sample prompt={_shown(item.prompt)} response={_shown(item.response)} answer={_shown(item.answer)}"
+    sample = shown_sample(item)
     try:
         value, extras = _split(call(item))
     except Exception as exc:  # noqa: BLE001 (a user function may raise anything: shown with its sample)

@@ -22,6 +22,9 @@ from roll_device.inputs.tasks import TASKS
 from roll_device.settings import Count, NonNegative, OpenSection, Section
 
 DATA_FORMATS = ("auto", *FORMATS)
+RULE, MODEL = "rule", "model"  # roles.reward.strategy: a function scores (rewards.py), or a reward model
+REWARD_STRATEGIES = (RULE, MODEL)
+REWARD_MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 class DataSettings(OpenSection):
@@ -71,6 +74,11 @@ class RewardSettings(Section):
     kwargs: dict[str, Any] = Field(
         description="keywords a user function takes beside its sample (verl's reward_kwargs)"
     )
+    model_path: str | None = Field(description="a reward model's directory (roles.reward.strategy=model)")
+    dtype: Literal[REWARD_MODEL_DTYPES] = Field(
+        description="the reward model's weights (auto: its checkpoint's)"
+    )
+    micro_batch_size: Annotated[Count, Field(description="conversations per forward of the reward model")]
 
     @model_validator(mode="after")
     def _kwargs_for_a_user_function(self):
@@ -82,21 +90,47 @@ class RewardSettings(Section):
         return self
 
     def name(self, task: str) -> str:
-        """How the reward is named in reports: the function, or the task's rule."""
+        """How the reward is named in reports: the reward model, the function, or the task's rule."""
+        if self.model_path is not None:
+            return f"model {Path(self.model_path).name}"
         return self.function or f"task:{task}"
 
-    def check_with(self, data: DataSettings) -> None:
-        """A reward that compares with answers needs a dataset that has them, and a dataset
-        needs such a reward (the toy task's rule knows no answers)."""
+    def check_with(self, data: DataSettings, strategy: str) -> None:
+        """A reward model (`strategy`) is given as `model_path` and alone; a reward that compares
+        with answers needs a dataset that has them, and a dataset needs such a reward (the toy
+        task's rule knows no answers)."""
+        if strategy == MODEL:
+            self._check_model()
+            return
+        if self.model_path is not None:
+            raise ConfigError(
+                f"reward.model_path={self.model_path} is read by roles.reward.strategy={MODEL}, and the strategy "
+                f"is {strategy}: set roles.reward.strategy={MODEL} (roles.reward.device=auto puts it on an "
+                "accelerator), or drop reward.model_path"
+            )
         if self.function is None and data.path is not None:
             raise ConfigError(
                 f"data.path={data.path} needs a reward that compares with its answers: set "
-                f"reward.function to {', '.join(BUILT_IN)} or a dotted path module.function"
+                f"reward.function to {', '.join(BUILT_IN)} or a dotted path module.function, or score with a "
+                f"reward model (roles.reward.strategy={MODEL} reward.model_path=...)"
             )
         if self.function in BUILT_IN and data.path is None:
             raise ConfigError(
                 f"reward.function={self.function} compares responses with reference answers: set data.path "
                 "to a dataset (the toy data.task has none)"
+            )
+
+    def _check_model(self) -> None:
+        if self.model_path is None:
+            raise ConfigError(
+                f"roles.reward.strategy={MODEL} scores with a reward model: set reward.model_path to its "
+                "directory (a *ForSequenceClassification checkpoint with one label), or roles.reward.strategy=rule"
+            )
+        if self.function is not None:
+            raise ConfigError(
+                f"reward.function={self.function} and the reward model reward.model_path={self.model_path} "
+                f"both score responses: keep one (reward.function=null, or roles.reward.strategy={RULE} "
+                "and reward.model_path=null)"
             )
 
 

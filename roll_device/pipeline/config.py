@@ -30,7 +30,7 @@ from roll_device.agentic.settings import AgenticSettings
 from roll_device.cluster.settings import ClusterSettings, RoleSettings, check_colocation, owner, read_cluster
 from roll_device.comm.options import WeightSyncOptions
 from roll_device.errors import ConfigError
-from roll_device.inputs.settings import DataSettings, EvalSettings, RewardSettings
+from roll_device.inputs.settings import MODEL, REWARD_STRATEGIES, DataSettings, EvalSettings, RewardSettings
 from roll_device.pipeline.algorithm_settings import AlgorithmSettings
 from roll_device.settings import Count, NonNegative, OpenSection, Section, Seed, read_section, takes_new_key
 from roll_device.tracking.registry import check_names
@@ -68,7 +68,6 @@ ROLE_TABLE = {
 }
 ROLE_TYPES = {role: entry.role_type for role, entry in ROLE_TABLE.items()}
 REQUIRED_ROLES = tuple(role for role, entry in ROLE_TABLE.items() if entry.required)
-REWARD_STRATEGIES = ("rule",)
 OWN_STRATEGIES = {REWARD: REWARD_STRATEGIES, ENV: ("python",)}  # the pipeline's own role types
 RESUME_CHOICES = (True, False, "latest_valid")
 
@@ -193,7 +192,7 @@ class RunConfig(Section):
         self._check_trainer_loss()
         self._check_profile()
         self._check_agentic()
-        self.reward.check_with(self.data)
+        self.reward.check_with(self.data, self.roles.reward.strategy)
         return self
 
     # ---- what the run derives from it ----------------------------------------------------------
@@ -353,6 +352,7 @@ class RunConfig(Section):
         single_turn = {  # key: (value, the value that turns it off)
             "algorithm.dynamic_sampling": (self.algorithm.dynamic_sampling, "false"),
             "eval.every_n_steps": (self.eval.every_n_steps, 0),
+            "roles.reward.strategy": (self.roles.reward.strategy == MODEL and MODEL, "rule"),
         }
         for key, (value, off) in single_turn.items():
             if value:

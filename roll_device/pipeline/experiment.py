@@ -408,6 +408,7 @@ def data_summary(config: RunConfig) -> str:
     if config.agentic.environment:
         tools = f", tools {', '.join(config.agentic.tools)}" if config.agentic.tools else ""
         return f"environment '{config.agentic.environment}'{tools}"
+    reward = f", reward {config.reward.name(config.data.task)}"
     if config.data.path:
-        return f"{Path(config.data.path).name}, reward {config.reward.function}"
-    return f"task '{config.data.task}'"
+        return f"{Path(config.data.path).name}{reward}"
+    return f"task '{config.data.task}'{reward if config.reward.model_path else ''}"

@@ -440,11 +440,7 @@ def _start_setups(config: RunConfig, plan: RunPlan, roles: RoleGroups, model_pat
             config.trainer.routing_replay,
         ),
         "reward": groups["reward"].async_call_all(
-            RewardWorker.setup,
-            config.reward.function,
-            config.data.task,
-            config.reward.name(config.data.task),
-            config.reward.kwargs,
+            RewardWorker.setup, config.roles.reward.strategy, config.reward, config.data.task
         ),
     }
     trainer = qualified_name(TRAIN, config.trainer.name)

@@ -197,6 +197,28 @@ BAD_VALUES = [
     (["algorithm.clip_ratio=nan"], "algorithm.clip_ratio=nan: input should be a finite number"),
     (["roles.actor_train=null"], "roles.actor_train is missing: the GRPO pipeline needs it"),
     (
+        ["roles.reward.strategy=model"],
+        "roles.reward.strategy=model scores with a reward model: set reward.model_path to its directory",
+    ),
+    (["roles.reward.strategy=judge"], "roles.reward.strategy='judge' is unknown: choose rule, model"),
+    (
+        ["reward.model_path=/rm"],
+        "reward.model_path=/rm is read by roles.reward.strategy=model, and the strategy is rule: set",
+    ),
+    (
+        ["roles.reward.strategy=model", "reward.model_path=/rm", "reward.function=math"],
+        "reward.function=math and the reward model reward.model_path=/rm both score responses: keep one",
+    ),
+    (
+        ["experiment=agentic_game", "roles.reward.strategy=model", "reward.model_path=/rm"],
+        (
+            "roles.reward.strategy=model is single-turn only: with agentic.environment=guess_number set "
+            "roles.reward.strategy=rule"
+        ),
+    ),
+    (["reward.dtype=fp8"], "reward.dtype='fp8': input should be 'auto', 'float32', 'bfloat16' or 'float16'"),
+    (["reward.micro_batch_size=0"], "reward.micro_batch_size=0: input should be greater than or equal to 1"),
+    (
         ["experiment=nope"],
         "experiment=nope: no such option; choose one of agentic_game, agentic_tools, arithmetic_math, mixed_devices, moe, qwen05b_shapes,",
     ),
@@ -411,6 +433,10 @@ def test_the_shipped_shapes_experiment_without_its_model_names_the_command(tmp_p
         (
             ["algorithm=ppo", "critic.model_path=/nonexistent"],
             "critic.model_path=/nonexistent holds no config.json: give a Hugging Face model directory",
+        ),
+        (
+            ["roles.reward.strategy=model", "reward.model_path=/nonexistent"],
+            "reward.model_path=/nonexistent does not exist: give a reward model saved with save_pretrained",
         ),
     ],
 )

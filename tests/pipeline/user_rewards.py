@@ -56,3 +56,9 @@ def two_parameter_reward(prompt, response):
 def verl_with_format_score(data_source, solution_str, ground_truth, extra_info=None, format_score=0.0):
     """verl's form with a keyword of its own (given by reward.kwargs, as verl's reward_kwargs)."""
     return 1.0 if solution_str == ground_truth else format_score
+
+
+def last_digit(prompt: str, response: str, answer: str | None) -> float:
+    """What tests/inputs/reward_models.py's last-digit reward model scores: the text's last character
+    that is not a space (the tiny tokenizer has no token for spaces) is a digit."""
+    return float((prompt + response).rstrip()[-1:].isdigit())

@@ -16,6 +16,7 @@ from roll_device.pipeline.reward_worker import RewardWorker
 from roll_device.pipeline.worker_base import PipelineWorker
 from roll_device.tracking.memory import READINGS, memory_metrics
 from roll_device.tracking.phases import PHASES, phase
+from tests.configs import run_config
 from tests.isolated import run_isolated
 
 
@@ -76,7 +77,7 @@ def test_phases_outside_a_profile_write_nothing_and_report_memory_once(tmp_path)
 
 def test_the_reward_workers_scoring_is_its_reward_phase():
     worker = bare(RewardWorker, "reward")
-    worker.setup(None, "digits", "digits")
+    worker.setup("rule", run_config().reward, "digits")
     scores = worker.score([Scoring("1+1", "2", "2"), Scoring("1+1", "3", "2")])
     assert len(scores.rewards) == 2 and scores.extras == {}
     assert list(worker.memory_report()) == ["reward"]

@@ -1,0 +1,52 @@
+"""A reward model (`roles.reward.strategy=model`) in a whole run: the rewards of the run's own
+responses are what the model was built to score, as a rule computing the same thing gives them."""
+
+import json
+
+import pytest
+
+from roll_device.commands.run import run_checked
+from tests.configs import run_config
+from tests.inputs.reward_models import make_last_digit_reward_model
+
+
+def rewards(run_dir) -> list[float]:
+    return [json.loads(line)["reward_mean"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_reward_models_rewards_equal_the_rule_it_computes(tmp_path, shared_cluster):
+    model = make_last_digit_reward_model(tmp_path / "rm")
+    common = [*shared_cluster, "max_steps=1", "save_every=0", "algorithm.kl_coef=0"]
+    by_model = run_checked(
+        run_config(*common, "roles.reward.strategy=model", f"reward.model_path={model}"), tmp_path / "model"
+    )
+    by_rule = run_checked(
+        run_config(*common, "reward.function=tests.pipeline.user_rewards.last_digit"), tmp_path / "rule"
+    )
+    assert 0 < rewards(by_model)[0] < 1, "some responses end with a digit, some do not"
+    assert rewards(by_model) == pytest.approx(rewards(by_rule), abs=1e-6)
+
+
+@pytest.mark.slow
+def test_a_policy_learns_what_the_reward_model_prefers(tmp_path, shared_cluster):
+    model = make_last_digit_reward_model(tmp_path / "rm")
+    overrides = [*shared_cluster, "max_steps=30", "save_every=0", "roles.reward.strategy=model"]
+    run_dir = run_checked(run_config(*overrides, f"reward.model_path={model}"), tmp_path / "run")
+    got = rewards(run_dir)
+    assert sum(got[-3:]) / 3 > sum(got[:3]) / 3 + 0.3, got
+
+
+@pytest.mark.slow
+def test_a_reward_model_on_a_simulated_npu(tmp_path):
+    """SIMULATED: the reward model on the sim cluster's NPU node, beside the trainer's two NPUs."""
+    seen = {}
+
+    def on_step(record, roles):
+        seen["record"], seen["infos"] = record, roles.groups["reward"].infos
+
+    model = make_last_digit_reward_model(tmp_path / "rm")
+    overrides = ["experiment=mixed_devices", "cluster=sim", "max_steps=1", "roles.reward.device=npu"]
+    cfg = run_config(*overrides, "roles.reward.strategy=model", f"reward.model_path={model}")
+    run_checked(cfg, tmp_path / "run", on_step=on_step)
+    assert [(i["kind"], i["node_name"], i["device"]) for i in seen["infos"]] == [("npu", "npu-node", "npu:0")]
+    assert seen["record"]["memory/reward/reward/device_used_mib"] > 0, "its weights on the device"
