@@ -95,3 +95,15 @@ def test_a_folder_that_holds_no_reward_model_is_refused(tmp_path, tiny_model_pat
         (tmp_path / "bare" / name).unlink()
     with pytest.raises(ConfigError, match=r"has no tokenizer"):
         check_reward_model_dir(str(tmp_path / "bare"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU")
+def test_on_a_gpu_the_reward_model_scores_as_on_the_cpu(tmp_path):
+    import roll_device as rd
+
+    path = make_reward_model(tmp_path / "rm", chat_template=TEMPLATE)
+    on_cpu = RewardModel(path, torch.device("cpu"), "float32", 3).score(ITEMS)
+    on_device = RewardModel(path, rd.current_platform().device(), "float32", 3)
+    assert next(on_device.model.parameters()).device.type == rd.current_platform().device_type
+    assert on_device.score(ITEMS) == pytest.approx(on_cpu, abs=1e-4)
