@@ -1,7 +1,7 @@
 """The chat rendered turn by turn with a chat template, as token ids.
 
 `ChatRenderer.first(messages)` is the first prompt (the template's rendering with the tools and
-the generation prompt). After each model turn, `after_model(history, text, stop_text, new)` is
+the generation prompt; every rendering with `model.chat_template_kwargs` as the template's variables). After each model turn, `after_model(history, text, stop_text, new)` is
 the environment's part of the context: what the template writes after the model's text (the end
 of its turn, less the stop token the model generated itself), then the new messages (tool results,
 the environment's observation) and the next generation prompt, all as the difference of two
@@ -43,8 +43,15 @@ def template_of(tokenizer, name: str | None) -> str | None:
 class ChatRenderer:
     """Messages -> token ids with one chat template (see the module docstring)."""
 
-    def __init__(self, tokenizer, template_name: str | None, tools: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        tokenizer,
+        template_name: str | None,
+        tools: list[dict[str, Any]],
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.tokenizer, self.tools = tokenizer, tools or None
+        self.template_kwargs = dict(template_kwargs or {})
         self.template = template_of(tokenizer, template_name)
         where = (
             f"agentic.chat_template='{template_name}'" if template_name else "the tokenizer's chat template"
@@ -70,6 +77,7 @@ class ChatRenderer:
             chat_template=self.template,
             tokenize=False,
             add_generation_prompt=generation,
+            **self.template_kwargs,
         )
 
     def encode(self, text: str) -> list[int]:

@@ -2,7 +2,9 @@
 
 With `model.chat_template` on (the default) and a tokenizer that has a chat template (instruct
 models), a prompt is sent as one user message rendered by that template with the generation prompt
-appended, as ROLL and verl do; otherwise it is the tokenizer's BOS token (if any) and the raw text.
+appended, as ROLL and verl do (with `model.chat_template_kwargs` as the template's variables, verl's
+`apply_chat_template_kwargs`: Qwen3's `enable_thinking`); otherwise it is the tokenizer's BOS token
+(if any) and the raw text.
 A prompt the data gives as chat messages (roll_device/inputs/fields.py) is rendered by the template
 as it is; without a template it is refused. Responses stop at the tokenizer's EOS and at every EOS
 id of the model's `generation_config.json` (chat models end turns with their own token, e.g.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 from roll_device.errors import ConfigError
 
@@ -51,8 +54,15 @@ def _generation_eos_ids(model_path: str | None) -> list[int]:
 
 
 class PromptEncoder:
-    def __init__(self, tokenizer, use_chat_template: bool = True, model_path: str | None = None) -> None:
+    def __init__(
+        self,
+        tokenizer,
+        use_chat_template: bool = True,
+        model_path: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
+        self.template_kwargs = dict(template_kwargs or {})
         self.tokens = Tokens.from_tokenizer(tokenizer, model_path)
         self.use_chat_template = use_chat_template
         self.chat = bool(use_chat_template and getattr(tokenizer, "chat_template", None))
@@ -75,7 +85,9 @@ class PromptEncoder:
         if not self.chat:
             return prompt
         messages = messages or [{"role": "user", "content": prompt}]
-        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, **self.template_kwargs
+        )
 
     def decode(self, responses: list[list[int]]) -> list[str]:
         """Response ids as the reward reads them: text without special tokens."""

@@ -317,4 +317,4 @@ def chat_renderer(config, tokenizer) -> ChatRenderer | None:
     if not config.agentic.on:
         return None
     tools = [resolve_tool(name).rendered() for name in config.agentic.tools]
-    return ChatRenderer(tokenizer, config.agentic.chat_template, tools)
+    return ChatRenderer(tokenizer, config.agentic.chat_template, tools, config.model.chat_template_kwargs)

@@ -72,6 +72,25 @@ OWN_STRATEGIES = {REWARD: REWARD_STRATEGIES, ENV: ("python",)}  # the pipeline's
 RESUME_CHOICES = (True, False, "latest_valid")
 
 
+# transformers' apply_chat_template's own parameters (a test compares): not the template's variables
+RENDERING_ARGUMENTS = (
+    "conversation",
+    "tools",
+    "documents",
+    "chat_template",
+    "add_generation_prompt",
+    "continue_final_message",
+    "tokenize",
+    "padding",
+    "truncation",
+    "max_length",
+    "return_tensors",
+    "return_dict",
+    "return_assistant_tokens_mask",
+    "tokenizer_kwargs",
+)
+
+
 class ModelSettings(Section):
     path: str | None = Field(description="a Hugging Face model directory, or null for the tiny model")
     tiny_dir: str
@@ -83,6 +102,21 @@ class ModelSettings(Section):
         description="the tiny model's transformers architecture (qwen3_moe: 8 experts, top-2)",
     )
     chat_template: StrictBool
+    chat_template_kwargs: dict[str, Any] = Field(  # a default: run folders written before it still read
+        default_factory=dict,
+        description="the chat template's variables (verl's apply_chat_template_kwargs; Qwen3's enable_thinking)",
+    )
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _template_variables(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        taken = [key for key in kwargs if key in RENDERING_ARGUMENTS]
+        if taken:
+            raise ValueError(
+                f"{', '.join(taken)} is an argument of the rendering itself, which the run sets: give the "
+                "template's own variables only (enable_thinking, ...)"
+            )
+        return kwargs
 
 
 class ExperimentSettings(OpenSection):

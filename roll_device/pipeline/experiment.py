@@ -270,7 +270,7 @@ def run_experiment(
 
 
 def _inputs(config: RunConfig, tokenizer, path: str, data) -> RunInputs:
-    encoder = PromptEncoder(tokenizer, config.model.chat_template, path)
+    encoder = PromptEncoder(tokenizer, config.model.chat_template, path, config.model.chat_template_kwargs)
     return load_inputs(
         config.data,
         config.eval,

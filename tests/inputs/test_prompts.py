@@ -32,6 +32,45 @@ def test_raw_prompts_get_the_bos_token_and_chat_prompts_the_template():
     assert PromptEncoder(tokenizer, use_chat_template=False).render("1+1") == "1+1", "the switch"
 
 
+THINKING = (  # Qwen3's switch, as its template reads it: thinking unless enable_thinking is false
+    "{% for m in messages %}{{ m['role'][0] }}:{{ m['content'] }}<eos>{% endfor %}"
+    "{% if add_generation_prompt %}a:{% if enable_thinking is defined and not enable_thinking %}"
+    "<pad><pad>{% endif %}{% endif %}"
+)
+
+
+def test_the_chat_templates_variables_reach_the_prompts_and_the_agentic_turns():
+    from roll_device.agentic.chat import ChatRenderer
+
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = THINKING
+    assert PromptEncoder(tokenizer).render("1+1") == "u:1+1<eos>a:"
+    off = {"enable_thinking": False}
+    assert PromptEncoder(tokenizer, template_kwargs=off).render("1+1") == "u:1+1<eos>a:<pad><pad>"
+    user = [{"role": "user", "content": "1+1"}]
+    assert ChatRenderer(tokenizer, None, []).render(user, generation=True) == "u:1+1<eos>a:"
+    assert ChatRenderer(tokenizer, None, [], off).render(user, generation=True) == "u:1+1<eos>a:<pad><pad>"
+
+
+def test_the_renderings_own_arguments_are_refused_as_template_variables():
+    import inspect
+
+    from transformers import PreTrainedTokenizerBase
+
+    from roll_device.commands.gate import load_config
+    from roll_device.pipeline.config import RENDERING_ARGUMENTS
+
+    own = inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters
+    assert RENDERING_ARGUMENTS == tuple(name for name in own if name not in ("self", "kwargs"))
+    with pytest.raises(
+        ConfigError, match="model.chat_template_kwargs=.*tokenize is an argument of the rendering"
+    ):
+        load_config(["+model.chat_template_kwargs.tokenize=true"])
+    assert load_config(["+model.chat_template_kwargs.enable_thinking=false"]).model.chat_template_kwargs == {
+        "enable_thinking": False
+    }
+
+
 def test_chat_messages_are_rendered_as_given_and_refused_without_a_template():
     tokenizer = build_tokenizer()
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "1+1"}]

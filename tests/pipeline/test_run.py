@@ -30,7 +30,7 @@ def _records(run_dir):
             ["roles.actor_infer.strategy=sglang"],
             "roles.actor_infer.strategy='sglang' is unknown for inference: choose one of hf, vllm",
         ),
-        (["roles.reward.strategy=model"], "roles.reward.strategy='model' is unknown"),
+        (["roles.reward.strategy=judge"], "roles.reward.strategy='judge' is unknown: choose rule, model"),
         (["roles.actor_train.num_devices=3"], "does not split across 3 actor_train workers"),
         (["roles.actor_infer.num_devices=3"], "does not split across 3 actor_infer workers"),
         (
