@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+from roll_device.pipeline.generations import GENERATIONS, shown
 from roll_device.pipeline.metrics import PASS_KEY
 from strategies.base import SamplingConfig
 
@@ -19,9 +20,9 @@ def greedy(max_new_tokens: int, stop_token_ids: list[int]) -> SamplingConfig:
     return SamplingConfig(n=1, max_tokens=max_new_tokens, temperature=0.0, stop_token_ids=stop_token_ids)
 
 
-def evaluate(step, samples, max_new_tokens: int, at_step: int) -> dict:
+def evaluate(step, samples, max_new_tokens: int, at_step: int, shown_count: int = 0) -> dict:
     """Greedy pass@1 of `samples` (responses up to `max_new_tokens`) through the `GrpoStep`
-    `step`'s roles; the metrics record."""
+    `step`'s roles; the metrics record, with the first `shown_count` responses under `GENERATIONS`."""
     start = time.perf_counter()
     prompt_ids = [step.encoder.encode(s.prompt, s.chat()) for s in samples]
     completions = step.generate(prompt_ids, greedy(max_new_tokens, list(step.encoder.tokens.stop)))
@@ -34,4 +35,9 @@ def evaluate(step, samples, max_new_tokens: int, at_step: int) -> dict:
         **scores.means("eval_reward_"),  # verl's extra entries, where its dicts gave some
         "eval_size": len(rewards),
         "eval_s": time.perf_counter() - start,
+        **(
+            {GENERATIONS: shown(step.encoder, samples, completions, rewards, shown_count)}
+            if shown_count
+            else {}
+        ),
     }

@@ -47,6 +47,7 @@ from roll_device.inputs.rewards import RewardFunctionError
 from roll_device.pipeline.agentic_step import AgenticStep, chat_renderer
 from roll_device.pipeline.config import ModelSettings, RunConfig
 from roll_device.pipeline.evaluation import evaluate
+from roll_device.pipeline.generations import GenerationsLog
 from roll_device.pipeline.interrupts import how_stopped
 from roll_device.pipeline.loop import Collected, GrpoStep
 from roll_device.pipeline.metrics import PASS_KEY, MetricsLog
@@ -93,7 +94,7 @@ class Run:
     ) -> None:
         self.config, self.run_dir, self.roles, self.inputs = config, run_dir, roles, inputs
         self.checkpoints = Checkpoints(run_dir)
-        self.metrics = MetricsLog(run_dir)
+        self.metrics, self.generations = MetricsLog(run_dir), GenerationsLog(run_dir)
         self.observer = RunObserver(config, run_dir, roles, trackers)
         # multi-turn trajectories with an environment (`renderer`: its chat template), else GRPO's step
         self.step = (
@@ -109,7 +110,8 @@ class Run:
         """Continue from checkpoint `start`, or start afresh (dropping the records an earlier
         run left in this directory: each step is recorded once)."""
         if start is None:
-            self.metrics.truncate_after(0)
+            self.metrics.clear()
+            self.generations.clear()
         else:
             self.restore(*start)
 
@@ -119,6 +121,7 @@ class Run:
         for role, folder in self.checkpointed():
             self.roles.call(role, TrainWorker.load, str(path / folder))
         self.metrics.truncate_after(state.step)
+        self.generations.truncate_after(state.step)
         self.roles.sync_weights(version=state.step)
         print(f"resumed from {path} at step {state.step}")
 
@@ -142,14 +145,17 @@ class Run:
 
     def evaluate(self) -> dict:
         tokens = self.config.eval_max_new_tokens
-        record = evaluate(self.step, self.inputs.eval_samples, tokens, self.state.step)
+        shown = self.config.tracking.generations
+        record = evaluate(self.step, self.inputs.eval_samples, tokens, self.state.step, shown)
         self.write(record)
         return record
 
     def write(self, record: dict) -> None:
-        """A record to metrics.jsonl and the trackers."""
+        """A record to metrics.jsonl and the trackers, the generations it carries to theirs."""
+        evaluation = PASS_KEY in record
+        shown = self.generations.take(record, evaluation)
         self.metrics.append(record)
-        self.observer.write(record)
+        self.observer.write(record, shown, evaluation)
 
     def launch(self, step: int, position: int, version: int) -> Rollout:
         """Launch rollout `step` (for the step `step` + 1), its profile first when it is profiled."""
@@ -265,7 +271,8 @@ def run_experiment(
         raise error(f"{what}; {resume_advice(run_dir)}") from None
     finally:
         trackers.close(ok=ended)
-    print(f"run directory: {run_dir} (metrics.jsonl, metrics.png, memory.png, checkpoints/)")
+    shown = ", generations.jsonl" if config.tracking.generations else ""
+    print(f"run directory: {run_dir} (metrics.jsonl{shown}, metrics.png, memory.png, checkpoints/)")
     return run_dir
 
 

@@ -42,6 +42,7 @@ from roll_device.inputs.rewards import Scores
 from roll_device.pipeline.batching import build_batch
 from roll_device.pipeline.config import RunConfig
 from roll_device.pipeline.critic_step import CriticStep
+from roll_device.pipeline.generations import GENERATIONS, shown
 from roll_device.pipeline.lifecycle import ColocatedTurns
 from roll_device.pipeline.overlap import Rollout
 from roll_device.pipeline.record import StepOutcome, StepRecord
@@ -220,8 +221,15 @@ class GrpoStep:
         )
         record = StepRecord.build(state, outcome, timeline)
         record.update(scores.means("reward_"))  # verl's extra entries, where its dicts gave some
+        self.show(record, got, scores)
         self.adapt_kl(state, batch, record, kl_coef)
         return self.critic.report(self.sampling_filter.report(record))
+
+    def show(self, record: StepRecord, got: Collected, scores: Scores) -> None:
+        """The step's first `tracking.generations` responses into `record` (generations.py)."""
+        count = self.config.tracking.generations
+        if count:
+            record[GENERATIONS] = shown(self.encoder, got.samples, got.completions, scores.rewards, count)
 
     def refill(
         self, step: int, rollout: Rollout, got: Collected, scores: Scores

@@ -8,25 +8,20 @@ no `reward_mean` (see `roll_device.pipeline.evaluation`)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from roll_device.agentic.trajectory import TOOL_CALLS, TOOL_FAILURES, TURNS
+from roll_device.pipeline.jsonlines import JsonLines
 
 PLOTTED_TIMES = ("rollout_s", "train_s", "sync_s")
 PASS_KEY = "eval_pass@1"
 CRITIC_LOSS, CRITIC_EXPLAINED = "critic_value_loss", "critic_vf_explained_var"  # critic_step.py's keys
 
 
-class MetricsLog:
+class MetricsLog(JsonLines):
     def __init__(self, run_dir: Path) -> None:
-        self.jsonl = Path(run_dir) / "metrics.jsonl"
+        super().__init__(Path(run_dir) / "metrics.jsonl")
         self.png = Path(run_dir) / "metrics.png"
-
-    def read(self) -> list[dict]:
-        if not self.jsonl.exists():
-            return []
-        return [json.loads(line) for line in self.jsonl.read_text().splitlines() if line.strip()]
 
     def steps(self) -> list[dict]:
         """The training steps' records."""
@@ -47,15 +42,6 @@ class MetricsLog:
                 f"step {evals[-1]['step']} {evals[-1][PASS_KEY]:.3f}"
             )
         return text
-
-    def truncate_after(self, step: int) -> None:
-        """Drop records past `step` (written after the checkpoint a resumed run starts from)."""
-        kept = [r for r in self.read() if r["step"] <= step]
-        self.jsonl.write_text("".join(json.dumps(r) + "\n" for r in kept))
-
-    def append(self, record: dict) -> None:
-        with self.jsonl.open("a") as f:
-            f.write(json.dumps(record) + "\n")
 
     def plot(self, title: str, with_kl: bool) -> Path:
         """`metrics.png`: the figure `figure` draws."""

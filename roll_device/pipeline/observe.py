@@ -85,5 +85,9 @@ class RunObserver:
         self.profiling = None
         return written
 
-    def write(self, record: dict) -> None:
+    def write(self, record: dict, generations: list[dict], evaluation: bool) -> None:
+        """A step's or an evaluation's record, and the generations shown with it, to the trackers."""
         self.trackers.log(record)
+        if generations:
+            name = "eval_generations" if evaluation else "generations"
+            self.trackers.log_table(name, generations, int(record["step"]))

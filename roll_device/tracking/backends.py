@@ -11,6 +11,9 @@ package is an extra of roll-device, checked before Ray starts).
   would retry for minutes); a resumed run continues the same MLflow run (its id);
 - `swanlab`: `<run_dir>/swanlog`, offline unless `tracking.mode=online`; a resumed run starts a new
   SwanLab run (its steps go on from the resumed one).
+
+Each but the console and SwanLab also takes a step's generations as a table (`log_table`: a
+TensorBoard text summary in Markdown, a wandb Table, an MLflow table artifact per step).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
@@ -31,6 +35,18 @@ SERVER_TIMEOUT_S = 5.0  # a tracking server's address that does not answer in th
 
 def config_text(context: TrackerContext) -> str:
     return yaml.safe_dump(context.config, sort_keys=False)
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    """`rows` as a Markdown table (TensorBoard renders its text summaries as Markdown)."""
+    columns = list(rows[0])
+
+    def cell(value: Any) -> str:
+        return str(value).replace("|", "\\|").replace("\n", "<br>")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(row[c]) for c in columns) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 @register
@@ -65,6 +81,10 @@ class TensorBoardTracker(Tracker):
             self.writer.add_scalar(key, value, step)
         self.writer.flush()
 
+    def log_table(self, name: str, rows: list[dict[str, Any]], step: int) -> None:
+        self.writer.add_text(name, markdown_table(rows), step)
+        self.writer.flush()
+
     def finish(self, ok: bool) -> None:
         self.writer.close()
 
@@ -91,6 +111,14 @@ class WandbTracker(Tracker):
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         self.run.log(metrics, step=step)
+
+    def log_table(self, name: str, rows: list[dict[str, Any]], step: int) -> None:
+        import wandb
+
+        columns = list(rows[0])
+        self.run.log(
+            {name: wandb.Table(columns=columns, data=[[row[c] for c in columns] for row in rows])}, step=step
+        )
 
     def finish(self, ok: bool) -> None:
         self.run.finish(exit_code=0 if ok else 1)
@@ -150,6 +178,13 @@ class MlflowTracker(Tracker):
 
         now = int(time.time() * 1000)
         self.client.log_batch(self.run_id, metrics=[Metric(k, v, now, step) for k, v in metrics.items()])
+
+    def log_table(self, name: str, rows: list[dict[str, Any]], step: int) -> None:
+        """An artifact per step, `<name>/step_<step>.json`, laid out as MLflow's `log_table` writes a
+        table (`columns`, `data`; that call needs pandas, which MLflow does not install)."""
+        columns = list(rows[0])
+        table = {"columns": columns, "data": [[row[c] for c in columns] for row in rows]}
+        self.client.log_dict(self.run_id, table, f"{name}/step_{step:06d}.json")
 
     def finish(self, ok: bool) -> None:
         self.client.set_terminated(self.run_id, status="FINISHED" if ok else "FAILED")

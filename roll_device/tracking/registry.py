@@ -47,8 +47,9 @@ class TrackerContext:
 
 
 class Tracker:
-    """A backend: started with its context, `log(metrics, step)` per record, `finish(ok)` at the
-    end; `state()` is what a resumed run needs to continue the same tracker run."""
+    """A backend: started with its context, `log(metrics, step)` per record, `log_table` for a
+    step's generations, `finish(ok)` at the end; `state()` is what a resumed run needs to continue
+    the same tracker run."""
 
     name: ClassVar[str]
     package: ClassVar[str | None] = None  # the module its library is imported as
@@ -63,6 +64,10 @@ class Tracker:
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         raise NotImplementedError
+
+    def log_table(self, name: str, rows: list[dict[str, Any]], step: int) -> None:
+        """Rows of text and numbers under `name` at `step` (a step's generations); a tracker without
+        tables (the console, SwanLab here) leaves them to the run's own file."""
 
     def finish(self, ok: bool) -> None:
         """End the tracker's run (`ok`: the run ended well)."""
@@ -179,6 +184,10 @@ class Trackers:
         metrics = scalars(record)
         for tracker in self.trackers:
             tracker.log(metrics, int(record["step"]))
+
+    def log_table(self, name: str, rows: list[dict[str, Any]], step: int) -> None:
+        for tracker in self.trackers:
+            tracker.log_table(name, rows, step)
 
     def close(self, ok: bool) -> None:
         for tracker in self.trackers:

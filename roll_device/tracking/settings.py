@@ -20,13 +20,17 @@ MODES = ("offline", "online")
 
 
 class TrackingSettings(Section):
-    """What the trackers are told: the project, offline or online, MLflow's store."""
+    """What the trackers are told: the project, offline or online, MLflow's store; how many of each
+    step's responses the run writes beside its metrics (roll_device/pipeline/generations.py)."""
 
     project: str = Field(description="the tracker's project (wandb, swanlab) or experiment (mlflow)")
     mode: Literal[MODES] = Field(
         description="offline writes wandb's and swanlab's runs under the run directory"
     )
     mlflow_tracking_uri: str | None = Field(description="null: a file store under the run directory")
+    generations: Annotated[
+        StrictInt, Field(ge=0, description="responses of each step and evaluation to generations.jsonl")
+    ]
 
 
 class ProfileSettings(Section):

@@ -54,11 +54,14 @@ def _last_good_step_kept(run_dir, tmp_path, message):
 
 
 def test_a_nan_reward_ends_the_run_naming_the_function_and_the_sample(tmp_path, shared_cluster):
-    """overwrite=true: the checkpoints an earlier run left (step 4) are replaced, not mixed in."""
+    """overwrite=true: the checkpoints and records an earlier run left (step 4, its evaluation
+    before step 1) are replaced, not mixed in."""
     old = Checkpoints(tmp_path / "run")
     staging = old.staging_dir(4)
     (staging / "policy").mkdir()
     old.commit(staging, PipelineState(step=4, data_position=32))
+    for name in ("metrics.jsonl", "generations.jsonl"):
+        (tmp_path / "run" / name).write_text(json.dumps({"step": 0, "eval_pass@1": 0.5}) + "\n")
 
     run_dir, message = _failed_run(
         tmp_path, RewardFunctionError, "nan_after_64_calls", "overwrite=true", *shared_cluster
@@ -69,6 +72,7 @@ def test_a_nan_reward_ends_the_run_naming_the_function_and_the_sample(tmp_path, 
     assert " response='" in message
     assert "a reward must be a finite number within float32's range; the step was not trained on" in message
     _last_good_step_kept(run_dir, tmp_path, message)
+    assert (run_dir / "generations.jsonl").read_text() == "", "tracking.generations=0 writes none"
 
 
 @pytest.mark.slow  # the trainers' refusal itself is tested in the default run (test_non_finite_updates.py)

@@ -1,6 +1,7 @@
 """A whole run observed (slow: two short runs on Ray): trackers beside metrics.jsonl, memory per
 role and phase in every record with memory.png, a profiled step's traces from the chosen roles'
-workers, and a resumed run that continues the tracker runs and their step numbers."""
+workers, each step's generations in generations.jsonl and as the trackers' tables, and a resumed
+run that continues the tracker runs and their step numbers."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ OVERRIDES = (
     "logger=[console,tensorboard,mlflow]",
     "profile.steps=[2]",
     "profile.roles=[actor_infer,reference,reward]",
+    "tracking.generations=2",
 )
 
 
@@ -46,10 +48,12 @@ def test_a_run_is_tracked_measured_profiled_and_resumed_in_the_same_tracker_run(
 
     resumed = run_checked(run_config(*OVERRIDES, "max_steps=3", "resume=true", "profile.steps=[]"), run_dir)
     assert json.loads((resumed / STATE_FILE).read_text())["mlflow"]["run_id"] == run_id
-    history = MlflowClient(tracking_uri=(run_dir / "mlruns").as_uri()).get_metric_history(
-        run_id, "reward_mean"
-    )
-    assert [m.step for m in history] == [1, 2, 3]
+    client = MlflowClient(tracking_uri=(run_dir / "mlruns").as_uri())
+    assert [m.step for m in client.get_metric_history(run_id, "reward_mean")] == [1, 2, 3]
+    tables = [a.path for a in client.list_artifacts(run_id, "generations")]
+    assert tables == [f"generations/step_00000{step}.json" for step in (1, 2, 3)], "each step's generations"
+    shown = [json.loads(line) for line in (run_dir / "generations.jsonl").read_text().splitlines()]
+    assert [g["step"] for g in shown] == [1, 1, 2, 2, 3, 3]
     events = EventAccumulator(str(run_dir / "tensorboard"))
     events.Reload()
     assert [e.step for e in events.Scalars("memory/actor_infer/rollout/host_rss_mib")] == [1, 2, 3]

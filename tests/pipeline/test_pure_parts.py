@@ -8,9 +8,13 @@ import torch
 from roll_device.cluster.submit import SUBMITTED_TO_ENV
 from roll_device.commands.gate import load_config
 from roll_device.errors import ConfigError
+from roll_device.inputs import Sample
+from roll_device.inputs.prompts import PromptEncoder
 from roll_device.inputs.tasks import get_task
+from roll_device.models.tiny import build_tokenizer
 from roll_device.pipeline.batching import build_batch
 from roll_device.pipeline.experiment import data_summary, resume_advice
+from roll_device.pipeline.generations import GENERATIONS, GenerationsLog, shown
 from roll_device.pipeline.metrics import MetricsLog
 from roll_device.pipeline.state import Checkpoints, PipelineState, read_state
 from strategies.base import Completion
@@ -79,6 +83,29 @@ def test_build_batch_places_turn_rewards_after_each_rows_prompt_and_keeps_them_t
     assert batch.token_rewards.tolist() == [[0, 0, 0.5, 0, 1.0], [0, -1.0, 0, 0, 0]]
     assert batch.select(slice(1, 2)).token_rewards.tolist() == [[0, -1.0, 0, 0, 0]]
     assert build_batch(prompts, [Completion(0, 0, [8], [-0.1], "stop")], pad_id=0)[0].token_rewards is None
+
+
+def test_a_steps_first_generations_are_written_under_its_step_and_kept_to_the_runs_steps(tmp_path):
+    encoder = PromptEncoder(build_tokenizer())
+    samples = [Sample("ab=", "7"), Sample("cd=", None)]
+    ids = encoder.tokenizer("12", add_special_tokens=False).input_ids
+    completions = [Completion(0, 0, ids, [0.0] * 2, "stop"), Completion(1, 0, ids[:1], [0.0], "stop")]
+    record = {"step": 3, "reward_mean": 0.5, GENERATIONS: shown(encoder, samples, completions, [1.0, 0.0], 5)}
+    log = GenerationsLog(tmp_path)
+    log.take(record, evaluation=False)
+    log.take(
+        {"step": 4, "eval_pass@1": 1.0, GENERATIONS: shown(encoder, samples, completions, [0.5], 1)}, True
+    )
+    assert record == {"step": 3, "reward_mean": 0.5}, "taken out of the record metrics.jsonl gets"
+    assert log.read() == [
+        {"step": 3, "eval": False, "prompt": "ab=", "response": "12", "answer": "7", "reward": 1.0},
+        {"step": 3, "eval": False, "prompt": "cd=", "response": "1", "answer": None, "reward": 0.0},
+        {"step": 4, "eval": True, "prompt": "ab=", "response": "12", "answer": "7", "reward": 0.5},
+    ]
+    log.truncate_after(3)
+    assert [g["step"] for g in log.read()] == [3, 3]
+    log.clear()
+    assert log.read() == []
 
 
 def test_metrics_log_and_plot(tmp_path):

@@ -50,7 +50,7 @@ def test_a_killed_worker_ends_the_run_and_resume_records_every_step_once(
     tmp_path, shared_cluster, role, method, kept, overrides, after_step, max_steps
 ):
     run_dir = tmp_path / "run"
-    base = [*shared_cluster, f"max_steps={max_steps}", "save_every=2", *overrides]
+    base = [*shared_cluster, f"max_steps={max_steps}", "save_every=2", "tracking.generations=2", *overrides]
     killed_at = []
     hook = kill_at_next(role, method, killed_at, after_step=after_step)
     with pytest.raises(WorkerLostError) as lost:
@@ -74,4 +74,6 @@ def test_a_killed_worker_ends_the_run_and_resume_records_every_step_once(
     run_checked(run_config(*base, "resume=true"), run_dir)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(1, max_steps + 1)), "every step once, none lost"
+    shown = [json.loads(line) for line in (run_dir / "generations.jsonl").read_text().splitlines()]
+    assert [g["step"] for g in shown] == [step for step in range(1, max_steps + 1) for _ in "ab"], "2 a step"
     assert records[-1]["weights_version"] == max_steps

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -36,14 +37,24 @@ def drive(name: str, tmp_path, steps, resumed_from: int | None = None, mlflow_ur
         tmp_path,
         name="tiny_grpo",
         config=CONFIG,
-        settings=TrackingSettings(project="roll-device-test", mode="offline", mlflow_tracking_uri=mlflow_uri),
+        settings=TrackingSettings(
+            project="roll-device-test", mode="offline", mlflow_tracking_uri=mlflow_uri, generations=1
+        ),
         resumed=None if resumed_from is None else {},
         start_step=resumed_from or 0,
     )
     trackers = Trackers.open([name], context)
     for step in steps:
         trackers.log(record(step))
+        trackers.log_table("generations", generations(step), step)
     trackers.close(ok=True)
+
+
+def generations(step: int) -> list[dict]:
+    """A step's generations as the run shows them (roll_device/pipeline/generations.py)."""
+    return [
+        {"step": step, "eval": False, "prompt": "1|2=", "response": f"{step}", "answer": None, "reward": 0.5}
+    ]
 
 
 KEYS = {"reward_mean", "eval_pass_at_1", "graph_guard/max_error", "memory/actor_train/update/device_used_mib"}
@@ -63,7 +74,17 @@ def test_tensorboard_event_files_hold_every_step_across_a_resume(tmp_path):
         (3, 0.3),
         (4, 0.4),
     ]
-    assert events.Tags()["tensors"] == ["config/text_summary"], "the config is logged once"
+    assert events.Tags()["tensors"] == ["config/text_summary", "generations/text_summary"], "config once"
+    shown = [
+        (e.step, e.tensor_proto.string_val[0].decode()) for e in events.Tensors("generations/text_summary")
+    ]
+    # TensorBoard's reader purges scalars after a resume, not text: the first run's step 3 is read too
+    assert sorted({step for step, _ in shown}) == [1, 2, 3, 4]
+    assert shown[0][1].splitlines() == [
+        "| step | eval | prompt | response | answer | reward |",
+        "|---|---|---|---|---|---|",
+        "| 1 | False | 1\\|2= | 1 | None | 0.5 |",
+    ]
 
 
 def test_mlflow_file_store_continues_the_same_run_on_resume(tmp_path):
@@ -79,6 +100,10 @@ def test_mlflow_file_store_continues_the_same_run_on_resume(tmp_path):
     history = client.get_metric_history(run_id, "reward_mean")
     assert [(m.step, round(m.value, 3)) for m in history] == [(1, 0.1), (2, 0.2), (3, 0.3), (4, 0.4)]
     assert run.data.params["algorithm.advantage"] == "grpo" and run.info.status == "FINISHED"
+    tables = [a.path for a in client.list_artifacts(run_id, "generations")]
+    assert tables == [f"generations/step_00000{step}.json" for step in (1, 2, 3, 4)]
+    table = json.loads(Path(client.download_artifacts(run_id, tables[3], str(tmp_path))).read_text())
+    assert table["columns"][:4] == ["step", "eval", "prompt", "response"] and table["data"][0][3] == "4"
     experiments = client.search_experiments()
     assert [e.name for e in experiments if e.name != "Default"] == ["roll-device-test"]
 
@@ -115,6 +140,8 @@ def test_wandb_offline_run_resumes_the_same_run_with_continuous_steps(tmp_path):
     rows = [row for run in runs for row in run["history"]]
     assert [row["_step"] for row in rows] == [1, 2, 3, 4]
     assert KEYS <= set(rows[0]) and rows[3]["reward_mean"] == pytest.approx(0.4)
+    tables = [(row["generations/_type"], row["generations/nrows"]) for row in rows]  # nested keys, joined
+    assert tables == [("table-file", 1)] * 4, "each step's generations a wandb Table"
 
 
 def test_console_prints_one_line_per_step_without_the_nested_keys(tmp_path, capsys):
