@@ -138,6 +138,18 @@ class EvalSettings(Section):
     every_n_steps: Annotated[NonNegative, Field(description="0 turns evaluation off")]
     size: Count | None = Field(description="null evaluates every held-out prompt")
     max_new_tokens: Count | None = Field(description="null: algorithm.max_new_tokens")
+    samples_per_prompt: Annotated[Count, Field(description="responses per held-out prompt (avg@k, pass@k)")]
+    temperature: Annotated[StrictFloat, Field(ge=0, description="0: greedy")]
+    top_p: Annotated[StrictFloat, Field(gt=0, le=1, description="nucleus sampling's mass (1: off)")]
+
+    @model_validator(mode="after")
+    def _sampled_when_repeated(self) -> EvalSettings:
+        if self.samples_per_prompt > 1 and self.temperature == 0:
+            raise ConfigError(
+                f"eval.samples_per_prompt={self.samples_per_prompt} at eval.temperature=0 gives the same greedy "
+                "response each time: set eval.temperature > 0 (DAPO's avg@32: 1.0), or eval.samples_per_prompt=1"
+            )
+        return self
 
     @property
     def enabled(self) -> bool:

@@ -19,8 +19,8 @@ not finite with a `NonFiniteUpdateError` (naming the step), a weight sync that f
 checkpointed first whenever the trainer still holds exactly it, so nothing is lost. A new run
 (no `start`) first removes the checkpoints an earlier run left in `run_dir` (the gate let them
 be replaced: `overwrite=true`). With
-`eval.every_n_steps` set, greedy pass@1 on the held-out prompts is measured before the first step,
-every N steps and after the last.
+`eval.every_n_steps` set, pass@1 on the held-out prompts (greedy by default) is measured before
+the first step, every N steps and after the last.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from roll_device.inputs.prompts import PromptEncoder
 from roll_device.inputs.rewards import RewardFunctionError
 from roll_device.pipeline.agentic_step import AgenticStep, chat_renderer
 from roll_device.pipeline.config import ModelSettings, RunConfig
-from roll_device.pipeline.evaluation import evaluate
+from roll_device.pipeline.evaluation import eval_sampling, evaluate
 from roll_device.pipeline.generations import GenerationsLog
 from roll_device.pipeline.interrupts import how_stopped
 from roll_device.pipeline.loop import Collected, GrpoStep
@@ -144,9 +144,12 @@ class Run:
         return self.state.step == self.last_step or (every > 0 and self.state.step % every == 0)
 
     def evaluate(self) -> dict:
-        tokens = self.config.eval_max_new_tokens
-        shown = self.config.tracking.generations
-        record = evaluate(self.step, self.inputs.eval_samples, tokens, self.state.step, shown)
+        config = self.config
+        stop = list(self.step.tokens.stop)
+        sampling = eval_sampling(config.eval, config.eval_max_new_tokens, stop, config.seed)
+        record = evaluate(
+            self.step, self.inputs.eval_samples, sampling, self.state.step, config.tracking.generations
+        )
         self.write(record)
         return record
 

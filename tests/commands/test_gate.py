@@ -172,7 +172,7 @@ BAD_VALUES = [
     ),
     (
         ["rollout.temperature=0.5"],
-        "rollout.temperature is not a key of the configuration: did you mean algorithm.temperature?",
+        "rollout.temperature is not a key of the configuration: did you mean eval.temperature or algorithm.temperature?",
     ),
     (
         ["data.prompt_per_step=4"],
@@ -216,6 +216,12 @@ BAD_VALUES = [
             "roles.reward.strategy=rule"
         ),
     ),
+    (
+        ["eval.samples_per_prompt=4"],
+        "eval.samples_per_prompt=4 at eval.temperature=0 gives the same greedy response each time: set",
+    ),
+    (["eval.top_p=0"], "eval.top_p=0: input should be greater than 0"),
+    (["eval.temperature=-1.0"], "eval.temperature=-1.0: input should be greater than or equal to 0"),
     (["reward.dtype=fp8"], "reward.dtype='fp8': input should be 'auto', 'float32', 'bfloat16' or 'float16'"),
     (["reward.micro_batch_size=0"], "reward.micro_batch_size=0: input should be greater than or equal to 1"),
     (
