@@ -8,29 +8,17 @@ import math
 
 import torch
 
-from roll_device.models.tiny import build_tokenizer, vocabulary
+from roll_device.models.tiny import build_config, build_tokenizer, vocabulary
 
 HIDDEN = 64
 
 
 def _new_model(seed: int = 0, norm_eps: float = 1e-6):
-    from transformers import Qwen2Config, Qwen2ForSequenceClassification
+    """The tiny Qwen2's architecture (roll_device/models/tiny.py) with a one-label head."""
+    from transformers import Qwen2ForSequenceClassification
 
-    vocab = vocabulary()
-    config = Qwen2Config(
-        vocab_size=len(vocab),
-        hidden_size=HIDDEN,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=256,
-        num_labels=1,
-        rms_norm_eps=norm_eps,
-        pad_token_id=vocab["<pad>"],
-        bos_token_id=vocab["<bos>"],
-        eos_token_id=vocab["<eos>"],
-    )
+    config = build_config(num_layers=2, hidden_size=HIDDEN)
+    config.num_labels, config.rms_norm_eps = 1, norm_eps
     torch.manual_seed(seed)
     return Qwen2ForSequenceClassification(config)
 
