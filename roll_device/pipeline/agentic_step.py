@@ -257,6 +257,15 @@ class AgenticStep(GrpoStep):
         if self.background is not None:
             self.background.close()
 
+    def texts(self, samples, completions: list[Completion]) -> tuple[list[str], list[str]]:
+        """Each trajectory's first prompt (its row up to the model's first token) and the rest."""
+        starts = [next((i for i, m in enumerate(c.mask) if m > 0), len(c.token_ids)) for c in completions]
+        decode = self.encoder.decode
+        return (
+            decode([c.token_ids[:start] for c, start in zip(completions, starts)]),
+            decode([c.token_ids[start:] for c, start in zip(completions, starts)]),
+        )
+
     def score(self, samples, completions: list[Completion]) -> Scores:
         """Each trajectory's reward, the sum of its turns' from the environment (no reward workers)."""
         return Scores([c.reward for c in completions], {})

@@ -61,5 +61,5 @@ def evaluate(step, samples, sampling: SamplingConfig, at_step: int, shown_count:
         "eval_s": time.perf_counter() - start,
     }
     if shown_count:
-        record[GENERATIONS] = shown(step.encoder, samples, completions, rewards, shown_count)
+        record[GENERATIONS] = shown(step, samples, completions, rewards, shown_count)
     return record

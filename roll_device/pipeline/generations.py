@@ -4,8 +4,9 @@ appended to `<run dir>/generations.jsonl`, a line each (`step`, `eval`, `prompt`
 `answer`, `reward`), as verl's `rollout_data_dir` keeps its rollouts.
 
 The first N are in the step's order: a prompt's samples together, so a group's rewards are read side
-by side. A response is the text the reward was given (special tokens left out); a multi-turn
-trajectory's is its whole row, from the first prompt on, the environment's turns included. The
+by side. A response is the text the reward was given (special tokens left out). A multi-turn
+trajectory's prompt is its first prompt as the environment rendered it, and its response the rest
+of its row, the environment's turns included. The
 step's record carries them to the run's writer under `GENERATIONS` (metrics.jsonl and the trackers'
 metrics get the rest); the trackers that keep tables get them as a table, `generations` or
 `eval_generations`. The file is kept to the steps the run holds, as metrics.jsonl is."""
@@ -19,18 +20,14 @@ from roll_device.pipeline.jsonlines import JsonLines
 GENERATIONS = "generations"  # the record's key that carries a step's shown responses
 
 
-def shown(encoder, samples, completions, rewards: list[float], count: int) -> list[dict]:
-    """The first `count` `completions` (each of `samples[prompt_index]`) as lines of the file."""
+def shown(step, samples, completions, rewards: list[float], count: int) -> list[dict]:
+    """The first `count` `completions` (each of `samples[prompt_index]`) as lines of the file, their
+    text as the step (`GrpoStep`, or its multi-turn kind) reads it (`texts`)."""
     chosen = completions[:count]
-    texts = encoder.decode([c.token_ids for c in chosen])
+    prompts, responses = step.texts(samples, chosen)
     return [
-        {
-            "prompt": samples[c.prompt_index].prompt,
-            "response": text,
-            "answer": samples[c.prompt_index].answer,
-            "reward": reward,
-        }
-        for c, text, reward in zip(chosen, texts, rewards)
+        {"prompt": prompt, "response": response, "answer": samples[c.prompt_index].answer, "reward": reward}
+        for c, prompt, response, reward in zip(chosen, prompts, responses, rewards)
     ]
 
 

@@ -229,7 +229,12 @@ class GrpoStep:
         """The step's first `tracking.generations` responses into `record` (generations.py)."""
         count = self.config.tracking.generations
         if count:
-            record[GENERATIONS] = shown(self.encoder, got.samples, got.completions, scores.rewards, count)
+            record[GENERATIONS] = shown(self, got.samples, got.completions, scores.rewards, count)
+
+    def texts(self, samples: list[Sample], completions: list[Completion]) -> tuple[list[str], list[str]]:
+        """The completions' prompts and responses as text (a generations file's)."""
+        prompts = [samples[c.prompt_index].prompt for c in completions]
+        return prompts, self.encoder.decode([c.token_ids for c in completions])
 
     def refill(
         self, step: int, rollout: Rollout, got: Collected, scores: Scores

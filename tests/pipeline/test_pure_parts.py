@@ -12,9 +12,11 @@ from roll_device.inputs import Sample
 from roll_device.inputs.prompts import PromptEncoder
 from roll_device.inputs.tasks import get_task
 from roll_device.models.tiny import build_tokenizer
+from roll_device.pipeline.agentic_step import AgenticStep, TrajectoryCompletion
 from roll_device.pipeline.batching import build_batch
 from roll_device.pipeline.experiment import data_summary, resume_advice
 from roll_device.pipeline.generations import GENERATIONS, GenerationsLog, shown
+from roll_device.pipeline.loop import GrpoStep
 from roll_device.pipeline.metrics import MetricsLog
 from roll_device.pipeline.state import Checkpoints, PipelineState, read_state
 from strategies.base import Completion
@@ -85,17 +87,22 @@ def test_build_batch_places_turn_rewards_after_each_rows_prompt_and_keeps_them_t
     assert build_batch(prompts, [Completion(0, 0, [8], [-0.1], "stop")], pad_id=0)[0].token_rewards is None
 
 
+def bare_step(cls):
+    """A step of `cls` with its encoder alone (what reading its rows as text takes), without Ray."""
+    step = object.__new__(cls)
+    step.encoder = PromptEncoder(build_tokenizer())
+    return step
+
+
 def test_a_steps_first_generations_are_written_under_its_step_and_kept_to_the_runs_steps(tmp_path):
-    encoder = PromptEncoder(build_tokenizer())
+    step = bare_step(GrpoStep)
     samples = [Sample("ab=", "7"), Sample("cd=", None)]
-    ids = encoder.tokenizer("12", add_special_tokens=False).input_ids
+    ids = step.encoder.tokenizer("12", add_special_tokens=False).input_ids
     completions = [Completion(0, 0, ids, [0.0] * 2, "stop"), Completion(1, 0, ids[:1], [0.0], "stop")]
-    record = {"step": 3, "reward_mean": 0.5, GENERATIONS: shown(encoder, samples, completions, [1.0, 0.0], 5)}
+    record = {"step": 3, "reward_mean": 0.5, GENERATIONS: shown(step, samples, completions, [1.0, 0.0], 5)}
     log = GenerationsLog(tmp_path)
     log.take(record, evaluation=False)
-    log.take(
-        {"step": 4, "eval_pass@1": 1.0, GENERATIONS: shown(encoder, samples, completions, [0.5], 1)}, True
-    )
+    log.take({"step": 4, "eval_pass@1": 1.0, GENERATIONS: shown(step, samples, completions, [0.5], 1)}, True)
     assert record == {"step": 3, "reward_mean": 0.5}, "taken out of the record metrics.jsonl gets"
     assert log.read() == [
         {"step": 3, "eval": False, "prompt": "ab=", "response": "12", "answer": "7", "reward": 1.0},
@@ -106,6 +113,18 @@ def test_a_steps_first_generations_are_written_under_its_step_and_kept_to_the_ru
     assert [g["step"] for g in log.read()] == [3, 3]
     log.clear()
     assert log.read() == []
+
+
+def test_a_trajectorys_generation_is_its_first_prompt_and_the_rest_of_its_row():
+    """The environment's first prompt, not the toy task's text the environment ignores."""
+    step = bare_step(AgenticStep)
+    ids = step.encoder.tokenizer("u:go.a:3u:higher.a:7", add_special_tokens=False).input_ids
+    first = len("u:go.a:")
+    row = TrajectoryCompletion(
+        0, 0, ids, [0.0] * len(ids), "done", mask=[0.0] * first + [1.0] * (len(ids) - first)
+    )
+    lines = shown(step, [Sample("zprogv=", None)], [row], [1.0], 1)
+    assert lines == [{"prompt": "u:go.a:", "response": "3u:higher.a:7", "answer": None, "reward": 1.0}]
 
 
 def test_metrics_log_and_plot(tmp_path):
