@@ -129,7 +129,7 @@ def check_before_start(config: RunConfig, run_dir: Path, plan: RunPlan | None) -
     """What the machine that runs the job checks before anything starts or is written (the files
     are read once: sizes and CRC32s of a checkpoint); last, the run's folder is made (empty), or
     refused when it cannot be. Returns where a resumed run continues (None: afresh)."""
-    check_files(config.data, config.reward)
+    check_files(config.data, config.reward, config.rollout.max_model_len)
     check_model_files(config)
     check_critic_files(config)
     check_trackers(config.logger, config.tracking)

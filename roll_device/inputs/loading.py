@@ -26,15 +26,15 @@ class RunInputs:
     last_step: int  # max_steps, or fewer when data.epochs runs out first
 
 
-def check_files(data: DataSettings, reward: RewardSettings) -> None:
+def check_files(data: DataSettings, reward: RewardSettings, longest: int) -> None:
     """The data files exist (or will be generated), and the reward function imports or the reward
-    model's folder holds one, here."""
+    model's folder holds one that reads `longest` tokens (`rollout.max_model_len`), here."""
     if data.generate is None:
         for key, value in (("data.path", data.path), ("data.eval_path", data.eval_path)):
             if value is not None and not Path(value).exists():
                 raise ConfigError(f"{key}={value} does not exist: give a .jsonl, .parquet or datasets folder")
     if reward.model_path is not None:  # the reward model scores (the config refused a function beside)
-        check_reward_model_dir(reward.model_path)
+        check_reward_model_dir(reward.model_path, longest)
         return
     # an unknown name, a failing import or a function that cannot take its arguments is refused here
     resolve_reward(reward.function, data.task, reward.kwargs)

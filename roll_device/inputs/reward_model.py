@@ -29,8 +29,9 @@ CLASSIFIER_SUFFIX = "ForSequenceClassification"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
-def check_reward_model_dir(path: str) -> None:
-    """`reward.model_path` holds a sequence-classification model with one label and a tokenizer."""
+def check_reward_model_dir(path: str, longest: int) -> None:
+    """`reward.model_path` holds a sequence-classification model with one label and a tokenizer,
+    whose positions reach `longest` tokens (`rollout.max_model_len`: a prompt and its response)."""
     folder = Path(path).expanduser()
     fix = "give a reward model saved with save_pretrained (a *ForSequenceClassification with num_labels=1)"
     if not (folder / "config.json").is_file():
@@ -48,6 +49,13 @@ def check_reward_model_dir(path: str) -> None:
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise ConfigError(
             f"reward.model_path={path} has no tokenizer: save the reward model's tokenizer beside it"
+        )
+    positions = config.get("max_position_embeddings")
+    if positions is not None and positions < longest:
+        raise ConfigError(
+            f"reward.model_path={path} reads at most {positions} tokens (max_position_embeddings), and a prompt "
+            f"with its response may take rollout.max_model_len={longest}: set rollout.max_model_len to "
+            f"{positions} or less, or use a reward model with a longer context"
         )
 
 
@@ -92,8 +100,16 @@ class RewardModel:
         return out.logits[:, 0].float().tolist()
 
     def score(self, items: list[Scoring]) -> list[float]:
-        """One reward per item, in order; a score that is not finite in float32 is refused."""
+        """One reward per item, in order; a conversation longer than the model's positions (its
+        template's tokens beyond `rollout.max_model_len`) or a score not finite in float32 is refused."""
         rows = [self.token_ids(item) for item in items]
+        positions = getattr(self.model.config, "max_position_embeddings", None)
+        for item, row in zip(items, rows):
+            if positions is not None and len(row) > positions:
+                raise RewardFunctionError(
+                    f"reward.model_path={self.path} reads at most {positions} tokens, and {shown_sample(item)} "
+                    f"renders to {len(row)}: lower rollout.max_model_len; the step was not trained on"
+                )
         scores = []
         for start in range(0, len(rows), self.micro_batch_size):
             scores += self.forward(rows[start : start + self.micro_batch_size])

@@ -75,6 +75,17 @@ def test_a_score_that_is_not_finite_ends_the_step_naming_the_sample(tmp_path):
         model.score(ITEMS[:1])
 
 
+def test_a_reward_model_with_a_shorter_context_than_the_rollouts_is_refused(tmp_path):
+    path = make_reward_model(tmp_path / "rm")  # 256 positions
+    with pytest.raises(
+        ConfigError, match=r"reads at most 256 tokens \(max_position_embeddings\), and a prompt"
+    ):
+        check_reward_model_dir(path, 512)
+    model = RewardModel(path, torch.device("cpu"), "float32", 4)
+    with pytest.raises(RewardFunctionError, match=r"reads at most 256 tokens, and the sample prompt='aaa"):
+        model.score([Scoring("a" * 250, "12345678", None)])  # its template's tokens beyond the rollout's
+
+
 def _config(path, **changes):
     config = json.loads((path / "config.json").read_text())
     config.update(changes)
@@ -82,19 +93,19 @@ def _config(path, **changes):
 
 
 def test_a_folder_that_holds_no_reward_model_is_refused(tmp_path, tiny_model_path):
-    check_reward_model_dir(make_reward_model(tmp_path / "rm"))
+    check_reward_model_dir(make_reward_model(tmp_path / "rm"), 256)
     with pytest.raises(ConfigError, match=r"reward.model_path=\S+nowhere does not exist"):
-        check_reward_model_dir(str(tmp_path / "nowhere"))
+        check_reward_model_dir(str(tmp_path / "nowhere"), 256)
     with pytest.raises(ConfigError, match=r"is a Qwen2ForCausalLM, not a reward model"):
-        check_reward_model_dir(tiny_model_path)
+        check_reward_model_dir(tiny_model_path, 256)
     _config(tmp_path / "rm", id2label={"0": "bad", "1": "good"})
     with pytest.raises(ConfigError, match=r"has 2 labels, a reward model one"):
-        check_reward_model_dir(str(tmp_path / "rm"))
+        check_reward_model_dir(str(tmp_path / "rm"), 256)
     make_reward_model(tmp_path / "bare")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (tmp_path / "bare" / name).unlink()
     with pytest.raises(ConfigError, match=r"has no tokenizer"):
-        check_reward_model_dir(str(tmp_path / "bare"))
+        check_reward_model_dir(str(tmp_path / "bare"), 256)
 
 
 @pytest.mark.gpu

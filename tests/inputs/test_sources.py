@@ -108,7 +108,7 @@ def test_files_are_checked_where_the_run_runs():
     live on the cluster): the run checks it on its own machine, before anything starts."""
     config = run_config("data.path=/nope.jsonl", "reward.function=math")  # read: the path is not looked at
     with pytest.raises(ConfigError, match=r"data\.path=/nope\.jsonl does not exist"):
-        check_files(config.data, config.reward)
+        check_files(config.data, config.reward, config.rollout.max_model_len)
 
 
 def test_toy_task_stream_and_its_held_out_prompts():
