@@ -72,12 +72,12 @@ class RewardModel:
     def __init__(self, path: str, device: torch.device, dtype: str, micro_batch_size: int) -> None:
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-        # inputs_embeds skip transformers' pad-id pooling (see the module's docstring), which says so
+        # fed as embeddings (the module's docstring says why), transformers warns it cannot see padding
         logging.getLogger("transformers.modeling_layers").setLevel(logging.ERROR)
         self.path, self.device, self.micro_batch_size = path, device, micro_batch_size
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModelForSequenceClassification.from_pretrained(path, dtype=dtype).to(device).eval()
-        if self.model.config.pad_token_id is None:  # only checked, as embeddings carry no ids
+        if self.model.config.pad_token_id is None:  # a batch needs one, unused with embeddings
             self.model.config.pad_token_id = 0
 
     def token_ids(self, item: Scoring) -> list[int]:
