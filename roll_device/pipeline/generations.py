@@ -6,10 +6,11 @@ appended to `<run dir>/generations.jsonl`, a line each (`step`, `eval`, `prompt`
 The first N are in the step's order: a prompt's samples together, so a group's rewards are read side
 by side. A response is the text the reward was given (special tokens left out). A multi-turn
 trajectory's prompt is its first prompt as the environment rendered it, and its response the rest
-of its row, the environment's turns included. The
-step's record carries them to the run's writer under `GENERATIONS` (metrics.jsonl and the trackers'
-metrics get the rest); the trackers that keep tables get them as a table, `generations` or
-`eval_generations`. The file is kept to the steps the run holds, as metrics.jsonl is."""
+of its row, the environment's turns included.
+
+The step's record carries them to the run's writer under `GENERATIONS` (metrics.jsonl and the
+trackers' metrics get the rest); the trackers that keep tables get them as a table, `generations`
+or `eval_generations`. The file is kept to the steps the run holds, as metrics.jsonl is."""
 
 from __future__ import annotations
 
