@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import UnionType
-from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
@@ -32,6 +32,8 @@ NonNegative = Annotated[StrictInt, Field(ge=0)]
 Seed = Annotated[
     StrictInt, Field(ge=0, lt=2**32, description="from 0 to 2**32 - 1, the range vLLM and numpy take")
 ]
+# a model's weights as transformers and vLLM load them (auto: the checkpoint's own dtype)
+WeightsDtype = Literal["auto", "float32", "bfloat16", "float16"]
 S = TypeVar("S", bound=BaseModel)
 
 

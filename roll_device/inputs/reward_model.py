@@ -24,9 +24,9 @@ import torch
 
 from roll_device.errors import ConfigError
 from roll_device.inputs.rewards import FLOAT32_MAX, RewardFunctionError, Scoring, shown_sample
+from roll_device.models.hf_dir import TOKENIZER_FILES
 
 CLASSIFIER_SUFFIX = "ForSequenceClassification"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 
 
 def check_reward_model_dir(path: str, longest: int) -> None:

@@ -19,12 +19,11 @@ from roll_device.inputs.arithmetic import GENERATORS
 from roll_device.inputs.records import FORMATS
 from roll_device.inputs.rewards import BUILT_IN
 from roll_device.inputs.tasks import TASKS
-from roll_device.settings import Count, NonNegative, OpenSection, Section
+from roll_device.settings import Count, NonNegative, OpenSection, Section, WeightsDtype
 
 DATA_FORMATS = ("auto", *FORMATS)
 RULE, MODEL = "rule", "model"  # roles.reward.strategy: a function scores (rewards.py), or a reward model
 REWARD_STRATEGIES = (RULE, MODEL)
-REWARD_MODEL_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 class DataSettings(OpenSection):
@@ -75,9 +74,7 @@ class RewardSettings(Section):
         description="keywords a user function takes beside its sample (verl's reward_kwargs)"
     )
     model_path: str | None = Field(description="a reward model's directory (roles.reward.strategy=model)")
-    dtype: Literal[REWARD_MODEL_DTYPES] = Field(
-        description="the reward model's weights (auto: its checkpoint's)"
-    )
+    dtype: WeightsDtype = Field(description="the reward model's weights (auto: its checkpoint's)")
     micro_batch_size: Annotated[Count, Field(description="conversations per forward of the reward model")]
 
     @model_validator(mode="after")

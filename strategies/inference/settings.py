@@ -11,11 +11,10 @@ from pydantic import Field, StrictBool, StrictFloat, StrictInt, model_validator
 
 from roll_device.errors import ConfigError
 from roll_device.graph import check_capture_sizes, default_capture_sizes, default_prefill_sizes
-from roll_device.settings import Count, Section, Seed
+from roll_device.settings import Count, Section, Seed, WeightsDtype
 
 GRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
 LOGPROBS_MODES = ("raw_logprobs", "processed_logprobs")
-ROLLOUT_DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
 class RolloutSettings(Section):
@@ -23,7 +22,7 @@ class RolloutSettings(Section):
 
     name: str
     max_model_len: Annotated[Count, Field(description="prompt and response tokens of one sequence")]
-    dtype: Literal[ROLLOUT_DTYPES]
+    dtype: WeightsDtype
     update_bucket_bytes: Annotated[Count, Field(description="weight updates travel in buckets of this size")]
     logprobs_mode: Literal[LOGPROBS_MODES]
     capture_sizes: list[Count] | None = Field(description="batch sizes captured as graphs; null: the default")
