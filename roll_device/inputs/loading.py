@@ -13,7 +13,7 @@ from pathlib import Path
 from roll_device.errors import ConfigError
 from roll_device.inputs.prompts import PromptEncoder
 from roll_device.inputs.reward_model import check_reward_model_dir
-from roll_device.inputs.rewards import resolve_reward
+from roll_device.inputs.rewards import reward_caller
 from roll_device.inputs.settings import DataSettings, EvalSettings, RewardSettings
 from roll_device.inputs.sources import PromptSource, Sample, load_source
 
@@ -36,8 +36,7 @@ def check_files(data: DataSettings, reward: RewardSettings, longest: int) -> Non
     if reward.model_path is not None:  # the reward model scores (the config refused a function beside)
         check_reward_model_dir(reward.model_path, longest)
         return
-    # an unknown name, a failing import or a function that cannot take its arguments is refused here
-    resolve_reward(reward.function, data.task, reward.kwargs)
+    reward_caller(reward.function, data.task, reward.name(data.task), reward.kwargs)  # refused here
 
 
 def read_data(data: DataSettings, seed: int) -> PromptSource:

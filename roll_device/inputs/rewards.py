@@ -76,17 +76,22 @@ def exact_reward(prompt: str, response: str, answer: str | None) -> float:
 BUILT_IN: dict[str, RewardFunction] = {"math": math_reward, "exact": exact_reward}
 
 
-def resolve_reward(function: str | None, task: str, kwargs: dict[str, Any] | None = None) -> RewardFunction:
-    """The reward `reward.function` names (see the module's docstring); it must take `kwargs`
-    (`reward.kwargs`) beside its sample's arguments."""
+def resolve_reward(function: str | None, task: str) -> RewardFunction:
+    """The reward `reward.function` names (see the module's docstring)."""
     if function is None:
         rule = get_task(task).reward
         return lambda prompt, response, answer: rule(prompt, response)
     found = resolve_named(function, BUILT_IN, "reward.function", "reward workers")
     if not callable(found):
         raise ConfigError(f"reward.function='{function}' names {type(found).__name__}, not a function")
-    caller(found, function, kwargs)  # a function of neither form, or without the kwargs, is refused here
     return found
+
+
+def reward_caller(function: str | None, task: str, name: str, kwargs: dict[str, Any] | None = None):
+    """`caller` of the reward `function` names (None: `task`'s rule), reported as `name`: an unknown
+    name, a failing import, or a function that cannot take its sample's arguments and `kwargs`
+    (`reward.kwargs`) is a ConfigError, before Ray starts (the gate) and in each reward worker."""
+    return caller(resolve_reward(function, task), name, kwargs)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ a file of records with prompt and answer keys), how they are shuffled, repeated 
 evaluation, the reward they are scored with, and how often evaluation runs.
 
 What the sections say on their own is checked here; what needs the files or the reward's module
-is checked where the run reads them (`loading.check_files`, `rewards.resolve_reward`), since
+is checked where the run reads them (`loading.check_files`, `rewards.reward_caller`), since
 `plan` and `submit` read configs whose files live on the cluster.
 """
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from roll_device.inputs.rewards import Scores, Scoring, caller, resolve_reward, score_all
+from roll_device.inputs.rewards import Scores, Scoring, reward_caller, score_all
 from roll_device.inputs.settings import MODEL, RULE, RewardSettings
 from roll_device.pipeline.worker_base import PipelineWorker
 from roll_device.tracking.phases import phase
@@ -25,7 +25,7 @@ Scorer = Callable[[list[Scoring]], Scores]
 def rule_scorer(worker: PipelineWorker, reward: RewardSettings, task: str) -> Scorer:
     """`reward.function` (None: `task`'s rule) with `reward.kwargs`, sample by sample."""
     name = reward.name(task)
-    call = caller(resolve_reward(reward.function, task, reward.kwargs), name, reward.kwargs)
+    call = reward_caller(reward.function, task, name, reward.kwargs)
     return lambda items: score_all(name, call, items)
 
 

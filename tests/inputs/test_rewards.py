@@ -9,11 +9,11 @@ from roll_device.inputs.rewards import (
     RewardFunctionError,
     Scores,
     Scoring,
-    caller,
     exact_reward,
     final_answer,
     math_reward,
     resolve_reward,
+    reward_caller,
     score_all,
     score_sample,
 )
@@ -75,7 +75,7 @@ def test_bad_reward_names_are_refused(name, message):
 
 def test_a_raising_user_function_is_reported_with_its_sample():
     name = "tests.pipeline.user_rewards.failing_reward"
-    failing = caller(resolve_reward(name, "digits"), name)
+    failing = reward_caller(name, "digits", name)
     with pytest.raises(RewardFunctionError) as err:
         score_sample(name, failing, Scoring("what is 2+2?", "4", "#### 4"))
     assert str(err.value) == (
@@ -85,7 +85,7 @@ def test_a_raising_user_function_is_reported_with_its_sample():
 
 
 def _scored(name: str, item: Scoring) -> float:
-    value, _extras = score_sample(name, caller(resolve_reward(name, "digits"), name), item)
+    value, _extras = score_sample(name, reward_caller(name, "digits", name), item)
     return value
 
 
@@ -120,7 +120,7 @@ def test_a_verl_dict_without_its_score_is_reported_with_its_keys():
 def test_a_function_of_neither_form_is_refused_naming_both():
     name = "tests.pipeline.user_rewards.two_parameter_reward"
     with pytest.raises(ConfigError) as err:
-        resolve_reward(name, "digits")
+        reward_caller(name, "digits", name)
     assert str(err.value) == (
         f"reward.function='{name}' takes (prompt, response): a reward function takes (prompt, response, "
         "answer), or verl's (data_source, solution_str, ground_truth, extra_info=None)"
@@ -131,21 +131,21 @@ def test_the_numeric_entries_of_verls_dicts_are_kept_beside_the_rewards():
     """verl's `acc` (a bool) is kept as a number, its `pred` (text) is not; each key's mean is
     over the responses that gave it, across the reward workers' shards."""
     name = "tests.pipeline.user_rewards.verl_compute_score"
-    call = caller(resolve_reward(name, "digits"), name)
+    call = reward_caller(name, "digits", name)
     gsm8k = Scoring("q", "7", "7", "openai/gsm8k", {"split": "train"})
     first = score_all(name, call, [gsm8k, Scoring("q", "7", "7", "other", {"split": "train"})])
     assert first == Scores([1.0, 0.0], {"acc": [1.0, 0.0]})
     length = "tests.pipeline.user_rewards.length_reward"
-    plain = score_all(length, caller(resolve_reward(length, "digits"), length), [gsm8k])
+    plain = score_all(length, reward_caller(length, "digits", length), [gsm8k])
     joined = Scores.joined([first, plain, first])
     assert joined.rewards == [1.0, 0.0, 1.0, 1.0, 0.0] and joined.means("reward_") == {"reward_acc": 0.5}
 
 
 def test_reward_kwargs_reach_the_function_as_keywords_or_are_refused_before_ray():
     name = "tests.pipeline.user_rewards.verl_with_format_score"
-    call = caller(resolve_reward(name, "digits", {"format_score": 0.1}), name, {"format_score": 0.1})
+    call = reward_caller(name, "digits", name, {"format_score": 0.1})
     assert score_all(name, call, [Scoring("q", "7", "7"), Scoring("q", "8", "7")]).rewards == [1.0, 0.1]
     length = "tests.pipeline.user_rewards.length_reward"
     with pytest.raises(ConfigError) as err:
-        resolve_reward(length, "digits", {"format_score": 0.1})
+        reward_caller(length, "digits", length, {"format_score": 0.1})
     assert str(err.value).endswith("and the keywords of reward.kwargs (format_score)")
