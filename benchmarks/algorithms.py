@@ -1,9 +1,9 @@
 """The recipes (`algorithm=<recipe>`, configs/algorithm/) on the default tiny task: each trains the
 same job (same seed, model, prompts, steps) as `roll-device run` in its own process, on this
 machine's CPU. Results replace the algorithms section of docs/benchmarks.md: each recipe's mean
-reward over its first and last 5 steps, its median step time and the critic's part of it (`ppo`),
-and the reward curves in one plot
-(docs/algorithms_benchmark.png); the last line printed is `recipes_rising=<n>/<total>`.
+reward over its first and last 5 steps, its optimizer steps a step, its median step time and the
+critic's part of it (`ppo`), and the reward curves in one plot (docs/algorithms_benchmark.png); the
+last line printed is `recipes_rising=<n>/<total>`.
 
     .venv/bin/python benchmarks/algorithms.py [--steps 30]
 """
@@ -47,6 +47,7 @@ def summary(records: list[dict]) -> dict:
         "first": statistics.mean(rewards[:5]),
         "last": statistics.mean(rewards[-5:]),
         "step_s": statistics.median(r["step_s"] for r in records),
+        "updates": statistics.median(r["updates"] for r in records),
         "critic_s": statistics.median(r.get("critic_s", 0.0) for r in records),  # 0 without a critic
         "rewards": rewards,
     }
@@ -69,7 +70,8 @@ def plot(results: dict[str, dict]) -> None:
 
 def section(results: dict[str, dict], steps: int) -> str:
     rows = [
-        f"| `{recipe}` | {r['first']:.3f} | {r['last']:.3f} | {r['step_s']:.2f} | {r['critic_s']:.2f} |"
+        f"| `{recipe}` | {r['first']:.3f} | {r['last']:.3f} | {r['updates']:g} | {r['step_s']:.2f} | "
+        f"{r['critic_s']:.2f} |"
         for recipe, r in results.items()
     ]
     return "\n".join(
@@ -77,11 +79,13 @@ def section(results: dict[str, dict], steps: int) -> str:
             "## Recipes on the tiny task (`benchmarks/algorithms.py`)",
             "",
             f"{datetime.date.today()}, this machine's CPU (every role on it), {steps} steps of the default",
-            "job per recipe, same seed. Mean reward over the first and the last 5 steps, median step time,",
-            "and the median seconds of the critic's values and update inside it (`ppo`'s critic, `critic_s`).",
+            "job per recipe, same seed. Mean reward over the first and the last 5 steps, the median",
+            "optimizer steps a step (`updates`: the recipe's `mini_batches`, fewer where DAPO's dynamic",
+            "sampling kept a small batch), median step time, and the median seconds of the critic's values",
+            "and update inside it (`ppo`'s critic, `critic_s`).",
             "",
-            "| recipe | reward, first 5 | reward, last 5 | step s | critic s |",
-            "|---|---|---|---|---|",
+            "| recipe | reward, first 5 | reward, last 5 | updates | step s | critic s |",
+            "|---|---|---|---|---|---|",
             *rows,
             "",
             f"![reward curves]({PLOT.name})",

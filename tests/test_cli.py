@@ -36,6 +36,9 @@ def test_the_main_job_learns_and_writes_into_the_hydra_run_dir(tmp_path):
     assert [r["step"] for r in records] == list(range(1, 13))
     assert all(r["weights_version"] == r["step"] for r in records), "the rollout got each step's weights"
     assert all(r["rollout_vs_train_logprob_gap"] < 0.05 for r in records), "rollout and trainer agree"
+    assert all(r["updates"] == 1 and r["ratio_mean"] == pytest.approx(1.0, abs=1e-5) for r in records), (
+        "GRPO's one update a step is on-policy"
+    )
     assert all(r["kl"] >= 0 for r in records) and records[-1]["kl"] > 0
     first = sum(r["reward_mean"] for r in records[:3]) / 3
     last = sum(r["reward_mean"] for r in records[-3:]) / 3

@@ -51,7 +51,11 @@ class AlgorithmSettings(Section):
     ]
     overlong_buffer: NonNegative
     overlong_penalty: Annotated[StrictFloat, Field(ge=0)]
-    ppo_epochs: Count
+    ppo_epochs: Annotated[Count, Field(description="passes over each step's batch")]
+    mini_batches: Annotated[
+        Count,
+        Field(description="optimizer steps per pass: the batch's rows cut into this many contiguous parts"),
+    ]
     max_staleness: Annotated[
         NonNegative,
         Field(description="0 is synchronous; k lets rollouts come from weights up to k steps old"),

@@ -2,7 +2,8 @@
 
 - before the advantages, the critic's values of the batch's response tokens (`add_values`);
 - with the advantages, the critic's targets: the returns A + V of `gae` (`add_returns`);
-- after the policy update, `ppo_epochs` steps of the clipped value loss towards them (`train`);
+- after the policy update, as many steps of the clipped value loss towards them as the policy took
+  (`ppo_epochs` passes of `mini_batches`, roll_device/pipeline/updates.py) (`train`);
 - in the step's record: the value loss, the share of clipped values, the critic's gradient norm
   and learning rate, how much of the returns' variance the values explained before the update, and
   the seconds its values and updates took (`critic_s`, part of `logprob_s` and `train_s`)
@@ -21,6 +22,7 @@ from roll_device.pipeline.algorithm_settings import AlgorithmSettings
 from roll_device.pipeline.metrics import CRITIC_EXPLAINED, CRITIC_LOSS
 from roll_device.pipeline.record import StepRecord
 from roll_device.pipeline.roles import RoleGroups
+from roll_device.pipeline.updates import Updates
 from roll_device.pipeline.workers import CriticWorker
 from strategies.base import TrainBatch
 from strategies.training.advantages import AdvantageInputs, AdvantageSpec, gae_returns
@@ -48,12 +50,16 @@ class CriticStep:
             batch.returns = gae_returns(inputs, spec)
 
     def train(self, batch: TrainBatch) -> None:
-        """`ppo_epochs` updates of the critic on `batch`; the last one's metrics for the record."""
+        """The critic's updates on `batch`, as many as the policy's (`ppo_epochs` passes of
+        `mini_batches` optimizer steps: updates.py); their mean metrics for the record."""
         if not self.active:
             return
         start = time.perf_counter()
-        for _ in range(self.algo.ppo_epochs):
-            update = self.roles.data_parallel(ROLE, CriticWorker.train_values, batch, self.algo.value_clip)[0]
+        updates = Updates(self.algo.ppo_epochs, self.algo.mini_batches, self.roles.data_parallel_size(ROLE))
+        clip = self.algo.value_clip
+        update = updates.run(
+            lambda part: self.roles.data_parallel(ROLE, CriticWorker.train_values, part, clip)[0], batch
+        )
         self.metrics = {
             "critic_s": self.seconds + time.perf_counter() - start,
             CRITIC_LOSS: update["loss"],

@@ -51,6 +51,7 @@ from roll_device.pipeline.roles import RoleGroups
 from roll_device.pipeline.sampling_filter import SamplingFilter
 from roll_device.pipeline.state import PipelineState
 from roll_device.pipeline.timeline import StepTimeline, TurnLog, timed
+from roll_device.pipeline.updates import Updates
 from roll_device.pipeline.workers import Generated, RolloutWorker, TrainWorker
 from strategies.base import Completion, NonFiniteUpdateError, SamplingConfig, TrainBatch
 from strategies.training.advantages import AdvantageInputs, advantages, overlong_penalty
@@ -298,22 +299,21 @@ class GrpoStep:
         self.critic.add_values(batch)
 
     def update(self, state: PipelineState, rollout: Rollout, batch: TrainBatch, kl_coef: float) -> dict:
-        """The clipped policy update on `actor_train` (`ppo_epochs` passes over `batch`, the KL
-        weighed by `kl_coef`) and the critic's, then `state` advanced past `rollout`; returns the
-        policy's last pass's metrics."""
+        """The clipped policy update on `actor_train` (`ppo_epochs` passes over `batch` in
+        `mini_batches` optimizer steps each, the KL weighed by `kl_coef`: updates.py) and the
+        critic's, then `state` advanced past `rollout`; returns the policy's metrics over its updates."""
         loss = self.algo.loss_spec(kl_coef)
+        updates = Updates(
+            self.algo.ppo_epochs, self.algo.mini_batches, self.roles.data_parallel_size("actor_train")
+        )
         self.training = True
-        for epoch in range(self.algo.ppo_epochs):
-            try:
-                metrics = self.roles.data_parallel(
-                    "actor_train",
-                    TrainWorker.train,
-                    batch,
-                    loss,
-                )[0]
-            except NonFiniteUpdateError:  # refused, not applied: after no earlier epoch, the
-                self.training = epoch > 0  # trainer holds exactly `state`'s step
-                raise
+        try:
+            metrics = updates.run(
+                lambda part: self.roles.data_parallel("actor_train", TrainWorker.train, part, loss)[0], batch
+            )
+        except NonFiniteUpdateError:  # refused, not applied: after no earlier update, the
+            self.training = updates.applied > 0  # trainer holds exactly `state`'s step
+            raise
         self.critic.train(batch)
         state.step += 1
         state.data_position = rollout.position + rollout.size

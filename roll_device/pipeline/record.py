@@ -30,7 +30,7 @@ class StepOutcome:
     rewards: torch.Tensor  # one per completion
     batch: TrainBatch  # as trained on: its response mask and the trainer's old logprobs
     sampler_logprobs: torch.Tensor  # the engines' own logprobs of the same tokens
-    update: dict  # the trainer's metrics of the last epoch
+    update: dict  # the trainer's metrics, averaged over the step's updates (updates.py)
     rollout_version: int  # the oldest weight version the rollout was generated with
     staleness: int  # the trainer's step before the update minus `rollout_version`
     engine_idle_s: float  # the longest any engine stood idle before the rollout
@@ -63,6 +63,13 @@ class StepRecord(dict):
                 "entropy": update.get("entropy"),  # the policy's mean per-token entropy (None: not reported)
                 **{key: update[key] for key in ROUTING_METRICS if key in update},  # a mixture of experts'
                 "lr": update["lr"],
+                "clip_fraction": update.get("clip_fraction"),  # the loss's clipped share (None: not reported)
+                "ratio_mean": update.get(
+                    "ratio_mean"
+                ),  # pi / pi_old over the updates (1 in a one-update step)
+                "updates": update[
+                    "updates"
+                ],  # the policy's optimizer steps (roll_device/pipeline/updates.py)
                 "rollout_vs_train_logprob_gap": logprob_gap(outcome),
                 "rollout_version": outcome.rollout_version,
                 "staleness": outcome.staleness,

@@ -90,6 +90,23 @@ BAD_VALUES = [
     (["algorithm.name="], "algorithm.name='': string should have at least 1 character"),
     (["algorithm.kl_coef=-0.1"], "algorithm.kl_coef=-0.1: input should be greater than or equal to 0"),
     (["algorithm.ppo_epochs=0"], "algorithm.ppo_epochs=0: input should be greater than or equal to 1"),
+    (["algorithm.mini_batches=0"], "algorithm.mini_batches=0: input should be greater than or equal to 1"),
+    (
+        ["algorithm.mini_batches=65"],
+        (
+            "algorithm.mini_batches=65 cuts the batch of 64 sequences into 65 parts, but each part needs a row "
+            "for each of the 1 actor_train replicas: set mini_batches <= 64, or raise data.prompts_per_step"
+        ),
+    ),
+    (
+        [
+            "algorithm=ppo",
+            "algorithm.mini_batches=33",
+            "roles.critic.num_devices=2",
+            "roles.critic.colocate_with=null",
+        ],
+        "each part needs a row for each of the 2 critic replicas: set mini_batches <= 32",
+    ),
     (["algorithm.max_new_tokens=many"], "algorithm.max_new_tokens='many': input should be a valid integer"),
     (
         ["algorithm.samples_per_prompt=1"],

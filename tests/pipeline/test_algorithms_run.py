@@ -34,6 +34,7 @@ def test_dapo_runs_two_steps_and_reports_its_dropped_groups(tmp_path, shared_clu
         if record["sampling_rounds"] < rounds:  # full: the step trains on one step's groups
             assert record["dropped_groups"] == (record["sampling_rounds"] - 1) * prompts
         assert record["kl"] == 0.0, "DAPO has no KL term (no reference role)"
+        assert 1 <= record["updates"] <= config.algorithm.mini_batches == 16, "fewer for a small batch"
         assert record["grad_norm"] == record["grad_norm"], "a finite update"
 
 
@@ -43,8 +44,28 @@ def test_ppo_runs_two_steps_with_its_critic(tmp_path, shared_cluster):
     records = _records(run_checked(config, tmp_path / "run"))
     assert [r["step"] for r in records] == [1, 2]
     for record in records:
+        assert record["updates"] == config.algorithm.mini_batches == 4, "verl's example: 1024 / 256"
         assert record["critic_value_loss"] > 0 and record["critic_lr"] == config.critic.lr
         assert record["critic_grad_norm"] == record["critic_grad_norm"], "a finite critic update"
+
+
+def test_gspo_s_four_mini_batches_are_four_optimizer_steps_whose_later_ones_clip(tmp_path, shared_cluster):
+    """GSPO's recipe cuts each batch into 4 mini-batches (algorithm.mini_batches): the trainer's
+    learning-rate warmup advances 4 optimizer steps a step, and the later mini-batches' sequence
+    ratios leave GSPO's narrow clip range (one update a step has ratio 1: tests/test_cli.py's main job)."""
+    config = run_config(
+        *shared_cluster,
+        "algorithm=gspo",
+        "rollout=hf",
+        "max_steps=2",
+        "save_every=0",
+        "trainer.warmup_steps=8",
+    )
+    records = _records(run_checked(config, tmp_path / "run"))
+    assert [r["updates"] for r in records] == [4, 4]
+    lr = config.trainer.lr
+    assert [r["lr"] for r in records] == pytest.approx([lr * 4 / 8, lr * 8 / 8]), "the last update's rate"
+    assert all(r["clip_fraction"] > 0 and r["ratio_mean"] != pytest.approx(1.0, abs=1e-6) for r in records)
 
 
 @pytest.mark.slow

@@ -25,6 +25,9 @@ ALGORITHM_KEYS = [
     "grad_norm",
     "entropy",
     "lr",
+    "clip_fraction",
+    "ratio_mean",
+    "updates",
     "rollout_vs_train_logprob_gap",
     "rollout_version",
     "staleness",
@@ -70,7 +73,7 @@ def outcome() -> StepOutcome:
         [[5, 6], [5, 6]], completions, pad_id=0, advantages=torch.tensor([1.0, -1.0])
     )
     batch.old_logprobs = sampler + 0.5 * batch.response_mask  # the trainer 0.5 above on every response token
-    update = {"loss": 0.25, "grad_norm": 1.5, "lr": 1e-3}
+    update = {"loss": 0.25, "grad_norm": 1.5, "lr": 1e-3, "clip_fraction": 0.125, "updates": 4}
     return StepOutcome(torch.tensor([1.0, 0.0]), batch, sampler, update, 3, 1, 0.2)
 
 
@@ -90,6 +93,9 @@ def test_a_record_has_its_keys_in_order_and_its_values_from_the_outcome_and_the_
     assert (got["reward_mean"], got["reward_std"], got["response_len"]) == (0.5, 0.5, 1.5)
     assert (got["loss"], got["kl"], got["entropy"], got["grad_norm"]) == (0.25, 0.0, None, 1.5)
     assert (got["importance_ratio_mean"], got["importance_clipped_share"]) == (1.0, 0.0)
+    assert (got["clip_fraction"], got["ratio_mean"], got["updates"]) == (0.125, None, 4), (
+        "a loss without a ratio"
+    )
     assert got["rollout_vs_train_logprob_gap"] == pytest.approx(0.5)
     assert (got["trainer_wait_s"], got["rollout_wait_s"], got["rollout_s"]) == (0.75, 0.2, 2.5)
     assert (got["weights_version"], got["sync_path"], got["sync_s"], got["swap_s"]) == (None, None, 0.0, 0.0)
