@@ -2,8 +2,8 @@
 passes over the batch, each cut into `algorithm.mini_batches` contiguous mini-batches with one
 optimizer step apiece (PPO's K epochs of minibatch SGD, arXiv 1707.06347, Algorithm 1; verl's
 `ppo_mini_batch_size` is the batch over that count). Every mini-batch's loss is aggregated over its
-own tokens, so the first step of a pass is the one-update step on that part, and the later ones
-see ratios away from 1, which the clip bounds.
+own tokens. A pass's first step is on-policy (ratio 1); the later ones see the ratio move away
+from 1, and the loss's clip bounds it.
 
 A mini-batch's rows are a multiple of the trainer's data-parallel size (every rank trains as many
 rows, so every rank takes as many micro-batches): a batch with fewer rows than `mini_batches` x
