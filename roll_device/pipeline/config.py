@@ -224,6 +224,7 @@ class RunConfig(Section):
         self._check_sizes()
         self._check_overlap()
         self._check_trainer_loss()
+        self.trainer.scheduled(self.optimizer_steps)  # a warmup that leaves the cosine no step
         self._check_profile()
         self._check_agentic()
         self.reward.check_with(self.data, self.roles.reward.strategy)
@@ -245,11 +246,19 @@ class RunConfig(Section):
         return self.algorithm.kl_coef > 0 and self.trainer.lora.on
 
     def strategy_settings(self, role: str) -> TrainSettings | RolloutSettings | None:
-        """The section `role`'s strategy is started with (None for the reward role); the critic's
-        is the trainer's with the `critic` section's optimizer settings."""
+        """The section `role`'s strategy is started with (None for the reward role); a trainer's
+        learning-rate schedule spans the run's optimizer steps unless it says otherwise, and the
+        critic's is the trainer's with the `critic` section's optimizer settings."""
         section = SECTION_OF.get(ROLE_TYPES[role])
         settings = None if section is None else getattr(self, section)
+        if isinstance(settings, TrainSettings):
+            settings = settings.scheduled(self.optimizer_steps)
         return self.critic.applied_to(settings) if ROLE_TYPES[role] == CRITIC else settings
+
+    @property
+    def optimizer_steps(self) -> int:
+        """A trainer's optimizer steps over the run (at most: DAPO's small batches take fewer)."""
+        return self.max_steps * self.algorithm.ppo_epochs * self.algorithm.mini_batches
 
     def model_path_of(self, role: str, policy_path: str) -> str:
         """The checkpoint `role` starts from: the policy's (`policy_path`), or the critic's own."""

@@ -11,9 +11,10 @@ from pydantic import Field, StrictBool, StrictFloat, StrictInt, field_validator,
 
 from roll_device.errors import ConfigError
 from roll_device.platforms import Platform
-from roll_device.settings import Count, NonNegative, Section
+from roll_device.settings import Count, NonNegative, Section, read_section
 
 Positive = Annotated[StrictFloat, Field(gt=0)]
+LR_SCHEDULES = ("constant", "cosine")
 ALL_LINEAR = "all-linear"  # PEFT's word for every linear layer but the output layer
 
 
@@ -65,6 +66,15 @@ class TrainSettings(Section):
     max_grad_norm: Positive
     micro_batch_size: Annotated[Count, Field(description="rows per forward/backward")]
     warmup_steps: Annotated[NonNegative, Field(description="linear warmup over this many optimizer steps")]
+    lr_schedule: Literal[LR_SCHEDULES] = Field(
+        description="after the warmup: constant, or cosine (a half cosine from lr down to min_lr_ratio x lr)"
+    )
+    min_lr_ratio: Annotated[
+        StrictFloat, Field(ge=0, le=1, description="cosine: the rate it ends at, as a fraction of lr")
+    ]
+    schedule_steps: Count | None = Field(
+        description="cosine: the optimizer steps it spans, warmup included; null: the run's (set by the run)"
+    )
     mixed_precision: Literal["bf16", "fp32"] | None = Field(
         description="null: bf16 where the kind supports it, fp32 on the CPU"
     )
@@ -93,6 +103,17 @@ class TrainSettings(Section):
         description="a mixture of experts: route each token to the experts the rollout routed it to (R3)"
     )
     lora: LoraSettings
+
+    @model_validator(mode="after")
+    def _schedule_has_room(self):
+        steps, warmup = self.schedule_steps, self.warmup_steps
+        if self.lr_schedule == "cosine" and steps is not None and warmup >= steps:
+            raise ConfigError(
+                f"trainer.warmup_steps={warmup} leaves no step of the cosine schedule's {steps} optimizer "
+                f"steps (trainer.schedule_steps, null: max_steps x algorithm.ppo_epochs x "
+                "algorithm.mini_batches): lower warmup_steps, or use trainer.lr_schedule=constant"
+            )
+        return self
 
     @model_validator(mode="after")
     def _packing_needs_a_budget(self):
@@ -149,11 +170,24 @@ class TrainSettings(Section):
             return self.mixed_precision
         return "fp32" if platform.is_host else "bf16"
 
+    def scheduled(self, optimizer_steps: int) -> TrainSettings:
+        """These settings with `schedule_steps` the run's `optimizer_steps` where it is null and the
+        schedule needs it (checked again: a warmup as long is refused)."""
+        if self.lr_schedule == "constant" or self.schedule_steps is not None:
+            return self
+        return read_section(type(self), {**self.model_dump(), "schedule_steps": optimizer_steps}, "trainer")
+
     def lr_factor(self, step: int) -> float:
-        """Learning-rate multiplier at optimizer step `step` (0-based): linear warmup, then 1."""
-        if self.warmup_steps == 0:
+        """Learning-rate multiplier at optimizer step `step` (0-based): a linear warmup over
+        `warmup_steps`, then 1 (`constant`) or SGDR's cosine (Loshchilov and Hutter, arXiv
+        1608.03983, eq. 5, one period: transformers' `get_cosine_schedule_with_warmup` with a floor)
+        from 1 down to `min_lr_ratio` over the rest of `schedule_steps`, and the floor after them."""
+        if step < self.warmup_steps:
+            return (step + 1) / self.warmup_steps
+        if self.lr_schedule == "constant":
             return 1.0
-        return min(1.0, (step + 1) / self.warmup_steps)
+        progress = min(1.0, (step - self.warmup_steps) / (self.schedule_steps - self.warmup_steps))
+        return self.min_lr_ratio + (1 - self.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
 class CriticSettings(Section):

@@ -92,6 +92,12 @@ BAD_VALUES = [
     (["algorithm.ppo_epochs=0"], "algorithm.ppo_epochs=0: input should be greater than or equal to 1"),
     (["algorithm.mini_batches=0"], "algorithm.mini_batches=0: input should be greater than or equal to 1"),
     (
+        ["trainer.lr_schedule=cosine", "trainer.warmup_steps=30"],
+        "trainer.warmup_steps=30 leaves no step of the cosine schedule's 30 optimizer steps",
+    ),
+    (["trainer.lr_schedule=linear"], "trainer.lr_schedule='linear': input should be 'constant' or 'cosine'"),
+    (["trainer.min_lr_ratio=2"], "trainer.min_lr_ratio=2: input should be less than or equal to 1"),
+    (
         ["algorithm.mini_batches=65"],
         (
             "algorithm.mini_batches=65 cuts the batch of 64 sequences into 65 parts, but each part needs a row "

@@ -5,6 +5,7 @@ recipe 30 steps with rising reward among the slow tests, PPO's with its critic l
 checkpointed and resumed."""
 
 import json
+import math
 
 import pytest
 
@@ -51,20 +52,18 @@ def test_ppo_runs_two_steps_with_its_critic(tmp_path, shared_cluster):
 
 def test_gspo_s_four_mini_batches_are_four_optimizer_steps_whose_later_ones_clip(tmp_path, shared_cluster):
     """GSPO's recipe cuts each batch into 4 mini-batches (algorithm.mini_batches): the trainer's
-    learning-rate warmup advances 4 optimizer steps a step, and the later mini-batches' sequence
-    ratios leave GSPO's narrow clip range (one update a step has ratio 1: tests/test_cli.py's main job)."""
+    cosine learning-rate schedule spans the run's 2 x 4 optimizer steps and advances 4 a step, and
+    the later mini-batches' sequence ratios leave GSPO's narrow clip range (one update a step has
+    ratio 1: tests/test_cli.py's main job)."""
+    overrides = ("trainer.lr_schedule=cosine", "trainer.min_lr_ratio=0.1")
     config = run_config(
-        *shared_cluster,
-        "algorithm=gspo",
-        "rollout=hf",
-        "max_steps=2",
-        "save_every=0",
-        "trainer.warmup_steps=8",
+        *shared_cluster, "algorithm=gspo", "rollout=hf", "max_steps=2", "save_every=0", *overrides
     )
     records = _records(run_checked(config, tmp_path / "run"))
     assert [r["updates"] for r in records] == [4, 4]
     lr = config.trainer.lr
-    assert [r["lr"] for r in records] == pytest.approx([lr * 4 / 8, lr * 8 / 8]), "the last update's rate"
+    cosine = [lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * last / 8))) for last in (3, 7)]
+    assert [r["lr"] for r in records] == pytest.approx(cosine), "each step's last update's rate"
     assert all(r["clip_fraction"] > 0 and r["ratio_mean"] != pytest.approx(1.0, abs=1e-6) for r in records)
 
 
