@@ -39,6 +39,7 @@ def test_the_main_job_learns_and_writes_into_the_hydra_run_dir(tmp_path):
     assert all(r["updates"] == 1 and r["ratio_mean"] == pytest.approx(1.0, abs=1e-5) for r in records), (
         "GRPO's one update a step is on-policy"
     )
+    assert all(r["importance_ratio_mean"] == 1.0 for r in records), "no correction of on-policy samples"
     assert all(r["kl"] >= 0 for r in records) and records[-1]["kl"] > 0
     first = sum(r["reward_mean"] for r in records[:3]) / 3
     last = sum(r["reward_mean"] for r in records[-3:]) / 3

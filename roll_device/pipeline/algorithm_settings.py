@@ -13,6 +13,8 @@ from roll_device.settings import Count, NonNegative, Section
 from strategies.training.advantages import ADVANTAGES, GROUP_ESTIMATORS, AdvantageSpec
 from strategies.training.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES, LossSpec
 
+IMPORTANCE_CORRECTIONS = ("stale", "always")  # which samples' loss the rollout/trainer ratio weighs
+
 
 class AlgorithmSettings(Section):
     """The RL algorithm: an advantage estimator and a policy loss by name (docs/algorithms.md),
@@ -60,6 +62,9 @@ class AlgorithmSettings(Section):
         NonNegative,
         Field(description="0 is synchronous; k lets rollouts come from weights up to k steps old"),
     ]
+    importance_correction: Literal[IMPORTANCE_CORRECTIONS] = Field(
+        description="stale: samples of older weights carry the rollout's logprobs into the loss; always: every sample"
+    )
     importance_ratio_cap: Annotated[
         StrictFloat,
         Field(ge=1, description="truncation of the old-policy/rollout-policy ratio of stale samples"),

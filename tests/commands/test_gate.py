@@ -92,6 +92,10 @@ BAD_VALUES = [
     (["algorithm.ppo_epochs=0"], "algorithm.ppo_epochs=0: input should be greater than or equal to 1"),
     (["algorithm.mini_batches=0"], "algorithm.mini_batches=0: input should be greater than or equal to 1"),
     (
+        ["algorithm.importance_correction=sometimes"],
+        "algorithm.importance_correction='sometimes': input should be 'stale' or 'always'",
+    ),
+    (
         ["trainer.lr_schedule=cosine", "trainer.warmup_steps=30"],
         "trainer.warmup_steps=30 leaves no step of the cosine schedule's 30 optimizer steps",
     ),

