@@ -66,14 +66,17 @@ class TrainSettings(Section):
     max_grad_norm: Positive
     micro_batch_size: Annotated[Count, Field(description="rows per forward/backward")]
     warmup_steps: Annotated[NonNegative, Field(description="linear warmup over this many optimizer steps")]
+    # the schedule's keys have defaults: a run folder saved before them still reads (gate.py's resume check)
     lr_schedule: Literal[LR_SCHEDULES] = Field(
-        description="after the warmup: constant, or cosine (a half cosine from lr down to min_lr_ratio x lr)"
+        default="constant",
+        description="after the warmup: constant, or cosine (a half cosine from lr down to min_lr_ratio x lr)",
     )
     min_lr_ratio: Annotated[
         StrictFloat, Field(ge=0, le=1, description="cosine: the rate it ends at, as a fraction of lr")
-    ]
+    ] = 0.0
     schedule_steps: Count | None = Field(
-        description="cosine: the optimizer steps it spans, warmup included; null: the run's (set by the run)"
+        default=None,
+        description="cosine: the optimizer steps it spans, warmup included; null: the run's (set by the run)",
     )
     mixed_precision: Literal["bf16", "fp32"] | None = Field(
         description="null: bf16 where the kind supports it, fp32 on the CPU"

@@ -588,6 +588,16 @@ def test_a_resumed_run_keeps_the_trainer_that_wrote_its_checkpoints(tmp_path, sa
     check_same_trainer(load_config(["resume=true", *saved]), run_dir)  # the same trainer resumes
 
 
+def test_a_run_folder_saved_before_the_learning_rate_schedule_keys_still_has_its_trainer_checked(tmp_path):
+    run_dir = _resumable(tmp_path)
+    saved = yaml.safe_load((run_dir / RUN_CONFIG_FILE).read_text())
+    for key in ("lr_schedule", "min_lr_ratio", "schedule_steps"):
+        del saved["trainer"][key]
+    (run_dir / RUN_CONFIG_FILE).write_text(yaml.safe_dump(saved))
+    with pytest.raises(ConfigError, match="checkpoints were written by trainer=fsdp"):
+        check_same_trainer(load_config(["resume=true", "trainer=megatron"]), run_dir)
+
+
 def test_a_resumed_run_keeps_the_model_its_checkpoints_were_written_from(
     tmp_path, tiny_model_path, tiny_moe_path
 ):
