@@ -67,7 +67,7 @@ class AlgorithmSettings(Section):
     )
     importance_ratio_cap: Annotated[
         StrictFloat,
-        Field(ge=1, description="truncation of the old-policy/rollout-policy ratio of stale samples"),
+        Field(ge=1, description="truncation of the old-policy/rollout-policy ratio of the corrected samples"),
     ]
     gamma: Annotated[StrictFloat, Field(ge=0, le=1, description="gae's discount; null: 1.0")] | None
     lam: Annotated[StrictFloat, Field(ge=0, le=1, description="gae's lambda; null: 1.0")] | None

@@ -63,13 +63,11 @@ class StepRecord(dict):
                 "entropy": update.get("entropy"),  # the policy's mean per-token entropy (None: not reported)
                 **{key: update[key] for key in ROUTING_METRICS if key in update},  # a mixture of experts'
                 "lr": update["lr"],
-                "clip_fraction": update.get("clip_fraction"),  # the loss's clipped share (None: not reported)
-                "ratio_mean": update.get(
-                    "ratio_mean"
-                ),  # pi / pi_old over the updates (1 in a one-update step)
-                "updates": update[
-                    "updates"
-                ],  # the policy's optimizer steps (roll_device/pipeline/updates.py)
+                # the loss's clipped share and pi / pi_old over the updates (None: a loss that reports
+                # none; 1 in a one-update step), the policy's optimizer steps (pipeline/updates.py)
+                "clip_fraction": update.get("clip_fraction"),
+                "ratio_mean": update.get("ratio_mean"),
+                "updates": update["updates"],
                 "rollout_vs_train_logprob_gap": logprob_gap(outcome),
                 "rollout_version": outcome.rollout_version,
                 "staleness": outcome.staleness,

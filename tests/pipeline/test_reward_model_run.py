@@ -1,5 +1,5 @@
-"""A reward model (`roles.reward.strategy=model`) in a whole run: the rewards of the run's own
-responses are what the model was built to score, as a rule computing the same thing gives them."""
+"""A reward model (`roles.reward.strategy=model`) in a whole run: the reward of each of the run's
+own responses is what the model was built to score, as a rule computing the same thing gives it."""
 
 import json
 
@@ -8,6 +8,7 @@ import pytest
 from roll_device.commands.run import run_checked
 from tests.configs import run_config
 from tests.inputs.reward_models import make_last_digit_reward_model
+from tests.pipeline.user_rewards import last_digit
 
 
 def rewards(run_dir) -> list[float]:
@@ -15,16 +16,16 @@ def rewards(run_dir) -> list[float]:
 
 
 def test_a_reward_models_rewards_equal_the_rule_it_computes(tmp_path, shared_cluster):
+    """Each response's reward from the model is the rule's (user_rewards.last_digit) on its text, as
+    generations.jsonl shows them (the run's 64 responses)."""
     model = make_last_digit_reward_model(tmp_path / "rm")
-    common = [*shared_cluster, "max_steps=1", "save_every=0", "algorithm.kl_coef=0"]
-    by_model = run_checked(
-        run_config(*common, "roles.reward.strategy=model", f"reward.model_path={model}"), tmp_path / "model"
-    )
-    by_rule = run_checked(
-        run_config(*common, "reward.function=tests.pipeline.user_rewards.last_digit"), tmp_path / "rule"
-    )
-    assert 0 < rewards(by_model)[0] < 1, "some responses end with a digit, some do not"
-    assert rewards(by_model) == pytest.approx(rewards(by_rule), abs=1e-6)
+    overrides = [*shared_cluster, "max_steps=1", "save_every=0", "algorithm.kl_coef=0", "rollout=hf"]
+    reward_model = ["roles.reward.strategy=model", f"reward.model_path={model}", "tracking.generations=64"]
+    run_dir = run_checked(run_config(*overrides, *reward_model), tmp_path / "run")
+    lines = [json.loads(line) for line in (run_dir / "generations.jsonl").read_text().splitlines()]
+    by_rule = [last_digit(line["prompt"], line["response"], line["answer"]) for line in lines]
+    assert len(lines) == 64 and 0 < sum(by_rule) < 64, "some responses end with a digit, some do not"
+    assert [line["reward"] for line in lines] == pytest.approx(by_rule, abs=1e-6)
 
 
 @pytest.mark.slow
