@@ -51,6 +51,7 @@ def test_the_main_job_learns_and_writes_into_the_hydra_run_dir(tmp_path):
     assert sorted(p.name for p in (run_dir / "checkpoints").glob("step_*")) == ["step_12", "step_6"]
     out = proc.stdout
     assert "device plan:" in out and "actor_train" in out
+    assert "step plan: grpo, 8 prompts x 8 samples = 64 sequences; 1 pass x 1 mini-batch" in out
     assert "setting up workers:   0%" in proc.stderr and "4/4" in proc.stderr, "set-up shows progress"
     assert "waiting for actor_infer (1), actor_train (1), reference (1), reward (1)" in proc.stderr
     assert "reference runs in actor_train's workers" in out

@@ -9,12 +9,14 @@ from roll_device.cluster import read_inventory, start_cluster
 from roll_device.commands.gate import check_simulation, load_config
 from roll_device.pipeline.output import quiet_driver
 from roll_device.pipeline.run_plan import build_run_plan, plan_here
+from roll_device.pipeline.step_plan import step_plan
 
 
 def plan_command(overrides: list[str]) -> int:
     config = load_config(overrides)  # a bad override fails here, before a cluster starts
     check_simulation(config, "plan")
     plan_here(config)  # what can be refused from the nodes known before Ray is refused now
+    print(step_plan(config), flush=True)
     quiet_driver()  # Ray's start-up notices, as for a run
     with start_cluster(config.cluster) as handle:
         inventory = read_inventory()

@@ -63,6 +63,7 @@ from roll_device.pipeline.roles import (
 )
 from roll_device.pipeline.run_plan import RunPlan, build_run_plan
 from roll_device.pipeline.state import CHECKPOINTED, RUN_CONFIG_FILE, Checkpoints, PipelineState, ResumePoint
+from roll_device.pipeline.step_plan import step_plan
 from roll_device.pipeline.workers import TrainWorker
 from roll_device.tracking.memory import plot_memory
 from roll_device.tracking.registry import Trackers
@@ -299,6 +300,7 @@ def _run(
     tokenizer = load_tokenizer(path)
     inputs = _inputs(config, tokenizer, path, read_data(config.data, config.seed))  # before Ray
     renderer = chat_renderer(config, tokenizer)
+    print(step_plan(config), flush=True)
     started = time.perf_counter()
     with start_cluster(config.cluster) as cluster:
         plan = build_run_plan(config, read_inventory())

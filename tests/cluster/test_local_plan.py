@@ -20,6 +20,7 @@ def test_plan_on_this_machine_prints_the_device_map():
     )
     assert done.returncode == 0, done.stderr
     assert "cluster 'local'" in done.stdout
+    assert done.stdout.startswith("step plan: grpo, 8 prompts x 8 samples"), "the step plan comes first"
     table = [line.split() for line in done.stdout.split("device plan:")[1].strip().splitlines()]
     assert {row[0]: row[1:3] for row in table[1:]} == {  # no accelerator here: `auto` is the CPU
         "actor_infer": ["cpu", "1"],
