@@ -1,7 +1,6 @@
 """Evaluation in a whole run (the default suite's): sampled responses per held-out prompt, their
 pass@1 (avg@k) and pass@k, and the generations shown beside; pass@k checked against its paper."""
 
-import json
 from math import comb
 
 import pytest
@@ -9,6 +8,8 @@ import torch
 
 from roll_device.commands.run import run_checked
 from roll_device.pipeline.evaluation import solved_share
+from roll_device.pipeline.generations import GenerationsLog
+from roll_device.pipeline.metrics import MetricsLog
 from strategies.base import Completion
 from tests.configs import run_config
 
@@ -38,11 +39,10 @@ def test_a_sampled_evaluation_records_avg_and_pass_at_k_and_its_generations(tmp_
         "tracking.generations=3",
     ]
     run_dir = run_checked(run_config(*overrides), tmp_path / "run")
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    evals = [r for r in records if "eval_pass@1" in r]
+    evals = MetricsLog(run_dir).evaluations()
     assert [(r["step"], r["eval_size"]) for r in evals] == [(0, 4), (1, 4), (2, 4)]
     assert all(r["eval_pass@3"] >= r["eval_pass@1"] for r in evals), "a prompt solved once counts for pass@3"
-    shown = [json.loads(line) for line in (run_dir / "generations.jsonl").read_text().splitlines()]
+    shown = GenerationsLog(run_dir).read()
     assert [(g["step"], g["eval"]) for g in shown] == [
         (step, evaluation)
         for step, evaluation in ((0, True), (1, False), (1, True), (2, False), (2, True))

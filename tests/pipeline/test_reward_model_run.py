@@ -1,18 +1,18 @@
 """A reward model (`roles.reward.strategy=model`) in a whole run: the reward of each of the run's
 own responses is what the model was built to score, as a rule computing the same thing gives it."""
 
-import json
-
 import pytest
 
 from roll_device.commands.run import run_checked
+from roll_device.pipeline.generations import GenerationsLog
+from roll_device.pipeline.metrics import MetricsLog
 from tests.configs import run_config
 from tests.inputs.reward_models import make_last_digit_reward_model
 from tests.pipeline.user_rewards import last_digit
 
 
 def rewards(run_dir) -> list[float]:
-    return [json.loads(line)["reward_mean"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [record["reward_mean"] for record in MetricsLog(run_dir).steps()]
 
 
 def test_a_reward_models_rewards_equal_the_rule_it_computes(tmp_path, shared_cluster):
@@ -22,7 +22,7 @@ def test_a_reward_models_rewards_equal_the_rule_it_computes(tmp_path, shared_clu
     overrides = [*shared_cluster, "max_steps=1", "save_every=0", "algorithm.kl_coef=0", "rollout=hf"]
     reward_model = ["roles.reward.strategy=model", f"reward.model_path={model}", "tracking.generations=64"]
     run_dir = run_checked(run_config(*overrides, *reward_model), tmp_path / "run")
-    lines = [json.loads(line) for line in (run_dir / "generations.jsonl").read_text().splitlines()]
+    lines = GenerationsLog(run_dir).read()
     by_rule = [last_digit(line["prompt"], line["response"], line["answer"]) for line in lines]
     assert len(lines) == 64 and 0 < sum(by_rule) < 64, "some responses end with a digit, some do not"
     assert [line["reward"] for line in lines] == pytest.approx(by_rule, abs=1e-6)
