@@ -317,13 +317,11 @@ class RunConfig(Section):
             return {}
         return {"actor_infer": strategy_type(INFERENCE, infer.strategy).engine_size(self.rollout)}
 
-    def _check_mini_batches(self, role: str, replicas: int) -> None:
-        """Each of `algorithm.mini_batches` gives each of `role`'s data-parallel replicas a row."""
-        rows, count = (
-            self.data.prompts_per_step * self.algorithm.samples_per_prompt,
-            self.algorithm.mini_batches,
-        )
-        if role != "reference" and rows < count * replicas:
+    def _check_mini_batches(self, role: str, rows: int, replicas: int) -> None:
+        """Each of `algorithm.mini_batches` parts of the batch's `rows` gives each of `role`'s
+        data-parallel replicas a row."""
+        count = self.algorithm.mini_batches
+        if rows < count * replicas:
             raise ConfigError(
                 f"algorithm.mini_batches={count} cuts the batch of {rows} sequences into {count} parts, but "
                 f"each part needs a row for each of the {replicas} {role} replicas: set mini_batches <= "
@@ -361,7 +359,8 @@ class RunConfig(Section):
                     f"roles.{role}.num_devices={workers} is not a multiple of "
                     f"{self.trainer.model_parallel_layout()}: every model replica needs that many workers"
                 )
-            self._check_mini_batches(role, workers // per_replica)
+            if role != "reference":  # the reference takes no optimizer step
+                self._check_mini_batches(role, prompts * samples, workers // per_replica)
         longest = self.data.prompt_length + 1 + self.algorithm.max_new_tokens
         if longest > self.rollout.max_model_len:
             raise ConfigError(
